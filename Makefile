@@ -1,0 +1,90 @@
+# llmc - GPT-2/Llama trainer in C and CUDA.
+# `make` builds everything this machine supports and prints what it detected.
+# Targets: train_gpt_cpu tokenizer train_gpt demo data test bench clean (see README.md).
+
+CC ?= gcc
+ifeq ($(CC),cc)
+  CC := gcc
+endif
+BUILD := build
+PYTHON ?= /usr/bin/python3
+
+# ---- feature detection (each ✓/✗ is printed by `make`) ---------------------------------
+try_cc = $(shell printf '$(1)' | $(CC) -x c - -o /dev/null $(2) >/dev/null 2>&1 && echo 1)
+HAVE_OPENMP   := $(call try_cc,int main(void){return 0;},-fopenmp)
+HAVE_OPENBLAS := $(call try_cc,\#include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;},-lopenblas)
+HAVE_NATIVE   := $(call try_cc,int main(void){return 0;},-march=native)
+HAVE_MPI      := $(if $(shell command -v mpicc 2>/dev/null),1,)
+NVCC          ?= $(shell command -v nvcc 2>/dev/null)
+HAVE_NVCC     := $(if $(NVCC),1,)
+CUDA_HOME     ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
+HAVE_CUDNN    := $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h),1,)
+HAVE_NCCL     := $(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),1,)
+HAVE_PCRE2    := $(call try_cc,\#define PCRE2_CODE_UNIT_WIDTH 8\n\#include <pcre2.h>\nint main(void){return 0;},-lpcre2-8)
+
+# ---- flags -----------------------------------------------------------------------------
+WARN    := -Wall -Wextra -Wundef
+ARCH    := $(if $(HAVE_NATIVE),-march=native,)
+CFLAGS  ?= -O3
+CFLAGS  += -std=c11 $(WARN) $(ARCH) -D_GNU_SOURCE -I. -MMD -MP
+LDLIBS  := -lm -lpthread
+ifeq ($(HAVE_OPENMP),1)
+  CFLAGS += -fopenmp
+  LDLIBS += -fopenmp
+endif
+ifeq ($(HAVE_OPENBLAS),1)
+  CFLAGS += -DLLMC_USE_OPENBLAS=1
+  LDLIBS += -lopenblas
+else
+  CFLAGS += -DLLMC_USE_OPENBLAS=0
+endif
+
+# ---- sources ---------------------------------------------------------------------------
+# CORE_SRCS: the shared llmc/ core (both trainers, tools and tests link it).
+# CPU_SRCS:  the CPU backend (ops and model sequencing).
+# mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
+CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c
+CPU_SRCS  :=
+BINS      :=
+TEST_BINS :=
+PHONY     :=
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+
+-include mk/*.mk
+
+CORE_OBJS := $(call obj,$(CORE_SRCS))
+CPU_OBJS  := $(call obj,$(CPU_SRCS))
+
+.PHONY: all features test clean $(PHONY)
+all: features $(BINS)
+
+features:
+	@echo "features detected by make:"
+	@echo "  $(if $(HAVE_OPENMP),✓,✗) OpenMP   $(if $(HAVE_OPENMP),,(apt-get install libgomp1; CPU ops run single-threaded))"
+	@echo "  $(if $(HAVE_OPENBLAS),✓,✗) OpenBLAS $(if $(HAVE_OPENBLAS),,(apt-get install libopenblas-dev; using the built-in blocked matmul))"
+	@echo "  $(if $(HAVE_NATIVE),✓,✗) -march=native"
+	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
+	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),,(apt-get install libopenmpi-dev openmpi-bin; for multi-process runs))"
+	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt not built))"
+	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN"
+	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libllmc.a: $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+# `make test`: check dependencies (install them when root), build, run every suite.
+test:
+	@scripts/deps.sh --test
+	@$(MAKE) --no-print-directory features $(BINS) $(TEST_BINS)
+	@test/run_tests.sh $(FILTER)
+
+clean:
+	rm -rf $(BUILD) $(BINS)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,78 @@
+#include "check.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void llmc_die(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+void llmc_check_failed(const char *statement, const char *detail, const char *hint,
+                       const char *func, const char *file, int line) {
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", detail);
+    fprintf(stderr, "  statement: %s\n", statement);
+    fprintf(stderr, "  at: %s (%s:%d)\n", func, file, line);
+    if (hint && hint[0]) fprintf(stderr, "  HINT: %s\n", hint);
+    exit(1);
+}
+
+FILE *fopen_check(const char *path, const char *mode, const char *func, const char *file, int line) {
+    FILE *f = fopen(path, mode);
+    if (f) return f;
+    char detail[1024];
+    snprintf(detail, sizeof detail, "cannot open '%s' (mode %s): %s", path, mode, strerror(errno));
+    llmc_check_failed("fopen", detail,
+                      mode[0] == 'r' ? "check that the path exists and is readable"
+                                     : "check that the directory exists and is writable",
+                      func, file, line);
+}
+
+void fread_check(void *dst, size_t size, size_t count, FILE *f, const char *path,
+                 const char *func, const char *file, int line) {
+    size_t got = fread(dst, size, count, f);
+    if (got == count) return;
+    char detail[1024];
+    snprintf(detail, sizeof detail, "'%s' is shorter than expected: read %zu of %zu items of %zu bytes%s",
+             path, got, count, size, ferror(f) ? " (read error)" : " (end of file)");
+    llmc_check_failed("fread", detail, "the file is truncated or not of the expected format",
+                      func, file, line);
+}
+
+void fwrite_check(const void *src, size_t size, size_t count, FILE *f, const char *path,
+                  const char *func, const char *file, int line) {
+    size_t put = fwrite(src, size, count, f);
+    if (put == count) return;
+    char detail[1024];
+    snprintf(detail, sizeof detail, "writing '%s' failed after %zu of %zu items: %s",
+             path, put, count, strerror(errno));
+    llmc_check_failed("fwrite", detail, "check free disk space and permissions", func, file, line);
+}
+
+void *malloc_check(size_t bytes, const char *what, const char *func, const char *file, int line) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (p) return p;
+    char detail[512];
+    snprintf(detail, sizeof detail, "out of memory allocating %zu bytes (%.1f MiB) for %s",
+             bytes, bytes / 1048576.0, what);
+    llmc_check_failed("malloc", detail, "use a smaller batch (-b), sequence length (-t) or model",
+                      func, file, line);
+}
+
+void *calloc_check(size_t count, size_t size, const char *what, const char *func, const char *file, int line) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (p) return p;
+    char detail[512];
+    snprintf(detail, sizeof detail, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
+    llmc_check_failed("calloc", detail, "use a smaller batch (-b), sequence length (-t) or model",
+                      func, file, line);
+}
