@@ -9,10 +9,13 @@ endif
 BUILD := build
 PYTHON ?= /usr/bin/python3
 
+.DEFAULT_GOAL := all
+
 # ---- feature detection (each ✓/✗ is printed by `make`) ---------------------------------
+H := \#
 try_cc = $(shell printf '$(1)' | $(CC) -x c - -o /dev/null $(2) >/dev/null 2>&1 && echo 1)
 HAVE_OPENMP   := $(call try_cc,int main(void){return 0;},-fopenmp)
-HAVE_OPENBLAS := $(call try_cc,\#include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;},-lopenblas)
+HAVE_OPENBLAS := $(call try_cc,$(H)include <cblas.h>\nint main(void){cblas_sgemm(0,0,0,0,0,0,0,0,0,0,0,0,0,0);return 0;},-lopenblas)
 HAVE_NATIVE   := $(call try_cc,int main(void){return 0;},-march=native)
 HAVE_MPI      := $(if $(shell command -v mpicc 2>/dev/null),1,)
 NVCC          ?= $(shell command -v nvcc 2>/dev/null)
@@ -20,7 +23,7 @@ HAVE_NVCC     := $(if $(NVCC),1,)
 CUDA_HOME     ?= $(if $(NVCC),$(patsubst %/bin/nvcc,%,$(NVCC)),/usr/local/cuda)
 HAVE_CUDNN    := $(if $(wildcard $(CUDA_HOME)/include/cudnn.h /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h),1,)
 HAVE_NCCL     := $(if $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),1,)
-HAVE_PCRE2    := $(call try_cc,\#define PCRE2_CODE_UNIT_WIDTH 8\n\#include <pcre2.h>\nint main(void){return 0;},-lpcre2-8)
+HAVE_PCRE2    := $(call try_cc,$(H)define PCRE2_CODE_UNIT_WIDTH 8\n$(H)include <pcre2.h>\nint main(void){return 0;},-lpcre2-8)
 
 # ---- flags -----------------------------------------------------------------------------
 WARN    := -Wall -Wextra -Wundef
@@ -38,14 +41,16 @@ ifeq ($(HAVE_OPENBLAS),1)
 else
   CFLAGS += -DLLMC_USE_OPENBLAS=0
 endif
+CFLAGS  += -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
 
 # ---- sources ---------------------------------------------------------------------------
 # CORE_SRCS: the shared llmc/ core (both trainers, tools and tests link it).
 # CPU_SRCS:  the CPU backend (ops and model sequencing).
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
-CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c
-CPU_SRCS  :=
-BINS      :=
+CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c llmc/model.c llmc/cli.c llmc/checkpoint.c \
+             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c
+CPU_SRCS  := $(wildcard llmc/cpu/*.c)
+BINS      := train_gpt_cpu
 TEST_BINS :=
 PHONY     :=
 
@@ -56,7 +61,7 @@ obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 CORE_OBJS := $(call obj,$(CORE_SRCS))
 CPU_OBJS  := $(call obj,$(CPU_SRCS))
 
-.PHONY: all features test clean $(PHONY)
+.PHONY: all features test clean FORCE $(PHONY)
 all: features $(BINS)
 
 features:
@@ -70,13 +75,26 @@ features:
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN"
 	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
 
-$(BUILD)/%.o: %.c
+# Objects depend on the flags they were compiled with (rebuilt when a feature appears).
+$(BUILD)/.cflags: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(CC) $(CFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS)' > $@
+FORCE:
+
+$(BUILD)/%.o: %.c $(BUILD)/.cflags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/libllmc.a: $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(BUILD)/libllmc_cpu.a: $(CPU_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
 
 # `make test`: check dependencies (install them when root), build, run every suite.
 test:

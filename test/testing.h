@@ -16,7 +16,7 @@
 static int test_failures = 0;
 static int test_passes = 0;
 
-static void test_report(int ok, const char *name, const char *fmt, ...) {
+static inline void test_report(int ok, const char *name, const char *fmt, ...) {
     if (ok) {
         printf("PASS: %s\n", name);
         test_passes++;
@@ -33,7 +33,7 @@ static void test_report(int ok, const char *name, const char *fmt, ...) {
 }
 
 /* Compares n floats; reports one PASS/FAIL line for the whole tensor with the worst element. */
-static int test_close(const char *name, const float *got, const float *ref, size_t n,
+static inline int test_close(const char *name, const float *got, const float *ref, size_t n,
                       double atol, double rtol) {
     size_t worst = 0, bad = 0;
     double worst_excess = -1.0, max_abs = 0.0;
@@ -52,7 +52,7 @@ static int test_close(const char *name, const float *got, const float *ref, size
     return bad == 0;
 }
 
-static int test_exit_code(void) {
+static inline int test_exit_code(void) {
     printf("(checks: %d ok, %d not ok)\n", test_passes, test_failures);
     return test_failures ? 1 : 0;
 }

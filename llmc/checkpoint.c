@@ -1,0 +1,231 @@
+#include "checkpoint.h"
+#include "atomicfile.h"
+#include "check.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+uint16_t float_to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+float bf16_to_float(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static long long file_size(FILE *f) {
+    struct stat st;
+    return fstat(fileno(f), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
+    FILE *f = fopen(path, "rb");
+    if (!f) llmc_die("cannot open model checkpoint '%s': %s", path, strerror(errno));
+    int32_t h[256];
+    size_t got = fread(h, 4, 256, f);
+    long long size = file_size(f);
+    fclose(f);
+    if (got != 256) llmc_die("model checkpoint '%s' is truncated: %lld bytes, shorter than the 1024-byte header", path, size);
+    if (h[0] != MODEL_MAGIC)
+        llmc_die("'%s' is not a model checkpoint: magic %d, expected %d (llm.c model file)", path, h[0], MODEL_MAGIC);
+    if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16)
+        llmc_die("model checkpoint '%s' has version %d; supported: 3 (fp32) and 5 (bf16)", path, h[1]);
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_seq_len = h[2];
+    cfg->vocab_size = h[3];
+    cfg->num_layers = h[4];
+    cfg->num_heads = h[5];
+    cfg->channels = h[6];
+    cfg->padded_vocab_size = h[7];
+    cfg->num_kv_heads = h[5];
+    cfg->ffn_hidden = 4 * h[6];
+    const char *bad = model_config_validate(cfg);
+    if (bad)
+        llmc_die("model checkpoint '%s' has an invalid header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d): %s",
+                 path, h[2], h[3], h[4], h[5], h[6], h[7], bad);
+    size_t numel = gpt2_parameter_specs(cfg, NULL);
+    long long want = 1024 + (long long)numel * (h[1] == MODEL_VERSION_FP32 ? 4 : 2);
+    if (size != want)
+        llmc_die("model checkpoint '%s' is %lld bytes, but its header (L %d, C %d, Vp %d, version %d) needs %lld%s",
+                 path, size, h[4], h[6], h[7], h[1], want, size < want ? ": the file is truncated" : "");
+    *version = h[1];
+}
+
+void model_file_load(const char *path, float *params, size_t numel) {
+    ModelConfig cfg;
+    int version;
+    model_file_read_header(path, &cfg, &version);
+    if (gpt2_parameter_specs(&cfg, NULL) != numel)
+        llmc_die("model checkpoint '%s' does not match the model being loaded", path);
+    FILE *f = fopenCheck(path, "rb");
+    fseek(f, 1024, SEEK_SET);
+    if (version == MODEL_VERSION_FP32) {
+        freadCheck(params, sizeof(float), numel, f, path);
+    } else {
+        enum { CHUNK = 1 << 16 };
+        uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 read buffer");
+        for (size_t i = 0; i < numel; i += CHUNK) {
+            size_t n = numel - i < CHUNK ? numel - i : CHUNK;
+            freadCheck(buf, sizeof(uint16_t), n, f, path);
+            for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
+        }
+        free(buf);
+    }
+    fclose(f);
+}
+
+void model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version) {
+    int32_t h[256] = {0};
+    h[0] = MODEL_MAGIC;
+    h[1] = version;
+    h[2] = cfg->max_seq_len;
+    h[3] = cfg->vocab_size;
+    h[4] = cfg->num_layers;
+    h[5] = cfg->num_heads;
+    h[6] = cfg->channels;
+    h[7] = cfg->padded_vocab_size;
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(h, 4, 256, af.f, af.tmp_path);
+    if (version == MODEL_VERSION_FP32) {
+        fwriteCheck(params, sizeof(float), numel, af.f, af.tmp_path);
+    } else {
+        enum { CHUNK = 1 << 16 };
+        uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 write buffer");
+        for (size_t i = 0; i < numel; i += CHUNK) {
+            size_t n = numel - i < CHUNK ? numel - i : CHUNK;
+            for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
+            fwriteCheck(buf, sizeof(uint16_t), n, af.f, af.tmp_path);
+        }
+        free(buf);
+    }
+    atomic_commit(&af);
+}
+
+static void put64(int32_t *h, int at, uint64_t v) {
+    h[at] = (int32_t)(uint32_t)(v & 0xFFFFFFFFu);
+    h[at + 1] = (int32_t)(uint32_t)(v >> 32);
+}
+static uint64_t get64(const int32_t *h, int at) {
+    return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32);
+}
+
+void state_file_save(const char *path, const TrainState *st, const float *m, const float *v) {
+    int32_t h[256] = {0};
+    h[0] = STATE_MAGIC;
+    h[1] = STATE_VERSION;
+    h[2] = st->step;
+    put64(h, 3, st->numel);
+    h[5] = st->B;
+    h[6] = st->T;
+    h[7] = st->processes;
+    h[8] = st->rank;
+    h[9] = st->shuffle;
+    put64(h, 10, st->seed);
+    for (int i = 0; i < 8; i++) put64(h, 12 + 2 * i, (uint64_t)st->loader[i]);
+    put64(h, 28, st->sampler_rng);
+    h[30] = 1;
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(h, 4, 256, af.f, af.tmp_path);
+    fwriteCheck(m, sizeof(float), st->numel, af.f, af.tmp_path);
+    fwriteCheck(v, sizeof(float), st->numel, af.f, af.tmp_path);
+    atomic_commit(&af);
+}
+
+void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel) {
+    FILE *f = fopen(path, "rb");
+    if (!f) llmc_die("cannot open training state '%s': %s", path, strerror(errno));
+    int32_t h[256];
+    if (fread(h, 4, 256, f) != 256) llmc_die("training state '%s' is truncated (shorter than its header)", path);
+    if (h[0] != STATE_MAGIC) llmc_die("'%s' is not a training state file: magic %d, expected %d", path, h[0], STATE_MAGIC);
+    if (h[1] != STATE_VERSION) llmc_die("training state '%s' has version %d; this build reads version %d", path, h[1], STATE_VERSION);
+    memset(st, 0, sizeof *st);
+    st->step = h[2];
+    st->numel = (size_t)get64(h, 3);
+    st->B = h[5];
+    st->T = h[6];
+    st->processes = h[7];
+    st->rank = h[8];
+    st->shuffle = h[9];
+    st->seed = get64(h, 10);
+    for (int i = 0; i < 8; i++) st->loader[i] = (int64_t)get64(h, 12 + 2 * i);
+    st->sampler_rng = get64(h, 28);
+    if (st->numel != expect_numel)
+        llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
+    long long want = 1024 + 2LL * (long long)st->numel * 4;
+    if (file_size(f) != want)
+        llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, file_size(f), want);
+    if (m) freadCheck(m, sizeof(float), st->numel, f, path);
+    if (v) freadCheck(v, sizeof(float), st->numel, f, path);
+    fclose(f);
+}
+
+void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len) {
+    if (model) snprintf(model, len, "%s/model_%08d.bin", dir, step);
+    if (state) snprintf(state, len, "%s/state_%08d_%05d.bin", dir, step, rank);
+    if (done) snprintf(done, len, "%s/DONE_%08d", dir, step);
+}
+
+int checkpoint_latest_step(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+void checkpoint_mark_done(const char *dir, int step) {
+    char done[4200];
+    checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
+    AtomicFile af;
+    atomic_open(&af, done);
+    atomic_commit(&af);
+}
+
+void checkpoint_prune(const char *dir, int keep, int major, int rank) {
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int steps[4096], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) steps[n++] = step;
+    }
+    closedir(d);
+    /* sort descending */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    for (int i = keep; i < n; i++) {
+        if (major > 0 && steps[i] % major == 0) continue;
+        char model[4200], state[4200], done[4200];
+        checkpoint_paths(dir, steps[i], rank, model, state, done, sizeof model);
+        unlink(done); /* first, so a crash mid-prune never leaves a DONE without its files */
+        unlink(model);
+        unlink(state);
+    }
+}

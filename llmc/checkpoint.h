@@ -1,0 +1,70 @@
+/*
+ * checkpoint.h - model files (llm.c's format) and our training-state files.
+ *
+ * Model file (magic 20240326): int32 header[256] = {magic, version, maxT, V, L, NH, C, Vp, 0...},
+ * then the parameters in table order (model.h), fp32 for version 3, bf16 for version 5.
+ * The file size must be exactly 1024 + numel * (4 or 2).
+ *
+ * State file (magic 20261130, version 1): everything besides the weights that a bit-exact
+ * resume needs. int32 header[256]:
+ *   [0] magic [1] version [2] step (optimizer steps done) [3..4] numel (int64, lo/hi)
+ *   [5] B [6] T [7] processes [8] rank [9] shuffle [10..11] seed (uint64)
+ *   [12..27] dataloader state (8 x int64: epoch, shard, batch, 5 fingerprint words)
+ *   [28..29] sampler RNG state (uint64) [30] 1 (AdamW moments follow)
+ * then AdamW m[numel] and v[numel] in fp32.
+ * Directory layout in -o: model_%08d.bin, state_%08d_%05d.bin (per rank), DONE_%08d written
+ * last; only steps with a DONE file are complete. Every file is written atomically.
+ */
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+#define STATE_MAGIC 20261130
+#define STATE_VERSION 1
+
+/* Reads and validates a model file's header and size; dies with a message naming the file. */
+void model_file_read_header(const char *path, ModelConfig *cfg, int *version);
+/* Loads the parameters (converting bf16 to fp32) into params (numel floats, laid out by the
+ * table for the file's config). */
+void model_file_load(const char *path, float *params, size_t numel);
+/* Writes params as version 3 (fp32) or 5 (bf16, round to nearest even), atomically. */
+void model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version);
+
+typedef struct {
+    int step;
+    size_t numel;
+    int B, T, processes, rank, shuffle;
+    uint64_t seed;
+    int64_t loader[8];
+    uint64_t sampler_rng;
+} TrainState;
+
+void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);
+/* Reads the header into st and the moments into m, v (numel floats each; NULL to skip). */
+void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel);
+
+/* Checkpoint directory helpers. */
+void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len);
+int checkpoint_latest_step(const char *dir);  /* highest step with a DONE file, or -1 */
+void checkpoint_mark_done(const char *dir, int step);
+/* Deletes complete checkpoints beyond the newest `keep`, sparing multiples of `major`. */
+void checkpoint_prune(const char *dir, int keep, int major, int rank);
+
+uint16_t float_to_bf16(float x);
+float bf16_to_float(uint16_t b);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

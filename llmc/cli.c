@@ -1,0 +1,265 @@
+#include "cli.h"
+#include "check.h"
+#include "schedule.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { F_INT, F_LLONG, F_ULLONG, F_FLOAT, F_STRING } FlagType;
+
+typedef struct {
+    const char *short_name, *long_name;
+    FlagType type;
+    size_t offset, size;  /* member of TrainConfig */
+    const char *help;
+} Flag;
+
+#define FIELD(m) offsetof(TrainConfig, m), sizeof(((TrainConfig *)0)->m)
+static const Flag flags[] = {
+    {"-i", "--train-data", F_STRING, FIELD(train_pattern), "training shards (glob pattern)"},
+    {"-j", "--val-data", F_STRING, FIELD(val_pattern), "validation shards (glob pattern)"},
+    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, or dN / gpt2:dN for a random GPT-2 of depth N"},
+    {"-o", "--output-dir", F_STRING, FIELD(output_dir), "output directory for log.jsonl and checkpoints ('' = none)"},
+    {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
+    {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
+    {"-d", "--total-batch", F_LLONG, FIELD(total_batch), "tokens per optimizer step; 0 = B*T*processes; gradient accumulation = d/(B*T*processes)"},
+    {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data"},
+    {"-k", "--lr-schedule", F_STRING, FIELD(schedule), "cosine | linear | constant | wsd"},
+    {"-l", "--lr", F_FLOAT, FIELD(lr), "peak learning rate"},
+    {"-u", "--warmup", F_INT, FIELD(warmup), "linear warmup steps"},
+    {"-q", "--final-lr-frac", F_FLOAT, FIELD(final_frac), "final learning rate as a fraction of the peak"},
+    {"-c", "--weight-decay", F_FLOAT, FIELD(weight_decay), "AdamW weight decay (2-D weights and embeddings only)"},
+    {NULL, "--beta1", F_FLOAT, FIELD(beta1), "AdamW beta1"},
+    {NULL, "--beta2", F_FLOAT, FIELD(beta2), "AdamW beta2"},
+    {NULL, "--eps", F_FLOAT, FIELD(eps), "AdamW epsilon"},
+    {NULL, "--grad-clip", F_FLOAT, FIELD(grad_clip), "clip gradients to this global norm; 0 disables"},
+    {"-sl", "--skip-loss-z", F_FLOAT, FIELD(skip_loss_z), "skip the update when the loss z-score exceeds this; 0 = off"},
+    {"-sg", "--skip-norm-z", F_FLOAT, FIELD(skip_norm_z), "skip the update when the grad-norm z-score exceeds this; 0 = off"},
+    {"-r", "--recompute", F_INT, FIELD(recompute), "activation recompute: 0 none, 1 GELU, 2 GELU+LayerNorm (3 whole block, GPU)"},
+    {"-a", "--overfit-batch", F_INT, FIELD(overfit_batch), "1 = train on the first batch only"},
+    {NULL, "--shuffle", F_INT, FIELD(shuffle), "1 = permute training samples and shards every epoch"},
+    {NULL, "--seed", F_ULLONG, FIELD(seed), "seed for initialisation, shuffling and sampling"},
+    {"-v", "--val-every", F_INT, FIELD(val_every), "validate every N steps (and at the end); 0 disables"},
+    {"-m", "--val-max-steps", F_INT, FIELD(val_max_steps), "validation batches per evaluation; -1 = all"},
+    {"-s", "--sample-every", F_INT, FIELD(sample_every), "print a sample every N steps (and at the end); 0 disables"},
+    {"-g", "--gen-tokens", F_INT, FIELD(gen_tokens), "tokens to generate per sample"},
+    {"-n", "--checkpoint-every", F_INT, FIELD(ckpt_every), "write a checkpoint every N steps (and at the end); 0 disables"},
+    {"-nk", "--checkpoint-keep", F_INT, FIELD(ckpt_keep), "keep only the N newest checkpoints; 0 = keep all"},
+    {"-nm", "--checkpoint-major", F_INT, FIELD(ckpt_major), "checkpoints at multiples of N are never deleted; 0 = none"},
+    {NULL, "--checkpoint-bf16", F_INT, FIELD(ckpt_bf16), "1 = write model checkpoints as bf16 (llm.c version 5)"},
+    {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o"},
+    {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "HellaSwag evaluation (not yet available: must be 0)"},
+    {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin or a dir with encoder.json+vocab.bpe; '' = search"},
+    {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
+    {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
+    {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
+    {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
+    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (0 until data parallelism lands)"},
+    {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: print telemetry every N steps; -1 off"},
+    {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
+    {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
+    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (without MPI)"},
+    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (without MPI)"},
+    {"-pg", "--gpus-per-node", F_INT, FIELD(gpus_per_node), "GPUs per node"},
+    {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "NCCL init: mpi | tcp | fs"},
+    {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp init: server IP"},
+    {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs init: shared directory"},
+};
+#undef FIELD
+enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
+
+void train_config_defaults(TrainConfig *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->train_pattern, sizeof c->train_pattern, "data/tinyshakespeare/tiny_shakespeare_train.bin");
+    snprintf(c->val_pattern, sizeof c->val_pattern, "data/tinyshakespeare/tiny_shakespeare_val.bin");
+    snprintf(c->init, sizeof c->init, "d4");
+    c->B = 4;
+    c->T = 1024;
+    c->total_batch = 0;
+    c->max_steps = -1;
+    c->shuffle = 1;
+    snprintf(c->schedule, sizeof c->schedule, "cosine");
+    c->lr = 3e-4f;
+    c->final_frac = 1.0f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->grad_clip = 1.0f;
+    c->recompute = 1;
+    c->seed = 1337;
+    c->val_every = 20;
+    c->val_max_steps = 20;
+    c->sample_every = 20;
+    c->gen_tokens = 64;
+    snprintf(c->precision, sizeof c->precision, "bf16");
+    c->tf32 = 1;
+    c->master_weights = 1;
+    c->gpu_log_every = -1;
+    c->num_processes = 1;
+    c->gpus_per_node = 8;
+    snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
+}
+
+static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
+    const char *p = (const char *)c + f->offset;
+    switch (f->type) {
+    case F_INT: snprintf(buf, len, "%d", *(const int *)p); break;
+    case F_LLONG: snprintf(buf, len, "%lld", *(const long long *)p); break;
+    case F_ULLONG: snprintf(buf, len, "%llu", *(const unsigned long long *)p); break;
+    case F_FLOAT: snprintf(buf, len, "%g", (double)*(const float *)p); break;
+    case F_STRING: snprintf(buf, len, "%s", p[0] ? p : "''"); break;
+    }
+}
+
+void train_config_help(const TrainConfig *defaults, const char *program, FILE *out) {
+    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4'.\n\n", program);
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char val[1100];
+        format_value(&flags[i], defaults, val, sizeof val);
+        fprintf(out, "  %-4s %-20s %s (default: %s)\n", flags[i].short_name ? flags[i].short_name : "",
+                flags[i].long_name, flags[i].help, val);
+    }
+    fprintf(out, "  %-4s %-20s %s\n", "", "--help", "print this help and exit");
+}
+
+void train_config_print(const TrainConfig *c, FILE *out) {
+    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
+    fprintf(out, "| configuration           | value                                            |\n");
+    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char val[1100], name[64];
+        format_value(&flags[i], c, val, sizeof val);
+        snprintf(name, sizeof name, "%s%s%s", flags[i].short_name ? flags[i].short_name : "",
+                 flags[i].short_name ? " " : "", flags[i].long_name);
+        fprintf(out, "| %-23s | %-48s |\n", name, val);
+    }
+    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
+}
+
+static const Flag *find_flag(const char *arg, size_t len) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const char *names[2] = {flags[i].short_name, flags[i].long_name};
+        for (int k = 0; k < 2; k++)
+            if (names[k] && strlen(names[k]) == len && strncmp(names[k], arg, len) == 0) return &flags[i];
+    }
+    return NULL;
+}
+
+static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const char *value) {
+    char *p = (char *)c + f->offset, *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case F_INT: {
+        long v = strtol(value, &end, 10);
+        if (end == value || *end || errno || v < INT_MIN || v > INT_MAX)
+            llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(int *)p = (int)v;
+        break;
+    }
+    case F_LLONG: {
+        long long v = strtoll(value, &end, 10);
+        if (end == value || *end || errno) llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(long long *)p = v;
+        break;
+    }
+    case F_ULLONG: {
+        if (value[0] == '-') llmc_die("flag %s expects a non-negative integer, got '%s'", flagname, value);
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || errno) llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(unsigned long long *)p = v;
+        break;
+    }
+    case F_FLOAT: {
+        float v = strtof(value, &end);
+        if (end == value || *end || errno || !isfinite(v))
+            llmc_die("flag %s expects a number, got '%s'", flagname, value);
+        *(float *)p = v;
+        break;
+    }
+    case F_STRING:
+        if (strlen(value) >= f->size) llmc_die("flag %s: value longer than %zu characters", flagname, f->size - 1);
+        memcpy(p, value, strlen(value) + 1);
+        break;
+    }
+}
+
+static void check_positive(const char *flag, long long v) {
+    if (v <= 0) llmc_die("flag %s must be positive, got %lld", flag, v);
+}
+static void check_range(const char *flag, long long v, long long lo, long long hi) {
+    if (v < lo || v > hi) llmc_die("flag %s must be between %lld and %lld, got %lld", flag, lo, hi, v);
+}
+
+/* Checks that need only the flags (the model-dependent ones happen at setup). */
+static void validate(const TrainConfig *c) {
+    check_positive("-b (--batch-size)", c->B);
+    check_positive("-t (--seq-len)", c->T);
+    if (c->total_batch < 0) llmc_die("flag -d (--total-batch) must be >= 0, got %lld", c->total_batch);
+    if (c->max_steps == 0 || c->max_steps < -1) llmc_die("flag -x (--max-steps) must be positive or -1, got %d", c->max_steps);
+    if (lr_schedule_parse(c->schedule) < 0)
+        llmc_die("flag -k (--lr-schedule): unknown schedule '%s' (cosine, linear, constant, wsd)", c->schedule);
+    if (c->lr < 0) llmc_die("flag -l (--lr) must be >= 0, got %g", (double)c->lr);
+    if (c->warmup < 0) llmc_die("flag -u (--warmup) must be >= 0, got %d", c->warmup);
+    if (c->final_frac < 0 || c->final_frac > 1) llmc_die("flag -q (--final-lr-frac) must be in [0, 1], got %g", (double)c->final_frac);
+    if (c->weight_decay < 0) llmc_die("flag -c (--weight-decay) must be >= 0, got %g", (double)c->weight_decay);
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) llmc_die("flag --beta1 must be in [0, 1), got %g", (double)c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) llmc_die("flag --beta2 must be in [0, 1), got %g", (double)c->beta2);
+    if (!(c->eps > 0)) llmc_die("flag --eps must be positive, got %g", (double)c->eps);
+    if (c->grad_clip < 0) llmc_die("flag --grad-clip must be >= 0 (0 disables), got %g", (double)c->grad_clip);
+    if (c->skip_loss_z < 0 || c->skip_norm_z < 0) llmc_die("flags -sl/-sg must be >= 0 (0 disables)");
+    check_range("-r (--recompute)", c->recompute, 0, 3);
+    check_range("-a (--overfit-batch)", c->overfit_batch, 0, 1);
+    check_range("--shuffle", c->shuffle, 0, 1);
+    if (c->val_every < 0) llmc_die("flag -v (--val-every) must be >= 0 (0 disables), got %d", c->val_every);
+    if (c->val_max_steps == 0 || c->val_max_steps < -1) llmc_die("flag -m (--val-max-steps) must be positive or -1, got %d", c->val_max_steps);
+    if (c->sample_every < 0) llmc_die("flag -s (--sample-every) must be >= 0 (0 disables), got %d", c->sample_every);
+    if (c->gen_tokens < 1) llmc_die("flag -g (--gen-tokens) must be positive, got %d", c->gen_tokens);
+    if (c->ckpt_every < 0 || c->ckpt_keep < 0 || c->ckpt_major < 0) llmc_die("flags -n, -nk, -nm must be >= 0");
+    check_range("--checkpoint-bf16", c->ckpt_bf16, 0, 1);
+    check_range("-y (--resume)", c->resume, 0, 1);
+    if (c->resume && !c->output_dir[0]) llmc_die("flag -y 1 (resume) needs an output directory (-o) to resume from");
+    if (c->ckpt_every && !c->output_dir[0]) llmc_die("flag -n %d (checkpoints) needs an output directory (-o)", c->ckpt_every);
+    if (c->hellaswag != 0) llmc_die("flag -h (--hellaswag): HellaSwag evaluation is not available yet; use -h 0");
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+        llmc_die("flag --precision: unknown precision '%s' (fp32, bf16, fp16)", c->precision);
+    check_range("-f (--tf32)", c->tf32, 0, 1);
+    check_range("-w (--master-weights)", c->master_weights, 0, 1);
+    check_range("-ge (--gelu-fusion)", c->gelu_fusion, 0, 2);
+    check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
+    if (c->peak_tflops < 0) llmc_die("flag --peak-tflops must be >= 0");
+    if (c->threads < 0) llmc_die("flag --threads must be >= 0 (0 = all cores), got %d", c->threads);
+    check_positive("-pn (--num-processes)", c->num_processes);
+    check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
+    check_positive("-pg (--gpus-per-node)", c->gpus_per_node);
+    if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
+        llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
+}
+
+void train_config_parse(TrainConfig *c, int argc, char **argv, const char *program) {
+    TrainConfig defaults = *c;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0) {
+            train_config_help(&defaults, program, stdout);
+            exit(0);
+        }
+        if (arg[0] != '-') llmc_die("unexpected argument '%s' (flags start with '-'; see --help)", arg);
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const Flag *f = find_flag(arg, len);
+        if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
+        const char *value;
+        if (eq) {
+            value = eq + 1;
+        } else {
+            if (i + 1 >= argc) llmc_die("flag %s needs a value", arg);
+            value = argv[++i];
+        }
+        set_value(f, c, arg, value);
+    }
+    validate(c);
+}

@@ -1,0 +1,70 @@
+/*
+ * cli.h - the training configuration and the one flag table that drives parsing, --help
+ * (with live defaults) and the startup print of the resolved configuration.
+ * Flags are llm.c's short flags (with llm.c's meanings) plus long aliases; values follow as
+ * the next argument ("-b 4", "--batch-size 4") or after '=' for long flags ("--batch-size=4").
+ * Numbers are parsed strictly; an unknown flag, a missing or malformed value is an error.
+ */
+#ifndef LLMC_CLI_H
+#define LLMC_CLI_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    /* data and model */
+    char train_pattern[1024];   /* -i */
+    char val_pattern[1024];     /* -j */
+    char init[1024];            /* -e: checkpoint path or dN */
+    char output_dir[1024];      /* -o */
+    char tokenizer[1024];       /* --tokenizer */
+    int B, T;                   /* -b -t */
+    long long total_batch;      /* -d, tokens; 0 = B*T*processes */
+    int max_steps;              /* -x; -1 = one epoch */
+    int shuffle;                /* --shuffle */
+    int overfit_batch;          /* -a */
+    /* optimisation */
+    char schedule[32];          /* -k */
+    float lr;                   /* -l */
+    int warmup;                 /* -u */
+    float final_frac;           /* -q */
+    float weight_decay;         /* -c */
+    float beta1, beta2, eps;    /* --beta1 --beta2 --eps */
+    float grad_clip;            /* --grad-clip; 0 disables */
+    float skip_loss_z, skip_norm_z; /* -sl -sg */
+    int recompute;              /* -r */
+    unsigned long long seed;    /* --seed */
+    /* evaluation, sampling, checkpoints */
+    int val_every, val_max_steps;      /* -v -m */
+    int sample_every, gen_tokens;      /* -s -g */
+    int ckpt_every, ckpt_keep, ckpt_major; /* -n -nk -nm */
+    int ckpt_bf16;                     /* --checkpoint-bf16 */
+    int resume;                        /* -y */
+    int hellaswag;                     /* -h */
+    /* precision and GPU */
+    char precision[16];         /* --precision */
+    int tf32, master_weights, gelu_fusion; /* -f -w -ge */
+    int zero_stage;             /* -z */
+    int gpu_log_every;          /* -lg */
+    float peak_tflops;          /* --peak-tflops */
+    int threads;                /* --threads, CPU; 0 = all cores */
+    /* processes */
+    int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
+    char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */
+} TrainConfig;
+
+void train_config_defaults(TrainConfig *cfg);
+/* Parses argv into cfg (after defaults). Prints help and exits 0 on --help; dies with a
+ * message naming the flag on any error. Checks what can be checked without the model. */
+void train_config_parse(TrainConfig *cfg, int argc, char **argv, const char *program);
+void train_config_print(const TrainConfig *cfg, FILE *out);
+void train_config_help(const TrainConfig *defaults, const char *program, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

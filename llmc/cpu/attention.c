@@ -1,0 +1,90 @@
+#include "attention.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+
+void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH) {
+    const int C3 = 3 * C, HS = C / NH;
+    const float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float *q = inp + ((size_t)b * T + t) * C3 + h * HS;
+                float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                float maxval = -INFINITY;
+                for (int u = 0; u <= t; u++) {
+                    const float *k = inp + ((size_t)b * T + u) * C3 + C + h * HS;
+                    float s = 0.0f;
+                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
+                    s *= scale;
+                    a[u] = s;
+                    if (s > maxval) maxval = s;
+                }
+                float sum = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    a[u] = expf(a[u] - maxval);
+                    sum += a[u];
+                }
+                float inv = 1.0f / sum;
+                for (int u = 0; u <= t; u++) a[u] *= inv;
+                for (int u = t + 1; u < T; u++) a[u] = 0.0f;
+                float *o = out + ((size_t)b * T + t) * C + h * HS;
+                for (int i = 0; i < HS; i++) o[i] = 0.0f;
+                for (int u = 0; u <= t; u++) {
+                    const float *v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
+                    for (int i = 0; i < HS; i++) o[i] += a[u] * v[i];
+                }
+            }
+        }
+    }
+}
+
+void attention_backward(float *dinp, const float *dout, const float *inp, const float *att,
+                        int B, int T, int C, int NH) {
+    const int C3 = 3 * C, HS = C / NH;
+    const float scale = 1.0f / sqrtf((float)HS);
+#pragma omp parallel
+    {
+        float *datt = (float *)mallocCheck((size_t)T * sizeof(float), "attention backward row");
+#pragma omp for collapse(2) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < NH; h++) {
+                for (int t = 0; t < T; t++) {
+                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                    const float *d = dout + ((size_t)b * T + t) * C + h * HS;
+                    const float *q = inp + ((size_t)b * T + t) * C3 + h * HS;
+                    float *dq = dinp + ((size_t)b * T + t) * C3 + h * HS;
+                    /* out[t] = sum_u att[t,u] v_u */
+                    float dot = 0.0f;
+                    for (int u = 0; u <= t; u++) {
+                        const float *v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
+                        float *dv = dinp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
+                        float s = 0.0f;
+                        for (int i = 0; i < HS; i++) {
+                            s += d[i] * v[i];
+                            dv[i] += a[u] * d[i];
+                        }
+                        datt[u] = s;
+                        dot += a[u] * s;
+                    }
+                    /* att = softmax(s): ds = att * (datt - sum(att * datt)); s = q.k * scale */
+                    for (int u = 0; u <= t; u++) {
+                        const float *k = inp + ((size_t)b * T + u) * C3 + C + h * HS;
+                        float *dk = dinp + ((size_t)b * T + u) * C3 + C + h * HS;
+                        float ds = a[u] * (datt[u] - dot) * scale;
+                        for (int i = 0; i < HS; i++) {
+                            dq[i] += ds * k[i];
+                            dk[i] += ds * q[i];
+                        }
+                    }
+                }
+            }
+        }
+        free(datt);
+    }
+}

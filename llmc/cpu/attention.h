@@ -1,0 +1,22 @@
+/* attention: causal multi-head self-attention on a packed qkv tensor.
+ * inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS).
+ * forward:  s[t,u] = q_t . k_u / sqrt(HS) for u <= t; att[t,:] = softmax(s[t, 0..t]) (0 above t)
+ *           out[b,t,h*HS + i] = sum_u att[t,u] * v_u[i]
+ * backward (accumulates into dinp):
+ *           datt[t,u] = dout_t . v_u;  dv_u += att[t,u] * dout_t
+ *           ds[t,u] = att[t,u] * (datt[t,u] - sum_w att[t,w] * datt[t,w])
+ *           dq_t += ds[t,u] * k_u / sqrt(HS);  dk_u += ds[t,u] * q_t / sqrt(HS)
+ * Shapes: out, dout (B, T, C); att (B, NH, T, T) saved softmax; inp, dinp (B, T, 3C).
+ * Threads split the (b, h) pairs, which touch disjoint outputs: deterministic. */
+#ifndef LLMC_CPU_ATTENTION_H
+#define LLMC_CPU_ATTENTION_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
+void attention_backward(float *dinp, const float *dout, const float *inp, const float *att,
+                        int B, int T, int C, int NH);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,87 @@
+#include "matmul.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+
+#if LLMC_USE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* Copies op(X) (rows x cols, row-major) into a dense buffer. */
+static float *pack(int trans, int rows, int cols, const float *X, int ld) {
+    float *p = (float *)mallocCheck((size_t)rows * cols * sizeof(float), "sgemm packing");
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) p[(size_t)r * cols + c] = trans ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+    return p;
+}
+
+void llmc_sgemm_fallback(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    float *a = pack(trans_a, M, K, A, lda); /* (M, K) */
+    float *b = pack(trans_b, K, N, B, ldb); /* (K, N) */
+    enum { KB = 256, NB = 512 };
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < M; i++) {
+        float *c = C + (size_t)i * ldc;
+        float acc[NB];
+        for (int j0 = 0; j0 < N; j0 += NB) {
+            int nj = N - j0 < NB ? N - j0 : NB;
+            for (int j = 0; j < nj; j++) acc[j] = 0.0f;
+            for (int k0 = 0; k0 < K; k0 += KB) {
+                int k1 = k0 + KB < K ? k0 + KB : K;
+                for (int k = k0; k < k1; k++) {
+                    float aik = a[(size_t)i * K + k];
+                    const float *bk = b + (size_t)k * N + j0;
+                    for (int j = 0; j < nj; j++) acc[j] += aik * bk[j];
+                }
+            }
+            for (int j = 0; j < nj; j++)
+                c[j0 + j] = alpha * acc[j] + (beta == 0.0f ? 0.0f : beta * c[j0 + j]);
+        }
+    }
+    free(a);
+    free(b);
+}
+
+void llmc_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc) {
+#if LLMC_USE_OPENBLAS
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    llmc_sgemm_fallback(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#endif
+}
+
+const char *llmc_sgemm_backend(void) { return LLMC_USE_OPENBLAS ? "OpenBLAS" : "built-in blocked sgemm"; }
+
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
+    if (bias) {
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < N; i++) memcpy(out + (size_t)i * OC, bias, (size_t)OC * sizeof(float));
+    }
+    llmc_sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC) {
+    llmc_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);   /* (N,OC) @ (OC,C) */
+    llmc_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);   /* (OC,N) @ (N,C)  */
+    if (!dbias) return;
+    /* Each thread owns a block of output channels and sums rows in order: deterministic. */
+    enum { OB = 64 };
+#pragma omp parallel for schedule(static)
+    for (int o0 = 0; o0 < OC; o0 += OB) {
+        int o1 = o0 + OB < OC ? o0 + OB : OC;
+        float acc[OB] = {0};
+        for (int i = 0; i < N; i++) {
+            const float *d = dout + (size_t)i * OC;
+            for (int o = o0; o < o1; o++) acc[o - o0] += d[o];
+        }
+        for (int o = o0; o < o1; o++) dbias[o] += acc[o - o0];
+    }
+}

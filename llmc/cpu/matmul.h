@@ -1,0 +1,26 @@
+/* matmul: a linear layer with weights in (out, in) layout.
+ * forward:  out = inp @ weight^T + bias            (overwrites out; bias may be NULL)
+ * backward: dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_rows(dout)
+ *           (all accumulate; dbias may be NULL)
+ * Shapes: inp, dinp (N, C); weight, dweight (OC, C); bias, dbias (OC); out, dout (N, OC).
+ * Matmuls go through llmc_sgemm: OpenBLAS when built with it, else our blocked loop. */
+#ifndef LLMC_CPU_MATMUL_H
+#define LLMC_CPU_MATMUL_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Row-major C(M,N) = alpha * op(A)(M,K) @ op(B)(K,N) + beta * C, like cblas_sgemm(RowMajor). */
+void llmc_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                const float *B, int ldb, float beta, float *C, int ldc);
+/* The built-in fallback, always compiled so tests can compare it with OpenBLAS. */
+void llmc_sgemm_fallback(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                         int lda, const float *B, int ldb, float beta, float *C, int ldc);
+const char *llmc_sgemm_backend(void);
+
+void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
+void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                     const float *weight, int N, int C, int OC);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,278 @@
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../check.h"
+#include "../checkpoint.h"
+#include "../rng.h"
+#include "adamw.h"
+#include "attention.h"
+#include "classifier.h"
+#include "encoder.h"
+#include "gelu.h"
+#include "layernorm.h"
+#include "matmul.h"
+#include "residual.h"
+
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+
+static void build_common(GPT2 *model, const ModelConfig *cfg) {
+    memset(model, 0, sizeof *model);
+    model->cfg = *cfg;
+    model->num_parameters = gpt2_parameter_specs(cfg, model->param_specs);
+    model->params_memory = (float *)mallocCheck(model->num_parameters * sizeof(float), "parameters");
+    gpt2_point_parameters(&model->params, model->params_memory, model->param_specs);
+}
+
+void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
+    ModelConfig cfg;
+    int version;
+    model_file_read_header(path, &cfg, &version);
+    build_common(model, &cfg);
+    model_file_load(path, model->params_memory, model->num_parameters);
+}
+
+void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed) {
+    const char *bad = model_config_validate(cfg);
+    if (bad) llmc_die("invalid model configuration: %s", bad);
+    build_common(model, cfg);
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    /* Each (tensor, chunk) has its own stream, so the draw is parallel yet fixed by the seed. */
+    enum { CHUNK = 1 << 18 };
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *s = &model->param_specs[i];
+        float *p = model->params_memory + s->offset;
+        if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
+            for (size_t j = 0; j < s->numel; j++) p[j] = s->init == INIT_ONES ? 1.0f : 0.0f;
+            continue;
+        }
+        float sd = s->init == INIT_NORMAL_RESIDUAL ? resid_std : std;
+        long long chunks = (long long)((s->numel + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+        for (long long k = 0; k < chunks; k++) {
+            Rng rng;
+            rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
+            size_t j0 = (size_t)k * CHUNK, n = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
+            rng_normal(&rng, p + j0, n, 0.0f, sd);
+        }
+    }
+    /* the padded vocabulary rows never take part: keep them zero */
+    size_t C = (size_t)cfg->channels;
+    zero(model->params.wte + (size_t)cfg->vocab_size * C, (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C);
+}
+
+void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
+    const ModelConfig *cfg = &model->cfg;
+    if (T > cfg->max_seq_len)
+        llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T, cfg->max_seq_len);
+    if (recompute < 0 || recompute > 2)
+        llmc_die("recompute level -r %d is not available on the CPU (0, 1 or 2)", recompute);
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    model->num_activations = gpt2_activation_specs(cfg, B, T, recompute, model->act_specs);
+    model->acts_memory = (float *)mallocCheck(model->num_activations * sizeof(float), "activations");
+    gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);
+    if (!training) return;
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    model->num_scratch = N * (2 * C + 2 * F);
+    model->scratch_memory = (float *)mallocCheck(model->num_scratch * sizeof(float), "backward scratch");
+    model->dresidual = model->scratch_memory;
+    model->dbuf_c = model->dresidual + N * C;
+    model->dbuf_f1 = model->dbuf_c + N * C;
+    model->dbuf_f2 = model->dbuf_f1 + N * F;
+    size_t n = model->num_parameters;
+    model->grads_memory = (float *)callocCheck(n, sizeof(float), "gradients");
+    model->m_memory = (float *)callocCheck(n, sizeof(float), "AdamW m");
+    model->v_memory = (float *)callocCheck(n, sizeof(float), "AdamW v");
+    gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
+}
+
+/* Pointers to layer l of the activations (one shared copy when recomputed). */
+typedef struct {
+    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean,
+        *ln2_rstd, *fch, *fch_gelu, *residual3;
+} LayerActs;
+
+static LayerActs layer_acts(const GPT2 *m, int l, int B, int T) {
+    const ActivationTensors *a = &m->acts;
+    size_t N = (size_t)B * T, C = (size_t)m->cfg.channels, F = (size_t)m->cfg.ffn_hidden;
+    size_t NH = (size_t)m->cfg.num_heads;
+    int r = m->recompute;
+    LayerActs x;
+    x.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * N * C;
+    x.ln1 = a->ln1 + (gpt2_activation_stored_per_layer("ln1", r) ? (size_t)l * N * C : 0);
+    x.ln1_mean = a->ln1_mean + (size_t)l * N;
+    x.ln1_rstd = a->ln1_rstd + (size_t)l * N;
+    x.qkv = a->qkv + (size_t)l * N * 3 * C;
+    x.atty = a->atty + (size_t)l * N * C;
+    x.att = a->att + (size_t)l * B * NH * T * T;
+    x.residual2 = a->residual2 + (size_t)l * N * C;
+    x.ln2 = a->ln2 + (gpt2_activation_stored_per_layer("ln2", r) ? (size_t)l * N * C : 0);
+    x.ln2_mean = a->ln2_mean + (size_t)l * N;
+    x.ln2_rstd = a->ln2_rstd + (size_t)l * N;
+    x.fch = a->fch + (size_t)l * N * F;
+    x.fch_gelu = a->fch_gelu + (gpt2_activation_stored_per_layer("fch_gelu", r) ? (size_t)l * N * F : 0);
+    x.residual3 = a->residual3 + (size_t)l * N * C;
+    return x;
+}
+
+/* Layer l's slice of a stacked (L, ...) parameter or gradient tensor. */
+#define LAYER(p, l, per) ((p) + (size_t)(l) * (per))
+
+float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+    const ModelConfig *cfg = &model->cfg;
+    if (!model->acts_memory) llmc_die("gpt2_forward: call gpt2_allocate first");
+    if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
+        llmc_die("gpt2_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
+    for (int i = 0; i < B * T; i++)
+        if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
+            llmc_die("token id %d at position %d is outside the vocabulary [0, %d)",
+                     inputs[i] < 0 || inputs[i] >= cfg->vocab_size ? inputs[i] : targets[i], i, cfg->vocab_size);
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
+    const ParameterTensors *p = &model->params;
+    ActivationTensors *a = &model->acts;
+
+    encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        LayerActs x = layer_acts(model, l, B, T);
+        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), N, C);
+        matmul_forward(x.qkv, x.ln1, LAYER(p->qkvw, l, 3 * C * C), LAYER(p->qkvb, l, 3 * C), N, C, 3 * C);
+        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
+        matmul_forward(x.residual2, x.atty, LAYER(p->attprojw, l, C * C), LAYER(p->attprojb, l, C), N, C, C);
+        residual_forward(x.residual2, x.residual2, x.residual, (size_t)N * C);
+        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), N, C);
+        matmul_forward(x.fch, x.ln2, LAYER(p->fcw, l, (size_t)F * C), LAYER(p->fcb, l, F), N, C, F);
+        gelu_forward(x.fch_gelu, x.fch, (size_t)N * F);
+        matmul_forward(x.residual3, x.fch_gelu, LAYER(p->fcprojw, l, (size_t)C * F), LAYER(p->fcprojb, l, C), N, F, C);
+        residual_forward(x.residual3, x.residual3, x.residual2, (size_t)N * C);
+    }
+    const float *top = a->residual3 + (size_t)(L - 1) * N * C;
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
+    matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
+    if (!targets) return model->mean_loss = 0.0f;
+    fused_classifier(a->logits, a->losses, targets, dloss, N, V, Vp, dloss != 0.0f);
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) sum += a->losses[i];
+    return model->mean_loss = sum / N;
+}
+
+void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
+    const ModelConfig *cfg = &model->cfg;
+    if (!model->grads_memory) llmc_die("gpt2_backward: the model was allocated without training buffers");
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
+    const int Vp = cfg->padded_vocab_size, N = B * T;
+    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    const ParameterTensors *p = &model->params;
+    ParameterTensors *g = &model->grads;
+    ActivationTensors *a = &model->acts;
+    float *dres = model->dresidual;
+
+    /* logits = lnf @ wte^T (dlogits already in a->logits) */
+    zero(model->dbuf_c, NC);
+    matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
+    /* lnf = layernorm(residual3[L-1]) */
+    zero(dres, NC);
+    const float *top = a->residual3 + (size_t)(L - 1) * NC;
+    layernorm_backward(dres, g->lnfw, g->lnfb, model->dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActs x = layer_acts(model, l, B, T);
+        /* recompute what the forward did not keep, with the forward's own code */
+        if (model->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, NF);
+        if (model->recompute >= 2)
+            layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), N, C);
+        /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
+        float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
+        zero(dfch_gelu, NF);
+        matmul_backward(dfch_gelu, LAYER(g->fcprojw, l, (size_t)C * F), LAYER(g->fcprojb, l, C), dres, x.fch_gelu,
+                        LAYER(p->fcprojw, l, (size_t)C * F), N, F, C);
+        /* fch_gelu = gelu(fch) */
+        zero(dfch, NF);
+        gelu_backward(dfch, x.fch, dfch_gelu, NF);
+        /* fch = ln2 @ fcw^T + fcb */
+        float *dln2 = model->dbuf_c;
+        zero(dln2, NC);
+        matmul_backward(dln2, LAYER(g->fcw, l, (size_t)F * C), LAYER(g->fcb, l, F), dfch, x.ln2, LAYER(p->fcw, l, (size_t)F * C), N, C, F);
+        /* ln2 = layernorm(residual2) */
+        layernorm_backward(dres, LAYER(g->ln2w, l, C), LAYER(g->ln2b, l, C), dln2, x.residual2, LAYER(p->ln2w, l, C),
+                           x.ln2_mean, x.ln2_rstd, N, C);
+        /* residual2 = residual + atty @ attprojw^T + attprojb */
+        float *datty = model->dbuf_c;
+        zero(datty, NC);
+        matmul_backward(datty, LAYER(g->attprojw, l, (size_t)C * C), LAYER(g->attprojb, l, C), dres, x.atty,
+                        LAYER(p->attprojw, l, (size_t)C * C), N, C, C);
+        /* atty = attention(qkv) */
+        float *dqkv = model->dbuf_f1;
+        zero(dqkv, 3 * NC);
+        attention_backward(dqkv, datty, x.qkv, x.att, B, T, C, NH);
+        /* qkv = ln1 @ qkvw^T + qkvb */
+        if (model->recompute >= 2)
+            layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), N, C);
+        float *dln1 = model->dbuf_c;
+        zero(dln1, NC);
+        matmul_backward(dln1, LAYER(g->qkvw, l, (size_t)3 * C * C), LAYER(g->qkvb, l, 3 * C), dqkv, x.ln1,
+                        LAYER(p->qkvw, l, (size_t)3 * C * C), N, C, 3 * C);
+        /* ln1 = layernorm(residual) */
+        layernorm_backward(dres, LAYER(g->ln1w, l, C), LAYER(g->ln1b, l, C), dln1, x.residual, LAYER(p->ln1w, l, C),
+                           x.ln1_mean, x.ln1_rstd, N, C);
+    }
+    /* encoded = wte[inputs] + wpe */
+    encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C);
+}
+
+void gpt2_zero_grad(GPT2 *model) {
+    if (model->grads_memory) zero(model->grads_memory, model->num_parameters);
+}
+
+float gpt2_grad_norm(const GPT2 *model) {
+    return (float)sqrt(global_norm_squared(model->grads_memory, model->num_parameters));
+}
+
+void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t) {
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *s = &model->param_specs[i];
+        adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, model->m_memory + s->offset,
+                     model->v_memory + s->offset, s->numel, lr, beta1, beta2, eps, s->decay ? weight_decay : 0.0f,
+                     t, grad_scale);
+    }
+}
+
+void gpt2_free(GPT2 *model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    free(model->acts_memory);
+    free(model->scratch_memory);
+    memset(model, 0, sizeof *model);
+}
+
+void gpt2_print_memory(const GPT2 *model, FILE *out) {
+    const double MiB = 1048576.0;
+    double pbytes = model->num_parameters * sizeof(float);
+    double kinds[ACT_NUM_KINDS] = {0};
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
+        kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
+    int training = model->grads_memory != NULL;
+    double total = pbytes * (training ? 4 : 1) + model->num_activations * sizeof(float) + model->num_scratch * sizeof(float);
+    fprintf(out, "+-------------------------------------+------------+\n");
+    fprintf(out, "| memory (CPU, fp32)                  |        MiB |\n");
+    fprintf(out, "+-------------------------------------+------------+\n");
+    fprintf(out, "| parameters (%12zu)             | %10.1f |\n", model->num_parameters, pbytes / MiB);
+    if (training) {
+        fprintf(out, "| gradients                           | %10.1f |\n", pbytes / MiB);
+        fprintf(out, "| AdamW m                             | %10.1f |\n", pbytes / MiB);
+        fprintf(out, "| AdamW v                             | %10.1f |\n", pbytes / MiB);
+    }
+    for (int k = 0; k < ACT_NUM_KINDS; k++)
+        fprintf(out, "| activations: %-22s | %10.1f |\n", activation_kind_names[k], kinds[k] / MiB);
+    if (training)
+        fprintf(out, "| backward scratch (one layer)        | %10.1f |\n", model->num_scratch * sizeof(float) / MiB);
+    fprintf(out, "| total                               | %10.1f |\n", total / MiB);
+    fprintf(out, "+-------------------------------------+------------+\n");
+}

@@ -1,0 +1,65 @@
+/*
+ * model.h (CPU) - GPT-2 on the CPU: the reference sequencing of forward, backward and the
+ * AdamW update over the tensors declared in llmc/model.h.
+ *
+ * Contract: gpt2_forward with targets and dloss != 0 is a training forward: the classifier
+ * leaves dlogits (scaled by dloss) in acts.logits, and gpt2_backward must follow before the
+ * next forward. gpt2_backward accumulates into grads (call gpt2_zero_grad per step).
+ */
+#ifndef LLMC_CPU_MODEL_H
+#define LLMC_CPU_MODEL_H
+
+#include <stdio.h>
+
+#include "../model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    ModelConfig cfg;
+    TensorSpec param_specs[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params, grads;
+    float *params_memory, *grads_memory, *m_memory, *v_memory;
+    /* activations for the allocated (B, T) and recompute level */
+    int B, T, recompute;
+    TensorSpec act_specs[NUM_ACTIVATION_TENSORS];
+    size_t num_activations;
+    ActivationTensors acts;
+    float *acts_memory;
+    /* backward scratch, one layer's worth, reused by every layer:
+     * dresidual (B,T,C): gradient of the residual stream, flows from the top down;
+     * dbuf_c (B,T,C): dln2, then datty, then dln1 (each dead before the next is written);
+     * dbuf_f1 (B,T,F): dfch_gelu, later reused as dqkv (B,T,3C fits since F >= 3C);
+     * dbuf_f2 (B,T,F): dfch. */
+    float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
+    size_t num_scratch;
+    float mean_loss;
+} GPT2;
+
+/* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
+ * projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
+void gpt2_build_from_checkpoint(GPT2 *model, const char *path);
+void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed);
+/* Activations for batches up to (B, T), plus gradients and AdamW moments if training. */
+void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
+/* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
+ * acts.logits). B*T must not exceed the allocated B*T, T not the allocated T. */
+float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss);
+void gpt2_backward(GPT2 *model, const int *inputs, int B, int T);
+void gpt2_zero_grad(GPT2 *model);
+/* The global L2 norm of the gradients. */
+float gpt2_grad_norm(const GPT2 *model);
+/* AdamW step t >= 1 on grads * grad_scale (the clipping factor), decay on the table's choice. */
+void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t);
+void gpt2_free(GPT2 *model);
+/* The startup memory table: parameters, gradients, m, v, activations by kind, scratch. */
+void gpt2_print_memory(const GPT2 *model, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,126 @@
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const activation_kind_names[ACT_NUM_KINDS] = {
+    "residual stream", "layernorm outputs", "norm stats + losses", "attention (qkv, att, y)",
+    "mlp pre-activation", "gelu outputs", "logits / dlogits"};
+
+int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
+    if (strncmp(desc, "gpt2:", 5) == 0) desc += 5;
+    if (desc[0] != 'd' || desc[1] < '1' || desc[1] > '9') return -1;
+    char *end;
+    long depth = strtol(desc + 1, &end, 10);
+    if (*end != '\0' || depth < 1 || depth > 1000) return -1;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = 50257;
+    cfg->padded_vocab_size = 50304;
+    cfg->num_layers = (int)depth;
+    cfg->channels = (int)depth * 64;
+    cfg->num_heads = (int)depth;
+    cfg->num_kv_heads = cfg->num_heads;
+    cfg->ffn_hidden = 4 * cfg->channels;
+    return 0;
+}
+
+const char *model_config_validate(const ModelConfig *cfg) {
+    static char msg[256];
+    if (cfg->max_seq_len < 1 || cfg->vocab_size < 1 || cfg->num_layers < 1 || cfg->num_heads < 1 ||
+        cfg->channels < 1 || cfg->num_kv_heads < 1 || cfg->ffn_hidden < 1)
+        return "all dimensions must be positive";
+    if (cfg->padded_vocab_size < cfg->vocab_size) {
+        snprintf(msg, sizeof msg, "padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size,
+                 cfg->vocab_size);
+        return msg;
+    }
+    if (cfg->channels % cfg->num_heads != 0) {
+        snprintf(msg, sizeof msg, "channels %d not divisible by heads %d", cfg->channels, cfg->num_heads);
+        return msg;
+    }
+    if (cfg->num_kv_heads != cfg->num_heads) return "grouped KV heads are not supported by GPT-2 blocks";
+    return NULL;
+}
+
+/* Local names the table's expressions refer to. */
+#define LLMC_SHAPE_NAMES(cfg)                                                          \
+    const size_t Vp = (size_t)(cfg)->padded_vocab_size, C = (size_t)(cfg)->channels,   \
+                 L = (size_t)(cfg)->num_layers, maxT = (size_t)(cfg)->max_seq_len,     \
+                 F = (size_t)(cfg)->ffn_hidden, NH = (size_t)(cfg)->num_heads,         \
+                 QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) *  \
+                       ((size_t)(cfg)->channels / (size_t)(cfg)->num_heads);           \
+    (void)Vp, (void)C, (void)L, (void)maxT, (void)F, (void)NH, (void)QKV
+
+size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
+    LLMC_SHAPE_NAMES(cfg);
+    TensorSpec table[] = {
+#define LLMC_PARAM_SPEC(name, shape, numel, decay, init) {#name, shape, numel, 0, decay, init, 0, 0},
+        GPT2_PARAMETERS(LLMC_PARAM_SPEC)
+#undef LLMC_PARAM_SPEC
+    };
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table[i].offset = offset;
+        offset += table[i].numel;
+    }
+    if (specs) memcpy(specs, table, sizeof table);
+    return offset;
+}
+
+float **gpt2_parameter_slots(ParameterTensors *p) {
+    /* ParameterTensors holds exactly NUM_PARAMETER_TENSORS float* members in table order. */
+    _Static_assert(sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(float *),
+                   "ParameterTensors must hold only the table's pointers");
+    return (float **)p;
+}
+
+void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec specs[NUM_PARAMETER_TENSORS]) {
+    float **slots = gpt2_parameter_slots(p);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = arena + specs[i].offset;
+}
+
+int gpt2_activation_stored_per_layer(const char *name, int recompute) {
+    if (recompute >= 1 && strcmp(name, "fch_gelu") == 0) return 0;
+    if (recompute >= 2 && (strcmp(name, "ln1") == 0 || strcmp(name, "ln2") == 0)) return 0;
+    return 1;
+}
+
+size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompute,
+                             TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
+    LLMC_SHAPE_NAMES(cfg);
+    const size_t B = (size_t)Bi, T = (size_t)Ti;
+    TensorSpec table[] = {
+#define LLMC_ACT_SPEC(name, shape, numel, kind, per_layer) {#name, shape, numel, 0, 0, 0, kind, per_layer},
+        GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
+#undef LLMC_ACT_SPEC
+    };
+    size_t offset = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (table[i].per_layer && gpt2_activation_stored_per_layer(table[i].name, recompute))
+            table[i].numel *= L;
+        else
+            table[i].per_layer = 0;
+        table[i].offset = offset;
+        offset += table[i].numel;
+    }
+    if (specs) memcpy(specs, table, sizeof table);
+    return offset;
+}
+
+void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
+    _Static_assert(sizeof(ActivationTensors) == NUM_ACTIVATION_TENSORS * sizeof(float *),
+                   "ActivationTensors must hold only the table's pointers");
+    float **slots = (float **)a;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) slots[i] = arena + specs[i].offset;
+}
+
+double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
+    /* Matmul parameters (the embeddings' lookups are free; the tied classifier is a matmul),
+     * 2 flops per multiply-add, x3 for forward + backward; attention: QK^T and att@V. */
+    LLMC_SHAPE_NAMES(cfg);
+    double matmul_params = (double)L * ((double)QKV * C + C * C + 2.0 * F * C) + (double)Vp * C;
+    double attention = (double)L * 2.0 * 2.0 * T * C; /* causal average would be half; we count full */
+    return 6.0 * matmul_params + 3.0 * attention;
+}

@@ -1,0 +1,141 @@
+/*
+ * model.h - the model configuration and the one table that declares every tensor.
+ *
+ * GPT2_PARAMETERS is the single declaration of the parameter tensors. From it derive:
+ * the ParameterTensors struct of pointers, the element counts and offsets into the one
+ * arena, the checkpoint order (llm.c's), the weight-decay choice and the init rule.
+ * Activations are declared the same way in GPT2_ACTIVATIONS; their counts depend on the
+ * batch shape and the recompute level.
+ *
+ * Shape vocabulary: B batch, T sequence, C channels, V vocab, Vp padded vocab, L layers,
+ * NH heads, HS head size, maxT the longest sequence, F the MLP hidden width (4C for GPT-2).
+ * A Llama-style block adds rows to a second table (RMSNorm gains only, SwiGLU's three
+ * matrices, NKV heads in the qkv width, an untied lm_head) with the same machinery; the
+ * config below already carries those knobs so the rest of the code reads them, not
+ * constants.
+ */
+#ifndef LLMC_MODEL_H
+#define LLMC_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int max_seq_len;       /* maxT */
+    int vocab_size;        /* V, the real vocabulary (50257 for GPT-2) */
+    int padded_vocab_size; /* Vp, V rounded up to a multiple of 128 */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int num_kv_heads;      /* NKV; == NH for GPT-2 */
+    int channels;          /* C */
+    int ffn_hidden;        /* F; 4*C for GPT-2 */
+} ModelConfig;
+
+/* Fills cfg for a GPT-2 of depth L from a descriptor "dN" or "gpt2:dN" (C = 64*N,
+ * NH = C/64 as llm.c does; d12/d24/d36/d48 are GPT-2 124M/350M/774M/1558M).
+ * Returns 0, or -1 if the string is not a descriptor. */
+int model_config_from_descriptor(ModelConfig *cfg, const char *desc);
+/* Checks divisibility and ranges; returns NULL or a message describing the problem. */
+const char *model_config_validate(const ModelConfig *cfg);
+
+typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRule;
+
+/* X(name, shape comment, numel expression, weight decay?, init rule)
+ * Expressions may use Vp, C, L, maxT, F, QKV (= (NH + 2*NKV) * HS). Order = checkpoint order. */
+#define GPT2_PARAMETERS(X)                                                   \
+    X(wte,      "(Vp, C)",     (size_t)Vp * C,        1, INIT_NORMAL)          \
+    X(wpe,      "(maxT, C)",   (size_t)maxT * C,      1, INIT_NORMAL)          \
+    X(ln1w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES)            \
+    X(ln1b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
+    X(qkvw,     "(L, 3C, C)",  (size_t)L * QKV * C,   1, INIT_NORMAL)          \
+    X(qkvb,     "(L, 3C)",     (size_t)L * QKV,       0, INIT_ZEROS)           \
+    X(attprojw, "(L, C, C)",   (size_t)L * C * C,     1, INIT_NORMAL_RESIDUAL) \
+    X(attprojb, "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
+    X(ln2w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES)            \
+    X(ln2b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
+    X(fcw,      "(L, F, C)",   (size_t)L * F * C,     1, INIT_NORMAL)          \
+    X(fcb,      "(L, F)",      (size_t)L * F,         0, INIT_ZEROS)           \
+    X(fcprojw,  "(L, C, F)",   (size_t)L * C * F,     1, INIT_NORMAL_RESIDUAL) \
+    X(fcprojb,  "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
+    X(lnfw,     "(C)",         (size_t)C,             0, INIT_ONES)            \
+    X(lnfb,     "(C)",         (size_t)C,             0, INIT_ZEROS)
+
+#define LLMC_DECLARE_POINTER(name, shape, numel, decay, init) float *name;
+typedef struct {
+    GPT2_PARAMETERS(LLMC_DECLARE_POINTER)
+} ParameterTensors;
+#define LLMC_COUNT_ONE(...) +1
+enum { NUM_PARAMETER_TENSORS = 0 GPT2_PARAMETERS(LLMC_COUNT_ONE) };
+
+/* X(name, shape comment, numel expression, memory kind, per layer?)
+ * Expressions may use B, T, C, L, NH, Vp, F, QKV. A tensor marked per-layer with kind
+ * "recompute-1" or "recompute-2" is stored for every layer only when the recompute level
+ * is below that number; otherwise one layer's worth is kept and recomputed in backward.
+ * Aliasing: logits is overwritten in place by dlogits during the training forward pass. */
+#define GPT2_ACTIVATIONS(X)                                                        \
+    X(encoded,   "(B, T, C)",         (size_t)B * T * C,       ACT_RESIDUAL, 0)     \
+    X(ln1,       "(L, B, T, C)",      (size_t)B * T * C,       ACT_LAYERNORM, 1)    \
+    X(ln1_mean,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
+    X(ln1_rstd,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
+    X(qkv,       "(L, B, T, 3C)",     (size_t)B * T * QKV,     ACT_ATTENTION, 1)    \
+    X(atty,      "(L, B, T, C)",      (size_t)B * T * C,       ACT_ATTENTION, 1)    \
+    X(att,       "(L, B, NH, T, T)",  (size_t)B * NH * T * T,  ACT_ATTENTION, 1)    \
+    X(residual2, "(L, B, T, C)",      (size_t)B * T * C,       ACT_RESIDUAL, 1)     \
+    X(ln2,       "(L, B, T, C)",      (size_t)B * T * C,       ACT_LAYERNORM, 1)    \
+    X(ln2_mean,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
+    X(ln2_rstd,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
+    X(fch,       "(L, B, T, F)",      (size_t)B * T * F,       ACT_MLP, 1)          \
+    X(fch_gelu,  "(L, B, T, F)",      (size_t)B * T * F,       ACT_GELU, 1)         \
+    X(residual3, "(L, B, T, C)",      (size_t)B * T * C,       ACT_RESIDUAL, 1)     \
+    X(lnf,       "(B, T, C)",         (size_t)B * T * C,       ACT_LAYERNORM, 0)    \
+    X(lnf_mean,  "(B, T)",            (size_t)B * T,           ACT_STATS, 0)        \
+    X(lnf_rstd,  "(B, T)",            (size_t)B * T,           ACT_STATS, 0)        \
+    X(logits,    "(B, T, Vp)",        (size_t)B * T * Vp,      ACT_LOGITS, 0)       \
+    X(losses,    "(B, T)",            (size_t)B * T,           ACT_STATS, 0)
+
+typedef enum { ACT_RESIDUAL, ACT_LAYERNORM, ACT_STATS, ACT_ATTENTION, ACT_MLP, ACT_GELU, ACT_LOGITS,
+               ACT_NUM_KINDS } ActivationKind;
+extern const char *const activation_kind_names[ACT_NUM_KINDS];
+
+typedef struct {
+    GPT2_ACTIVATIONS(LLMC_DECLARE_POINTER)
+} ActivationTensors;
+enum { NUM_ACTIVATION_TENSORS = 0 GPT2_ACTIVATIONS(LLMC_COUNT_ONE) };
+
+typedef struct {
+    const char *name;
+    const char *shape;
+    size_t numel;   /* elements in the whole tensor (all layers) */
+    size_t offset;  /* elements from the start of its arena */
+    int decay;      /* parameters: weight decay applies */
+    int init;       /* parameters: an InitRule */
+    int kind;       /* activations: an ActivationKind */
+    int per_layer;  /* activations: numel counts all stored layers */
+} TensorSpec;
+
+/* The parameter table for cfg; returns the total element count. specs may be NULL. */
+size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]);
+/* Points every member of p into the arena laid out by the specs. */
+void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec specs[NUM_PARAMETER_TENSORS]);
+/* The tensor pointers in table order (for loops over all parameters). */
+float **gpt2_parameter_slots(ParameterTensors *p);
+
+/* Recompute levels: 0 none, 1 GELU output, 2 also the LayerNorm outputs. */
+size_t gpt2_activation_specs(const ModelConfig *cfg, int B, int T, int recompute,
+                             TensorSpec specs[NUM_ACTIVATION_TENSORS]);
+void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]);
+
+/* Does layer l of this activation tensor have its own storage at this recompute level? */
+int gpt2_activation_stored_per_layer(const char *name, int recompute);
+
+/* Training flops per token (forward + backward: 6 per parameter multiply plus attention). */
+double gpt2_flops_per_token(const ModelConfig *cfg, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

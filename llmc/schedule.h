@@ -1,0 +1,21 @@
+/* schedule.h - learning-rate schedules. step is 0-based; total_steps the run's length.
+ * All start with a linear warmup: lr = peak * (step + 1) / warmup for step < warmup.
+ * After it, with min = peak * final_frac and p = (step - warmup) / (total - warmup) in [0, 1]:
+ *   cosine:   min + (peak - min) * 0.5 * (1 + cos(pi p))
+ *   linear:   peak - (peak - min) * p
+ *   constant: peak
+ *   wsd:      peak until the last 20% of the steps, then min + (peak - min) * (1 - sqrt(q)),
+ *             q going from 0 to 1 over that cooldown ("warmup-stable-decay"). */
+#ifndef LLMC_SCHEDULE_H
+#define LLMC_SCHEDULE_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
+int lr_schedule_parse(const char *name);   /* an LrSchedule, or -1 */
+const char *lr_schedule_name(int kind);
+float lr_at(int kind, int step, int total_steps, int warmup, float peak, float final_frac);
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/*
+ * tokenizer.h - GPT-2 byte-level BPE: load, encode, decode, save.
+ *
+ * Sources a Tokenizer can be loaded from:
+ *  - a directory holding encoder.json + vocab.bpe (OpenAI's GPT-2 release): decode and encode;
+ *  - llm.c's tokenizer file (magic 20240328, version 1 or 2): decode only, because that file
+ *    stores the token bytes but no merges.
+ *
+ * Encoding reproduces tiktoken's "gpt2" encode_ordinary token for token on valid UTF-8:
+ *  1. pre-tokenisation with GPT-2's pattern
+ *       's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+ *     (PCRE2, UTF + UCP, JIT when available; \s is spelled out as Unicode White_Space, which
+ *     is what tiktoken's regex engine uses);
+ *  2. a piece that is itself a token becomes that token; otherwise byte-level BPE: start
+ *     from one token per byte and repeatedly merge the adjacent pair whose concatenated bytes
+ *     form the lowest-id token (leftmost on ties), in O(n log n) with a heap.
+ * Bytes that are not valid UTF-8 (which tiktoken, working on Python str, cannot take) are
+ * kept losslessly: the regex runs separately on each maximal valid UTF-8 run, and every
+ * invalid byte becomes its own single-byte token. decode(encode(x)) == x for any bytes x.
+ *
+ * Threads: a loaded Tokenizer is immutable and may be shared. Encoding needs a
+ * TokenizerContext (regex match state + word cache), one per thread.
+ */
+#ifndef LLMC_TOKENIZER_H
+#define LLMC_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TOKENIZER_MAGIC 20240328
+#define TOKENIZER_HEADER_INTS 256
+
+typedef struct Tokenizer Tokenizer;
+typedef struct TokenizerContext TokenizerContext;
+
+/* A growable array of token ids; zero-initialise, append with the encode call, free with
+ * token_buf_free. */
+typedef struct {
+    uint32_t *ids;
+    size_t n;    /* ids in use */
+    size_t cap;  /* ids allocated */
+} TokenBuf;
+
+/* Loads from a directory (encoder.json + vocab.bpe) or an llm.c tokenizer file. On failure
+ * returns NULL and writes a one-line reason naming the file into err. */
+Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
+void tokenizer_free(Tokenizer *tok);
+
+/* Finds a directory with the GPT-2 files: $LLMC_DATA_DIR/gpt2, data/gpt2, ../shared/data/gpt2
+ * (in that order). Returns 0 and the directory in out, or -1 if none has both files. */
+int tokenizer_find_default(char *out, size_t outlen);
+
+size_t tokenizer_vocab_size(const Tokenizer *tok);
+uint32_t tokenizer_eot(const Tokenizer *tok);
+/* 1 if this tokenizer has merges (was loaded from encoder.json + vocab.bpe). */
+int tokenizer_can_encode(const Tokenizer *tok);
+/* The raw bytes of token id (not NUL-terminated); NULL if id is out of range. */
+const unsigned char *tokenizer_token_bytes(const Tokenizer *tok, uint32_t id, size_t *len);
+
+/* Writes llm.c's version-2 tokenizer file atomically. Returns 0, or -1 with a reason in err. */
+int tokenizer_save_llmc(const Tokenizer *tok, const char *path, char *err, size_t errlen);
+
+/* Per-thread encoding state. Returns NULL with a reason in err if tok cannot encode. */
+TokenizerContext *tokenizer_context_new(const Tokenizer *tok, char *err, size_t errlen);
+void tokenizer_context_free(TokenizerContext *ctx);
+
+/* Appends the tokens of text[0..len) to out (no EOT is added). Returns 0, or -1 with a
+ * reason in err (out then holds an unspecified prefix). */
+int tokenizer_encode(TokenizerContext *ctx, const char *text, size_t len, TokenBuf *out,
+                     char *err, size_t errlen);
+
+void token_buf_push(TokenBuf *buf, uint32_t id);
+void token_buf_free(TokenBuf *buf);
+
+/* Decodes the JSON string literal starting at s[0] == '"' within s[0..len). Writes its UTF-8
+ * bytes to *out (malloc'd, grown as needed; *outcap its capacity) and their count to *outlen.
+ * \uXXXX escapes and surrogate pairs are decoded; a lone surrogate becomes U+FFFD.
+ * Returns the number of input bytes consumed (including both quotes), or 0 if malformed. */
+size_t json_decode_string(const char *s, size_t len, char **out, size_t *outcap, size_t *outlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LLMC_TOKENIZER_H */

@@ -1,0 +1,328 @@
+#include "train.h"
+#include "check.h"
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "rng.h"
+#include "sampler.h"
+#include "schedule.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if LLMC_HAVE_PCRE2
+#include "tokenizer.h"
+#endif
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+/* ---- z-score outlier detection for -sl / -sg (window of the last 128 values) ---------- */
+enum { OUTLIER_WINDOW = 128 };
+typedef struct {
+    double values[OUTLIER_WINDOW];
+    int count, next;
+} Outliers;
+
+static double outlier_zscore(const Outliers *o, double x) {
+    if (o->count < OUTLIER_WINDOW) return 0.0; /* not enough history to judge */
+    double mean = 0.0, var = 0.0;
+    for (int i = 0; i < o->count; i++) mean += o->values[i];
+    mean /= o->count;
+    for (int i = 0; i < o->count; i++) var += (o->values[i] - mean) * (o->values[i] - mean);
+    double sd = sqrt(var / o->count);
+    return sd > 0 ? (x - mean) / sd : 0.0;
+}
+
+static void outlier_push(Outliers *o, double x) {
+    o->values[o->next] = x;
+    o->next = (o->next + 1) % OUTLIER_WINDOW;
+    if (o->count < OUTLIER_WINDOW) o->count++;
+}
+
+/* ---- sampling ------------------------------------------------------------------------ */
+typedef struct {
+    void *tok; /* Tokenizer *, or NULL: print ids */
+    int eot;
+} SampleText;
+
+static void sample_text_open(SampleText *st, const TrainConfig *tc, const ModelConfig *cfg) {
+    st->tok = NULL;
+    st->eot = cfg->vocab_size > 50256 ? 50256 : cfg->vocab_size - 1;
+#if LLMC_HAVE_PCRE2
+    char path[1100], err[512];
+    if (tc->tokenizer[0]) {
+        snprintf(path, sizeof path, "%s", tc->tokenizer);
+    } else if (access("data/gpt2_tokenizer.bin", R_OK) == 0) {
+        snprintf(path, sizeof path, "data/gpt2_tokenizer.bin");
+    } else if (tokenizer_find_default(path, sizeof path) != 0) {
+        printf("note: no GPT-2 tokenizer found (run 'make data'); samples are printed as token ids\n");
+        return;
+    }
+    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
+    if (!tok) {
+        if (tc->tokenizer[0]) llmc_die("--tokenizer: %s", err);
+        printf("note: %s; samples are printed as token ids\n", err);
+        return;
+    }
+    st->tok = tok;
+    st->eot = (int)tokenizer_eot(tok);
+#else
+    if (tc->tokenizer[0]) llmc_die("--tokenizer: this build has no tokenizer (PCRE2 missing: apt-get install libpcre2-dev)");
+    printf("note: built without the tokenizer (PCRE2); samples are printed as token ids\n");
+#endif
+}
+
+static void print_token(const SampleText *st, int id) {
+#if LLMC_HAVE_PCRE2
+    if (st->tok) {
+        size_t len;
+        const unsigned char *bytes = tokenizer_token_bytes((const Tokenizer *)st->tok, (uint32_t)id, &len);
+        for (size_t i = 0; bytes && i < len; i++) {
+            unsigned char c = bytes[i];
+            /* raw bytes go out unchanged except control characters, which could garble a terminal */
+            if (c >= 0x20 || c == '\n' || c == '\t') putchar(c);
+        }
+        return;
+    }
+#endif
+    (void)st;
+    printf("%d ", id);
+}
+
+static void sample_text_close(SampleText *st) {
+#if LLMC_HAVE_PCRE2
+    if (st->tok) tokenizer_free((Tokenizer *)st->tok);
+#endif
+    st->tok = NULL;
+}
+
+static void generate(TrainBackend *be, const SampleText *st, Rng *rng, int T, int gen_tokens) {
+    int *tokens = (int *)mallocCheck((size_t)(gen_tokens + 1) * sizeof(int), "sample tokens");
+    tokens[0] = st->eot;
+    printf("generating:\n---\n");
+    for (int n = 1; n <= gen_tokens; n++) {
+        int window = n < T ? n : T;
+        const float *logits = be->next_logits(be->model, tokens + n - window, window);
+        tokens[n] = sample_softmax(logits, be->cfg.vocab_size, rng_f32(rng));
+        print_token(st, tokens[n]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------ */
+static void ensure_dir(const char *dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) llmc_die("cannot create output directory '%s': %s", dir, strerror(errno));
+}
+
+int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
+    if (tc->resume) {
+        int step = checkpoint_latest_step(tc->output_dir);
+        if (step >= 0) {
+            checkpoint_paths(tc->output_dir, step, tc->process_rank, init_path, NULL, NULL, len);
+            return step;
+        }
+        printf("note: -y 1 but no complete checkpoint in '%s': starting from -e %s\n", tc->output_dir, tc->init);
+    }
+    snprintf(init_path, len, "%s", tc->init);
+    return -1;
+}
+
+static void save_checkpoint(const TrainConfig *tc, TrainBackend *be, DataLoader *loader, const Rng *sampler_rng, int step) {
+    char model[4200], state[4200];
+    checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof model);
+    be->sync_to_host(be->model);
+    if (tc->process_rank == 0)
+        model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
+                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+    TrainState st = {0};
+    st.step = step;
+    st.numel = be->num_parameters;
+    st.B = tc->B;
+    st.T = tc->T;
+    st.processes = tc->num_processes;
+    st.rank = tc->process_rank;
+    st.shuffle = tc->shuffle;
+    st.seed = tc->seed;
+    DataLoaderState ds;
+    dataloader_get_state(loader, &ds);
+    _Static_assert(sizeof ds == sizeof st.loader, "the state file stores the whole DataLoaderState");
+    memcpy(st.loader, &ds, sizeof ds);
+    st.sampler_rng = sampler_rng->state;
+    state_file_save(state, &st, be->host_m, be->host_v);
+    if (tc->process_rank == 0) {
+        checkpoint_mark_done(tc->output_dir, step);
+        checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank);
+    }
+    printf("checkpoint: %s\n", model);
+}
+
+static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *loader, Rng *sampler_rng, int step) {
+    char state[4200];
+    checkpoint_paths(tc->output_dir, step, tc->process_rank, NULL, state, NULL, sizeof state);
+    TrainState st;
+    state_file_load(state, &st, be->host_m, be->host_v, be->num_parameters);
+    if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
+    if (st.B != tc->B || st.T != tc->T || st.processes != tc->num_processes || st.shuffle != tc->shuffle ||
+        st.seed != tc->seed)
+        llmc_die("cannot resume from '%s': it was written with -b %d -t %d -pn %d --shuffle %d --seed %llu, "
+                 "this run has -b %d -t %d -pn %d --shuffle %d --seed %llu (resume needs the same values)",
+                 state, st.B, st.T, st.processes, st.shuffle, (unsigned long long)st.seed, tc->B, tc->T,
+                 tc->num_processes, tc->shuffle, (unsigned long long)tc->seed);
+    DataLoaderState ds;
+    memcpy(&ds, st.loader, sizeof ds);
+    dataloader_set_state(loader, &ds);
+    sampler_rng->state = st.sampler_rng;
+    be->sync_from_host(be->model);
+}
+
+/* ---- the loop ----------------------------------------------------------------------------- */
+static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *inputs, int *targets, int B, int T) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int i = 0; i < batches; i++) {
+        dataloader_next(val, inputs, targets);
+        sum += be->eval_loss(be->model, inputs, targets, B, T);
+    }
+    return (float)(sum / batches);
+}
+
+int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
+    const ModelConfig *cfg = &be->cfg;
+    const int B = tc->B, T = tc->T, P = tc->num_processes;
+    if (T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", T, cfg->max_seq_len);
+    const long long micro_tokens = (long long)B * T * P;
+    const long long total_batch = tc->total_batch ? tc->total_batch : micro_tokens;
+    if (total_batch % micro_tokens != 0)
+        llmc_die("-d %lld is not a multiple of B*T*processes = %d*%d*%d = %lld tokens", total_batch, B, T, P, micro_tokens);
+    const int accum = (int)(total_batch / micro_tokens);
+
+    DataLoader *train = dataloader_open(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
+                                        cfg->vocab_size, 1);
+    DataLoader *val = NULL;
+    int val_batches = 0;
+    if (tc->val_every > 0) {
+        val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, P, 0, 0, cfg->vocab_size, 0);
+        int avail = (int)dataloader_batches_per_epoch(val);
+        val_batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    }
+    int max_steps = tc->max_steps;
+    if (max_steps < 0) {
+        max_steps = (int)(dataloader_batches_per_epoch(train) / (size_t)accum);
+        if (max_steps < 1)
+            llmc_die("one epoch of '%s' (%zu tokens) is shorter than one optimizer step of %lld tokens",
+                     tc->train_pattern, dataloader_num_tokens(train), total_batch);
+    }
+    if (resume_step >= max_steps) llmc_die("the checkpoint in '%s' is at step %d, already at -x %d", tc->output_dir, resume_step, max_steps);
+
+    int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
+    int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
+    Rng sampler_rng;
+    rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
+    if (tc->output_dir[0]) ensure_dir(tc->output_dir);
+    if (resume_step >= 0) load_state(tc, be, train, &sampler_rng, resume_step);
+    Logger lg;
+    logger_open(&lg, tc->output_dir, resume_step);
+    SampleText text = {0};
+    if (tc->sample_every > 0) sample_text_open(&text, tc, cfg);
+
+    train_config_print(tc, stdout);
+    printf("backend: %s\n", be->name);
+    printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, be->num_parameters);
+    printf("train data: %zu tokens in %d shard(s); val: %d batches of %lld tokens\n", dataloader_num_tokens(train),
+           dataloader_num_shards(train), val_batches, micro_tokens);
+    printf("batch: %lld tokens per step = %d x %d x %d processes x %d accumulation steps; %d steps%s\n", total_batch,
+           B, T, P, accum, max_steps, resume_step >= 0 ? " (resuming)" : "");
+    if (resume_step >= 0) printf("resumed from step %d in '%s'\n", resume_step, tc->output_dir);
+    be->print_memory(be->model, stdout);
+    fflush(stdout);
+
+    const int schedule = lr_schedule_parse(tc->schedule);
+    const double flops_per_step = gpt2_flops_per_token(cfg, T) * (double)total_batch;
+    Outliers loss_hist = {{0}, 0, 0}, norm_hist = {{0}, 0, 0};
+    int have_overfit_batch = 0;
+    if (val && resume_step < 0) {
+        float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
+        printf("val loss %.6f (step 0)\n", vl);
+        log_begin(&lg);
+        log_int(&lg, "step", 0);
+        log_float(&lg, "val_loss", vl);
+        log_end(&lg);
+    }
+    for (int step = resume_step < 0 ? 1 : resume_step + 1; step <= max_steps; step++) {
+        double t0 = now_ms(), wait_ms = 0.0;
+        be->zero_grad(be->model);
+        double loss_sum = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (!tc->overfit_batch || !have_overfit_batch) {
+                dataloader_next(train, inputs, targets);
+                wait_ms += dataloader_last_wait_ms(train);
+                have_overfit_batch = 1;
+            }
+            loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, 1.0f / accum);
+        }
+        float loss = (float)(loss_sum / accum);
+        float lr = lr_at(schedule, step - 1, max_steps, tc->warmup, tc->lr, tc->final_frac);
+        float norm = be->grad_norm(be->model);
+        double lz = outlier_zscore(&loss_hist, loss), nz = outlier_zscore(&norm_hist, norm);
+        const char *skip = !isfinite(loss) || !isfinite(norm) ? "non-finite loss or gradient"
+                           : tc->skip_loss_z > 0 && lz > tc->skip_loss_z ? "loss outlier"
+                           : tc->skip_norm_z > 0 && nz > tc->skip_norm_z ? "grad-norm outlier"
+                                                                          : NULL;
+        if (!skip) {
+            float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
+            be->update(be->model, tc, lr, step, scale);
+            outlier_push(&loss_hist, loss);
+            outlier_push(&norm_hist, norm);
+        }
+        double step_ms = now_ms() - t0;
+        double tok_s = total_batch / (step_ms / 1e3);
+        char extra[256] = "";
+        if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, extra, sizeof extra, NULL);
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms%s%s%s\n",
+               step, max_steps, loss, lr, norm, step_ms, tok_s, flops_per_step / (step_ms * 1e6), wait_ms, extra,
+               skip ? " | SKIPPED: " : "", skip ? skip : "");
+        fflush(stdout);
+        log_begin(&lg);
+        log_int(&lg, "step", step);
+        log_float(&lg, "train_loss", loss);
+        log_float(&lg, "lr", lr);
+        log_float(&lg, "grad_norm", norm);
+        log_double(&lg, "step_ms", step_ms);
+        log_double(&lg, "tokens_per_s", tok_s);
+        log_double(&lg, "data_wait_ms", wait_ms);
+        if (skip) log_string(&lg, "skipped", skip);
+        if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, NULL, 0, &lg);
+        log_end(&lg);
+
+        int last = step == max_steps;
+        if (val && (step % tc->val_every == 0 || last)) {
+            float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
+            printf("val loss %.6f (step %d)\n", vl, step);
+            log_begin(&lg);
+            log_int(&lg, "step", step);
+            log_float(&lg, "val_loss", vl);
+            log_end(&lg);
+        }
+        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
+        if (tc->ckpt_every > 0 && (step % tc->ckpt_every == 0 || last)) save_checkpoint(tc, be, train, &sampler_rng, step);
+    }
+    sample_text_close(&text);
+    logger_close(&lg);
+    dataloader_close(train);
+    if (val) dataloader_close(val);
+    free(inputs);
+    free(targets);
+    return 0;
+}

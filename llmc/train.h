@@ -1,0 +1,57 @@
+/*
+ * train.h - the training-loop policy both trainers share: data, schedule, gradient
+ * accumulation, clipping, evaluation, sampling, logging, checkpoints and resume.
+ * A backend (CPU or CUDA) supplies the model operations through TrainBackend; the loop never
+ * touches a tensor itself except through the host views for checkpoints.
+ */
+#ifndef LLMC_TRAIN_H
+#define LLMC_TRAIN_H
+
+#include <stdio.h>
+
+#include "cli.h"
+#include "logger.h"
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *name;          /* e.g. "CPU fp32, OpenBLAS, 2 threads" */
+    void *model;
+    ModelConfig cfg;
+    size_t num_parameters;
+    double peak_flops;         /* device peak for MFU; 0 = not reported */
+    /* Forward + backward of one micro-batch, gradients accumulated with weight dloss_scale
+     * (1/accumulation steps); returns the micro-batch's mean loss. */
+    float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+    float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
+    void (*zero_grad)(void *model);
+    /* Global L2 norm of the accumulated gradients. */
+    float (*grad_norm)(void *model);
+    /* AdamW step t (1-based) with this lr on the gradients times grad_scale (the clip factor). */
+    void (*update)(void *model, const TrainConfig *tc, float lr, int t, float grad_scale);
+    /* Logits (at least V floats, host memory) for the position after tokens[0..n-1]. */
+    const float *(*next_logits)(void *model, const int *tokens, int n);
+    /* Host copies of parameters and AdamW moments for checkpoints. sync_to_host fills them
+     * from the device (no-op on CPU); sync_from_host pushes them back after a load. */
+    float *host_params, *host_m, *host_v;
+    void (*sync_to_host)(void *model);
+    void (*sync_from_host)(void *model);
+    void (*print_memory)(void *model, FILE *out);
+    /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */
+    void (*step_extras)(void *model, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg);
+} TrainBackend;
+
+/* Decides where the parameters come from: the latest complete checkpoint in -o when -y 1 and
+ * one exists (its step is returned, else -1), otherwise tc->init. */
+int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len);
+
+/* Runs the whole training job; returns the process exit status. */
+int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

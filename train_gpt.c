@@ -1,0 +1,106 @@
+/*
+ * train_gpt.c - the CPU trainer (./train_gpt_cpu): the reference implementation of the math.
+ * Parse flags -> build the model -> hand the CPU backend to the shared training loop.
+ * Everything that is not a CPU op (flags, files, data, schedule, logging, checkpoints) is in
+ * llmc/ and shared with the CUDA trainer.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/check.h"
+#include "llmc/cli.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/model.h"
+#include "llmc/train.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if LLMC_USE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* ---- the CPU backend: thin adapters from TrainBackend to llmc/cpu/model.h ---------------- */
+static float cpu_train_micro_step(void *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+    GPT2 *model = (GPT2 *)m;
+    float loss = gpt2_forward(model, inputs, targets, B, T, dloss_scale / (float)(B * T));
+    gpt2_backward(model, inputs, B, T);
+    return loss;
+}
+
+static float cpu_eval_loss(void *m, const int *inputs, const int *targets, int B, int T) {
+    return gpt2_forward((GPT2 *)m, inputs, targets, B, T, 0.0f);
+}
+
+static void cpu_zero_grad(void *m) { gpt2_zero_grad((GPT2 *)m); }
+static float cpu_grad_norm(void *m) { return gpt2_grad_norm((GPT2 *)m); }
+
+static void cpu_update(void *m, const TrainConfig *tc, float lr, int t, float grad_scale) {
+    gpt2_update((GPT2 *)m, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+}
+
+static const float *cpu_next_logits(void *m, const int *tokens, int n) {
+    GPT2 *model = (GPT2 *)m;
+    gpt2_forward(model, tokens, NULL, 1, n, 0.0f);
+    return model->acts.logits + (size_t)(n - 1) * model->cfg.padded_vocab_size;
+}
+
+static void cpu_sync_noop(void *m) { (void)m; }
+static void cpu_print_memory(void *m, FILE *out) { gpt2_print_memory((GPT2 *)m, out); }
+
+static void build_model(GPT2 *model, const char *init, unsigned long long seed) {
+    ModelConfig cfg;
+    if (model_config_from_descriptor(&cfg, init) == 0) gpt2_build_random(model, &cfg, seed);
+    else gpt2_build_from_checkpoint(model, init);
+}
+
+int main(int argc, char **argv) {
+    TrainConfig tc;
+    train_config_defaults(&tc);
+    snprintf(tc.precision, sizeof tc.precision, "fp32");
+    train_config_parse(&tc, argc, argv, "train_gpt_cpu");
+    if (strcmp(tc.precision, "fp32") != 0)
+        llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
+    if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
+    if (tc.num_processes > 1) llmc_die("-pn %d: multi-process training is not available yet in train_gpt_cpu", tc.num_processes);
+    if (tc.zero_stage != 0) llmc_die("-z %d: ZeRO sharding needs data parallelism, which is not available yet", tc.zero_stage);
+
+    int threads = 1;
+#ifdef _OPENMP
+    if (tc.threads > 0) omp_set_num_threads(tc.threads);
+    threads = omp_get_max_threads();
+#endif
+#if LLMC_USE_OPENBLAS
+    openblas_set_num_threads(threads);
+#endif
+
+    char init[1100];
+    int resume_step = train_resolve_init(&tc, init, sizeof init);
+    GPT2 model;
+    build_model(&model, init, tc.seed);
+    gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
+
+    char name[128];
+    snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", llmc_sgemm_backend(), threads, threads == 1 ? "" : "s");
+    TrainBackend be = {0};
+    be.name = name;
+    be.model = &model;
+    be.cfg = model.cfg;
+    be.num_parameters = model.num_parameters;
+    be.train_micro_step = cpu_train_micro_step;
+    be.eval_loss = cpu_eval_loss;
+    be.zero_grad = cpu_zero_grad;
+    be.grad_norm = cpu_grad_norm;
+    be.update = cpu_update;
+    be.next_logits = cpu_next_logits;
+    be.host_params = model.params_memory;
+    be.host_m = model.m_memory;
+    be.host_v = model.v_memory;
+    be.sync_to_host = cpu_sync_noop;
+    be.sync_from_host = cpu_sync_noop;
+    be.print_memory = cpu_print_memory;
+
+    int status = train_run(&tc, &be, resume_step);
+    gpt2_free(&model);
+    return status;
+}
