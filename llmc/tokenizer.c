@@ -32,8 +32,26 @@
  * Possessive quantifiers only where backtracking can never change the match. */
 #define WS "\\t\\n\\x0B\\f\\r\\x20\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
            "\\x{202F}\\x{205F}\\x{3000}"
+/* Letters and numbers that Unicode added after 14.0 (PCRE2 10.42's tables) and that tiktoken's
+ * regex already classifies as \p{L} / \p{N}: found by test/test_tokenizer.py's sweep over
+ * every code point. Harmless with a newer PCRE2 (the class only repeats them). */
+#define NEW_L \
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}" \
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}" \
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}" \
+    "\\x{113D3}\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}" \
+    "\\x{1342F}\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}" \
+    "\\x{16D40}-\\x{16D6C}\\x{18CFF}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}" \
+    "\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}" \
+    "\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"
+#define NEW_N \
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}" \
+    "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}" \
+    "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}"
+#define LETTER "\\p{L}" NEW_L
+#define NUMBER "\\p{N}" NEW_N
 static const char GPT2_PATTERN[] =
-    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}++| ?\\p{N}++| ?[^" WS "\\p{L}\\p{N}]++"
+    "'s|'t|'re|'ve|'m|'ll|'d| ?[" LETTER "]++| ?[" NUMBER "]++| ?[^" WS LETTER NUMBER "]++"
     "|[" WS "]+(?![^" WS "])|[" WS "]++";
 
 enum { CACHE_MAX_PIECE = 128, CACHE_MIN_SLOTS = 1 << 15, CACHE_MAX_SLOTS = 1 << 20 };

@@ -48,6 +48,7 @@ void attention_backward(float *dinp, const float *dout, const float *inp, const 
                         int B, int T, int C, int NH) {
     const int C3 = 3 * C, HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
+    memset(dinp, 0, (size_t)B * T * C3 * sizeof(float));
 #pragma omp parallel
     {
         float *datt = (float *)mallocCheck((size_t)T * sizeof(float), "attention backward row");

@@ -2,7 +2,7 @@
  * inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS).
  * forward:  s[t,u] = q_t . k_u / sqrt(HS) for u <= t; att[t,:] = softmax(s[t, 0..t]) (0 above t)
  *           out[b,t,h*HS + i] = sum_u att[t,u] * v_u[i]
- * backward (accumulates into dinp):
+ * backward (overwrites dinp):
  *           datt[t,u] = dout_t . v_u;  dv_u += att[t,u] * dout_t
  *           ds[t,u] = att[t,u] * (datt[t,u] - sum_w att[t,w] * datt[t,w])
  *           dq_t += ds[t,u] * k_u / sqrt(HS);  dk_u += ds[t,u] * q_t / sqrt(HS)

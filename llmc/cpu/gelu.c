@@ -21,6 +21,6 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
         float th = tanhf(GELU_SCALE * (x + cube));
         float sech2 = 1.0f - th * th;
         float local = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] += local * dout[i];
+        dinp[i] = local * dout[i];
     }
 }

@@ -172,7 +172,6 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     float *dres = model->dresidual;
 
     /* logits = lnf @ wte^T (dlogits already in a->logits) */
-    zero(model->dbuf_c, NC);
     matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
     /* lnf = layernorm(residual3[L-1]) */
     zero(dres, NC);
@@ -187,33 +186,27 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
             layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
-        zero(dfch_gelu, NF);
         matmul_backward(dfch_gelu, LAYER(g->fcprojw, l, (size_t)C * F), LAYER(g->fcprojb, l, C), dres, x.fch_gelu,
                         LAYER(p->fcprojw, l, (size_t)C * F), N, F, C);
         /* fch_gelu = gelu(fch) */
-        zero(dfch, NF);
         gelu_backward(dfch, x.fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->dbuf_c;
-        zero(dln2, NC);
         matmul_backward(dln2, LAYER(g->fcw, l, (size_t)F * C), LAYER(g->fcb, l, F), dfch, x.ln2, LAYER(p->fcw, l, (size_t)F * C), N, C, F);
         /* ln2 = layernorm(residual2) */
         layernorm_backward(dres, LAYER(g->ln2w, l, C), LAYER(g->ln2b, l, C), dln2, x.residual2, LAYER(p->ln2w, l, C),
                            x.ln2_mean, x.ln2_rstd, N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->dbuf_c;
-        zero(datty, NC);
         matmul_backward(datty, LAYER(g->attprojw, l, (size_t)C * C), LAYER(g->attprojb, l, C), dres, x.atty,
                         LAYER(p->attprojw, l, (size_t)C * C), N, C, C);
         /* atty = attention(qkv) */
         float *dqkv = model->dbuf_f1;
-        zero(dqkv, 3 * NC);
         attention_backward(dqkv, datty, x.qkv, x.att, B, T, C, NH);
         /* qkv = ln1 @ qkvw^T + qkvb */
         if (model->recompute >= 2)
             layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), N, C);
         float *dln1 = model->dbuf_c;
-        zero(dln1, NC);
         matmul_backward(dln1, LAYER(g->qkvw, l, (size_t)3 * C * C), LAYER(g->qkvb, l, 3 * C), dqkv, x.ln1,
                         LAYER(p->qkvw, l, (size_t)3 * C * C), N, C, 3 * C);
         /* ln1 = layernorm(residual) */
