@@ -1,0 +1,4 @@
+# test_gpt2_cpu: the CPU model against the PyTorch reference's debug state.
+TEST_BINS += $(BUILD)/test/test_gpt2_cpu
+$(BUILD)/test/test_gpt2_cpu: $(call obj,test/test_gpt2_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@

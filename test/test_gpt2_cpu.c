@@ -1,0 +1,134 @@
+/*
+ * test_gpt2_cpu.c - the CPU model against the PyTorch reference (dev/reference/train_gpt2.py).
+ *
+ * usage: test_gpt2_cpu MODEL.bin DEBUG_STATE.bin [recompute]
+ * Loads the llm.c checkpoint the reference wrote and its debug state (version 3: inputs,
+ * targets, logits, loss, all 16 gradients, an N-step loss/grad-norm trajectory under the
+ * AdamW settings stored in the header, and the parameters after N steps), then checks:
+ * logits, loss, every gradient tensor, every step's loss and grad norm, the final parameters.
+ *
+ * Tolerances (both sides compute in fp32, with different summation orders):
+ *  - logits atol 1e-4 + rtol 1e-4: sums of C products of O(1) terms, ~1e-6 relative noise,
+ *    amplified through L layers of LayerNorm; 1e-4 is ~10x what a correct run shows.
+ *  - loss atol 1e-5: a mean of B*T logsumexps, each accurate to ~1e-6.
+ *  - gradients atol 1e-3 * max|ref| of the tensor + rtol 1e-3: gradient entries span many
+ *    orders of magnitude; errors scale with the tensor's largest entries, not each entry.
+ *  - trajectory losses rtol 1e-4, grad norms rtol 1e-3: Adam normalises each update, so the
+ *    tiny differences above become O(lr * 1e-3) parameter differences that compound per step.
+ *  - final parameters atol 1e-5 + rtol 1e-4: lr is 1e-4 and steps are sign-like, so even an
+ *    entry whose gradient rounds differently moves by at most ~lr per step.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/check.h"
+#include "llmc/cpu/model.h"
+#include "test/testing.h"
+
+typedef struct {
+    int B, T, V, Vp, nsteps, L, NH, C, maxT;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int *x, *y;
+    float *logits, loss, *grads, *losses, *norms, *params_after;
+} DebugState;
+
+static void read_debug_state(const char *path, DebugState *d, size_t num_params) {
+    FILE *f = fopenCheck(path, "rb");
+    int32_t h[256];
+    freadCheck(h, 4, 256, f, path);
+    if (h[0] != 20240327 || h[1] != 3) llmc_die("'%s' is not a version-3 debug state (magic %d, version %d)", path, h[0], h[1]);
+    d->B = h[2], d->T = h[3], d->V = h[4], d->Vp = h[5], d->nsteps = h[6];
+    d->L = h[7], d->NH = h[8], d->C = h[9], d->maxT = h[10];
+    float hp[6];
+    memcpy(hp, h + 16, sizeof hp);
+    d->lr = hp[0], d->beta1 = hp[1], d->beta2 = hp[2], d->eps = hp[3], d->weight_decay = hp[4], d->grad_clip = hp[5];
+    size_t BT = (size_t)d->B * d->T;
+    d->x = (int *)mallocCheck(BT * sizeof(int), "x");
+    d->y = (int *)mallocCheck(BT * sizeof(int), "y");
+    d->logits = (float *)mallocCheck(BT * d->V * sizeof(float), "logits");
+    d->grads = (float *)mallocCheck(num_params * sizeof(float), "grads");
+    d->losses = (float *)mallocCheck(d->nsteps * sizeof(float), "losses");
+    d->norms = (float *)mallocCheck(d->nsteps * sizeof(float), "norms");
+    d->params_after = (float *)mallocCheck(num_params * sizeof(float), "params");
+    freadCheck(d->x, sizeof(int), BT, f, path);
+    freadCheck(d->y, sizeof(int), BT, f, path);
+    freadCheck(d->logits, sizeof(float), BT * d->V, f, path);
+    freadCheck(&d->loss, sizeof(float), 1, f, path);
+    freadCheck(d->grads, sizeof(float), num_params, f, path);
+    freadCheck(d->losses, sizeof(float), d->nsteps, f, path);
+    freadCheck(d->norms, sizeof(float), d->nsteps, f, path);
+    freadCheck(d->params_after, sizeof(float), num_params, f, path);
+    char extra;
+    if (fread(&extra, 1, 1, f) != 0) llmc_die("debug state '%s' is longer than its header says", path);
+    fclose(f);
+}
+
+static float max_abs(const float *a, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL.bin DEBUG_STATE.bin [recompute]\n", argv[0]);
+        return 2;
+    }
+    int recompute = argc > 3 ? atoi(argv[3]) : 0;
+    GPT2 model;
+    gpt2_build_from_checkpoint(&model, argv[1]);
+    DebugState d;
+    read_debug_state(argv[2], &d, model.num_parameters);
+    const ModelConfig *cfg = &model.cfg;
+    test_report(d.V == cfg->vocab_size && d.Vp == cfg->padded_vocab_size && d.L == cfg->num_layers &&
+                    d.C == cfg->channels && d.NH == cfg->num_heads,
+                "debug state matches the checkpoint's config", "V %d/%d Vp %d/%d L %d/%d C %d/%d", d.V,
+                cfg->vocab_size, d.Vp, cfg->padded_vocab_size, d.L, cfg->num_layers, d.C, cfg->channels);
+    printf("config: L %d NH %d C %d V %d Vp %d, batch B %d T %d, %d steps, recompute %d\n", d.L, d.NH, d.C, d.V, d.Vp,
+           d.B, d.T, d.nsteps, recompute);
+    const int B = d.B, T = d.T, V = d.V, Vp = d.Vp;
+    gpt2_allocate(&model, B, T, recompute, 1);
+
+    /* forward: logits before the classifier overwrites them, then the loss */
+    gpt2_forward(&model, d.x, NULL, B, T, 0.0f);
+    float *logits = (float *)mallocCheck((size_t)B * T * V * sizeof(float), "logits copy");
+    for (int i = 0; i < B * T; i++) memcpy(logits + (size_t)i * V, model.acts.logits + (size_t)i * Vp, V * sizeof(float));
+    test_close("forward logits", logits, d.logits, (size_t)B * T * V, 1e-4, 1e-4);
+    gpt2_zero_grad(&model);
+    float loss = gpt2_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
+    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
+    gpt2_backward(&model, d.x, B, T);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *s = &model.param_specs[i];
+        char name[64];
+        snprintf(name, sizeof name, "gradient %s %s", s->name, s->shape);
+        const float *ref = d.grads + s->offset;
+        test_close(name, model.grads_memory + s->offset, ref, s->numel, 1e-3 * max_abs(ref, s->numel), 1e-3);
+    }
+
+    /* the N-step trajectory on the same batch, with the reference's AdamW settings */
+    gpt2_build_from_checkpoint(&model, argv[1]);
+    gpt2_allocate(&model, B, T, recompute, 1);
+    int traj_ok = 1;
+    for (int step = 0; step < d.nsteps; step++) {
+        gpt2_zero_grad(&model);
+        float l = gpt2_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
+        gpt2_backward(&model, d.x, B, T);
+        float norm = gpt2_grad_norm(&model);
+        float scale = d.grad_clip > 0 && norm > d.grad_clip ? d.grad_clip / norm : 1.0f;
+        gpt2_update(&model, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
+        int ok = fabsf(l - d.losses[step]) <= 1e-4f * fabsf(d.losses[step]) &&
+                 fabsf(norm - d.norms[step]) <= 1e-3f * fabsf(d.norms[step]);
+        printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d.losses[step], norm,
+               d.norms[step], ok ? "" : "  <-- out of tolerance");
+        traj_ok &= ok;
+    }
+    test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
+    test_close("parameters after the trajectory", model.params_memory, d.params_after, model.num_parameters, 1e-5, 1e-4);
+    gpt2_free(&model);
+    free(logits);
+    return test_exit_code();
+}
