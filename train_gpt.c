@@ -5,6 +5,7 @@
  * llmc/ and shared with the CUDA trainer.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmc/check.h"
@@ -80,8 +81,18 @@ int main(int argc, char **argv) {
     build_model(&model, init, tc.seed);
     gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
 
-    char name[128];
-    snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", llmc_sgemm_backend(), threads, threads == 1 ? "" : "s");
+    char name[256], blas[96];
+    snprintf(blas, sizeof blas, "%s", llmc_sgemm_backend());
+#if LLMC_USE_OPENBLAS
+    /* Which kernels OpenBLAS chose matters up to 2x: say it, and say when the CPU could do more. */
+    const char *core = openblas_get_corename();
+    snprintf(blas, sizeof blas, "OpenBLAS %s kernels", core);
+    if (__builtin_cpu_supports("avx512f") && strcmp(core, "Haswell") == 0)
+        printf("note: this CPU has AVX-512 but OpenBLAS runs its Haswell (AVX2) kernels%s; "
+               "unsetting OPENBLAS_CORETYPE or setting it to SkylakeX can double matmul speed\n",
+               getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE is set" : "");
+#endif
+    snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
     TrainBackend be = {0};
     be.name = name;
     be.model = &model;
