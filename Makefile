@@ -69,7 +69,7 @@ obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 CORE_OBJS := $(call obj,$(CORE_SRCS))
 CPU_OBJS  := $(call obj,$(CPU_SRCS))
 
-.PHONY: all features test clean FORCE $(PHONY)
+.PHONY: all features test clean demo bench FORCE $(PHONY)
 all: features $(BINS)
 
 features:
@@ -109,6 +109,17 @@ test:
 	@scripts/deps.sh --test
 	@$(MAKE) --no-print-directory features $(BINS) $(TEST_BINS)
 	@test/run_tests.sh $(FILTER)
+
+# The main job: tiny Shakespeare, a 4-layer 256-channel GPT-2 from scratch on this CPU, samples.
+DEMO_FLAGS := -e d4 -b 16 -t 64 -x 400 -l 2e-3 -u 20 -q 0.1 -c 0.1 -v 50 -m 16 -s 200 -g 96 -o out/demo
+demo:
+	@scripts/deps.sh build
+	@$(MAKE) --no-print-directory features train_gpt_cpu data
+	./train_gpt_cpu $(DEMO_FLAGS)
+
+bench: train_gpt_cpu
+	@scripts/deps.sh test
+	scripts/bench_cpu.sh
 
 clean:
 	rm -rf $(BUILD) $(BINS)

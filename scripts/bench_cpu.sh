@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# make bench: CPU training speed of GPT-2 124M (-e d12) at B=4, T=64 — ./train_gpt_cpu against
+# the project's PyTorch reference (dev/reference/train_gpt2.py) on the same config in the same
+# run. Prints ms/step, tokens/s, GFLOP/s, the fraction of this CPU's measured fp32 peak, peak
+# RSS, and the ratio. Runs twice: with the environment as it is, and with OPENBLAS_CORETYPE and
+# OPENBLAS_L2_SIZE unset (OpenBLAS picks kernels for this CPU itself) — both peers get the same.
+# Env: BENCH_STEPS (timed steps, default 6), BENCH_MODES ("as-is autodetect").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${BENCH_STEPS:-6}
+modes=${BENCH_MODES:-as-is autodetect}
+out=build/bench
+mkdir -p "$out"
+py=/usr/bin/python3
+
+# random tokens: timing does not depend on the text
+$py - "$out/tokens.bin" <<'PY'
+import random, struct, sys
+rng = random.Random(0)
+n = 4 * 64 * 64 + 1
+toks = [rng.randrange(50257) for _ in range(n)]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+    f.write(struct.pack(f"<{n}H", *toks))
+PY
+gcc -O2 -march=native -fopenmp dev/bench/cpu_peak.c -o "$out/cpu_peak"
+
+# flops per step, the same formula the trainer prints (6 per matmul parameter + attention)
+flops=$($py -c "
+L, C, T, Vp, B = 12, 768, 64, 50304, 4
+params = L * (3*C*C + C*C + 2*4*C*C) + Vp*C
+print((6*params + 3*L*4*T*C) * B * T)")
+
+peak_rss() { awk '/Maximum resident set size/ {printf "%.0f", $NF / 1024}' "$1"; }
+
+run_mode() {
+    local mode=$1
+    local -a env_cmd=(env)
+    [ "$mode" = autodetect ] && env_cmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+    local peak ours_ms torch_ms
+    peak=$("${env_cmd[@]}" "$out/cpu_peak" | sed -n 's/.*gflops=\([0-9.]*\).*/\1/p')
+    rm -rf "$out/ours"
+    "${env_cmd[@]}" /usr/bin/time -v ./train_gpt_cpu -i "$out/tokens.bin" -j "$out/tokens.bin" -e d12 -b 4 -t 64 \
+        -x $((steps + 1)) -v 0 -s 0 -o "$out/ours" > "$out/ours.txt" 2> "$out/ours.time"
+    # the first step pays for page faults of fresh buffers: time the rest
+    ours_ms=$($py -c "
+import json, statistics
+ms = [json.loads(l)['step_ms'] for l in open('$out/ours/log.jsonl') if 'train_loss' in l][1:]
+print(statistics.median(ms))")
+    local core
+    core=$(sed -n 's/^backend: CPU fp32, OpenBLAS \([A-Za-z0-9]*\) kernels.*/\1/p' "$out/ours.txt")
+    "${env_cmd[@]}" /usr/bin/time -v $py dev/reference/train_gpt2.py --bench-steps "$steps" --batch-size 4 --seq-len 64 \
+        > "$out/torch.txt" 2> "$out/torch.time"
+    torch_ms=$(sed -n 's/^BENCH pytorch ms_per_step=\([0-9.]*\).*/\1/p' "$out/torch.txt")
+    $py - "$mode" "$core" "$peak" "$flops" "$ours_ms" "$(peak_rss "$out/ours.time")" "$torch_ms" \
+        "$(peak_rss "$out/torch.time")" <<'PY'
+import sys
+mode, core, peak, flops, ours, ours_rss, torch, torch_rss = sys.argv[1:]
+peak, flops, ours, torch = float(peak), float(flops), float(ours), float(torch)
+print(f"\n### OpenBLAS environment: {mode} (our trainer ran OpenBLAS '{core}' kernels); CPU fp32 peak measured: {peak:.0f} GFLOP/s\n")
+print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
+print("|---|---|---|---|---|---|")
+for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):
+    g = flops / (ms * 1e6)
+    print(f"| {name} | {ms:.0f} | {256 / (ms / 1e3):.0f} | {g:.1f} | {100 * g / peak:.0f}% | {rss} |")
+print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference (target: at most 1500 ms/step)")
+PY
+}
+
+echo "## make bench: GPT-2 124M (d12), B=4, T=64, fp32, $(nproc) cores, median of $steps steps ($(date -u +%F))"
+for m in $modes; do run_mode "$m"; done
