@@ -19,8 +19,13 @@ int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
     cfg->vocab_size = 50257;
     cfg->padded_vocab_size = 50304;
     cfg->num_layers = (int)depth;
+    /* GPT-2's published shapes; any other depth keeps d12's aspect: 64 channels and one
+     * 64-wide head per layer */
+    static const int known[][3] = {{12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
     cfg->channels = (int)depth * 64;
     cfg->num_heads = (int)depth;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i][0] == depth) cfg->channels = known[i][1], cfg->num_heads = known[i][2];
     cfg->num_kv_heads = cfg->num_heads;
     cfg->ffn_hidden = 4 * cfg->channels;
     return 0;

@@ -35,8 +35,8 @@ typedef struct {
     int ffn_hidden;        /* F; 4*C for GPT-2 */
 } ModelConfig;
 
-/* Fills cfg for a GPT-2 of depth L from a descriptor "dN" or "gpt2:dN" (C = 64*N,
- * NH = C/64 as llm.c does; d12/d24/d36/d48 are GPT-2 124M/350M/774M/1558M).
+/* Fills cfg for a GPT-2 of depth L from a descriptor "dN" or "gpt2:dN": d12/d24/d36/d48 are
+ * GPT-2 124M/350M/774M/1558M (C 768/1024/1280/1600); any other N gets C = 64*N, NH = N.
  * Returns 0, or -1 if the string is not a descriptor. */
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc);
 /* Checks divisibility and ranges; returns NULL or a message describing the problem. */

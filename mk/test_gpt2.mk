@@ -2,3 +2,8 @@
 TEST_BINS += $(BUILD)/test/test_gpt2_cpu
 $(BUILD)/test/test_gpt2_cpu: $(call obj,test/test_gpt2_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# test_core: descriptors, tensor tables, schedules, log float formatting, bf16, sampler.
+TEST_BINS += $(BUILD)/test/test_core
+$(BUILD)/test/test_core: $(call obj,test/test_core.c) $(BUILD)/libllmc.a
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@

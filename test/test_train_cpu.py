@@ -152,6 +152,16 @@ def main():
         leftovers = [f for f in os.listdir(part) if ".tmp." in f]
         report(not leftovers, "no temporary files left in the output directory", f"{leftovers}")
 
+    # --- checkpoint retention: -nk keeps the newest N, -nm spares multiples of M ----------------------
+    keep = os.path.join(tmp, "keep")
+    p = run(base + ["-x", "7", "-n", "1", "-nk", "2", "-nm", "3", "-v", "0", "-o", keep])
+    if p.returncode == 0:
+        done = sorted(int(f[5:]) for f in os.listdir(keep) if f.startswith("DONE_"))
+        models = sorted(int(f[6:14]) for f in os.listdir(keep) if f.startswith("model_"))
+        report(done == [3, 6, 7] and models == [3, 6, 7], "-n 1 -nk 2 -nm 3 keeps steps 3, 6, 7", f"DONE {done}, models {models}")
+    else:
+        report(False, "checkpoint retention run", p.stderr[-300:])
+
     # --- llm.c model files: v3 fp32 and v5 bf16 round trips -----------------------------------------
     ckpt = os.path.join(full, "model_00000004.bin")
     if os.path.exists(ckpt):

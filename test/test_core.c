@@ -1,0 +1,116 @@
+/*
+ * test_core.c - the shared core's small pieces: GPT-2 descriptors and the parameter table,
+ * learning-rate schedules, round-trip float formatting for the log, bf16 rounding, the sampler.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/checkpoint.h"
+#include "llmc/logger.h"
+#include "llmc/model.h"
+#include "llmc/rng.h"
+#include "llmc/sampler.h"
+#include "llmc/schedule.h"
+#include "test/testing.h"
+
+static void test_descriptors(void) {
+    ModelConfig cfg = {0};
+    /* GPT-2 124M including the padded vocabulary rows: the figure llm.c documents */
+    int parsed = model_config_from_descriptor(&cfg, "d12") == 0;
+    size_t n12 = parsed ? gpt2_parameter_specs(&cfg, NULL) : 0;
+    test_report(n12 == 124475904, "d12 has GPT-2 124M's 124,475,904 parameters", "got %zu", n12);
+    parsed = model_config_from_descriptor(&cfg, "gpt2:d24") == 0;
+    test_report(parsed && cfg.channels == 1024 && cfg.num_heads == 16 && cfg.num_layers == 24,
+                "gpt2:d24 is the 350M shape (C 1024, NH 16)", "C %d NH %d", cfg.channels, cfg.num_heads);
+    const char *bad[] = {"d0", "d", "12", "dx", "d12x", "gpt2:", "e12"};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) ok &= model_config_from_descriptor(&cfg, bad[i]) != 0;
+    test_report(ok, "malformed descriptors are rejected", "one of d0, d, 12, dx, d12x, gpt2:, e12 was accepted");
+    model_config_from_descriptor(&cfg, "d2");
+    TensorSpec specs[NUM_PARAMETER_TENSORS];
+    size_t total = gpt2_parameter_specs(&cfg, specs);
+    int order = strcmp(specs[0].name, "wte") == 0 && strcmp(specs[4].name, "qkvw") == 0 &&
+                strcmp(specs[15].name, "lnfb") == 0 && specs[15].offset + specs[15].numel == total;
+    int decay = specs[0].decay && specs[1].decay && !specs[2].decay && specs[4].decay && !specs[5].decay;
+    test_report(order && decay, "parameter table: llm.c order, contiguous offsets, decay only on weights",
+                "order %d decay %d", order, decay);
+    TensorSpec a0[NUM_ACTIVATION_TENSORS], a2[NUM_ACTIVATION_TENSORS];
+    size_t n0 = gpt2_activation_specs(&cfg, 4, 32, 0, a0), n2 = gpt2_activation_specs(&cfg, 4, 32, 2, a2);
+    /* recompute 2 keeps one layer of ln1, ln2 and fch_gelu instead of L */
+    size_t saved = (size_t)(cfg.num_layers - 1) * 4 * 32 * (2 * cfg.channels + cfg.ffn_hidden);
+    test_report(n0 - n2 == saved, "recompute 2 saves (L-1) layers of ln1, ln2, fch_gelu", "%zu vs %zu", n0 - n2, saved);
+}
+
+static void test_schedules(void) {
+    const float peak = 1e-3f, frac = 0.1f;
+    const int total = 100, warm = 10;
+    int ok = 1;
+    for (int kind = 0; kind < 4; kind++) {
+        for (int s = 0; s < warm; s++) ok &= fabsf(lr_at(kind, s, total, warm, peak, frac) - peak * (s + 1) / warm) < 1e-9f;
+    }
+    test_report(ok, "every schedule warms up linearly to the peak", "");
+    test_report(fabsf(lr_at(LR_COSINE, warm, total, warm, peak, frac) - peak) < 1e-9f &&
+                    fabsf(lr_at(LR_COSINE, total - 1, total, warm, peak, frac) - peak * frac) < 1e-9f,
+                "cosine goes from the peak to peak*final_frac", "");
+    test_report(fabsf(lr_at(LR_LINEAR, total - 1, total, warm, peak, frac) - peak * frac) < 1e-9f &&
+                    fabsf(lr_at(LR_LINEAR, 55, total, warm, peak, frac) - (peak - (peak - peak * frac) * 45.0f / 89.0f)) < 1e-9f,
+                "linear decays linearly to peak*final_frac", "");
+    test_report(lr_at(LR_CONSTANT, 99, total, warm, peak, frac) == peak, "constant stays at the peak", "");
+    test_report(lr_at(LR_WSD, 79, total, warm, peak, frac) == peak && lr_at(LR_WSD, 80, total, warm, peak, frac) == peak &&
+                    fabsf(lr_at(LR_WSD, 99, total, warm, peak, frac) - peak * frac) < 1e-9f &&
+                    lr_at(LR_WSD, 90, total, warm, peak, frac) < peak,
+                "wsd is flat until the last 20%, then decays to peak*final_frac", "");
+    int mono = 1;
+    for (int s = warm + 1; s < total; s++) mono &= lr_at(LR_COSINE, s, total, warm, peak, frac) <= lr_at(LR_COSINE, s - 1, total, warm, peak, frac);
+    test_report(mono, "cosine decreases monotonically after warmup", "");
+    test_report(lr_schedule_parse("wsd") == LR_WSD && lr_schedule_parse("cos") < 0, "schedule names parse strictly", "");
+}
+
+static void test_float_format(void) {
+    Rng rng;
+    rng_seed(&rng, 99);
+    printf("seed 99\n");
+    int ok = 1;
+    char buf[32];
+    for (int i = 0; i < 200000 && ok; i++) {
+        uint32_t bits = rng_u32(&rng);
+        float x;
+        memcpy(&x, &bits, 4);
+        if (!isfinite(x)) continue;
+        format_float_roundtrip(buf, x);
+        ok &= strtof(buf, NULL) == x;
+        if (!ok) printf("  %a printed as %s\n", (double)x, buf);
+    }
+    format_float_roundtrip(buf, 0.1f);
+    test_report(ok && strcmp(buf, "0.1") == 0, "log floats read back exactly and stay short", "0.1f -> %s", buf);
+}
+
+static void test_bf16(void) {
+    /* 1 + 2^-8 is halfway between bf16 neighbours 1 and 1 + 2^-7: ties go to even (1) */
+    int ok = float_to_bf16(1.0f + 1.0f / 256) == 0x3F80 && float_to_bf16(1.0f + 3.0f / 256) == 0x3F82 &&
+             float_to_bf16(-2.0f) == 0xC000 && bf16_to_float(0x3F80) == 1.0f && float_to_bf16(INFINITY) == 0x7F80;
+    uint16_t n = float_to_bf16(NAN);
+    ok &= (n & 0x7F80) == 0x7F80 && (n & 0x7F) != 0;
+    test_report(ok, "bf16 rounds to nearest even, keeps infinities and NaN", "");
+}
+
+static void test_sampler(void) {
+    float logits[5] = {0.0f, 0.0f, 100.0f, 0.0f, 1000.0f}; /* index 4 is "padding" beyond V = 4 */
+    test_report(sample_softmax(logits, 4, 0.5f) == 2 && sample_softmax(logits, 4, 0.999f) == 2,
+                "sampler picks the dominant token and never one beyond V", "");
+    float flat[4] = {1, 1, 1, 1};
+    test_report(sample_softmax(flat, 4, 0.1f) == 0 && sample_softmax(flat, 4, 0.3f) == 1 && sample_softmax(flat, 4, 0.99f) == 3,
+                "sampler inverts the CDF", "");
+}
+
+int main(void) {
+    test_descriptors();
+    test_schedules();
+    test_float_format();
+    test_bf16();
+    test_sampler();
+    return test_exit_code();
+}
