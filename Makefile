@@ -50,6 +50,12 @@ else
   CFLAGS += -DLLMC_USE_OPENBLAS=0
 endif
 CFLAGS  += -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
+# glibc's vector math library (vector tanhf for GELU), when this CPU and libc have it
+HAVE_LIBMVEC  := $(call try_cc,$(H)include <immintrin.h>\n__m256 _ZGVdN8v_tanhf(__m256);\nint main(void){return (int)_mm256_cvtss_f32(_ZGVdN8v_tanhf(_mm256_set1_ps(0.5f)));},$(ARCH) -lmvec)
+CFLAGS  += -DLLMC_HAVE_LIBMVEC=$(if $(HAVE_LIBMVEC),1,0)
+ifeq ($(HAVE_LIBMVEC),1)
+  LDLIBS += -lmvec
+endif
 
 # ---- sources ---------------------------------------------------------------------------
 # CORE_SRCS: the shared llmc/ core (both trainers, tools and tests link it).
@@ -77,6 +83,7 @@ features:
 	@echo "  $(if $(HAVE_OPENMP),✓,✗) OpenMP   $(if $(HAVE_OPENMP),,(apt-get install libgomp1; CPU ops run single-threaded))"
 	@echo "  $(if $(HAVE_OPENBLAS),✓,✗) OpenBLAS $(if $(HAVE_OPENBLAS),$(if $(OPENBLAS_OMP_DIR),(OpenMP build),(pthread build: apt-get install libopenblas-openmp-dev is faster)),(apt-get install libopenblas-openmp-dev; using the built-in blocked matmul))"
 	@echo "  $(if $(HAVE_NATIVE),✓,✗) -march=native"
+	@echo "  $(if $(HAVE_LIBMVEC),✓,✗) libmvec  $(if $(HAVE_LIBMVEC),(vector tanhf for GELU),(scalar tanhf))"
 	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
 	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),,(apt-get install libopenmpi-dev openmpi-bin; for multi-process runs))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt not built))"
