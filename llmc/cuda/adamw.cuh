@@ -1,0 +1,132 @@
+/*
+ * adamw.cuh - the fused AdamW update and the global gradient norm (CUDA twin of
+ * llmc/cpu/adamw.h).
+ *
+ * adamw_update, step t >= 1, c1 = 1 - beta1^t, c2 = 1 - beta2^t (computed on the host with the
+ * CPU's powf):
+ *   g = grads * grad_scale          (grad_scale: the clip factor, times 1/loss-scale in fp16)
+ *   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2            (fp32 moments)
+ *   w -= lr * (m / c1 / (sqrt(v / c2) + eps) + weight_decay * w)
+ * w is the fp32 master copy when `master` != NULL (then params = round(master)), else params
+ * read as fp32. Writing a bf16/fp16 param rounds stochastically (unbiased: the expected stored
+ * value is the fp32 value), with random bits from a hash of (seed, index): reproducible.
+ * Shapes: params, grads (n) in T; master, m, v (n) fp32.
+ *
+ * global_norm_squared: sum of grads^2 into out[0] (fp32, device). Each of up to NORM_BLOCKS
+ * blocks (a count fixed by n) reduces a fixed grid-stride subset, then one thread adds the partials in order in double:
+ * deterministic. An inf or NaN anywhere makes the result non-finite (the fp16 overflow check).
+ * scratch: NORM_BLOCKS floats.
+ */
+#ifndef LLMC_CUDA_ADAMW_CUH
+#define LLMC_CUDA_ADAMW_CUH
+
+#include <math.h>
+
+#include "common.cuh"
+
+enum { NORM_BLOCKS = 512 };
+
+__host__ __device__ inline uint32_t llmc_hash32(uint64_t seed, uint64_t idx) {
+    uint64_t z = seed ^ (idx * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    return (uint32_t)(z >> 32);
+}
+
+/* Round x to T choosing between the two neighbours with probability proportional to proximity. */
+template <class T> __device__ inline T stochastic_round(float x, uint32_t r);
+template <> __device__ inline float stochastic_round<float>(float x, uint32_t r) {
+    (void)r;
+    return x;
+}
+template <> __device__ inline __nv_bfloat16 stochastic_round<__nv_bfloat16>(float x, uint32_t r) {
+    if (!isfinite(x)) return __float2bfloat16(x);
+    /* adding uniform noise below the kept 16 bits, then truncating, rounds up with probability
+     * equal to the dropped fraction */
+    uint32_t bits = __float_as_uint(x) + (r >> 16);
+    __nv_bfloat16_raw raw;
+    raw.x = (unsigned short)(bits >> 16);
+    return __nv_bfloat16(raw);
+}
+template <> __device__ inline __half stochastic_round<__half>(float x, uint32_t r) {
+    __half h = __float2half(x); /* nearest */
+    float f = __half2float(h);
+    if (f == x || !isfinite(x) || !isfinite(f)) return h;
+    __half_raw raw = h;
+    unsigned short bits = raw.x == 0x8000 ? 0 : raw.x; /* -0 and +0 share a neighbourhood */
+    bool pos = (bits & 0x8000) == 0;
+    unsigned short other;
+    if (f < x) other = bits == 0 ? 0x0001 : pos ? bits + 1 : bits - 1;    /* next representable up */
+    else other = bits == 0 ? 0x8001 : pos ? bits - 1 : bits + 1;           /* next representable down */
+    __half_raw o;
+    o.x = other;
+    float fo = __half2float(__half(o));
+    if (!isfinite(fo)) return h;
+    float p = (x - f) / (fo - f); /* in (0, 0.5]: distance to the nearest over the gap */
+    return (float)(r >> 8) * (1.0f / 16777216.0f) < p ? __half(o) : h;
+}
+
+template <class T>
+static __global__ void adamw_update_kernel(T *params, float *master, const T *grads, float *m, float *v, size_t n,
+                                           float lr, float beta1, float beta2, float c1, float c2, float eps,
+                                           float weight_decay, float grad_scale, uint64_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = to_float(grads[i]) * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    float w = master ? master[i] : to_float(params[i]);
+    float mhat = mi / c1, vhat = vi / c2;
+    w -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w);
+    if (master) master[i] = w;
+    params[i] = stochastic_round<T>(w, llmc_hash32(seed, i));
+}
+
+template <class T>
+void adamw_update(T *params, float *master, const T *grads, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int t, float grad_scale, uint64_t seed,
+                  cudaStream_t stream) {
+    llmcCheck(n > 0 && t >= 1, "adamw_update: need n > 0 and step t >= 1");
+    const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    const int block = 256;
+    adamw_update_kernel<<<ceil_div((long long)n, block), block, 0, stream>>>(params, master, grads, m, v, n, lr, beta1,
+                                                                            beta2, c1, c2, eps, weight_decay,
+                                                                            grad_scale, seed);
+    kernelCheck();
+}
+
+template <class T>
+static __global__ void norm_squared_partial_kernel(float *partial, const T *x, size_t n) {
+    __shared__ float red[32];
+    float s = 0.0f;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        float g = to_float(x[i]);
+        s += g * g;
+    }
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+static __global__ void norm_squared_finish_kernel(float *out, const float *partial, int count) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double s = 0.0;
+    for (int k = 0; k < count; k++) s += partial[k];
+    out[0] = (float)s;
+}
+
+template <class T>
+void global_norm_squared(float *out, const T *grads, size_t n, float *scratch, cudaStream_t stream) {
+    llmcCheck(n > 0, "global_norm_squared: n must be positive");
+    /* the block count depends on n only (at least 4096 elements per block): deterministic */
+    const size_t max_blocks = NORM_BLOCKS;
+    const int blocks = (int)(n / 4096 + 1 < max_blocks ? n / 4096 + 1 : max_blocks);
+    norm_squared_partial_kernel<<<blocks, 256, 0, stream>>>(scratch, grads, n);
+    kernelCheck();
+    norm_squared_finish_kernel<<<1, 32, 0, stream>>>(out, scratch, blocks);
+    kernelCheck();
+}
+
+#endif

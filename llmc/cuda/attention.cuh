@@ -1,0 +1,290 @@
+/*
+ * attention.cuh - causal multi-head self-attention as our own flash attention (CUDA twin of
+ * llmc/cpu/attention.h). No (T, T) matrix ever exists in memory: the forward keeps a running
+ * max and sum per query row (online softmax) and saves only the row's logsumexp; the backward
+ * recomputes the probabilities from it.
+ *
+ * inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS).
+ * forward:  s[t,u] = q_t . k_u / sqrt(HS) for u <= t;  p[t,u] = softmax_u(s[t, 0..t])
+ *           out[b,t,h*HS + i] = sum_u p[t,u] v_u[i];   lse[b,h,t] = log(sum_u exp(s[t,u]))
+ * backward (overwrites dinp; every element of dinp is written):
+ *           D_t = dout_t . out_t  (= sum_u p[t,u] (dout_t . v_u))
+ *           p[t,u] = exp(s[t,u] - lse_t);  dp[t,u] = dout_t . v_u;  ds = p (dp - D_t)
+ *           dv_u = sum_t p[t,u] dout_t;  dk_u = sum_t ds[t,u] q_t / sqrt(HS);
+ *           dq_t = sum_u ds[t,u] k_u / sqrt(HS)
+ * Shapes: out, dout (B, T, C); lse (B, NH, T) fp32; inp, dinp (B, T, 3C); scratch (B, NH, T) fp32.
+ *
+ * Kernels: CUDA-core fp32 math, one thread per row. The forward and the dq kernel give each
+ * thread one query row and stream key/value tiles through shared memory; the dk/dv kernel gives
+ * each thread one key row and streams query tiles. Every output element is written by exactly
+ * one thread that sums in a fixed order: no atomics, bit-reproducible. Rows the causal mask
+ * cuts off are skipped. Head sizes 16, 32, 64 and 128 are compiled (GPT-2: 64).
+ * Differences from the CPU: the online softmax rescales the running sum instead of two passes,
+ * so results agree to rounding, not bit for bit.
+ */
+#ifndef LLMC_CUDA_ATTENTION_CUH
+#define LLMC_CUDA_ATTENTION_CUH
+
+#include <math.h>
+
+#include "common.cuh"
+
+/* Rows per block (one per thread) and rows per streamed tile, so the static shared memory
+ * stays under 48 KiB for every compiled head size. */
+template <int HS> struct AttentionTiles {
+    static constexpr int rows = 4096 / HS < 64 ? 4096 / HS : 64;   /* threads per block */
+    static constexpr int fwd_tile = 4096 / HS < 64 ? 4096 / HS : 64; /* keys per forward tile */
+    static constexpr int bwd_tile = 1024 / HS < 32 ? 1024 / HS : 32; /* rows per backward tile */
+};
+
+template <int N> __device__ inline float dot_n(const float *a, const float *b) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < N; i++) s += a[i] * b[i];
+    return s;
+}
+
+template <class T, int HS>
+static __global__ void attention_forward_flash_kernel(T *out, float *lse, const T *inp, int T_, int NH) {
+    constexpr int BR = AttentionTiles<HS>::rows, BC = AttentionTiles<HS>::fwd_tile, CH = 8;
+    __shared__ float ks[BC][HS], vs[BC][HS];
+    const int C = NH * HS, C3 = 3 * C;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
+    const bool active = t < T_;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+    float q[HS], o[HS];
+#pragma unroll
+    for (int i = 0; i < HS; i++) {
+        q[i] = active ? to_float(base[(size_t)t * C3 + h * HS + i]) : 0.0f;
+        o[i] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    const int kv_end = min(q0 + BR, T_);
+    for (int k0 = 0; k0 < kv_end; k0 += BC) {
+        __syncthreads(); /* the previous tile is no longer read */
+        for (int idx = threadIdx.x; idx < BC * HS; idx += BR) {
+            int j = idx / HS, i = idx % HS, u = k0 + j;
+            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
+            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+        }
+        __syncthreads();
+        if (!active) continue;
+        const int jmax = min(BC, t - k0 + 1); /* keys u <= t in this tile */
+        for (int j = 0; j < jmax; j += CH) {
+            float s[CH], cm = m;
+#pragma unroll
+            for (int jj = 0; jj < CH; jj++) {
+                s[jj] = j + jj < jmax ? dot_n<HS>(q, ks[j + jj]) * scale : -INFINITY;
+                cm = fmaxf(cm, s[jj]);
+            }
+            float corr = expf(m - cm); /* 0 on the first chunk (m = -inf), where l = o = 0 */
+            l *= corr;
+#pragma unroll
+            for (int i = 0; i < HS; i++) o[i] *= corr;
+            m = cm;
+#pragma unroll
+            for (int jj = 0; jj < CH; jj++) {
+                if (j + jj >= jmax) break;
+                float p = expf(s[jj] - m);
+                l += p;
+#pragma unroll
+                for (int i = 0; i < HS; i++) o[i] += p * vs[j + jj][i];
+            }
+        }
+    }
+    if (!active) return;
+    const float inv = 1.0f / l;
+    T *dst = out + ((size_t)b * T_ + t) * C + h * HS;
+#pragma unroll
+    for (int i = 0; i < HS; i++) dst[i] = from_float<T>(o[i] * inv);
+    lse[(size_t)bh * T_ + t] = m + logf(l);
+}
+
+/* D[b,h,t] = dout_t . out_t over the head's HS channels. One thread per (b, h, t). */
+template <class T>
+static __global__ void attention_backward_rowdot_kernel(float *D, const T *dout, const T *out, int B, int T_, int NH,
+                                                        int HS) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)B * NH * T_) return;
+    int t = (int)(idx % T_), bh = (int)(idx / T_), b = bh / NH, h = bh % NH;
+    size_t at = ((size_t)b * T_ + t) * NH * HS + (size_t)h * HS;
+    float s = 0.0f;
+    for (int i = 0; i < HS; i++) s += to_float(dout[at + i]) * to_float(out[at + i]);
+    D[idx] = s;
+}
+
+/* dk, dv for one key row per thread; query tiles stream through shared memory. */
+template <class T, int HS>
+static __global__ void attention_backward_dkdv_kernel(T *dinp, const T *dout, const T *inp, const float *lse,
+                                                      const float *D, int T_, int NH) {
+    constexpr int BR = AttentionTiles<HS>::rows, BQ = AttentionTiles<HS>::bwd_tile;
+    __shared__ float kt[HS][BR], vt[HS][BR]; /* own rows, transposed: thread x reads column x */
+    __shared__ float qs[BQ][HS], dos[BQ][HS], lses[BQ], ds_[BQ];
+    const int C = NH * HS, C3 = 3 * C;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.x * BR, u = k0 + threadIdx.x;
+    const bool active = u < T_;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+    const T *dbase = dout + (size_t)b * T_ * C;
+    for (int i = 0; i < HS; i++) {
+        kt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
+        vt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+    }
+    float dk[HS], dv[HS];
+#pragma unroll
+    for (int i = 0; i < HS; i++) dk[i] = dv[i] = 0.0f;
+    for (int t0 = k0; t0 < T_; t0 += BQ) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < BQ * HS; idx += BR) {
+            int j = idx / HS, i = idx % HS, t = t0 + j;
+            qs[j][i] = t < T_ ? to_float(base[(size_t)t * C3 + h * HS + i]) : 0.0f;
+            dos[j][i] = t < T_ ? to_float(dbase[(size_t)t * C + h * HS + i]) : 0.0f;
+        }
+        for (int j = threadIdx.x; j < BQ; j += BR) {
+            int t = t0 + j;
+            lses[j] = t < T_ ? lse[(size_t)bh * T_ + t] : 0.0f;
+            ds_[j] = t < T_ ? D[(size_t)bh * T_ + t] : 0.0f;
+        }
+        __syncthreads();
+        if (!active) continue;
+        for (int j = 0; j < BQ; j++) {
+            int t = t0 + j;
+            if (t >= T_) break;
+            if (t < u) continue; /* causal: only queries at or after this key */
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HS; i++) {
+                s += qs[j][i] * kt[i][threadIdx.x];
+                dp += dos[j][i] * vt[i][threadIdx.x];
+            }
+            float p = expf(s * scale - lses[j]);
+            float ds = p * (dp - ds_[j]) * scale;
+#pragma unroll
+            for (int i = 0; i < HS; i++) {
+                dv[i] += p * dos[j][i];
+                dk[i] += ds * qs[j][i];
+            }
+        }
+    }
+    if (!active) return;
+    T *row = dinp + ((size_t)b * T_ + u) * C3 + h * HS;
+#pragma unroll
+    for (int i = 0; i < HS; i++) {
+        row[C + i] = from_float<T>(dk[i]);
+        row[2 * C + i] = from_float<T>(dv[i]);
+    }
+}
+
+/* dq for one query row per thread; key/value tiles stream through shared memory. */
+template <class T, int HS>
+static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, const T *inp, const float *lse,
+                                                    const float *D, int T_, int NH) {
+    constexpr int BR = AttentionTiles<HS>::rows, BK = AttentionTiles<HS>::bwd_tile;
+    __shared__ float qt[HS][BR], dot_[HS][BR];
+    __shared__ float ks[BK][HS], vs[BK][HS];
+    const int C = NH * HS, C3 = 3 * C;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
+    const bool active = t < T_;
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+    for (int i = 0; i < HS; i++) {
+        qt[i][threadIdx.x] = active ? to_float(base[(size_t)t * C3 + h * HS + i]) : 0.0f;
+        dot_[i][threadIdx.x] = active ? to_float(dout[((size_t)b * T_ + t) * C + h * HS + i]) : 0.0f;
+    }
+    const float lse_t = active ? lse[(size_t)bh * T_ + t] : 0.0f, D_t = active ? D[(size_t)bh * T_ + t] : 0.0f;
+    float dq[HS];
+#pragma unroll
+    for (int i = 0; i < HS; i++) dq[i] = 0.0f;
+    const int kv_end = min(q0 + BR, T_);
+    for (int k0 = 0; k0 < kv_end; k0 += BK) {
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < BK * HS; idx += BR) {
+            int j = idx / HS, i = idx % HS, u = k0 + j;
+            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
+            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+        }
+        __syncthreads();
+        if (!active) continue;
+        const int jmax = min(BK, t - k0 + 1);
+        for (int j = 0; j < jmax; j++) {
+            float s = 0.0f, dp = 0.0f;
+#pragma unroll
+            for (int i = 0; i < HS; i++) {
+                s += qt[i][threadIdx.x] * ks[j][i];
+                dp += dot_[i][threadIdx.x] * vs[j][i];
+            }
+            float p = expf(s * scale - lse_t);
+            float ds = p * (dp - D_t) * scale;
+#pragma unroll
+            for (int i = 0; i < HS; i++) dq[i] += ds * ks[j][i];
+        }
+    }
+    if (!active) return;
+    T *row = dinp + ((size_t)b * T_ + t) * C3 + h * HS;
+#pragma unroll
+    for (int i = 0; i < HS; i++) row[i] = from_float<T>(dq[i]);
+}
+
+inline void attention_check_sizes(const char *who, int B, int T_, int C, int NH) {
+    if (B <= 0 || T_ <= 0 || C <= 0 || NH <= 0 || C % NH != 0)
+        llmc_check_failed(who, "B, T, C, NH must be positive and C divisible by NH", "HINT: a caller bug", __func__,
+                          __FILE__, __LINE__);
+    int HS = C / NH;
+    if (HS != 16 && HS != 32 && HS != 64 && HS != 128)
+        llmc_check_failed(who, "head size C/NH must be 16, 32, 64 or 128",
+                          "HINT: add the head size to the dispatch in llmc/cuda/attention.cuh", __func__, __FILE__,
+                          __LINE__);
+    if ((long long)B * NH > 65535) llmc_check_failed(who, "B*NH exceeds the 65535 grid rows", "HINT: a caller bug", __func__, __FILE__, __LINE__);
+}
+
+template <class T, int HS>
+static void attention_forward_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, cudaStream_t stream) {
+    constexpr int BR = AttentionTiles<HS>::rows;
+    attention_forward_flash_kernel<T, HS><<<dim3(ceil_div(T_, BR), B * NH), BR, 0, stream>>>(out, lse, inp, T_, NH);
+    kernelCheck();
+}
+
+template <class T, int HS>
+static void attention_backward_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
+                                  int T_, int NH, cudaStream_t stream) {
+    constexpr int BR = AttentionTiles<HS>::rows;
+    dim3 grid(ceil_div(T_, BR), B * NH);
+    attention_backward_dkdv_kernel<T, HS><<<grid, BR, 0, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    kernelCheck();
+    attention_backward_dq_kernel<T, HS><<<grid, BR, 0, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    kernelCheck();
+}
+
+template <class T>
+void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
+    attention_check_sizes("attention_forward", B, T_, C, NH);
+    switch (C / NH) {
+    case 16: attention_forward_hs<T, 16>(out, lse, inp, B, T_, NH, stream); break;
+    case 32: attention_forward_hs<T, 32>(out, lse, inp, B, T_, NH, stream); break;
+    case 64: attention_forward_hs<T, 64>(out, lse, inp, B, T_, NH, stream); break;
+    case 128: attention_forward_hs<T, 128>(out, lse, inp, B, T_, NH, stream); break;
+    }
+}
+
+/* scratch: B*NH*T floats (the row dots D). */
+template <class T>
+void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
+                        int NH, float *scratch, cudaStream_t stream) {
+    attention_check_sizes("attention_backward", B, T_, C, NH);
+    const int HS = C / NH, block = 256;
+    attention_backward_rowdot_kernel<<<ceil_div((long long)B * NH * T_, block), block, 0, stream>>>(scratch, dout, out, B,
+                                                                                                 T_, NH, HS);
+    kernelCheck();
+    switch (HS) {
+    case 16: attention_backward_hs<T, 16>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 32: attention_backward_hs<T, 32>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 64: attention_backward_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 128: attention_backward_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    }
+}
+
+#endif

@@ -1,0 +1,51 @@
+/*
+ * classifier.cuh - softmax + cross-entropy + dlogits in one kernel (CUDA twin of
+ * llmc/cpu/classifier.h), over the real vocabulary only.
+ * For each row i of logits (N, Vp), columns v < V take part:
+ *   max = max_v z[v]; sum = sum_v exp(z[v] - max)            (the CPU's two passes, in fp32)
+ *   losses[i] = log(sum) + max - z[targets[i]]                (fp32)
+ * With write_dlogits, logits is overwritten in place by the gradient of dloss * losses[i]:
+ *   z[v] = exp(z[v] - max) / sum * dloss - dloss * [v == targets[i]] for v < V, 0 for V <= v < Vp
+ * Shapes: logits (N, Vp) in T; losses (N) fp32; targets (N) in [0, V).
+ * One block per row; block reductions in a fixed order (deterministic).
+ */
+#ifndef LLMC_CUDA_CLASSIFIER_CUH
+#define LLMC_CUDA_CLASSIFIER_CUH
+
+#include "common.cuh"
+
+template <class T>
+static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses, const int *targets, float dloss,
+                                                        int V, int Vp, int write_dlogits) {
+    __shared__ float red[32];
+    T *z = logits + (size_t)blockIdx.x * Vp;
+    const int y = targets[blockIdx.x];
+    const float zy = to_float(z[y]); /* read before any thread overwrites the row */
+    float mx = -INFINITY;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_float(z[v]));
+    mx = block_max(mx, red);
+    float s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_float(z[v]) - mx);
+    s = block_sum(s, red);
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
+    if (!write_dlogits) return;
+    const float inv = 1.0f / s;
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float d = 0.0f;
+        if (v < V) {
+            d = expf(to_float(z[v]) - mx) * inv * dloss;
+            if (v == y) d -= dloss;
+        }
+        z[v] = from_float<T>(d);
+    }
+}
+
+template <class T>
+void fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
+                      int write_dlogits, cudaStream_t stream) {
+    llmcCheck(N > 0 && V > 0 && Vp >= V, "fused_classifier: need N > 0 and 0 < V <= Vp");
+    fused_classifier_rowblock_kernel<<<N, 512, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    kernelCheck();
+}
+
+#endif

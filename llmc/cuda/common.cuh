@@ -1,0 +1,194 @@
+/*
+ * common.cuh - what every CUDA op shares: the check macros, the device context, the storage
+ * types and the one place that turns the run-time precision into a template argument.
+ *
+ * Storage types: every kernel is a template on T, the type tensors are stored in
+ * (float, __nv_bfloat16 or __half). Arithmetic is always fp32 (to_float / from_float at the
+ * loads and stores); statistics (LayerNorm mean/rstd, attention logsumexp, losses), AdamW
+ * moments, master weights and norms are always fp32.
+ *
+ * Errors: cudaCheck / cublasCheck / kernelCheck report the failing statement, function, file
+ * and line through llmc_check_failed (llmc/check.h, the generator every *Check macro uses) and
+ * end with a HINT. Bad sizes handed to a launcher are programming errors of the caller and are
+ * reported the same way by llmcCheck; they are never compiled out.
+ */
+#ifndef LLMC_CUDA_COMMON_CUH
+#define LLMC_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../check.h"
+
+/* ---- check macros ------------------------------------------------------------------------ */
+#define LLMC_CUDA_HINT "HINT: run under compute-sanitizer, or with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel"
+
+#define cudaCheck(stmt)                                                                               \
+    do {                                                                                              \
+        cudaError_t llmc_err_ = (stmt);                                                               \
+        if (llmc_err_ != cudaSuccess)                                                                 \
+            llmc_check_failed(#stmt, cudaGetErrorString(llmc_err_), LLMC_CUDA_HINT, __func__, __FILE__, \
+                              __LINE__);                                                              \
+    } while (0)
+
+/* After a kernel launch: reports launch-configuration errors (and earlier asynchronous ones). */
+#define kernelCheck() cudaCheck(cudaGetLastError())
+
+inline const char *llmc_cublas_status_name(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED (no usable GPU or driver?)";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED (out of device memory)";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE (bad size, leading dimension or alignment)";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (this type/epilogue/layout combination)";
+    default: return "unknown cuBLAS status";
+    }
+}
+
+#define cublasCheck(stmt)                                                                              \
+    do {                                                                                               \
+        cublasStatus_t llmc_st_ = (stmt);                                                              \
+        if (llmc_st_ != CUBLAS_STATUS_SUCCESS)                                                         \
+            llmc_check_failed(#stmt, llmc_cublas_status_name(llmc_st_),                                \
+                              "HINT: check the matmul shapes and pointer alignment (16 bytes); "       \
+                              "CUBLASLT_LOG_LEVEL=5 prints what cuBLASLt rejected",                    \
+                              __func__, __FILE__, __LINE__);                                           \
+    } while (0)
+
+/* ---- storage types ------------------------------------------------------------------------ */
+typedef enum { PRECISION_FP32, PRECISION_BF16, PRECISION_FP16 } Precision;
+
+/* "fp32" | "bf16" | "fp16" -> Precision; returns -1 for anything else. */
+inline int precision_parse(const char *s) {
+    if (strcmp(s, "fp32") == 0) return PRECISION_FP32;
+    if (strcmp(s, "bf16") == 0) return PRECISION_BF16;
+    if (strcmp(s, "fp16") == 0) return PRECISION_FP16;
+    return -1;
+}
+inline const char *precision_name(Precision p) {
+    return p == PRECISION_FP32 ? "fp32" : p == PRECISION_BF16 ? "bf16" : "fp16";
+}
+inline size_t precision_bytes(Precision p) { return p == PRECISION_FP32 ? 4 : 2; }
+
+/* The one dispatch point from the run-time precision to the storage type: calls
+ * fn(T{}) with T = float, __nv_bfloat16 or __half. */
+template <class Fn> inline void with_storage_type(Precision p, Fn &&fn) {
+    switch (p) {
+    case PRECISION_FP32: fn(float{}); break;
+    case PRECISION_BF16: fn(__nv_bfloat16{}); break;
+    case PRECISION_FP16: fn(__half{}); break;
+    }
+}
+
+__host__ __device__ inline float to_float(float x) { return x; }
+__host__ __device__ inline float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+__host__ __device__ inline float to_float(__half x) { return __half2float(x); }
+
+/* Round to nearest even into the storage type. */
+template <class T> __host__ __device__ inline T from_float(float x);
+template <> __host__ __device__ inline float from_float<float>(float x) { return x; }
+template <> __host__ __device__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __host__ __device__ inline __half from_float<__half>(float x) { return __float2half(x); }
+
+template <class T> struct StorageInfo;
+template <> struct StorageInfo<float> {
+    static constexpr cudaDataType_t cuda_type = CUDA_R_32F;
+    static constexpr const char *name = "fp32";
+};
+template <> struct StorageInfo<__nv_bfloat16> {
+    static constexpr cudaDataType_t cuda_type = CUDA_R_16BF;
+    static constexpr const char *name = "bf16";
+};
+template <> struct StorageInfo<__half> {
+    static constexpr cudaDataType_t cuda_type = CUDA_R_16F;
+    static constexpr const char *name = "fp16";
+};
+
+/* ---- the device context (everything a launcher may need besides its tensors) -------------- */
+typedef struct {
+    int device;
+    cudaDeviceProp props;
+    cudaStream_t stream;
+    cublasLtHandle_t lt;
+    void *lt_workspace;        /* cuBLASLt scratch */
+    size_t lt_workspace_bytes;
+    int allow_tf32;            /* fp32 matmuls may use TF32 (-f 1) */
+} CudaContext;
+
+enum { LLMC_CUBLASLT_WORKSPACE = 32 << 20 };
+
+/* Dies with a clear message when no usable GPU exists. */
+inline void cuda_require_device(void) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess)
+        llmc_die("no usable CUDA GPU: %s (./train_gpt needs an NVIDIA GPU and driver; use ./train_gpt_cpu on a CPU)",
+                 cudaGetErrorString(e));
+    if (count < 1) llmc_die("no CUDA GPU found (./train_gpt needs one; use ./train_gpt_cpu on a CPU)");
+}
+
+inline void cuda_context_init(CudaContext *ctx, int device, int allow_tf32) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->device = device;
+    ctx->allow_tf32 = allow_tf32;
+    cudaCheck(cudaSetDevice(device));
+    cudaCheck(cudaGetDeviceProperties(&ctx->props, device));
+    cudaCheck(cudaStreamCreate(&ctx->stream));
+    cublasCheck(cublasLtCreate(&ctx->lt));
+    ctx->lt_workspace_bytes = LLMC_CUBLASLT_WORKSPACE;
+    cudaCheck(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+}
+
+inline void cuda_context_free(CudaContext *ctx) {
+    cudaCheck(cudaFree(ctx->lt_workspace));
+    cublasCheck(cublasLtDestroy(ctx->lt));
+    cudaCheck(cudaStreamDestroy(ctx->stream));
+    memset(ctx, 0, sizeof *ctx);
+}
+
+/* ---- small device helpers ------------------------------------------------------------------ */
+inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
+
+/* Sum over the 32 lanes of a warp, butterfly order: every lane gets the same bits. */
+__device__ inline float warp_sum(float x) {
+    for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+__device__ inline float warp_max(float x) {
+    for (int off = 16; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
+/* Block-wide sum / max for blockDim.x a multiple of 32 (<= 1024): warps reduce, then warp 0
+ * reduces the warp results in a fixed order; every thread returns the total. `shared` holds
+ * 32 floats. Deterministic. Must be called by all threads of the block. */
+__device__ inline float block_sum(float x, float *shared) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    x = warp_sum(x);
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    float y = lane < warps ? shared[lane] : 0.0f;
+    return warp_sum(y);
+}
+__device__ inline float block_max(float x, float *shared) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    x = warp_max(x);
+    __syncthreads();
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    float y = lane < warps ? shared[lane] : -INFINITY;
+    return warp_max(y);
+}
+
+#endif

@@ -1,0 +1,563 @@
+/*
+ * model.cuh - GPT-2 on the GPU: the CUDA twin of llmc/cpu/model.h. Same tensor tables
+ * (llmc/model.h), same forward/backward sequencing as llmc/cpu/model.c, with these
+ * differences, each for speed or memory:
+ *  - tensors are stored in the run-time precision T (fp32 | bf16 | fp16); LayerNorm statistics,
+ *    the attention logsumexp, losses, AdamW moments, master weights and norms are fp32;
+ *  - the residual add is fused into the LayerNorm that follows it;
+ *  - attention is our flash attention: the table's `att` slot holds the per-row logsumexp
+ *    (B, NH, T) fp32 instead of the (B, NH, T, T) probabilities;
+ *  - optional GELU fusion into the matmul epilogues (-ge 1: forward, -ge 2: also backward);
+ *  - recompute level 3 keeps only each block's input (residual3 per layer) and reruns the
+ *    block's forward in the backward pass.
+ * Precision is chosen at run time; with_storage_type() in the public functions below is the
+ * one point where it becomes the template argument T.
+ *
+ * Contract (as the CPU's): gpt2cuda_forward with targets and dloss != 0 leaves dlogits (scaled
+ * by dloss) in the logits buffer, and gpt2cuda_backward must follow before the next forward;
+ * the backward accumulates into the gradients (gpt2cuda_zero_grad per step).
+ *
+ * fp16 loss scaling: micro-steps scale dloss by loss_scale; gpt2cuda_grad_norm unscales the
+ * norm and, when it is not finite (an overflow), halves loss_scale, counts a skipped step and
+ * returns the non-finite norm so the shared loop skips the update; every update that happens
+ * counts towards loss_scale_window clean steps, after which the scale doubles.
+ */
+#ifndef LLMC_CUDA_MODEL_CUH
+#define LLMC_CUDA_MODEL_CUH
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../checkpoint.h"
+#include "../rng.h"
+#include "../model.h"
+#include "../cpu/model.h"
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "cast.cuh"
+#include "classifier.cuh"
+#include "common.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+
+typedef struct {
+    ModelConfig cfg;
+    Precision precision;
+    CudaContext *ctx;
+    int recompute;    /* 0..3 */
+    int gelu_fusion;  /* 0..2 */
+    int use_master;   /* fp32 master weights (bf16/fp16 only) */
+    uint64_t seed;    /* stochastic rounding */
+    TensorSpec param_specs[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    /* Device parameters and gradients in T, laid out by the table (contiguous, checkpoint
+     * order). The ParameterTensors members are untyped slots: cast to T * before use. */
+    void *params_memory, *grads_memory;
+    ParameterTensors params, grads;
+    float *master, *m, *v; /* fp32, n each; master NULL when not used */
+    /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
+     * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
+     * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
+    int B, T;
+    TensorSpec act_specs[NUM_ACTIVATION_TENSORS];
+    size_t act_bytes[NUM_ACTIVATION_TENSORS], acts_total_bytes;
+    void *acts_memory;
+    ActivationTensors acts;
+    /* backward scratch in T, one layer's worth, reused by every layer (as on the CPU):
+     * dresidual (N, C): gradient of the residual stream, from the top down;
+     * dbuf_c (N, C): dlnf, then per layer dln2, datty, dln1 (each dead before the next);
+     * dbuf_f1 (N, F): dfch_gelu, later reused as dqkv (N, 3C fits since F >= 3C);
+     * dbuf_f2 (N, F): dfch. */
+    void *scratch_memory, *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2;
+    size_t scratch_bytes;
+    /* fp32 scratch shared by the ops (never live across two ops): LayerNorm/bias partial sums,
+     * the attention row dots, the norm partials. */
+    float *fscratch, *d_norm;
+    size_t fscratch_floats;
+    int *d_inputs, *d_targets, *d_buckets;
+    int *h_buckets, *h_bucket_work;
+    float *h_losses;
+    void *h_staging; /* host copy of T parameters / a logits row */
+    /* host views for checkpoints (TrainBackend host_params/m/v) and next_logits */
+    float *host_params, *host_m, *host_v, *host_logits;
+    float mean_loss;
+    /* fp16 dynamic loss scaling (1 and unused in fp32/bf16) */
+    float loss_scale;
+    int loss_scale_window, clean_steps;
+    long long skipped_steps;
+} GPT2Cuda;
+
+/* ---- the activation table on the GPU ----------------------------------------------------- */
+inline int gpt2cuda_stored_per_layer(const char *name, int recompute) {
+    if (recompute >= 3) return strcmp(name, "residual3") == 0;
+    return gpt2_activation_stored_per_layer(name, recompute);
+}
+
+/* Is this activation fp32 whatever the precision? */
+inline int gpt2cuda_act_is_fp32(const TensorSpec *s) { return s->kind == ACT_STATS || strcmp(s->name, "att") == 0; }
+
+inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, int recompute, Precision prec,
+                                        TensorSpec specs[NUM_ACTIVATION_TENSORS], size_t bytes[NUM_ACTIVATION_TENSORS]) {
+    /* level 0 of the shared table gives every per-layer tensor with all L layers */
+    gpt2_activation_specs(cfg, B, T, 0, specs);
+    const size_t L = (size_t)cfg->num_layers;
+    size_t offset = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        TensorSpec *s = &specs[i];
+        size_t unit = s->per_layer ? s->numel / L : s->numel;
+        if (strcmp(s->name, "att") == 0) unit = (size_t)B * cfg->num_heads * T; /* logsumexp (B, NH, T) */
+        s->per_layer = s->per_layer && gpt2cuda_stored_per_layer(s->name, recompute);
+        s->numel = s->per_layer ? unit * L : unit;
+        bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s) ? sizeof(float) : precision_bytes(prec));
+        s->offset = offset; /* bytes here, 256-aligned */
+        offset += (bytes[i] + 255) & ~(size_t)255;
+    }
+    return offset;
+}
+
+/* Layer l's activations for the current (B, T) (one shared copy when not stored per layer). */
+template <class T> struct LayerActs {
+    T *residual, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+};
+
+template <class T> inline LayerActs<T> gpt2cuda_layer(const GPT2Cuda *m, int l, int B, int T_) {
+    const ActivationTensors *a = &m->acts;
+    const size_t N = (size_t)B * T_, C = (size_t)m->cfg.channels, F = (size_t)m->cfg.ffn_hidden;
+    const size_t NH = (size_t)m->cfg.num_heads;
+    const int r = m->recompute;
+#define LLMC_AT(name, per) (gpt2cuda_stored_per_layer(#name, r) ? (size_t)l * (per) : 0)
+    LayerActs<T> x;
+    x.residual = l == 0 ? (T *)a->encoded : (T *)a->residual3 + (size_t)(l - 1) * N * C;
+    x.ln1 = (T *)a->ln1 + LLMC_AT(ln1, N * C);
+    x.ln1_mean = (float *)a->ln1_mean + LLMC_AT(ln1_mean, N);
+    x.ln1_rstd = (float *)a->ln1_rstd + LLMC_AT(ln1_rstd, N);
+    x.qkv = (T *)a->qkv + LLMC_AT(qkv, N * 3 * C);
+    x.atty = (T *)a->atty + LLMC_AT(atty, N * C);
+    x.lse = (float *)a->att + LLMC_AT(att, N * NH);
+    x.residual2 = (T *)a->residual2 + LLMC_AT(residual2, N * C);
+    x.ln2 = (T *)a->ln2 + LLMC_AT(ln2, N * C);
+    x.ln2_mean = (float *)a->ln2_mean + LLMC_AT(ln2_mean, N);
+    x.ln2_rstd = (float *)a->ln2_rstd + LLMC_AT(ln2_rstd, N);
+    x.fch = (T *)a->fch + LLMC_AT(fch, N * F);
+    x.fch_gelu = (T *)a->fch_gelu + LLMC_AT(fch_gelu, N * F);
+    x.residual3 = (T *)a->residual3 + (size_t)l * N * C; /* always stored per layer */
+#undef LLMC_AT
+    return x;
+}
+
+/* Layer l's slice of a stacked (L, ...) parameter or gradient tensor, typed. */
+#define LLMC_LAYER(T, p, l, per) ((T *)(p) + (size_t)(l) * (per))
+
+/* ---- building ----------------------------------------------------------------------------- */
+inline void gpt2cuda_point_parameters(ParameterTensors *p, void *arena, const TensorSpec *specs, size_t elem) {
+    float **slots = gpt2_parameter_slots(p);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = (float *)((char *)arena + specs[i].offset * elem);
+}
+
+/* Parameters from a checkpoint path or a dN descriptor (random init exactly as the CPU trainer:
+ * llmc/cpu/model.c's gpt2_build_random), into host_params. */
+inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
+                           int use_master) {
+    memset(m, 0, sizeof *m);
+    ModelConfig cfg;
+    GPT2 cpu;
+    if (model_config_from_descriptor(&cfg, init) == 0) {
+        gpt2_build_random(&cpu, &cfg, seed);
+    } else {
+        gpt2_build_from_checkpoint(&cpu, init);
+        cfg = cpu.cfg;
+    }
+    m->cfg = cfg;
+    m->precision = prec;
+    m->ctx = ctx;
+    m->seed = seed;
+    m->use_master = use_master && prec != PRECISION_FP32;
+    m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
+    const size_t n = m->num_parameters, elem = precision_bytes(prec);
+    m->host_params = (float *)mallocCheck(n * sizeof(float), "host parameters");
+    memcpy(m->host_params, cpu.params_memory, n * sizeof(float));
+    gpt2_free(&cpu);
+    m->host_m = (float *)callocCheck(n, sizeof(float), "host AdamW m");
+    m->host_v = (float *)callocCheck(n, sizeof(float), "host AdamW v");
+    m->host_logits = (float *)mallocCheck((size_t)cfg.padded_vocab_size * sizeof(float), "host logits row");
+    m->h_staging = mallocCheck(n * elem, "host staging");
+    cudaCheck(cudaMalloc(&m->params_memory, n * elem));
+    gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
+    m->loss_scale = prec == PRECISION_FP16 ? 65536.0f : 1.0f;
+    m->loss_scale_window = 1000;
+}
+
+inline void gpt2cuda_sync_from_host(GPT2Cuda *m);
+
+/* Activations for batches up to (B, T), plus gradients, moments and scratch if training. */
+inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gelu_fusion, int training) {
+    const ModelConfig *cfg = &m->cfg;
+    if (T_ > cfg->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T_, cfg->max_seq_len);
+    if (recompute < 0 || recompute > 3) llmc_die("recompute level -r %d: use 0, 1, 2 or 3", recompute);
+    if (gelu_fusion < 0 || gelu_fusion > 2) llmc_die("-ge %d: use 0, 1 or 2", gelu_fusion);
+    if (gelu_fusion > 0 && cfg->ffn_hidden % 8 != 0) llmc_die("-ge %d needs the MLP width %d to be a multiple of 8", gelu_fusion, cfg->ffn_hidden);
+    const int HS = cfg->channels / cfg->num_heads;
+    if (HS != 16 && HS != 32 && HS != 64 && HS != 128) llmc_die("head size %d: the CUDA attention supports 16, 32, 64, 128", HS);
+    m->B = B;
+    m->T = T_;
+    m->recompute = recompute;
+    m->gelu_fusion = gelu_fusion;
+    m->acts_total_bytes = gpt2cuda_activation_specs(cfg, B, T_, recompute, m->precision, m->act_specs, m->act_bytes);
+    cudaCheck(cudaMalloc(&m->acts_memory, m->acts_total_bytes));
+    cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
+    float **slots = (float **)&m->acts;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) slots[i] = (float *)((char *)m->acts_memory + m->act_specs[i].offset);
+    const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, n = m->num_parameters;
+    const size_t elem = precision_bytes(m->precision);
+    cudaCheck(cudaMalloc(&m->d_inputs, N * sizeof(int)));
+    cudaCheck(cudaMalloc(&m->d_targets, N * sizeof(int)));
+    m->h_losses = (float *)mallocCheck(N * sizeof(float), "host losses");
+    /* fp32 scratch: the largest user (also serves inference: the classifier needs none) */
+    size_t fs = NORM_BLOCKS;
+    size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
+                      matmul_backward_scratch_floats((int)N, 3 * (int)C), N * (size_t)cfg->num_heads};
+    for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
+    m->fscratch_floats = fs;
+    cudaCheck(cudaMalloc(&m->fscratch, fs * sizeof(float)));
+    cudaCheck(cudaMalloc(&m->d_norm, sizeof(float)));
+    if (training) {
+        if (F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
+        m->scratch_bytes = (2 * N * C + 2 * N * F) * elem;
+        cudaCheck(cudaMalloc(&m->scratch_memory, m->scratch_bytes));
+        m->dresidual = m->scratch_memory;
+        m->dbuf_c = (char *)m->dresidual + N * C * elem;
+        m->dbuf_f1 = (char *)m->dbuf_c + N * C * elem;
+        m->dbuf_f2 = (char *)m->dbuf_f1 + N * F * elem;
+        cudaCheck(cudaMalloc(&m->grads_memory, n * elem));
+        cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
+        gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
+        cudaCheck(cudaMalloc(&m->m, n * sizeof(float)));
+        cudaCheck(cudaMalloc(&m->v, n * sizeof(float)));
+        if (m->use_master) cudaCheck(cudaMalloc(&m->master, n * sizeof(float)));
+        cudaCheck(cudaMalloc(&m->d_buckets, encoder_buckets_capacity((int)N) * sizeof(int)));
+        m->h_buckets = (int *)mallocCheck(encoder_buckets_capacity((int)N) * sizeof(int), "encoder buckets");
+        m->h_bucket_work = (int *)mallocCheck(N * sizeof(int), "encoder bucket work");
+    }
+    gpt2cuda_sync_from_host(m); /* parameters (and zero moments) onto the device */
+}
+
+/* ---- host views ---------------------------------------------------------------------------- */
+/* Device -> host_params, host_m, host_v (the parameters from the master copy when there is one).
+ * With master weights the device parameters are also re-derived from the master by rounding
+ * to nearest - what gpt2cuda_sync_from_host does after a load - so a run that continues and a
+ * run resumed from this checkpoint hold the same bits (a stochastic rounding cannot be
+ * reproduced from the fp32 file). */
+inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    if (m->master) {
+        cudaCheck(cudaMemcpy(m->host_params, m->master, n * sizeof(float), cudaMemcpyDeviceToHost));
+        with_storage_type(m->precision, [&](auto tag) {
+            typedef decltype(tag) T;
+            cast_copy((T *)m->params_memory, m->master, n, m->ctx->stream);
+        });
+        cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    } else {
+        with_storage_type(m->precision, [&](auto tag) {
+            typedef decltype(tag) T;
+            T *stage = (T *)m->h_staging;
+            cudaCheck(cudaMemcpy(stage, m->params_memory, n * sizeof(T), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; i++) m->host_params[i] = to_float(stage[i]);
+        });
+    }
+    if (m->m) {
+        cudaCheck(cudaMemcpy(m->host_m, m->m, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(m->host_v, m->v, n * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+}
+
+/* host_params, host_m, host_v -> device (parameters rounded to nearest in T). */
+inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        T *stage = (T *)m->h_staging;
+        for (size_t i = 0; i < n; i++) stage[i] = from_float<T>(m->host_params[i]);
+        cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
+    });
+    if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+    if (m->m) {
+        cudaCheck(cudaMemcpy(m->m, m->host_m, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->v, m->host_v, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+/* Block l from its ln1 (already computed) to residual3 and the next LayerNorm (finish = 1), or
+ * only up to fch_gelu (finish = 0: the recompute of level 3, which needs nothing later). */
+template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_, int finish) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, NH = cfg->num_heads, F = cfg->ffn_hidden, L = cfg->num_layers, N = B * T_;
+    const ParameterTensors *p = &m->params;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
+    matmul_forward(x.qkv, x.ln1, LLMC_LAYER(T, p->qkvw, l, 3 * C * C), LLMC_LAYER(T, p->qkvb, l, 3 * C), N, C, 3 * C, ctx);
+    attention_forward(x.atty, x.lse, x.qkv, B, T_, C, NH, s);
+    matmul_forward(x.residual2, x.atty, LLMC_LAYER(T, p->attprojw, l, C * C), LLMC_LAYER(T, p->attprojb, l, C), N, C, C, ctx);
+    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, x.residual,
+                                     LLMC_LAYER(T, p->ln2w, l, C), LLMC_LAYER(T, p->ln2b, l, C), N, C, s);
+    if (m->gelu_fusion >= 1) {
+        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, LLMC_LAYER(T, p->fcw, l, (size_t)F * C), LLMC_LAYER(T, p->fcb, l, F), N, C, F, ctx);
+    } else {
+        matmul_forward(x.fch, x.ln2, LLMC_LAYER(T, p->fcw, l, (size_t)F * C), LLMC_LAYER(T, p->fcb, l, F), N, C, F, ctx);
+        gelu_forward(x.fch_gelu, x.fch, (size_t)N * F, s);
+    }
+    if (!finish) return;
+    matmul_forward(x.residual3, x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, p->fcprojb, l, C), N, F, C, ctx);
+    if (l + 1 < L) {
+        LayerActs<T> y = gpt2cuda_layer<T>(m, l + 1, B, T_);
+        fused_residual_layernorm_forward(x.residual3, y.ln1, y.ln1_mean, y.ln1_rstd, x.residual3, x.residual2,
+                                         LLMC_LAYER(T, p->ln1w, l + 1, C), LLMC_LAYER(T, p->ln1b, l + 1, C), N, C, s);
+    } else {
+        fused_residual_layernorm_forward(x.residual3, (T *)m->acts.lnf, (float *)m->acts.lnf_mean, (float *)m->acts.lnf_rstd,
+                                         x.residual3, x.residual2, (T *)p->lnfw, (T *)p->lnfb, N, C, s);
+    }
+}
+
+template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T_;
+    const ParameterTensors *p = &m->params;
+    ActivationTensors *a = &m->acts;
+    cudaStream_t s = m->ctx->stream;
+    cudaCheck(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) cudaCheck(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    encoder_forward((T *)a->encoded, m->d_inputs, (T *)p->wte, (T *)p->wpe, B, T_, C, s);
+    LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
+    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
+    for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+    matmul_forward((T *)a->logits, (T *)a->lnf, (T *)p->wte, (const T *)NULL, N, C, Vp, m->ctx);
+    if (!targets) {
+        cudaCheck(cudaStreamSynchronize(s));
+        return m->mean_loss = 0.0f;
+    }
+    fused_classifier((T *)a->logits, (float *)a->losses, m->d_targets, dloss, N, V, Vp, dloss != 0.0f, s);
+    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    float sum = 0.0f; /* in position order, as the CPU */
+    for (int i = 0; i < N; i++) sum += m->h_losses[i];
+    return m->mean_loss = sum / N;
+}
+
+/* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
+ * the logits buffer). dloss: the weight of each position's loss in the gradient (0: eval). */
+inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+    const ModelConfig *cfg = &m->cfg;
+    if (!m->acts_memory) llmc_die("gpt2cuda_forward: call gpt2cuda_allocate first");
+    if (B < 1 || T_ < 1 || T_ > m->T || (size_t)B * T_ > (size_t)m->B * m->T)
+        llmc_die("gpt2cuda_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T_, m->B, m->T);
+    for (int i = 0; i < B * T_; i++)
+        if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
+            llmc_die("token id %d at position %d is outside the vocabulary [0, %d)",
+                     inputs[i] < 0 || inputs[i] >= cfg->vocab_size ? inputs[i] : targets[i], i, cfg->vocab_size);
+    float loss = 0.0f;
+    with_storage_type(m->precision, [&](auto tag) { loss = gpt2cuda_forward_t<decltype(tag)>(m, inputs, targets, B, T_, dloss); });
+    return loss;
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int B, int T_) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
+    const int Vp = cfg->padded_vocab_size, N = B * T_;
+    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    const ParameterTensors *p = &m->params, *g = &m->grads;
+    ActivationTensors *a = &m->acts;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    float *fs = m->fscratch;
+    T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
+
+    /* logits = lnf @ wte^T (dlogits already in a->logits) */
+    matmul_backward(dbuf_c, (T *)g->wte, (T *)NULL, (T *)a->logits, (T *)a->lnf, (T *)p->wte, N, C, Vp, fs, ctx);
+    /* lnf = layernorm(residual3[L-1]) */
+    cudaCheck(cudaMemsetAsync(dres, 0, NC * sizeof(T), s));
+    T *top = (T *)a->residual3 + (size_t)(L - 1) * NC;
+    layernorm_backward(dres, (T *)g->lnfw, (T *)g->lnfb, dbuf_c, top, (T *)p->lnfw, (float *)a->lnf_mean, (float *)a->lnf_rstd,
+                       N, C, fs, s);
+    for (int l = L - 1; l >= 0; l--) {
+        LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
+        const T *ln1w = LLMC_LAYER(T, p->ln1w, l, C), *ln1b = LLMC_LAYER(T, p->ln1b, l, C);
+        /* recompute what the forward did not keep, with the forward's own kernels */
+        if (m->recompute >= 3) {
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, ln1w, ln1b, N, C, s);
+            gpt2cuda_block_forward<T>(m, l, B, T_, 0);
+        } else {
+            if (m->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, NF, s);
+            if (m->recompute >= 2)
+                layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, LLMC_LAYER(T, p->ln2w, l, C),
+                                    LLMC_LAYER(T, p->ln2b, l, C), N, C, s);
+        }
+        /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
+        T *dfch_gelu = dbuf_f1, *dfch = dbuf_f2;
+        if (m->gelu_fusion >= 2) {
+            /* ... and fch_gelu = gelu(fch), through the DGELU epilogue */
+            matmul_backward_dgelu(dfch, LLMC_LAYER(T, g->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, g->fcprojb, l, C), dres,
+                                  x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), x.fch, N, F, C, fs, ctx);
+        } else {
+            matmul_backward(dfch_gelu, LLMC_LAYER(T, g->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, g->fcprojb, l, C), dres,
+                            x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), N, F, C, fs, ctx);
+            /* fch_gelu = gelu(fch) */
+            gelu_backward(dfch, x.fch, dfch_gelu, NF, s);
+        }
+        /* fch = ln2 @ fcw^T + fcb */
+        T *dln2 = dbuf_c;
+        matmul_backward(dln2, LLMC_LAYER(T, g->fcw, l, (size_t)F * C), LLMC_LAYER(T, g->fcb, l, F), dfch, x.ln2,
+                        LLMC_LAYER(T, p->fcw, l, (size_t)F * C), N, C, F, fs, ctx);
+        /* ln2 = layernorm(residual2) */
+        layernorm_backward(dres, LLMC_LAYER(T, g->ln2w, l, C), LLMC_LAYER(T, g->ln2b, l, C), dln2, x.residual2,
+                           LLMC_LAYER(T, p->ln2w, l, C), x.ln2_mean, x.ln2_rstd, N, C, fs, s);
+        /* residual2 = residual + atty @ attprojw^T + attprojb */
+        T *datty = dbuf_c;
+        matmul_backward(datty, LLMC_LAYER(T, g->attprojw, l, (size_t)C * C), LLMC_LAYER(T, g->attprojb, l, C), dres, x.atty,
+                        LLMC_LAYER(T, p->attprojw, l, (size_t)C * C), N, C, C, fs, ctx);
+        /* atty = attention(qkv) */
+        T *dqkv = dbuf_f1;
+        attention_backward(dqkv, datty, x.qkv, x.atty, x.lse, B, T_, C, NH, fs, s);
+        /* qkv = ln1 @ qkvw^T + qkvb */
+        if (m->recompute == 2) layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, ln1w, ln1b, N, C, s);
+        T *dln1 = dbuf_c;
+        matmul_backward(dln1, LLMC_LAYER(T, g->qkvw, l, (size_t)3 * C * C), LLMC_LAYER(T, g->qkvb, l, 3 * C), dqkv, x.ln1,
+                        LLMC_LAYER(T, p->qkvw, l, (size_t)3 * C * C), N, C, 3 * C, fs, ctx);
+        /* ln1 = layernorm(residual) */
+        layernorm_backward(dres, LLMC_LAYER(T, g->ln1w, l, C), LLMC_LAYER(T, g->ln1b, l, C), dln1, x.residual, ln1w,
+                           x.ln1_mean, x.ln1_rstd, N, C, fs, s);
+    }
+    /* encoded = wte[inputs] + wpe */
+    EncoderBuckets eb;
+    eb.num_tokens = encoder_buckets_build(m->h_buckets, m->h_bucket_work, inputs, N, cfg->vocab_size);
+    cudaCheck(cudaMemcpyAsync(m->d_buckets, m->h_buckets, (2 * (size_t)eb.num_tokens + 1 + N) * sizeof(int),
+                              cudaMemcpyHostToDevice, s));
+    eb.d_ints = m->d_buckets;
+    encoder_backward((T *)g->wte, (T *)g->wpe, dres, &eb, B, T_, C, s);
+    cudaCheck(cudaStreamSynchronize(s)); /* h_buckets is reused by the next call */
+}
+
+inline void gpt2cuda_backward(GPT2Cuda *m, const int *inputs, int B, int T_) {
+    if (!m->grads_memory) llmc_die("gpt2cuda_backward: the model was allocated without training buffers");
+    with_storage_type(m->precision, [&](auto tag) { gpt2cuda_backward_t<decltype(tag)>(m, inputs, B, T_); });
+}
+
+inline void gpt2cuda_zero_grad(GPT2Cuda *m) {
+    if (m->grads_memory)
+        cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * precision_bytes(m->precision), m->ctx->stream));
+}
+
+/* The global L2 norm of the (unscaled) gradients; fp16: also the overflow check (see top). */
+inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        global_norm_squared(m->d_norm, (const T *)m->grads_memory, m->num_parameters, m->fscratch, m->ctx->stream);
+    });
+    float sq;
+    cudaCheck(cudaMemcpyAsync(&sq, m->d_norm, sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    float norm = sqrtf(sq) / m->loss_scale;
+    if (m->precision == PRECISION_FP16 && !isfinite(norm)) {
+        m->loss_scale = m->loss_scale > 1.0f ? m->loss_scale * 0.5f : 1.0f;
+        m->clean_steps = 0;
+        m->skipped_steps++;
+    }
+    return norm;
+}
+
+/* AdamW step t >= 1 on grads * grad_scale (the clip factor), decay as the table says. */
+inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                            int t) {
+    const float scale = grad_scale / m->loss_scale;
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+            const TensorSpec *s = &m->param_specs[i];
+            uint64_t seed = splitmix64(m->seed ^ ((uint64_t)t << 8) ^ (uint64_t)i);
+            adamw_update((T *)m->params_memory + s->offset, m->master ? m->master + s->offset : (float *)NULL,
+                         (const T *)m->grads_memory + s->offset, m->m + s->offset, m->v + s->offset, s->numel, lr, beta1,
+                         beta2, eps, s->decay ? weight_decay : 0.0f, t, scale, seed, m->ctx->stream);
+        }
+    });
+    if (m->precision == PRECISION_FP16 && ++m->clean_steps >= m->loss_scale_window) {
+        m->loss_scale *= 2.0f;
+        m->clean_steps = 0;
+    }
+}
+
+/* The logits (V floats, host) after tokens[0..n-1], for sampling. */
+inline const float *gpt2cuda_next_logits(GPT2Cuda *m, const int *tokens, int n) {
+    gpt2cuda_forward(m, tokens, NULL, 1, n, 0.0f);
+    const int Vp = m->cfg.padded_vocab_size;
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        T *stage = (T *)m->h_staging;
+        cudaCheck(cudaMemcpy(stage, (T *)m->acts.logits + (size_t)(n - 1) * Vp, (size_t)Vp * sizeof(T), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < Vp; i++) m->host_logits[i] = to_float(stage[i]);
+    });
+    return m->host_logits;
+}
+
+inline void gpt2cuda_free(GPT2Cuda *m) {
+    void *dev[] = {m->params_memory, m->grads_memory, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
+                   m->fscratch, m->d_norm, m->d_inputs, m->d_targets, m->d_buckets};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+    void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    memset(m, 0, sizeof *m);
+}
+
+/* The startup memory table: what we allocated by purpose, then what the device reports. */
+inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
+    const double MiB = 1048576.0;
+    const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
+    double kinds[ACT_NUM_KINDS] = {0}, lse = 0.0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (strcmp(m->act_specs[i].name, "att") == 0) lse += m->act_bytes[i];
+        else kinds[m->act_specs[i].kind] += m->act_bytes[i];
+    }
+    int training = m->grads_memory != NULL;
+    double total = 0.0;
+    fprintf(out, "+-------------------------------------+------------+\n");
+    fprintf(out, "| memory (GPU, %-4s, -r %d)             |        MiB |\n", precision_name(m->precision), m->recompute);
+    fprintf(out, "+-------------------------------------+------------+\n");
+#define LLMC_ROW(label, bytes)                                                  \
+    do {                                                                        \
+        fprintf(out, "| %-35s | %10.1f |\n", label, (double)(bytes) / MiB);     \
+        total += (double)(bytes);                                               \
+    } while (0)
+    char label[64];
+    snprintf(label, sizeof label, "parameters (%zu, %s)", n, precision_name(m->precision));
+    LLMC_ROW(label, n * elem);
+    if (training) {
+        if (m->master) LLMC_ROW("master weights (fp32)", n * sizeof(float));
+        LLMC_ROW("AdamW m (fp32)", n * sizeof(float));
+        LLMC_ROW("AdamW v (fp32)", n * sizeof(float));
+        LLMC_ROW("gradients", n * elem);
+    }
+    for (int k = 0; k < ACT_NUM_KINDS; k++) {
+        snprintf(label, sizeof label, "activations: %s", activation_kind_names[k]);
+        LLMC_ROW(label, kinds[k]);
+    }
+    LLMC_ROW("activations: attention logsumexp", lse);
+    if (training) LLMC_ROW("backward scratch (one layer)", m->scratch_bytes);
+    LLMC_ROW("fp32 op scratch", m->fscratch_floats * sizeof(float));
+    LLMC_ROW("cuBLASLt workspace", m->ctx->lt_workspace_bytes);
+#undef LLMC_ROW
+    fprintf(out, "| total allocated by llmc             | %10.1f |\n", total / MiB);
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    fprintf(out, "| device in use (cudaMemGetInfo)      | %10.1f |\n", (double)(total_b - free_b) / MiB);
+    fprintf(out, "| device total                        | %10.1f |\n", (double)total_b / MiB);
+    fprintf(out, "+-------------------------------------+------------+\n");
+}
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * residual.cuh - out = inp1 + inp2, rounded to T (CUDA twin of llmc/cpu/residual.h).
+ * Shapes: out, inp1, inp2 (N); out may alias inp1. The model uses the fused form in
+ * layernorm.cuh (fused_residual_layernorm_forward); this one is kept for tests and the lab.
+ */
+#ifndef LLMC_CUDA_RESIDUAL_CUH
+#define LLMC_CUDA_RESIDUAL_CUH
+
+#include "common.cuh"
+
+template <class T>
+static __global__ void residual_forward_kernel(T *out, const T *inp1, const T *inp2, size_t N) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < N) out[i] = from_float<T>(to_float(inp1[i]) + to_float(inp2[i]));
+}
+
+template <class T>
+void residual_forward(T *out, const T *inp1, const T *inp2, size_t N, cudaStream_t stream) {
+    llmcCheck(N > 0, "residual_forward: N must be positive");
+    const int block = 256;
+    residual_forward_kernel<<<ceil_div((long long)N, block), block, 0, stream>>>(out, inp1, inp2, N);
+    kernelCheck();
+}
+
+#endif

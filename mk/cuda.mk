@@ -1,0 +1,69 @@
+# cuda.mk - the GPU trainer ./train_gpt, the CUDA tests (native with nvcc, and through the
+# cudasim harness on machines without a GPU), the kernel lab in dev/cuda and `make bench-gpu`.
+#
+#   make train_gpt                  nvcc build for sm_90 (GPU_ARCH=sm_80 ... to change)
+#   make cuda-tests                 native test binaries build/test/test_cuda_ops, test_gpt
+#   make build/cudasim/test/test_cuda_ops build/cudasim/test/test_gpt   harness builds (CI)
+#   make bench-gpu                  scripts/bench_gpu.sh (needs a GPU)
+# Without nvcc nothing here is built by `make` (the harness builds need only the CUDA headers).
+
+GPU_ARCH    ?= sm_90
+CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh)
+NVCCFLAGS   := -O3 -std=c++17 -arch=$(GPU_ARCH) -I. -Xcompiler -Wall,-Wextra -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
+# LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler)
+comma := ,
+CUDA_LDLIBS = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -fopenmp,-Xcompiler -fopenmp,$(LDLIBS))) -lcublasLt -lcudart
+CUDA_LIBS   := $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+CUDA_TESTS  := $(BUILD)/test/test_cuda_ops $(BUILD)/test/test_gpt
+SIM_TESTS   := $(BUILD)/cudasim/test/test_cuda_ops $(BUILD)/cudasim/test/test_gpt $(BUILD)/cudasim/train_gpt
+PHONY       += cuda-tests bench-gpu gpu-check
+
+ifeq ($(HAVE_NVCC),1)
+  BINS += train_gpt
+endif
+ifeq ($(CUDASIM_OK),1)
+  TEST_BINS += $(SIM_TESTS)
+endif
+
+$(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+
+$(BUILD)/test/test_cuda_ops: $(BUILD)/cuda/test/test_cuda_ops.o $(CUDA_LIBS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+
+$(BUILD)/test/test_gpt: $(BUILD)/cuda/test/test_gpt.o $(CUDA_LIBS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+
+cuda-tests: $(CUDA_TESTS)
+
+# harness builds: the translation depends on every llmc/cuda header it inlines; the link adds
+# the CPU reference ops and the shared core
+$(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cudasim/test/test_gpt.cpp: $(CUDA_HDRS)
+$(BUILD)/cudasim/test/%: $(BUILD)/cudasim/test/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+
+bench-gpu: train_gpt
+	scripts/bench_gpu.sh
+
+gpu-check:
+	scripts/gpu_check.sh
+
+# the kernel lab: build/dev/cuda/NAME from dev/cuda/NAME.cu (includes the real llmc/cuda header)
+CUDA_LAB := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.cu))
+PHONY    += cuda-lab
+cuda-lab: $(CUDA_LAB)
+$(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+.PRECIOUS: $(BUILD)/cuda/dev/cuda/%.o
+
+# ./train_gpt itself through the harness (an end-to-end smoke run of the loop on the CPU)
+$(BUILD)/cudasim/train_gpt.cpp: $(CUDA_HDRS)
+$(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# bench_gpu.sh - GPT-2 124M training throughput on this GPU (`make bench-gpu`):
+#   1. ./train_gpt -e d12 -b 64 -t 1024 --precision bf16: tokens/s and MFU (mean after warmup)
+#   2. the project's PyTorch reference (dev/reference/train_gpt2.py --bench-steps, torch.compile,
+#      flash attention, bf16, CUDA) at the same shape, and the ratio of the two
+#   3. peak device memory for -r 0..3 and the largest B that fits for each (memory is linear in
+#      B: measured at B=1 and B=2 from the startup table, then the estimate is run for real
+#      unless --quick)
+# Options: --quick (fewer steps, no verification runs), STEPS=N, B=N, T=N in the environment.
+# Needs a GPU. Data: tinyshakespeare if `make data` ran, else a synthetic shard of random tokens.
+set -u
+cd "$(dirname "$0")/.."
+QUICK=0
+[ "${1:-}" = "--quick" ] && QUICK=1
+STEPS=${STEPS:-$([ $QUICK = 1 ] && echo 8 || echo 20)}
+B=${B:-64}
+T=${T:-1024}
+WORK=$(mktemp -d /tmp/llmc_bench.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+
+make --no-print-directory -s train_gpt >/dev/null || { echo "error: make train_gpt failed"; exit 1; }
+nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU (nvidia-smi failed)"; exit 1; }
+
+# a synthetic shard (llm.c format: int32 header[256] = 20240520, 1, ntok; uint16 tokens)
+SHARD=$WORK/bench_train.bin
+/usr/bin/python3 - "$SHARD" $(( (STEPS + 2) * B * T + 1 )) <<'PY'
+import struct, sys, random
+path, n = sys.argv[1], int(sys.argv[2])
+random.seed(1)
+hdr = [20240520, 1, n] + [0] * 253
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *hdr))
+    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
+PY
+
+run_train() { # extra flags...; prints the output
+    ./train_gpt -e d12 -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
+}
+mean_after_warmup() { # field regex; averages the step lines' values after the first 3 steps
+    awk -v re="$1" '/^step /{ if (match($0, re)) { s = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", s); n++; if (n > 3) { sum += s; k++ } } } END { if (k) printf "%.1f", sum / k; else print "n/a" }'
+}
+
+echo "## llmc GPU benchmark ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+echo
+out=$(run_train -b "$B" -t "$T" -x "$STEPS" --precision bf16 -r 0)
+echo "$out" | grep -q "^step " || { echo "$out" | tail -20; echo "error: train_gpt failed"; exit 1; }
+ours=$(echo "$out" | mean_after_warmup "[0-9]+ tok/s")
+mfu=$(echo "$out" | mean_after_warmup "MFU [0-9.]+%")
+echo "| run | tokens/s | MFU |"
+echo "|---|---|---|"
+echo "| train_gpt d12 B=$B T=$T bf16 -r 0 | $ours | $mfu% |"
+
+ref=n/a
+if /usr/bin/python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+    pout=$(timeout 900 /usr/bin/python3 dev/reference/train_gpt2.py --bench-steps "$STEPS" --compile --flash \
+        --dtype bfloat16 --device cuda --batch-size "$B" --seq-len "$T" 2>&1)
+    ref=$(echo "$pout" | sed -n 's/.*BENCH pytorch .*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -1)
+    [ -z "$ref" ] && { ref=n/a; echo "$pout" | tail -5; }
+fi
+echo "| PyTorch reference (compile, flash, bf16) | $ref | |"
+if [ "$ref" != n/a ] && [ "$ours" != n/a ]; then
+    echo
+    echo "ratio train_gpt / PyTorch: $(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", a / b}')"
+fi
+
+echo
+echo "| -r | peak GiB at B=$B | largest B (T=$T) |"
+echo "|---|---|---|"
+total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+for r in 0 1 2 3; do
+    peak=$(run_train -b "$B" -t "$T" -x 2 --precision bf16 -r $r | sed -n 's/.*(peak \([0-9.]*\)).*/\1/p' | tail -1)
+    m1=$(run_train -b 1 -t "$T" -x 1 --precision bf16 -r $r | sed -n 's/^| total allocated by llmc *| *\([0-9.]*\).*/\1/p')
+    m2=$(run_train -b 2 -t "$T" -x 1 --precision bf16 -r $r | sed -n 's/^| total allocated by llmc *| *\([0-9.]*\).*/\1/p')
+    # 95% of the device, less the CUDA context (~600 MiB)
+    bmax=$(awk -v a="$m1" -v b="$m2" -v t="$total_mib" 'BEGIN{ per = b - a; if (per <= 0) { print "n/a"; exit } printf "%d", (0.95 * t - 600 - (a - per)) / per }')
+    note=estimate
+    if [ $QUICK = 0 ] && [ "$bmax" != n/a ]; then
+        while [ "$bmax" -gt 1 ] && ! run_train -b "$bmax" -t "$T" -x 1 --precision bf16 -r $r | grep -q "^step "; do
+            bmax=$((bmax * 9 / 10))
+        done
+        note=verified
+    fi
+    echo "| $r | ${peak:-n/a} | $bmax ($note) |"
+done

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# gpu_check.sh - the whole GPU verification in one script (< 8 minutes on an H100/H200).
+# Builds for sm_90 (GPU_ARCH to change), runs the kernel tests and test_gpt natively (tiny shapes
+# and GPT-2 124M shapes, every precision), a determinism check (two training runs must log
+# bit-identical losses), the benchmark (scripts/bench_gpu.sh --quick) and compute-sanitizer on a
+# tiny config where installed. Ends with a markdown summary; exits non-zero if anything failed.
+set -u
+cd "$(dirname "$0")/.."
+WORK=$(mktemp -d /tmp/llmc_gpucheck.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+SUMMARY=()
+FAILED=0
+step() { # name, timeout seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name"
+    local t0=$(date +%s)
+    timeout "$limit" bash -c "$*" > "$WORK/out.txt" 2>&1
+    local rc=$?
+    tail -25 "$WORK/out.txt"
+    local fails=$(grep -c '^FAIL' "$WORK/out.txt")
+    local passes=$(grep -c '^PASS' "$WORK/out.txt")
+    local status=ok
+    if [ $rc -ne 0 ] || [ "$fails" -gt 0 ]; then status="**FAILED** (rc $rc)"; FAILED=1; fi
+    SUMMARY+=("| $name | $status | $passes pass / $fails fail | $(( $(date +%s) - t0 ))s |")
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "error: no GPU"; exit 1; }
+step "build (sm_90)" 400 "make -s train_gpt cuda-tests"
+step "test_cuda_ops (tiny shapes, fp32/bf16/fp16)" 120 "build/test/test_cuda_ops"
+step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "build/test/test_cuda_ops --big"
+step "test_gpt (tiny)" 120 "build/test/test_gpt"
+step "test_gpt --big (d12, B=2, T=256)" 400 "build/test/test_gpt --big"
+
+# determinism: the same run twice must log the same losses bit for bit
+/usr/bin/python3 - "$WORK/train.bin" 300000 <<'PY'
+import struct, sys, random
+path, n = sys.argv[1], int(sys.argv[2])
+random.seed(2)
+with open(path, "wb") as f:
+    f.write(struct.pack("<256i", *([20240520, 1, n] + [0] * 253)))
+    f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
+PY
+det="for k in 1 2; do ./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v 0 -s 0 -o $WORK/det\$k || exit 1; done;
+     a=\$(grep -o '\"train_loss\":[^,]*' $WORK/det1/log.jsonl); b=\$(grep -o '\"train_loss\":[^,]*' $WORK/det2/log.jsonl);
+     echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && echo 'PASS: two bf16 runs log bit-identical losses' || echo 'FAIL: determinism: losses differ'"
+step "determinism (2 x 6 steps, d12 bf16)" 200 "$det"
+fp16="./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v 0 -s 0 --precision fp16 -o ''"
+step "fp16 run (loss scale in the step lines)" 150 "$fp16"
+step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quick"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+    step "compute-sanitizer memcheck (test_cuda_ops tiny)" 300 "compute-sanitizer --tool memcheck --error-exitcode 1 build/test/test_cuda_ops"
+    step "compute-sanitizer racecheck (train_gpt d1, 2 steps)" 300 \
+        "compute-sanitizer --tool racecheck --error-exitcode 1 ./train_gpt -e d1 -i $WORK/train.bin -b 2 -t 64 -x 2 -v 0 -s 0 -o ''"
+else
+    SUMMARY+=("| compute-sanitizer | not installed | | |")
+fi
+
+echo
+echo "## GPU check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+echo
+echo "| step | status | checks | time |"
+echo "|---|---|---|---|"
+printf '%s\n' "${SUMMARY[@]}"
+exit $FAILED

@@ -1,0 +1,369 @@
+/*
+ * test_gpt.cu - the CUDA model (llmc/cuda/model.cuh) against the CPU model (llmc/cpu/model.h)
+ * on the same checkpoint and batches:
+ *   logits, loss and every gradient tensor after one step; a 10-step loss trajectory with
+ *   AdamW (fp32 tight; bf16/fp16 with the tolerances and reasons below);
+ *   every recompute level (-r 1, 2, 3) bit-identical to -r 0 in fp32, with and without GELU
+ *   fusion; two runs bit-identical (determinism);
+ *   gradient accumulation over two micro-batches equal to one batch of twice the size;
+ *   save -> reload -> train bit-identical to training on (fp32 and bf16 with master weights);
+ *   the fp16 loss scaler's state machine: a planted inf, a scale so large the gradients
+ *   overflow, growth after a clean window.
+ * The model is written by the CPU's random init to a checkpoint file, which both load.
+ * Default: a tiny config (L=2, C=64, NH=4, T=32, B=2, V=97) that runs through the cudasim
+ * harness in seconds. --big: GPT-2 124M (d12) at B=2, T=256 for real GPUs.
+ * Usage: test_gpt [--seed N] [--big]; exits non-zero if any check fails.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "llmc/checkpoint.h"
+#include "llmc/cpu/model.h"
+#include "llmc/cuda/model.cuh"
+#include "llmc/rng.h"
+#include "test/testing.h"
+
+typedef struct {
+    ModelConfig cfg;
+    int B, T;
+    char ckpt[256];
+    int *inputs, *targets; /* (steps + 2) batches of B*T, back to back */
+} Setup;
+
+enum { STEPS = 10 };
+static const float LR = 3e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f, CLIP = 1.0f;
+
+static const int *batch_in(const Setup *s, int k) { return s->inputs + (size_t)k * s->B * s->T; }
+static const int *batch_tg(const Setup *s, int k) { return s->targets + (size_t)k * s->B * s->T; }
+
+/* ---- the two models, stepped the way llmc/train.c does ------------------------------------- */
+static GPT2Cuda *cuda_model(const Setup *s, CudaContext *ctx, Precision p, int recompute, int gelu_fusion, int B, int T) {
+    GPT2Cuda *m = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
+    gpt2cuda_build(m, s->ckpt, 1, p, ctx, 1);
+    gpt2cuda_allocate(m, B, T, recompute, gelu_fusion, 1);
+    return m;
+}
+static void cuda_model_free(GPT2Cuda *m) {
+    gpt2cuda_free(m);
+    free(m);
+}
+
+/* One optimizer step over `accum` micro-batches of (B, T) starting at batch k; returns the loss. */
+static float cuda_step(GPT2Cuda *m, const int *in, const int *tg, int B, int T, int accum, int t) {
+    gpt2cuda_zero_grad(m);
+    double sum = 0.0;
+    for (int a = 0; a < accum; a++) {
+        size_t off = (size_t)a * B * T;
+        sum += gpt2cuda_forward(m, in + off, tg + off, B, T, m->loss_scale / (float)(B * T * accum));
+        gpt2cuda_backward(m, in + off, B, T);
+    }
+    float norm = gpt2cuda_grad_norm(m);
+    if (isfinite(norm)) gpt2cuda_update(m, LR, B1, B2, EPS, WD, norm > CLIP ? CLIP / norm : 1.0f, t);
+    return (float)(sum / accum);
+}
+
+static float cpu_step(GPT2 *m, const int *in, const int *tg, int B, int T, int t) {
+    gpt2_zero_grad(m);
+    float loss = gpt2_forward(m, in, tg, B, T, 1.0f / (float)(B * T));
+    gpt2_backward(m, in, B, T);
+    float norm = gpt2_grad_norm(m);
+    gpt2_update(m, LR, B1, B2, EPS, WD, norm > CLIP ? CLIP / norm : 1.0f, t);
+    return loss;
+}
+
+/* The CUDA gradients (unscaled) as fp32 on the host. */
+static float *cuda_grads(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    float *h = (float *)mallocCheck(n * sizeof(float), "grads");
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        T *tmp = (T *)mallocCheck(n * sizeof(T), "grads staging");
+        cudaCheck(cudaMemcpy(tmp, m->grads_memory, n * sizeof(T), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < n; i++) h[i] = to_float(tmp[i]) / m->loss_scale;
+        free(tmp);
+    });
+    return h;
+}
+
+static float *cuda_logits(GPT2Cuda *m, size_t count) {
+    float *h = (float *)mallocCheck(count * sizeof(float), "logits");
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        T *tmp = (T *)mallocCheck(count * sizeof(T), "logits staging");
+        cudaCheck(cudaMemcpy(tmp, m->acts.logits, count * sizeof(T), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < count; i++) h[i] = to_float(tmp[i]);
+        free(tmp);
+    });
+    return h;
+}
+
+/* ---- tolerances per precision, with reasons -------------------------------------------------- */
+typedef struct {
+    double logits_atol, logits_rtol; /* logits are O(1..5) */
+    double grad_frac;                /* per tensor: atol = grad_frac * max|ref|, rtol = grad_frac */
+    double loss_atol;                /* loss ~ log(V) */
+} ModelTol;
+static ModelTol model_tol(Precision p) {
+    switch (p) {
+    /* fp32: same math, other summation orders and the online softmax: ~1e-6 relative */
+    case PRECISION_FP32: return {1e-5, 1e-5, 2e-4, 1e-5};
+    /* bf16: 8-bit mantissa (0.4% per rounding); every activation and gradient passes ~10
+     * roundings between the loss and a weight gradient, errors add in quadrature */
+    case PRECISION_BF16: return {6e-2, 2e-2, 8e-2, 2e-2};
+    /* fp16: 11-bit mantissa, 8x finer than bf16 */
+    default: return {1.5e-2, 5e-3, 2e-2, 5e-3};
+    }
+}
+
+static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
+    const char *pn = precision_name(p);
+    ModelTol tol = model_tol(p);
+    GPT2 cpu;
+    gpt2_build_from_checkpoint(&cpu, s->ckpt);
+    gpt2_allocate(&cpu, s->B, s->T, 0, 1);
+    GPT2Cuda *m = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
+    const int N = s->B * s->T, Vp = s->cfg.padded_vocab_size;
+    char name[256];
+
+    /* logits (inference forward) */
+    gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
+    gpt2cuda_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
+    float *lg = cuda_logits(m, (size_t)N * Vp);
+    snprintf(name, sizeof name, "logits [%s]", pn);
+    test_close(name, lg, cpu.acts.logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
+    free(lg);
+
+    /* loss and gradients of one training micro-step */
+    gpt2_zero_grad(&cpu);
+    float lc = gpt2_forward(&cpu, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
+    gpt2_backward(&cpu, batch_in(s, 0), s->B, s->T);
+    gpt2cuda_zero_grad(m);
+    float lgpu = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / N);
+    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    snprintf(name, sizeof name, "loss [%s]", pn);
+    test_close(name, &lgpu, &lc, 1, tol.loss_atol, 0);
+    float *g = cuda_grads(m);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *ts = &cpu.param_specs[i];
+        const float *ref = cpu.grads_memory + ts->offset;
+        double mx = 0.0;
+        for (size_t j = 0; j < ts->numel; j++) mx = fmax(mx, fabs(ref[j]));
+        snprintf(name, sizeof name, "gradient %s %s [%s]", ts->name, ts->shape, pn);
+        test_close(name, g + ts->offset, ref, ts->numel, tol.grad_frac * mx + 1e-12, tol.grad_frac);
+    }
+    free(g);
+    float norm_cpu = gpt2_grad_norm(&cpu), norm_gpu = gpt2cuda_grad_norm(m);
+    snprintf(name, sizeof name, "gradient norm [%s]", pn);
+    test_close(name, &norm_gpu, &norm_cpu, 1, 0, tol.grad_frac);
+    gpt2_free(&cpu);
+    cuda_model_free(m);
+}
+
+/* 10 AdamW steps on both; then the same CUDA run again must be bit-identical. */
+static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
+    const char *pn = precision_name(p);
+    ModelTol tol = model_tol(p);
+    GPT2 cpu;
+    gpt2_build_from_checkpoint(&cpu, s->ckpt);
+    gpt2_allocate(&cpu, s->B, s->T, 0, 1);
+    float ref[STEPS], got[2][STEPS];
+    for (int t = 1; t <= STEPS; t++) ref[t - 1] = cpu_step(&cpu, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, t);
+    gpt2_free(&cpu);
+    for (int run = 0; run < 2; run++) {
+        GPT2Cuda *m = cuda_model(s, ctx, p, 1, 0, s->B, s->T);
+        for (int t = 1; t <= STEPS; t++) got[run][t - 1] = cuda_step(m, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, 1, t);
+        cuda_model_free(m);
+    }
+    char name[256];
+    /* Adam normalises each update, so small gradient differences move weights by up to lr:
+     * the tolerance grows with the step for 16-bit types */
+    snprintf(name, sizeof name, "10-step loss trajectory vs CPU [%s]", pn);
+    test_close(name, got[0], ref, STEPS, p == PRECISION_FP32 ? 1e-4 : 3 * tol.loss_atol, 0);
+    printf("      losses: cpu %.6f -> %.6f, gpu %.6f -> %.6f\n", ref[0], ref[STEPS - 1], got[0][0], got[0][STEPS - 1]);
+    snprintf(name, sizeof name, "two runs bit-identical [%s]", pn);
+    test_report(memcmp(got[0], got[1], sizeof got[0]) == 0, name, "losses differ between two identical runs");
+}
+
+/* Loss and all gradient bits of one micro-step for a recompute level / GELU fusion. */
+static void step_bits(const Setup *s, CudaContext *ctx, Precision p, int r, int ge, float *loss, unsigned char **grads, size_t *bytes) {
+    GPT2Cuda *m = cuda_model(s, ctx, p, r, ge, s->B, s->T);
+    const int N = s->B * s->T;
+    gpt2cuda_zero_grad(m);
+    *loss = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
+    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    *bytes = m->num_parameters * precision_bytes(p);
+    *grads = (unsigned char *)mallocCheck(*bytes, "grad bits");
+    cudaCheck(cudaMemcpy(*grads, m->grads_memory, *bytes, cudaMemcpyDeviceToHost));
+    cuda_model_free(m);
+}
+
+static void check_recompute(const Setup *s, CudaContext *ctx) {
+    for (int ge = 0; ge <= 2; ge += 2) {
+        float l0;
+        unsigned char *g0;
+        size_t bytes;
+        step_bits(s, ctx, PRECISION_FP32, 0, ge, &l0, &g0, &bytes);
+        for (int r = 1; r <= 3; r++) {
+            /* with GELU fusion the forward's GELU comes from the matmul epilogue while -r 1/2
+             * recompute it with gelu_forward: only -r 3 (which reruns the matmul) is exact */
+            if (ge && r < 3) continue;
+            float l;
+            unsigned char *g;
+            step_bits(s, ctx, PRECISION_FP32, r, ge, &l, &g, &bytes);
+            char name[160];
+            snprintf(name, sizeof name, "-r %d bit-identical to -r 0 (loss and all gradients) [fp32, -ge %d]", r, ge);
+            test_report(l == l0 && memcmp(g, g0, bytes) == 0, name, "loss %.9g vs %.9g, gradients %s", l, l0,
+                        memcmp(g, g0, bytes) ? "differ" : "equal");
+            free(g);
+        }
+        free(g0);
+    }
+}
+
+/* Two micro-batches of B/2 accumulated == one batch of B. */
+static void check_accumulation(const Setup *s, CudaContext *ctx) {
+    if (s->B % 2) return;
+    GPT2Cuda *big = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B, s->T);
+    GPT2Cuda *small = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B / 2, s->T);
+    const int N = s->B * s->T;
+    gpt2cuda_zero_grad(big);
+    float lb = gpt2cuda_forward(big, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
+    gpt2cuda_backward(big, batch_in(s, 0), s->B, s->T);
+    gpt2cuda_zero_grad(small);
+    float ls = 0.0f;
+    for (int a = 0; a < 2; a++) {
+        size_t off = (size_t)a * N / 2;
+        ls += 0.5f * gpt2cuda_forward(small, batch_in(s, 0) + off, batch_tg(s, 0) + off, s->B / 2, s->T, 1.0f / N);
+        gpt2cuda_backward(small, batch_in(s, 0) + off, s->B / 2, s->T);
+    }
+    float *gb = cuda_grads(big), *gs = cuda_grads(small);
+    double mx = 0.0;
+    for (size_t i = 0; i < big->num_parameters; i++) mx = fmax(mx, fabs(gb[i]));
+    /* the same terms summed in another grouping: fp32 rounding only */
+    test_close("accumulation: 2 x B/2 loss == B loss [fp32]", &ls, &lb, 1, 1e-6, 1e-6);
+    test_close("accumulation: 2 x B/2 gradients == B gradients [fp32]", gs, gb, big->num_parameters, 1e-5 * mx, 1e-4);
+    free(gb), free(gs);
+    cuda_model_free(big);
+    cuda_model_free(small);
+}
+
+/* save -> reload -> continue gives the same losses bit for bit as continuing. */
+static void check_save_reload(const Setup *s, CudaContext *ctx, Precision p) {
+    GPT2Cuda *a = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
+    for (int t = 1; t <= 3; t++) cuda_step(a, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
+    gpt2cuda_sync_to_host(a);
+    char path[300];
+    snprintf(path, sizeof path, "%s.reload", s->ckpt);
+    model_file_save(path, &a->cfg, a->host_params, a->num_parameters, MODEL_VERSION_FP32);
+    GPT2Cuda *b = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
+    gpt2cuda_build(b, path, 1, p, ctx, 1);
+    gpt2cuda_allocate(b, s->B, s->T, 0, 0, 1);
+    memcpy(b->host_m, a->host_m, a->num_parameters * sizeof(float));
+    memcpy(b->host_v, a->host_v, a->num_parameters * sizeof(float));
+    gpt2cuda_sync_from_host(b);
+    float la[3], lb[3];
+    for (int t = 4; t <= 6; t++) {
+        la[t - 4] = cuda_step(a, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
+        lb[t - 4] = cuda_step(b, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
+    }
+    char name[160];
+    snprintf(name, sizeof name, "save -> reload -> 3 steps bit-identical [%s]", precision_name(p));
+    test_report(memcmp(la, lb, sizeof la) == 0, name, "losses %.9g %.9g %.9g vs %.9g %.9g %.9g", la[0], la[1], la[2], lb[0], lb[1], lb[2]);
+    unlink(path);
+    cuda_model_free(a);
+    cuda_model_free(b);
+}
+
+static void check_loss_scaler(const Setup *s, CudaContext *ctx) {
+    GPT2Cuda *m = cuda_model(s, ctx, PRECISION_FP16, 0, 0, s->B, s->T);
+    m->loss_scale_window = 3;
+    const float start = m->loss_scale;
+    /* a planted inf in one gradient: the norm is non-finite, the scale halves, the step counts
+     * as skipped and no update happens */
+    gpt2cuda_zero_grad(m);
+    gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / (s->B * s->T));
+    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    __half inf = __float2half(INFINITY);
+    cudaCheck(cudaMemcpy((__half *)m->grads_memory + m->num_parameters / 3, &inf, sizeof inf, cudaMemcpyHostToDevice));
+    float norm = gpt2cuda_grad_norm(m);
+    test_report(!isfinite(norm) && m->loss_scale == start / 2 && m->skipped_steps == 1 && m->clean_steps == 0,
+                "fp16 loss scaler: planted inf -> non-finite norm, scale halved, one skipped step",
+                "norm %g, scale %g (from %g), skipped %lld", norm, m->loss_scale, start, m->skipped_steps);
+    /* three clean steps (the window) double the scale */
+    for (int t = 1; t <= 3; t++) cuda_step(m, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
+    test_report(m->loss_scale == start && m->clean_steps == 0 && m->skipped_steps == 1,
+                "fp16 loss scaler: a clean window doubles the scale", "scale %g, clean steps %d, skipped %lld",
+                m->loss_scale, m->clean_steps, m->skipped_steps);
+    /* a scale so large that fp16 gradients overflow: halved until the step succeeds */
+    m->loss_scale = 16777216.0f; /* 2^24: dlogits of order 2^24/(B*T) overflow fp16 */
+    m->clean_steps = 0;
+    long long skipped0 = m->skipped_steps;
+    float loss = NAN;
+    int tries = 0;
+    for (; tries < 60; tries++) {
+        float before = m->loss_scale;
+        loss = cuda_step(m, batch_in(s, 4), batch_tg(s, 4), s->B, s->T, 1, 4 + tries);
+        if (m->loss_scale >= before) break; /* no overflow this time */
+    }
+    test_report(m->skipped_steps > skipped0 && m->loss_scale < 16777216.0f && tries < 60 && isfinite(loss),
+                "fp16 loss scaler: overflowing scale 2^24 backs off until a step succeeds",
+                "skipped %lld, scale %g, loss %g after %d tries", m->skipped_steps - skipped0, m->loss_scale, loss, tries);
+    printf("      (2^24 backed off to %g after %lld skipped steps)\n", m->loss_scale, m->skipped_steps - skipped0);
+    cuda_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    unsigned long long seed = 1337;
+    int big = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--big") == 0) big = 1;
+        else llmc_die("usage: %s [--seed N] [--big]", argv[0]);
+    }
+    cuda_require_device();
+    Setup s;
+    memset(&s, 0, sizeof s);
+    if (big) {
+        model_config_from_descriptor(&s.cfg, "d12");
+        s.B = 2, s.T = 256;
+    } else {
+        s.cfg.max_seq_len = 32, s.cfg.vocab_size = 97, s.cfg.padded_vocab_size = 128, s.cfg.num_layers = 2;
+        s.cfg.num_heads = 4, s.cfg.num_kv_heads = 4, s.cfg.channels = 64, s.cfg.ffn_hidden = 256;
+        s.B = 2, s.T = 32;
+    }
+    printf("test_gpt: seed %llu, L %d C %d NH %d V %d, B %d T %d (rerun with --seed %llu)\n", seed, s.cfg.num_layers,
+           s.cfg.channels, s.cfg.num_heads, s.cfg.vocab_size, s.B, s.T, seed);
+    /* the checkpoint both models load: the CPU's random init */
+    snprintf(s.ckpt, sizeof s.ckpt, "/tmp/llmc_test_gpt_%d.bin", (int)getpid());
+    GPT2 init;
+    gpt2_build_random(&init, &s.cfg, seed);
+    model_file_save(s.ckpt, &s.cfg, init.params_memory, init.num_parameters, MODEL_VERSION_FP32);
+    gpt2_free(&init);
+    const size_t per = (size_t)s.B * s.T, batches = STEPS + 2;
+    s.inputs = (int *)mallocCheck(per * batches * sizeof(int), "inputs");
+    s.targets = (int *)mallocCheck(per * batches * sizeof(int), "targets");
+    Rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < per * batches; i++) {
+        s.inputs[i] = (int)(rng_u32(&r) % (uint32_t)s.cfg.vocab_size);
+        s.targets[i] = (int)(rng_u32(&r) % 7); /* a learnable pattern: few targets */
+    }
+
+    CudaContext ctx;
+    cuda_context_init(&ctx, 0, 0); /* TF32 off */
+    const Precision precs[3] = {PRECISION_FP32, PRECISION_BF16, PRECISION_FP16};
+    for (int i = 0; i < 3; i++) compare_step(&s, &ctx, precs[i]);
+    for (int i = 0; i < 3; i++) compare_trajectory(&s, &ctx, precs[i]);
+    check_recompute(&s, &ctx);
+    check_accumulation(&s, &ctx);
+    check_save_reload(&s, &ctx, PRECISION_FP32);
+    check_save_reload(&s, &ctx, PRECISION_BF16);
+    check_loss_scaler(&s, &ctx);
+    cuda_context_free(&ctx);
+    unlink(s.ckpt);
+    free(s.inputs), free(s.targets);
+    return test_exit_code();
+}

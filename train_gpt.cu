@@ -1,0 +1,165 @@
+/*
+ * train_gpt.cu - the GPU trainer (./train_gpt): the same flags, files and training loop as
+ * ./train_gpt_cpu (llmc/train.c), with the CUDA model of llmc/cuda/model.cuh behind the
+ * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
+ * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "llmc/check.h"
+#include "llmc/cli.h"
+#include "llmc/cuda/model.cuh"
+#include "llmc/train.h"
+
+typedef struct {
+    GPT2Cuda model;
+    CudaContext ctx;
+    double peak_flops;       /* for MFU; 0 = unknown device */
+    double flops_per_token;  /* 6N + 6LCT */
+    double peak_used_bytes;  /* largest device use seen by step_extras */
+} CudaTrainer;
+
+/* ---- peak throughput table (dense, per GPU, TFLOP/s) ---------------------------------------- */
+typedef struct {
+    const char *name; /* substring of cudaDeviceProp.name */
+    double bf16, tf32, fp32;
+} PeakEntry;
+static const PeakEntry peak_table[] = {
+    {"H200", 989.0, 494.0, 67.0},
+    {"H100 PCIe", 756.0, 378.0, 51.0},
+    {"H100", 989.0, 494.0, 67.0},
+    {"H800", 989.0, 494.0, 67.0},
+    {"A100", 312.0, 156.0, 19.5},
+    {"A800", 312.0, 156.0, 19.5},
+    {"L40S", 362.0, 183.0, 91.6},
+    {"RTX 4090", 165.0, 82.6, 82.6},
+    {"RTX 3090", 71.0, 35.6, 35.6},
+};
+
+static double peak_flops_for(const cudaDeviceProp *props, Precision prec, int tf32, float override_tflops) {
+    if (override_tflops > 0) return override_tflops * 1e12;
+    for (size_t i = 0; i < sizeof peak_table / sizeof peak_table[0]; i++) {
+        if (!strstr(props->name, peak_table[i].name)) continue;
+        const PeakEntry *e = &peak_table[i];
+        return 1e12 * (prec != PRECISION_FP32 ? e->bf16 : tf32 ? e->tf32 : e->fp32);
+    }
+    return 0.0;
+}
+
+/* ---- the CUDA backend: thin adapters from TrainBackend to llmc/cuda/model.cuh ---------------- */
+static float cuda_train_micro_step(void *p, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+    GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    float loss = gpt2cuda_forward(m, inputs, targets, B, T, dloss_scale * m->loss_scale / (float)(B * T));
+    gpt2cuda_backward(m, inputs, B, T);
+    return loss;
+}
+
+static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int B, int T) {
+    return gpt2cuda_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
+}
+
+static void cuda_zero_grad(void *p) { gpt2cuda_zero_grad(&((CudaTrainer *)p)->model); }
+static float cuda_grad_norm(void *p) { return gpt2cuda_grad_norm(&((CudaTrainer *)p)->model); }
+
+static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float grad_scale) {
+    gpt2cuda_update(&((CudaTrainer *)p)->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+}
+
+static const float *cuda_next_logits(void *p, const int *tokens, int n) {
+    return gpt2cuda_next_logits(&((CudaTrainer *)p)->model, tokens, n);
+}
+
+static void cuda_sync_to_host(void *p) { gpt2cuda_sync_to_host(&((CudaTrainer *)p)->model); }
+static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
+static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
+
+/* MFU, device memory (current and the peak seen) and, in fp16, the loss scale. */
+static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    (void)step_ms;
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    double used = (double)(total_b - free_b);
+    if (used > tr->peak_used_bytes) tr->peak_used_bytes = used;
+    double mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_s / tr->peak_flops : -1.0;
+    const double GiB = 1073741824.0;
+    const GPT2Cuda *m = &tr->model;
+    if (text) {
+        char mfu_text[32];
+        if (mfu >= 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
+        else snprintf(mfu_text, sizeof mfu_text, "n/a (set --peak-tflops)");
+        int k = snprintf(text, len, " | MFU %s | mem %.2f GiB (peak %.2f)", mfu_text, used / GiB, tr->peak_used_bytes / GiB);
+        if (m->precision == PRECISION_FP16 && k > 0 && (size_t)k < len)
+            snprintf(text + k, len - k, " | loss scale %g (skipped %lld)", m->loss_scale, m->skipped_steps);
+    }
+    if (lg) {
+        if (mfu >= 0) log_double(lg, "mfu", mfu);
+        log_double(lg, "mem_gib", used / GiB);
+        log_double(lg, "peak_mem_gib", tr->peak_used_bytes / GiB);
+        if (m->precision == PRECISION_FP16) {
+            log_float(lg, "loss_scale", m->loss_scale);
+            log_int(lg, "skipped_steps", m->skipped_steps);
+        }
+    }
+}
+
+static void check_flags(const TrainConfig *tc, int *precision) {
+    *precision = precision_parse(tc->precision);
+    if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
+    if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
+    if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
+    if (tc->num_processes > 1) llmc_die("-pn %d: multi-GPU training is not available yet in train_gpt", tc->num_processes);
+    if (tc->zero_stage != 0) llmc_die("-z %d: ZeRO sharding needs data parallelism, which is not available yet", tc->zero_stage);
+}
+
+int main(int argc, char **argv) {
+    TrainConfig tc;
+    train_config_defaults(&tc);
+    train_config_parse(&tc, argc, argv, "train_gpt");
+    int precision;
+    check_flags(&tc, &precision);
+    cuda_require_device();
+
+    static CudaTrainer tr; /* large; one per process */
+    cuda_context_init(&tr.ctx, 0, tc.tf32);
+    char init[1100];
+    int resume_step = train_resolve_init(&tc, init, sizeof init);
+    GPT2Cuda *m = &tr.model;
+    gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
+    gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
+    const ModelConfig *cfg = &m->cfg;
+    tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
+    tr.flops_per_token = 6.0 * (double)m->num_parameters + 6.0 * cfg->num_layers * cfg->channels * (double)tc.T;
+
+    char name[512];
+    snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
+             tr.ctx.props.name, tr.ctx.props.major, tr.ctx.props.minor, m->master ? ", fp32 master weights" : "",
+             m->precision == PRECISION_FP32 ? (tc.tf32 ? ", TF32 on" : ", TF32 off") : "", tc.gelu_fusion, tc.recompute);
+    TrainBackend be;
+    memset(&be, 0, sizeof be);
+    be.name = name;
+    be.model = &tr;
+    be.cfg = m->cfg;
+    be.num_parameters = m->num_parameters;
+    be.peak_flops = tr.peak_flops;
+    be.train_micro_step = cuda_train_micro_step;
+    be.eval_loss = cuda_eval_loss;
+    be.zero_grad = cuda_zero_grad;
+    be.grad_norm = cuda_grad_norm;
+    be.update = cuda_update;
+    be.next_logits = cuda_next_logits;
+    be.host_params = m->host_params;
+    be.host_m = m->host_m;
+    be.host_v = m->host_v;
+    be.sync_to_host = cuda_sync_to_host;
+    be.sync_from_host = cuda_sync_from_host;
+    be.print_memory = cuda_print_memory;
+    be.step_extras = cuda_step_extras;
+
+    int status = train_run(&tc, &be, resume_step);
+    gpt2cuda_free(m);
+    cuda_context_free(&tr.ctx);
+    return status;
+}
