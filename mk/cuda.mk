@@ -67,3 +67,10 @@ $(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)
 $(BUILD)/cudasim/train_gpt.cpp: $(CUDA_HDRS)
 $(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+
+# The harness compile and link lines, for scripts that build variants of a CUDA test
+# (test/test_cudasim_mutants.sh).
+PHONY += cudasim-build-cmd
+cudasim-build-cmd:
+	@echo '$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)'
+	@echo '$(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)'

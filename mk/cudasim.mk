@@ -6,7 +6,8 @@
 #   build/cudasim/%     : build/cudasim/%.cpp + the harness library
 # Variables for other fragments: CUDASIM_CXXFLAGS, CUDASIM_LIB, CUDASIM_LDLIBS, CUDASIM_OK
 # (1 when the CUDA headers the harness compiles against are present).
-# `make test-cudasim` builds the harness self-tests and runs them (ends "N passed, M failed").
+# `make test-cudasim` builds the harness self-tests and the project's CUDA tests (mk/cuda.mk's
+# SIM_TESTS) and runs every suite command naming cudasim (ends "N passed, M failed").
 
 CXX ?= g++
 ifeq ($(CXX),c++)
@@ -49,7 +50,7 @@ $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB)
 
 test-cudasim:
 ifeq ($(CUDASIM_OK),1)
-	@$(MAKE) --no-print-directory $(CUDASIM_TESTS)
+	@$(MAKE) --no-print-directory $(CUDASIM_TESTS) $(SIM_TESTS)
 	@test/run_tests.sh cudasim
 else
 	@echo "cudasim: CUDA headers not found under $(CUDA_HOME)/include; skipping"

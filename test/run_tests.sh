@@ -5,13 +5,15 @@
 # A test command reports each check as a line "PASS: name" or "FAIL: name: reason" and exits
 # non-zero if anything failed. A command that exits non-zero without printing a FAIL line
 # (a crash, a missing binary) counts as one failure, so nothing fails silently. A command
-# that prints no PASS/FAIL line at all and exits 0 counts as one pass.
+# that prints no PASS/FAIL line at all and exits 0 counts as one pass, unless it printed
+# "SKIP: reason" lines: those are counted as skipped, never as passed.
 # Usage: test/run_tests.sh [FILTER]   (FILTER: only commands containing this substring)
 set -u
 cd "$(dirname "$0")/.."
 filter="${1:-}"
 passed=0
 failed=0
+skipped=0
 failed_cmds=()
 for suite in test/suite.d/*.txt; do
     while IFS= read -r cmd || [ -n "$cmd" ]; do
@@ -30,7 +32,9 @@ for suite in test/suite.d/*.txt; do
             echo "FAIL: '$cmd' exited with status $rc"
             f=1
         fi
-        if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then p=1; fi
+        k=$(printf '%s\n' "$out" | grep -c '^SKIP: ' || true)
+        if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ] && [ "$k" -eq 0 ]; then p=1; fi
+        skipped=$((skipped + k))
         if [ "$rc" -eq 0 ] && [ "$f" -gt 0 ]; then
             echo "FAIL: '$cmd' printed FAIL lines but exited 0 (a test binary must exit non-zero)"
             f=$((f + 1))
@@ -38,7 +42,7 @@ for suite in test/suite.d/*.txt; do
         passed=$((passed + p))
         failed=$((failed + f))
         [ "$f" -gt 0 ] && failed_cmds+=("$cmd")
-        echo "--- ${secs}s: $p passed, $f failed"
+        echo "--- ${secs}s: $p passed, $f failed$([ "$k" -gt 0 ] && echo ", $k skipped")"
     done < "$suite"
 done
 if [ "${#failed_cmds[@]}" -gt 0 ]; then
@@ -47,5 +51,5 @@ if [ "${#failed_cmds[@]}" -gt 0 ]; then
     printf '  %s\n' "${failed_cmds[@]}"
 fi
 echo
-echo "$passed passed, $failed failed"
+if [ "$skipped" -gt 0 ]; then echo "$passed passed, $failed failed, $skipped skipped"; else echo "$passed passed, $failed failed"; fi
 [ "$failed" -eq 0 ]

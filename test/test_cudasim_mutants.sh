@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Planted kernel bugs must make the CUDA op tests fail through the harness: each mutant is a
+# copy of llmc/cuda/ with one bug (a missing barrier, a wrong index), built into
+# test_cuda_ops exactly as CI builds the real one. PASS means the bug was caught.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make --no-print-directory build/cudasim/test/test_cuda_ops >/dev/null || { echo "FAIL: cannot build test_cuda_ops"; exit 1; }
+mapfile -t cmd < <(make --no-print-directory -s cudasim-build-cmd)
+tmp=$(mktemp -d /tmp/llmc_mutants.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+mutant() {  # name file sed-expression
+    local name=$1 file=$2 expr=$3 dir="$tmp/$1"
+    mkdir -p "$dir/llmc"
+    cp -r llmc/cuda "$dir/llmc/cuda"
+    for f in llmc/*.h; do ln -s "$PWD/$f" "$dir/$f"; done
+    ln -s "$PWD/llmc/cpu" "$dir/llmc/cpu"
+    ln -s "$PWD/test" "$dir/test"
+    sed -i "$expr" "$dir/llmc/cuda/$file"
+    if cmp -s "llmc/cuda/$file" "$dir/llmc/cuda/$file"; then
+        echo "FAIL: mutant '$name': the edit did not apply to llmc/cuda/$file (kernel changed?)"
+        status=1
+        return
+    fi
+    /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
+        ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]} 2> "$dir/build.log" || {
+        echo "FAIL: mutant '$name' does not build: $(tail -3 "$dir/build.log")"
+        status=1
+        return
+    }
+    OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
+    local rc=$? fails
+    fails=$(grep -c '^FAIL' "$dir/run.log")
+    if [ $rc -ne 0 ]; then
+        echo "PASS: mutant '$name' is caught (exit $rc, $fails FAIL lines); first report:"
+        grep -m1 -E '^FAIL|cudasim' "$dir/run.log" | cut -c1-240 | sed 's/^/      /'
+    else
+        echo "FAIL: mutant '$name' was not caught: test_cuda_ops passed with the bug"
+        status=1
+    fi
+}
+
+mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/{n;s/__syncthreads();//}'
+mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
+mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
+exit $status
