@@ -105,6 +105,26 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
     }
 }
 
+/* The fp16 loss scaler travels in the state file: {scale bits, clean steps, skipped steps}. */
+static void cuda_save_backend_state(void *p, int64_t words[4]) {
+    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    uint32_t bits;
+    memcpy(&bits, &m->loss_scale, sizeof bits);
+    words[0] = bits;
+    words[1] = m->clean_steps;
+    words[2] = m->skipped_steps;
+    words[3] = 0;
+}
+
+static void cuda_load_backend_state(void *p, const int64_t words[4]) {
+    GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    if (words[0] == 0 || m->precision != PRECISION_FP16) return; /* none saved (e.g. by train_gpt_cpu) */
+    uint32_t bits = (uint32_t)words[0];
+    memcpy(&m->loss_scale, &bits, sizeof bits);
+    m->clean_steps = (int)words[1];
+    m->skipped_steps = words[2];
+}
+
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
@@ -131,7 +151,7 @@ int main(int argc, char **argv) {
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
-    tr.flops_per_token = 6.0 * (double)m->num_parameters + 6.0 * cfg->num_layers * cfg->channels * (double)tc.T;
+    tr.flops_per_token = gpt2_flops_per_token(cfg, tc.T);
 
     char name[512];
     snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
@@ -157,6 +177,8 @@ int main(int argc, char **argv) {
     be.sync_from_host = cuda_sync_from_host;
     be.print_memory = cuda_print_memory;
     be.step_extras = cuda_step_extras;
+    be.save_backend_state = cuda_save_backend_state;
+    be.load_backend_state = cuda_load_backend_state;
 
     int status = train_run(&tc, &be, resume_step);
     gpt2cuda_free(m);

@@ -137,6 +137,7 @@ void state_file_save(const char *path, const TrainState *st, const float *m, con
     for (int i = 0; i < 8; i++) put64(h, 12 + 2 * i, (uint64_t)st->loader[i]);
     put64(h, 28, st->sampler_rng);
     h[30] = 1;
+    for (int i = 0; i < 4; i++) put64(h, 32 + 2 * i, (uint64_t)st->backend[i]);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(h, 4, 256, af.f, af.tmp_path);
@@ -163,6 +164,7 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     st->seed = get64(h, 10);
     for (int i = 0; i < 8; i++) st->loader[i] = (int64_t)get64(h, 12 + 2 * i);
     st->sampler_rng = get64(h, 28);
+    for (int i = 0; i < 4; i++) st->backend[i] = (int64_t)get64(h, 32 + 2 * i);
     if (st->numel != expect_numel)
         llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
     long long want = 1024 + 2LL * (long long)st->numel * 4;

@@ -11,6 +11,7 @@
  *   [5] B [6] T [7] processes [8] rank [9] shuffle [10..11] seed (uint64)
  *   [12..27] dataloader state (8 x int64: epoch, shard, batch, 5 fingerprint words)
  *   [28..29] sampler RNG state (uint64) [30] 1 (AdamW moments follow)
+ *   [32..39] backend state (4 x int64, 0 = none; the CUDA trainer keeps its fp16 loss scaler here)
  * then AdamW m[numel] and v[numel] in fp32.
  * Directory layout in -o: model_%08d.bin, state_%08d_%05d.bin (per rank), DONE_%08d written
  * last; only steps with a DONE file are complete. Every file is written atomically.
@@ -48,6 +49,7 @@ typedef struct {
     uint64_t seed;
     int64_t loader[8];
     uint64_t sampler_rng;
+    int64_t backend[4];
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);

@@ -1,4 +1,7 @@
 #include "model.h"
+#include "rng.h"
+
+#include <math.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,6 +90,7 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 }
 
 int gpt2_activation_stored_per_layer(const char *name, int recompute) {
+    if (recompute >= 3) return strcmp(name, "residual3") == 0; /* whole block: keep its input only */
     if (recompute >= 1 && strcmp(name, "fch_gelu") == 0) return 0;
     if (recompute >= 2 && (strcmp(name, "ln1") == 0 || strcmp(name, "ln2") == 0)) return 0;
     return 1;
@@ -122,10 +126,33 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 }
 
 double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
-    /* Matmul parameters (the embeddings' lookups are free; the tied classifier is a matmul),
-     * 2 flops per multiply-add, x3 for forward + backward; attention: QK^T and att@V. */
-    LLMC_SHAPE_NAMES(cfg);
-    double matmul_params = (double)L * ((double)QKV * C + C * C + 2.0 * F * C) + (double)Vp * C;
-    double attention = (double)L * 2.0 * 2.0 * T * C; /* causal average would be half; we count full */
-    return 6.0 * matmul_params + 3.0 * attention;
+    double n = (double)gpt2_parameter_specs(cfg, NULL);
+    return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+}
+
+void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
+                          unsigned long long seed) {
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+    enum { CHUNK = 1 << 18 };
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *s = &specs[i];
+        float *p = params + s->offset;
+        if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
+            for (size_t j = 0; j < s->numel; j++) p[j] = s->init == INIT_ONES ? 1.0f : 0.0f;
+            continue;
+        }
+        float sd = s->init == INIT_NORMAL_RESIDUAL ? resid_std : std;
+        long long chunks = (long long)((s->numel + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+        for (long long k = 0; k < chunks; k++) {
+            Rng rng;
+            rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
+            size_t j0 = (size_t)k * CHUNK, n = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
+            rng_normal(&rng, p + j0, n, 0.0f, sd);
+        }
+    }
+    /* the padded vocabulary rows never take part: keep them zero (wte is the first tensor) */
+    size_t C = (size_t)cfg->channels;
+    memset(params + specs[0].offset + (size_t)cfg->vocab_size * C, 0,
+           (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C * sizeof(float));
 }

@@ -124,7 +124,8 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 /* The tensor pointers in table order (for loops over all parameters). */
 float **gpt2_parameter_slots(ParameterTensors *p);
 
-/* Recompute levels: 0 none, 1 GELU output, 2 also the LayerNorm outputs. */
+/* Recompute levels: 0 none, 1 GELU output, 2 also the LayerNorm outputs, 3 (GPU) everything
+ * but each block's input (residual3), the block is rerun in backward. */
 size_t gpt2_activation_specs(const ModelConfig *cfg, int B, int T, int recompute,
                              TensorSpec specs[NUM_ACTIVATION_TENSORS]);
 void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]);
@@ -132,7 +133,14 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 /* Does layer l of this activation tensor have its own storage at this recompute level? */
 int gpt2_activation_stored_per_layer(const char *name, int recompute);
 
-/* Training flops per token (forward + backward: 6 per parameter multiply plus attention). */
+/* GPT-2's random initialisation into params (laid out by specs): N(0, 0.02), residual
+ * projections N(0, 0.02/sqrt(2L)), biases 0, norm gains 1, padded vocabulary rows 0. Each
+ * (tensor, chunk) draws from its own stream, so the result depends only on the seed. */
+void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
+                          unsigned long long seed);
+
+/* Training flops per token, the usual 6N + 6LCT (N = all parameters; forward + backward,
+ * attention's two matmuls counted for the causal half): the basis of GFLOP/s and MFU. */
 double gpt2_flops_per_token(const ModelConfig *cfg, int T);
 
 #ifdef __cplusplus

@@ -159,6 +159,7 @@ static void save_checkpoint(const TrainConfig *tc, TrainBackend *be, DataLoader 
     _Static_assert(sizeof ds == sizeof st.loader, "the state file stores the whole DataLoaderState");
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
+    if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
     state_file_save(state, &st, be->host_m, be->host_v);
     if (tc->process_rank == 0) {
         checkpoint_mark_done(tc->output_dir, step);
@@ -183,6 +184,7 @@ static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *load
     memcpy(&ds, st.loader, sizeof ds);
     dataloader_set_state(loader, &ds);
     sampler_rng->state = st.sampler_rng;
+    if (be->load_backend_state) be->load_backend_state(be->model, st.backend);
     be->sync_from_host(be->model);
 }
 

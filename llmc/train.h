@@ -7,6 +7,7 @@
 #ifndef LLMC_TRAIN_H
 #define LLMC_TRAIN_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -40,6 +41,10 @@ typedef struct {
     void (*sync_to_host)(void *model);
     void (*sync_from_host)(void *model);
     void (*print_memory)(void *model, FILE *out);
+    /* Optional: backend state a bit-exact resume needs beyond weights and moments (the fp16
+     * loss scaler), as 4 words saved in the state file; all zero means none. May be NULL. */
+    void (*save_backend_state)(void *model, int64_t words[4]);
+    void (*load_backend_state)(void *model, const int64_t words[4]);
     /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */
     void (*step_extras)(void *model, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg);
 } TrainBackend;

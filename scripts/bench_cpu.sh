@@ -25,11 +25,8 @@ with open(sys.argv[1], "wb") as f:
 PY
 gcc -O2 -march=native -fopenmp dev/bench/cpu_peak.c -o "$out/cpu_peak"
 
-# flops per step, the same formula the trainer prints (6 per matmul parameter + attention)
-flops=$($py -c "
-L, C, T, Vp, B = 12, 768, 64, 50304, 4
-params = L * (3*C*C + C*C + 2*4*C*C) + Vp*C
-print((6*params + 3*L*4*T*C) * B * T)")
+# flops per step: the trainer's basis, 6N + 6LCT per token (N = 124,475,904 for d12)
+flops=$($py -c "print((6 * 124475904 + 6 * 12 * 768 * 64) * 4 * 64)")
 
 peak_rss() { awk '/Maximum resident set size/ {printf "%.0f", $NF / 1024}' "$1"; }
 

@@ -6,7 +6,6 @@
 
 #include "../check.h"
 #include "../checkpoint.h"
-#include "../rng.h"
 #include "adamw.h"
 #include "attention.h"
 #include "classifier.h"
@@ -38,29 +37,7 @@ void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long s
     const char *bad = model_config_validate(cfg);
     if (bad) llmc_die("invalid model configuration: %s", bad);
     build_common(model, cfg);
-    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
-    /* Each (tensor, chunk) has its own stream, so the draw is parallel yet fixed by the seed. */
-    enum { CHUNK = 1 << 18 };
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const TensorSpec *s = &model->param_specs[i];
-        float *p = model->params_memory + s->offset;
-        if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
-            for (size_t j = 0; j < s->numel; j++) p[j] = s->init == INIT_ONES ? 1.0f : 0.0f;
-            continue;
-        }
-        float sd = s->init == INIT_NORMAL_RESIDUAL ? resid_std : std;
-        long long chunks = (long long)((s->numel + CHUNK - 1) / CHUNK);
-#pragma omp parallel for schedule(static)
-        for (long long k = 0; k < chunks; k++) {
-            Rng rng;
-            rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
-            size_t j0 = (size_t)k * CHUNK, n = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
-            rng_normal(&rng, p + j0, n, 0.0f, sd);
-        }
-    }
-    /* the padded vocabulary rows never take part: keep them zero */
-    size_t C = (size_t)cfg->channels;
-    zero(model->params.wte + (size_t)cfg->vocab_size * C, (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C);
+    gpt2_init_parameters(cfg, model->param_specs, model->params_memory, seed);
 }
 
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {

@@ -33,7 +33,6 @@
 #include "../checkpoint.h"
 #include "../rng.h"
 #include "../model.h"
-#include "../cpu/model.h"
 #include "adamw.cuh"
 #include "attention.cuh"
 #include "cast.cuh"
@@ -92,10 +91,6 @@ typedef struct {
 } GPT2Cuda;
 
 /* ---- the activation table on the GPU ----------------------------------------------------- */
-inline int gpt2cuda_stored_per_layer(const char *name, int recompute) {
-    if (recompute >= 3) return strcmp(name, "residual3") == 0;
-    return gpt2_activation_stored_per_layer(name, recompute);
-}
 
 /* Is this activation fp32 whatever the precision? */
 inline int gpt2cuda_act_is_fp32(const TensorSpec *s) { return s->kind == ACT_STATS || strcmp(s->name, "att") == 0; }
@@ -110,7 +105,7 @@ inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, in
         TensorSpec *s = &specs[i];
         size_t unit = s->per_layer ? s->numel / L : s->numel;
         if (strcmp(s->name, "att") == 0) unit = (size_t)B * cfg->num_heads * T; /* logsumexp (B, NH, T) */
-        s->per_layer = s->per_layer && gpt2cuda_stored_per_layer(s->name, recompute);
+        s->per_layer = s->per_layer && gpt2_activation_stored_per_layer(s->name, recompute);
         s->numel = s->per_layer ? unit * L : unit;
         bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s) ? sizeof(float) : precision_bytes(prec));
         s->offset = offset; /* bytes here, 256-aligned */
@@ -130,7 +125,7 @@ template <class T> inline LayerActs<T> gpt2cuda_layer(const GPT2Cuda *m, int l, 
     const size_t N = (size_t)B * T_, C = (size_t)m->cfg.channels, F = (size_t)m->cfg.ffn_hidden;
     const size_t NH = (size_t)m->cfg.num_heads;
     const int r = m->recompute;
-#define LLMC_AT(name, per) (gpt2cuda_stored_per_layer(#name, r) ? (size_t)l * (per) : 0)
+#define LLMC_AT(name, per) (gpt2_activation_stored_per_layer(#name, r) ? (size_t)l * (per) : 0)
     LayerActs<T> x;
     x.residual = l == 0 ? (T *)a->encoded : (T *)a->residual3 + (size_t)(l - 1) * N * C;
     x.ln1 = (T *)a->ln1 + LLMC_AT(ln1, N * C);
@@ -159,19 +154,14 @@ inline void gpt2cuda_point_parameters(ParameterTensors *p, void *arena, const Te
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = (float *)((char *)arena + specs[i].offset * elem);
 }
 
-/* Parameters from a checkpoint path or a dN descriptor (random init exactly as the CPU trainer:
- * llmc/cpu/model.c's gpt2_build_random), into host_params. */
+/* Parameters from a checkpoint path or a dN descriptor (random init: the shared
+ * gpt2_init_parameters, so both trainers start from the same weights), into host_params. */
 inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
                            int use_master) {
     memset(m, 0, sizeof *m);
     ModelConfig cfg;
-    GPT2 cpu;
-    if (model_config_from_descriptor(&cfg, init) == 0) {
-        gpt2_build_random(&cpu, &cfg, seed);
-    } else {
-        gpt2_build_from_checkpoint(&cpu, init);
-        cfg = cpu.cfg;
-    }
+    int version, random_init = model_config_from_descriptor(&cfg, init) == 0;
+    if (!random_init) model_file_read_header(init, &cfg, &version);
     m->cfg = cfg;
     m->precision = prec;
     m->ctx = ctx;
@@ -180,8 +170,8 @@ inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long see
     m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
     const size_t n = m->num_parameters, elem = precision_bytes(prec);
     m->host_params = (float *)mallocCheck(n * sizeof(float), "host parameters");
-    memcpy(m->host_params, cpu.params_memory, n * sizeof(float));
-    gpt2_free(&cpu);
+    if (random_init) gpt2_init_parameters(&cfg, m->param_specs, m->host_params, seed);
+    else model_file_load(init, m->host_params, n);
     m->host_m = (float *)callocCheck(n, sizeof(float), "host AdamW m");
     m->host_v = (float *)callocCheck(n, sizeof(float), "host AdamW v");
     m->host_logits = (float *)mallocCheck((size_t)cfg.padded_vocab_size * sizeof(float), "host logits row");
