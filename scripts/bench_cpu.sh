@@ -24,6 +24,8 @@ with open(sys.argv[1], "wb") as f:
     f.write(struct.pack(f"<{n}H", *toks))
 PY
 gcc -O2 -march=native -fopenmp dev/bench/cpu_peak.c -o "$out/cpu_peak"
+# the CPU's own peak (widest vectors, all cores, best of several runs; OpenBLAS plays no part)
+peak=$("$out/cpu_peak" | sed -n 's/.*gflops=\([0-9.]*\).*/\1/p')
 
 # flops per step: the trainer's basis, 6N + 6LCT per token (N = 124,475,904 for d12)
 flops=$($py -c "print((6 * 124475904 + 6 * 12 * 768 * 64) * 4 * 64)")
@@ -34,8 +36,7 @@ run_mode() {
     local mode=$1
     local -a env_cmd=(env)
     [ "$mode" = autodetect ] && env_cmd=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-    local peak ours_ms torch_ms
-    peak=$("${env_cmd[@]}" "$out/cpu_peak" | sed -n 's/.*gflops=\([0-9.]*\).*/\1/p')
+    local ours_ms torch_ms
     rm -rf "$out/ours"
     "${env_cmd[@]}" /usr/bin/time -v ./train_gpt_cpu -i "$out/tokens.bin" -j "$out/tokens.bin" -e d12 -b 4 -t 64 \
         -x $((steps + 1)) -v 0 -s 0 -o "$out/ours" > "$out/ours.txt" 2> "$out/ours.time"

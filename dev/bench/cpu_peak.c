@@ -2,6 +2,7 @@
  * cpu_peak.c - measures this CPU's fp32 peak: independent chains of vector FMAs on every core
  * (the widest vectors -march=native allows), so the "fraction of peak" that `make bench`
  * prints is against what this machine really does, turbo included, not a datasheet.
+ * The best of several short runs counts (a busy or throttled VM only ever makes one slower).
  * Prints one line: "PEAK gflops=<all cores> per_core=<one core> lanes=<floats per vector>".
  */
 #include <stdio.h>
@@ -18,7 +19,7 @@
 #define LANES 4
 #endif
 typedef float vec __attribute__((vector_size(LANES * 4)));
-enum { CHAINS = 12, ITERS = 20000000 }; /* CHAINS: the accumulators in spin() */
+enum { CHAINS = 12, ITERS = 5000000 }; /* CHAINS: the accumulators in spin() */
 
 static double now(void) {
     struct timespec ts;
@@ -43,6 +44,9 @@ static float spin(float seed) {
     return s;
 }
 
+/* The best of a few short runs: a shared or throttled VM only ever makes a run slower. */
+static double best_of(int threads, int runs);
+
 static double run(int threads) {
     volatile float sink = 0.0f;
     double t0 = now();
@@ -57,12 +61,21 @@ static double run(int threads) {
     return 2.0 * LANES * CHAINS * (double)ITERS * threads / secs / 1e9;
 }
 
+static double best_of(int threads, int runs) {
+    double best = 0.0;
+    for (int i = 0; i < runs; i++) {
+        double g = run(threads);
+        if (g > best) best = g;
+    }
+    return best;
+}
+
 int main(void) {
     int cores = 1;
 #ifdef _OPENMP
     cores = omp_get_max_threads();
 #endif
-    double one = run(1), all = run(cores);
+    double one = best_of(1, 3), all = best_of(cores, 5);
     printf("PEAK gflops=%.1f per_core=%.1f lanes=%d cores=%d\n", all, one, LANES, cores);
     return 0;
 }
