@@ -23,14 +23,20 @@ static void tanh_block(float *y, const float *x, int n) {
 
 enum { BLOCK = 256 };
 
+/* th[i] = tanh(k (x + 0.044715 x^3)) for a block: the part forward and backward share. */
+static void gelu_tanh_block(float *th, const float *x, int n) {
+    float u[BLOCK];
+    for (int i = 0; i < n; i++) u[i] = GELU_SCALE * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
+    tanh_block(th, u, n);
+}
+
 void gelu_forward(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < N; i0 += BLOCK) {
         int n = N - i0 < BLOCK ? (int)(N - i0) : BLOCK;
         const float *x = inp + i0;
-        float u[BLOCK], th[BLOCK];
-        for (int i = 0; i < n; i++) u[i] = GELU_SCALE * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-        tanh_block(th, u, n);
+        float th[BLOCK];
+        gelu_tanh_block(th, x, n);
         for (int i = 0; i < n; i++) out[i0 + i] = 0.5f * x[i] * (1.0f + th[i]);
     }
 }
@@ -40,9 +46,8 @@ void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
     for (size_t i0 = 0; i0 < N; i0 += BLOCK) {
         int n = N - i0 < BLOCK ? (int)(N - i0) : BLOCK;
         const float *x = inp + i0;
-        float u[BLOCK], th[BLOCK];
-        for (int i = 0; i < n; i++) u[i] = GELU_SCALE * (x[i] + 0.044715f * x[i] * x[i] * x[i]);
-        tanh_block(th, u, n);
+        float th[BLOCK];
+        gelu_tanh_block(th, x, n);
         for (int i = 0; i < n; i++) {
             float sech2 = 1.0f - th[i] * th[i];
             float local = 0.5f * (1.0f + th[i]) + 0.5f * x[i] * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);
