@@ -121,8 +121,21 @@ static void generate(TrainBackend *be, const SampleText *st, Rng *rng, int T, in
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
+/* mkdir -p: creates dir and any missing parents. */
 static void ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) llmc_die("cannot create output directory '%s': %s", dir, strerror(errno));
+    char path[1100];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; ; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            llmc_die("cannot create output directory '%s': %s", path, strerror(errno));
+        *p = saved;
+        if (saved == '\0') break;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) llmc_die("output path '%s' exists but is not a directory", dir);
 }
 
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {

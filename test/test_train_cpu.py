@@ -171,7 +171,7 @@ def main():
         n = (len(data) - 1024) // 4
         report(len(data) == 1024 + 4 * n, "model file size matches its parameters")
         # continue training from it: loss at the first step equals the logged loss of step 5 (same batch)
-        cont = os.path.join(tmp, "from_ckpt")
+        cont = os.path.join(tmp, "from_ckpt", "nested", "dir")  # -o creates missing parents
         p = run(["-i", tr, "-j", va, "-e", ckpt, "-b", "4", "-t", "32", "-x", "1", "-v", "1", "-m", "2", "-s", "0",
                  "-n", "1", "-o", cont])
         report(p.returncode == 0, "-e accepts our own checkpoint", p.stderr[-300:])
@@ -234,6 +234,7 @@ def main():
         (d + ["-y", "1"], "-y"),
         (d + ["-b"], "-b"),
         (d + ["stray"], "stray"),
+        (d + ["-o", os.path.join(tr, "sub")], "train.bin"),
         (["-i", tr, "-j", va, "-e", "d0"], "d0"),
     ]
     for args, needle in cases:
