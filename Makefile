@@ -70,7 +70,9 @@ PHONY     :=
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 
--include mk/*.mk
+# mk/cudasim.mk first: the other CUDA fragments use its CUDASIM_OK and CUDASIM_LIB when read.
+include mk/cudasim.mk
+-include $(filter-out mk/cudasim.mk,$(sort $(wildcard mk/*.mk)))
 
 CORE_OBJS := $(call obj,$(CORE_SRCS))
 CPU_OBJS  := $(call obj,$(CPU_SRCS))
@@ -118,7 +120,7 @@ test:
 	@test/run_tests.sh $(FILTER)
 
 # The main job: tiny Shakespeare, a 4-layer 256-channel GPT-2 from scratch on this CPU, samples.
-DEMO_FLAGS := -e d4 -b 16 -t 64 -x 400 -l 2e-3 -u 20 -q 0.1 -c 0.1 -v 50 -m 16 -s 200 -g 96 -o out/demo
+DEMO_FLAGS := -e d4 -b 16 -t 64 -x 600 -l 2e-3 -u 20 -q 0.1 -c 0.1 -v 100 -m 16 -s 300 -g 96 -o out/demo
 demo:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory features train_gpt_cpu data
