@@ -64,7 +64,11 @@ static void cuda_zero_grad(void *p) { gpt2cuda_zero_grad(&((CudaTrainer *)p)->mo
 static float cuda_grad_norm(void *p) { return gpt2cuda_grad_norm(&((CudaTrainer *)p)->model); }
 
 static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float grad_scale) {
-    gpt2cuda_update(&((CudaTrainer *)p)->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+    CudaTrainer *tr = (CudaTrainer *)p;
+    gpt2cuda_update(&tr->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+    /* the step's time (and MFU) must include the optimizer kernels, and a fault in them must
+     * surface at this step, not the next one */
+    cudaCheck(cudaStreamSynchronize(tr->ctx.stream));
 }
 
 static const float *cuda_next_logits(void *p, const int *tokens, int n) {

@@ -206,6 +206,8 @@ void layernorm_backward(T *dinp, T *dweight, T *dbias, const T *dout, const T *i
         dinp, dout, inp, weight, mean, rstd, N, C);
     kernelCheck();
     int chunks = ceil_div(N, LN_ROWS_PER_CHUNK);
+    /* the chunks are grid.y, which a GPU caps at 65535 (N up to 16.7M rows) */
+    llmcCheck(chunks <= 65535, "layernorm_backward: N / LN_ROWS_PER_CHUNK exceeds the 65535 grid rows");
     layernorm_backward_partial_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, stream>>>(scratch, dout, inp, mean,
                                                                                                  rstd, N, C);
     kernelCheck();

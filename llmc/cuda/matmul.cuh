@@ -28,6 +28,14 @@
 
 enum { MM_ROWS_PER_CHUNK = 256 };
 
+/* The largest power of two (<= 256) that divides the address: what cuBLASLt's heuristic may assume. */
+inline uint32_t lt_pointer_alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t align = 256;
+    while (align > 1 && (a % align) != 0) align >>= 1;
+    return align;
+}
+
 /* D (m, n, ld ldd) = alpha * op(A) @ op(B) + beta * D, column-major, with an epilogue.
  * aux: the GELU pre-activation (m, n, ld ldaux) for GELU_AUX* and DGELU* epilogues. */
 inline void lt_matmul(const CudaContext *ctx, cudaDataType_t type, int transa, int transb, int m, int n, int k,
@@ -59,6 +67,17 @@ inline void lt_matmul(const CudaContext *ctx, cudaDataType_t type, int transa, i
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = ctx->lt_workspace_bytes;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    /* The heuristic never sees A, B, C, D: it assumes they are 256-byte aligned unless told
+     * otherwise (MIN_ALIGNMENT_*_BYTES, default 256), and may pick an algorithm that
+     * cublasLtMatmul then cannot run on less aligned pointers. Ours are per-layer slices (l * N * C elements) and
+     * are only guaranteed 16-byte aligned (e.g. C = 1600 with an odd B*T), so state the real
+     * alignment. (Bias and aux pointers are read by the heuristic itself.) */
+    const uint32_t align_a = lt_pointer_alignment(A), align_b = lt_pointer_alignment(B),
+                   align_d = lt_pointer_alignment(D);
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
     cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heuristic, &found));
@@ -137,6 +156,8 @@ static void matmul_backward_impl(T *dinp, T *dweight, T *dbias, const T *dout, c
     lt_matmul(ctx, type, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
     if (!dbias) return;
     int chunks = ceil_div(N, MM_ROWS_PER_CHUNK);
+    /* the chunks are grid.y, which a GPU caps at 65535 (N up to 16.7M rows) */
+    llmcCheck(chunks <= 65535, "matmul_backward: N / MM_ROWS_PER_CHUNK exceeds the 65535 grid rows");
     bias_grad_partial_kernel<<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, ctx->stream>>>(scratch, dout, N, OC);
     kernelCheck();
     bias_grad_finish_kernel<<<ceil_div(OC, 256), 256, 0, ctx->stream>>>(dbias, scratch, chunks, OC);
