@@ -525,6 +525,15 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_cast<T>(&r, 1000, sh);
     }
     if (sizeof(T) == 2) test_stochastic_rounding<T>("n=8192");
+    /* attention over several 64-row tiles (partial last tiles) for head sizes 32, 64, 128 */
+    static const Shape att[] = {{1, 150, 64, 2, 1, 1, 1}, {1, 129, 128, 2, 1, 1, 1}, {2, 97, 256, 2, 1, 1, 1}};
+    for (int k = 0; k < (int)(sizeof att / sizeof att[0]); k++) {
+        char sh[128];
+        shape_text(sh, sizeof sh, att[k]);
+        Rng r;
+        rng_seed(&r, seed + 77 * k + StorageInfo<T>::cuda_type);
+        test_attention<T>(&r, att[k], sh);
+    }
 }
 
 int main(int argc, char **argv) {

@@ -44,4 +44,10 @@ mutant() {  # name file sed-expression
 mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/{n;s/__syncthreads();//}'
 mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
 mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
+# tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
+# harness's wmma stores write each lane's share only, so this reads stale shared memory); P
+# written by lanes and loaded into a fragment without __syncwarp; an off-by-one causal mask
+mutant tc-missing-syncwarp-scores attention_tc.cuh '/store_matrix_sync(ss + j \* 16, sf, L::LDS/{n;n;s/__syncwarp();//}'
+mutant tc-missing-syncwarp-probs attention_tc.cuh '/\*= corr;/{n;s/__syncwarp();//}'
+mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/'
 exit $status

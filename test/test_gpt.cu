@@ -34,7 +34,9 @@ typedef struct {
 } Setup;
 
 enum { STEPS = 10 };
-static const float LR = 3e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f, CLIP = 1.0f;
+/* lr 1e-3: at 3e-3 the tiny model's loss rises again by step 10 and any 16-bit difference is
+ * amplified into a 0.01-0.02 jump there (measured with both attention kernels) */
+static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f, CLIP = 1.0f;
 
 static const int *batch_in(const Setup *s, int k) { return s->inputs + (size_t)k * s->B * s->T; }
 static const int *batch_tg(const Setup *s, int k) { return s->targets + (size_t)k * s->B * s->T; }

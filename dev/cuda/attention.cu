@@ -1,6 +1,7 @@
 /* attention.cu - kernel lab for llmc/cuda/attention.cuh: checks the flash attention forward
  * (out) and backward (dinp, which also exercises the saved logsumexp) against
- * llmc/cpu/attention.h in bf16 and fp32, then times them.
+ * llmc/cpu/attention.h, then times them: bf16 on tensor cores (what the trainer runs), bf16 on
+ * the CUDA-core kernels (for the ratio), and fp32.
  * Usage: build/dev/cuda/attention [--small] [--B b] [--T t] [--C c] [--NH nh] [--reps R]
  *   default B=8 T=1024 C=768 NH=12 (GPT-2 124M); --small: B=2 T=67 C=128 NH=2 (HS 64). */
 #include "dev/cuda/common_lab.h"
@@ -9,8 +10,16 @@
 
 template <class T>
 static void lab_attention(const LabDevice *dev, const LabOptions *opt, float *qkv, float *dy, const float *out_ref,
-                          const float *dinp_ref, int B, int T_, int C, int NH) {
-    const char *tn = StorageInfo<T>::name;
+                          const float *dinp_ref, int B, int T_, int C, int NH, bool simt) {
+    const char *tn = sizeof(T) == 4 ? "fp32 (CUDA cores)" : simt ? "bf16 (CUDA cores)" : "bf16 (tensor cores)";
+    auto fwd_fn = [&](T *o, float *l, const T *in) {
+        if (simt) attention_forward_simt(o, l, in, B, T_, C, NH, 0);
+        else attention_forward(o, l, in, B, T_, C, NH, 0);
+    };
+    auto bwd_fn = [&](T *di, const T *dy_, const T *in, const T *o, const float *l, float *sc) {
+        if (simt) attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+        else attention_backward(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+    };
     const size_t N = (size_t)B * T_, NBHT = (size_t)B * NH * T_;
     char name[160];
     T *d_qkv = lab_upload<T>(qkv, N * 3 * C), *d_dy = lab_upload<T>(dy, N * C), *d_out = lab_alloc<T>(N * C);
@@ -18,22 +27,22 @@ static void lab_attention(const LabDevice *dev, const LabOptions *opt, float *qk
     float *lse = lab_alloc<float>(NBHT), *scratch = lab_alloc<float>(NBHT);
     cudaCheck(cudaMemset(d_dinp, 0x5A, N * 3 * C * sizeof(T))); /* overwritten: start from garbage */
 
-    attention_forward(d_out, lse, d_qkv, B, T_, C, NH, 0);
+    fwd_fn(d_out, lse, d_qkv);
     /* fp32: online vs two-pass softmax, order effects only; bf16: one rounding of O(1) */
     snprintf(name, sizeof name, "attention_forward out %s B=%d T=%d C=%d NH=%d", tn, B, T_, C, NH);
     lab_check(name, d_out, out_ref, N * C, lab_tol<T>({2e-5, 1e-4}, {1e-2, 8e-3}));
-    attention_backward(d_dinp, d_dy, d_qkv, d_out, lse, B, T_, C, NH, scratch, 0);
+    bwd_fn(d_dinp, d_dy, d_qkv, d_out, lse, scratch);
     /* fp32: recomputed probabilities, other order; bf16: the rounded out enters D = dout . out,
      * and sums over up to T terms are rounded once */
     snprintf(name, sizeof name, "attention_backward dinp %s", tn);
     lab_check(name, d_dinp, dinp_ref, N * 3 * C, lab_tol<T>({1e-4, 1e-4}, {3e-2, 1.6e-2}));
 
-    float fwd = lab_time_ms([&] { attention_forward(d_out, lse, d_qkv, B, T_, C, NH, 0); }, opt->reps);
-    float bwd = lab_time_ms([&] { attention_backward(d_dinp, d_dy, d_qkv, d_out, lse, B, T_, C, NH, scratch, 0); },
-                            opt->reps);
+    float fwd = lab_time_ms([&] { fwd_fn(d_out, lse, d_qkv); }, opt->reps);
+    float bwd = lab_time_ms([&] { bwd_fn(d_dinp, d_dy, d_qkv, d_out, lse, scratch); }, opt->reps);
     /* causal: q.k and p.v over the lower triangle, 2 flops per multiply-add each; the backward
-     * does 5 such products (recomputed s, dp, dv, dq, dk): 2.5x. CUDA-core kernels, so the
-     * fp32 peak is the fair ceiling for both types (the bf16 line prints the tensor peak). */
+     * needs 5 such products (s, dp, dv, dq, dk): 2.5x, counted as useful work (the tensor-core
+     * dq kernel recomputes s and dp, 7 products in all). Percentages are of the bf16 tensor
+     * peak for 16-bit types, of the fp32 peak for fp32. */
     const double flops = 2.0 * 2.0 * B * NH * ((double)T_ * (T_ + 1) / 2) * (C / NH);
     const double peak = sizeof(T) == 4 ? dev->fp32_tflops : dev->bf16_tflops;
     snprintf(name, sizeof name, "attention_forward %s", tn);
@@ -64,8 +73,9 @@ int main(int argc, char **argv) {
     attention_forward(out, att, qkv, B, T, C, NH);
     attention_backward(dinp, dy, qkv, att, B, T, C, NH);
     free(att);
-    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH);
-    lab_attention<float>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH);
+    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, false);
+    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, true);
+    lab_attention<float>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, false);
     free(qkv), free(dy), free(out), free(dinp);
     return test_exit_code();
 }

@@ -259,8 +259,9 @@ static void attention_backward_hs(T *dinp, const T *dout, const T *inp, const fl
     kernelCheck();
 }
 
+/* The CUDA-core kernels, for any storage type (fp32 uses them; the lab compares them). */
 template <class T>
-void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
+void attention_forward_simt(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
     attention_check_sizes("attention_forward", B, T_, C, NH);
     switch (C / NH) {
     case 16: attention_forward_hs<T, 16>(out, lse, inp, B, T_, NH, stream); break;
@@ -270,21 +271,43 @@ void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, i
     }
 }
 
-/* scratch: B*NH*T floats (the row dots D). */
 template <class T>
-void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
-                        int NH, float *scratch, cudaStream_t stream) {
-    attention_check_sizes("attention_backward", B, T_, C, NH);
-    const int HS = C / NH, block = 256;
-    attention_backward_rowdot_kernel<<<ceil_div((long long)B * NH * T_, block), block, 0, stream>>>(scratch, dout, out, B,
-                                                                                                 T_, NH, HS);
+void attention_backward_rowdot(float *D, const T *dout, const T *out, int B, int T_, int NH, int HS, cudaStream_t stream) {
+    const int block = 256;
+    attention_backward_rowdot_kernel<<<ceil_div((long long)B * NH * T_, block), block, 0, stream>>>(D, dout, out, B, T_,
+                                                                                                 NH, HS);
     kernelCheck();
+}
+
+template <class T>
+void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_,
+                             int C, int NH, float *scratch, cudaStream_t stream) {
+    attention_check_sizes("attention_backward", B, T_, C, NH);
+    const int HS = C / NH;
+    attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream);
     switch (HS) {
     case 16: attention_backward_hs<T, 16>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
     case 32: attention_backward_hs<T, 32>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
     case 64: attention_backward_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
     case 128: attention_backward_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
     }
+}
+
+#include "attention_tc.cuh"
+
+/* fp32 runs on CUDA cores (the tight reference); bf16 and fp16 on tensor cores. */
+template <class T>
+void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 4) attention_forward_simt(out, lse, inp, B, T_, C, NH, stream);
+    else attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
+}
+
+/* scratch: B*NH*T floats (the row dots D). */
+template <class T>
+void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
+                        int NH, float *scratch, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 4) attention_backward_simt(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+    else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
 }
 
 #endif

@@ -34,6 +34,11 @@ CASES = {
                        r"released by cudaFree"],
     "misaligned_float4": [r"kernel 'misaligned_float4_kernel'", r"thread \(0,0,0\)", r"misaligned address",
                           r"16-byte alignment"],
+    "wmma_misaligned": [r"kernel 'wmma_misuse_kernel'", r"thread \(0,0,0\)", r"misaligned address",
+                        r"wmma::load_matrix_sync", r"32-byte alignment"],
+    "wmma_bad_ldm": [r"kernel 'wmma_misuse_kernel'", r"thread \(0,0,0\)", r"leading dimension 12 elements",
+                     r"not a multiple of 16 bytes"],
+    "wmma_partial_warp": [r"kernel 'wmma_misuse_kernel'", r"block of 16 threads", r"whole warps"],
 }
 
 

@@ -200,7 +200,9 @@ void check_shared_guards(const Fiber *culprit) {
 void *arena_take(const void *key, size_t size, size_t align, const char *name) {
     Launch &L = g_launch;
     if (align < 16) align = 16;
-    size_t off = (L.arena_used + kGuard + align - 1) / align * align;
+    /* aligned as an address (the arena itself need not be), like the GPU's shared window */
+    uintptr_t at = (uintptr_t)L.arena + L.arena_used + kGuard;
+    size_t off = (size_t)((at + align - 1) / align * align - (uintptr_t)L.arena);
     size_t need = off + size + kGuard;
     if (need > L.arena_cap) fail(g_cur, "shared memory arena exhausted allocating %s (%zu bytes)", name, size);
     memset(L.arena + L.arena_used, kSharedCanary, off - L.arena_used);

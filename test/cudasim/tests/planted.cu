@@ -1,7 +1,9 @@
 // planted.cu - kernels with one deliberate bug each, selected by argv[1]. Run by
 // test/cudasim/planted_bugs.py, which expects each to be stopped by cudasim with a report
 // naming the kernel, block and thread. On a real GPU these are hangs, garbage or crashes.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -68,6 +70,14 @@ __global__ void misaligned_float4_kernel(float* out, const float* in) {
     out[threadIdx.x] = v.x;
 }
 
+// warp matrix misuse: wmma needs 32-byte aligned pointers, 16-byte multiples as leading
+// dimensions and whole warps
+__global__ void wmma_misuse_kernel(float* out, const __half* in, int shift, unsigned ldm) {
+    nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, __half, nvcuda::wmma::row_major> a;
+    nvcuda::wmma::load_matrix_sync(a, in + shift, ldm);  // BUG (per mode): see main
+    out[threadIdx.x] = __half2float(a.x[0]);
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "";
     float *out, *in;
@@ -91,6 +101,9 @@ int main(int argc, char** argv) {
         cudaFree(in);
         read_kernel<<<1, 32>>>(out, in);  // BUG: in was freed
     } else if (!strcmp(mode, "misaligned_float4")) misaligned_float4_kernel<<<1, 4>>>(out, in + 1);
+    else if (!strcmp(mode, "wmma_misaligned")) wmma_misuse_kernel<<<1, 32>>>(out, (const __half*)in, 8, 16);
+    else if (!strcmp(mode, "wmma_bad_ldm")) wmma_misuse_kernel<<<1, 32>>>(out, (const __half*)in, 0, 12);
+    else if (!strcmp(mode, "wmma_partial_warp")) wmma_misuse_kernel<<<1, 16>>>(out, (const __half*)in, 0, 16);
     else {
         printf("usage: planted MODE\n");
         return 2;

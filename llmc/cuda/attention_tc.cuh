@@ -1,0 +1,418 @@
+/*
+ * attention_tc.cuh - the bf16/fp16 causal flash attention on tensor cores (included by
+ * attention.cuh, whose head comment gives the math, the shapes and the backward contract).
+ *
+ * Layout of the work: a block is 4 warps and owns 64 rows (queries in the forward and the dq
+ * kernel, keys in the dk/dv kernel); each warp owns 16 of them. The other side streams through
+ * shared memory in tiles of 64 rows. Matrix products go through the warp matrix API (wmma,
+ * m16n16k16, 16-bit inputs, fp32 accumulation); the elementwise work between them (mask,
+ * online softmax, ds = p (dp - D)) is done by the warp's lanes on fp32 score tiles in shared
+ * memory, lane l owning row l/2 and the half l%2 of the columns. Only the products' operands
+ * are rounded to 16 bits: the probabilities P and the score gradients dS (as in every flash
+ * attention); scores, the running max and sum, O, dq, dk, dv accumulate in fp32. The code never
+ * depends on how a fragment spreads over the lanes.
+ *
+ * Determinism: each output element is produced by one warp in a fixed order; no atomics.
+ * dq is computed by its own kernel (one pass over the keys) rather than accumulated across
+ * key blocks, which costs a second S and dP product but keeps the result reproducible.
+ *
+ * Requirements (checked): head size 16, 32, 64 or 128; inp, dout, out and dinp 16-byte aligned
+ * (tiles move as 16-byte vectors). Shared memory per block: 3 tiles + scores for the forward,
+ * 4 tiles + two score and two 16-bit tiles for dk/dv (about 90 KiB at HS = 64), so the launch
+ * sets the kernel's dynamic shared memory limit once per instantiation.
+ */
+#ifndef LLMC_CUDA_ATTENTION_TC_CUH
+#define LLMC_CUDA_ATTENTION_TC_CUH
+
+#include <mma.h>
+#include <stdio.h>
+
+#include "common.cuh"
+
+/* Leading dimensions (elements) and shared-memory offsets (bytes) of the tiles. Every tile
+ * starts on a 32-byte boundary, as wmma loads and stores require. */
+template <class T, int HS> struct AttnTC {
+    static constexpr int WARPS = 4, ROWS = 64, TILE = 64, NK = HS / 16;
+    static constexpr int LDT = HS + 8;                            /* [64][LDT] T: q, k, v, dout tiles */
+    static constexpr int LDS = (HS > TILE ? HS : TILE) + 4;       /* [16][LDS] fp32: a warp's scores */
+    static constexpr int LDP = TILE + 8;                          /* [16][LDP] T: a warp's P or dS */
+    static constexpr int LDO = HS + 4;                            /* [16][LDO] fp32: a warp's O */
+    static constexpr size_t TILE_BYTES = (size_t)ROWS * LDT * sizeof(T);
+    static constexpr size_t S_BYTES = (size_t)WARPS * 16 * LDS * 4;
+    static constexpr size_t P_BYTES = (size_t)WARPS * 16 * LDP * sizeof(T);
+    static constexpr size_t O_BYTES = (size_t)WARPS * 16 * LDO * 4;
+    /* forward: q k v | S | P | O */
+    static constexpr size_t FWD_BYTES = 3 * TILE_BYTES + S_BYTES + P_BYTES + O_BYTES;
+    /* dk/dv: k v q dout | lse D | S dP | P dS ;  dq: q dout k v | S dP | dS */
+    static constexpr size_t DKDV_BYTES = 4 * TILE_BYTES + 2 * ROWS * 4 + 2 * S_BYTES + 2 * P_BYTES;
+    static constexpr size_t DQ_BYTES = 4 * TILE_BYTES + 2 * S_BYTES + P_BYTES;
+    static_assert(HS % 16 == 0 && HS <= 128, "head size must be a multiple of 16, at most 128");
+};
+
+/* rows [r0, r0 + 64) of one head's slice (columns [col0, col0 + HS) of a (T, row_stride)
+ * matrix) into a [64][HS + 8] tile; rows at or past T become zeros. 16-byte vectors. */
+template <class T, int HS>
+__device__ inline void attn_tc_load_tile(T *tile, const T *src, int row_stride, int col0, int r0, int T_) {
+    constexpr int LDT = AttnTC<T, HS>::LDT, VEC = 16 / sizeof(T), PER_ROW = HS / VEC;
+    for (int idx = threadIdx.x; idx < 64 * PER_ROW; idx += blockDim.x) {
+        int r = idx / PER_ROW, c = (idx % PER_ROW) * VEC, t = r0 + r;
+        int4 v = make_int4(0, 0, 0, 0);
+        if (t < T_) v = __ldg(reinterpret_cast<const int4 *>(src + (size_t)t * row_stride + col0 + c));
+        *reinterpret_cast<int4 *>(tile + r * LDT + c) = v;
+    }
+}
+
+/* One warp: acc[0..NK) (16 x HS, fp32) -> rows [r0, r0 + 16) of dst (row stride `stride`,
+ * column offset col0), scaled, through the warp's fp32 scratch; rows >= T are not written. */
+template <class T, int HS>
+__device__ inline void attn_tc_store_rows(
+    T *dst, size_t stride, int col0, int r0, int T_, float *scratch,
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> (&acc)[HS / 16]) {
+    using namespace nvcuda;
+    constexpr int LDS = AttnTC<T, HS>::LDS;
+    const int lane = threadIdx.x % 32, rr = lane >> 1, half = lane & 1;
+#pragma unroll
+    for (int n = 0; n < HS / 16; n++) wmma::store_matrix_sync(scratch + n * 16, acc[n], LDS, wmma::mem_row_major);
+    __syncwarp();
+    if (r0 + rr < T_) {
+        T *row = dst + (size_t)(r0 + rr) * stride + col0;
+        for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) row[c] = from_float<T>(scratch[rr * LDS + c]);
+    }
+    __syncwarp();
+}
+
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_forward_tc_kernel(T *out, float *lse, const T *inp, int T_, int NH) {
+    using namespace nvcuda;
+    typedef AttnTC<T, HS> L;
+    extern __shared__ __align__(128) unsigned char attn_fwd_smem[];
+    T *qs = (T *)attn_fwd_smem, *ks = qs + 64 * L::LDT, *vs = ks + 64 * L::LDT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane >> 1, half = lane & 1;
+    float *ss = (float *)(attn_fwd_smem + 3 * L::TILE_BYTES) + warp * 16 * L::LDS;
+    T *ps = (T *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDP;
+    float *os = (float *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES + L::P_BYTES) + warp * 16 * L::LDO;
+    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = blockIdx.x * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+
+    attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, q0, T_);
+    for (int i = lane; i < 16 * L::LDO; i += 32) os[i] = 0.0f;
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[L::NK];
+#pragma unroll
+    for (int kk = 0; kk < L::NK; kk++) wmma::load_matrix_sync(qf[kk], qs + warp * 16 * L::LDT + kk * 16, L::LDT);
+
+    float m = -INFINITY, l = 0.0f; /* the lane's row: running max and sum (both lanes of a row agree) */
+    const int kv_end = min(q0 + 64, T_);
+    for (int k0 = 0; k0 < kv_end; k0 += 64) {
+        __syncthreads(); /* every warp is done with the previous k, v tile */
+        attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
+        attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+        __syncthreads();
+        if (w0 >= T_) continue;
+        /* key sub-tiles holding a key <= the warp's last query (k0 <= w0, so at least one) */
+        const int nsub = min(4, (w0 + 15 - k0) / 16 + 1);
+        for (int j = 0; j < nsub; j++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf;
+            wmma::fill_fragment(sf, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < L::NK; kk++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kf;
+                wmma::load_matrix_sync(kf, ks + j * 16 * L::LDT + kk * 16, L::LDT);
+                wmma::mma_sync(sf, qf[kk], kf, sf);
+            }
+            wmma::store_matrix_sync(ss + j * 16, sf, L::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        /* online softmax over this lane's 32 columns; keys u > t are masked (k0 <= t, so the
+         * row's first key is always in and the max is finite) */
+        const int c0 = half * 32, cend = min(c0 + 32, nsub * 16);
+        float mx = -INFINITY;
+        for (int c = c0; c < cend; c++)
+            if (k0 + c <= t) mx = fmaxf(mx, ss[rr * L::LDS + c] * scale);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        const float m_new = fmaxf(m, mx), corr = expf(m - m_new); /* 0 on the first tile */
+        float sum = 0.0f;
+        for (int c = c0; c < c0 + 32; c++) {
+            float p = c < cend && k0 + c <= t ? expf(ss[rr * L::LDS + c] * scale - m_new) : 0.0f;
+            sum += p;
+            ps[rr * L::LDP + c] = from_float<T>(p);
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        l = l * corr + sum;
+        m = m_new;
+        for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) os[rr * L::LDO + c] *= corr;
+        __syncwarp();
+        /* O += P V */
+#pragma unroll
+        for (int n = 0; n < L::NK; n++) {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
+            wmma::load_matrix_sync(of, os + n * 16, L::LDO, wmma::mem_row_major);
+            for (int j = 0; j < nsub; j++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
+                wmma::load_matrix_sync(pf, ps + j * 16, L::LDP);
+                wmma::load_matrix_sync(vf, vs + j * 16 * L::LDT + n * 16, L::LDT);
+                wmma::mma_sync(of, pf, vf, of);
+            }
+            wmma::store_matrix_sync(os + n * 16, of, L::LDO, wmma::mem_row_major);
+        }
+        __syncwarp();
+    }
+    if (t >= T_) return;
+    const float inv = 1.0f / l;
+    T *dst = out + ((size_t)b * T_ + t) * C + h * HS;
+    for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) dst[c] = from_float<T>(os[rr * L::LDO + c] * inv);
+    if (half == 0) lse[(size_t)bh * T_ + t] = m + logf(l);
+}
+
+/* dk, dv for 64 keys per block (16 per warp); query tiles stream through shared memory.
+ *   S^T = K Q^T, dP^T = V dO^T (16 keys x 64 queries per warp), P^T = exp(S^T scale - lse),
+ *   dS^T = P^T (dP^T - D);  dV += P^T dO,  dK += dS^T Q  (scaled once at the end). */
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_backward_dkdv_tc_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
+                                      int NH) {
+    using namespace nvcuda;
+    typedef AttnTC<T, HS> L;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+    extern __shared__ __align__(128) unsigned char attn_dkdv_smem[];
+    T *ks = (T *)attn_dkdv_smem, *vs = ks + 64 * L::LDT, *qs = vs + 64 * L::LDT, *dos = qs + 64 * L::LDT;
+    unsigned char *rest = attn_dkdv_smem + 4 * L::TILE_BYTES;
+    float *lses = (float *)rest, *Ds = lses + 64;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane >> 1, half = lane & 1;
+    float *st = (float *)(rest + 2 * 64 * 4) + warp * 16 * L::LDS;
+    float *dpt = (float *)(rest + 2 * 64 * 4 + L::S_BYTES) + warp * 16 * L::LDS;
+    T *pt = (T *)(rest + 2 * 64 * 4 + 2 * L::S_BYTES) + warp * 16 * L::LDP;
+    T *dst = (T *)(rest + 2 * 64 * 4 + 2 * L::S_BYTES + L::P_BYTES) + warp * 16 * L::LDP;
+    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int k0 = blockIdx.x * 64, w0 = k0 + warp * 16, u = w0 + rr; /* lane's key row */
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+    const T *dbase = dout + (size_t)b * T_ * C;
+
+    attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
+    attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> kf[L::NK], vf[L::NK];
+    Acc dk[L::NK], dv[L::NK];
+#pragma unroll
+    for (int kk = 0; kk < L::NK; kk++) {
+        wmma::load_matrix_sync(kf[kk], ks + warp * 16 * L::LDT + kk * 16, L::LDT);
+        wmma::load_matrix_sync(vf[kk], vs + warp * 16 * L::LDT + kk * 16, L::LDT);
+        wmma::fill_fragment(dk[kk], 0.0f);
+        wmma::fill_fragment(dv[kk], 0.0f);
+    }
+    for (int t0 = k0; t0 < T_; t0 += 64) {
+        __syncthreads(); /* every warp is done with the previous query tile */
+        attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, t0, T_);
+        attn_tc_load_tile<T, HS>(dos, dbase, C, h * HS, t0, T_);
+        for (int i = threadIdx.x; i < 64; i += blockDim.x) {
+            lses[i] = t0 + i < T_ ? lse[(size_t)bh * T_ + t0 + i] : 0.0f;
+            Ds[i] = t0 + i < T_ ? D[(size_t)bh * T_ + t0 + i] : 0.0f;
+        }
+        __syncthreads();
+        if (w0 >= T_) continue;
+        /* query sub-tiles with a query >= the warp's first key, and not wholly past T */
+        const int jfirst = max(0, (w0 - t0) / 16), jend = min(4, (T_ - t0 + 15) / 16);
+        for (int j = jfirst; j < jend; j++) {
+            Acc sf, df;
+            wmma::fill_fragment(sf, 0.0f);
+            wmma::fill_fragment(df, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < L::NK; kk++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> qf, of;
+                wmma::load_matrix_sync(qf, qs + j * 16 * L::LDT + kk * 16, L::LDT);
+                wmma::load_matrix_sync(of, dos + j * 16 * L::LDT + kk * 16, L::LDT);
+                wmma::mma_sync(sf, kf[kk], qf, sf);
+                wmma::mma_sync(df, vf[kk], of, df);
+            }
+            wmma::store_matrix_sync(st + j * 16, sf, L::LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(dpt + j * 16, df, L::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            const int tq = t0 + c;
+            const bool in = c >= jfirst * 16 && c < jend * 16 && tq >= u && tq < T_;
+            const float p = in ? expf(st[rr * L::LDS + c] * scale - lses[c]) : 0.0f;
+            const float ds = in ? p * (dpt[rr * L::LDS + c] - Ds[c]) : 0.0f;
+            pt[rr * L::LDP + c] = from_float<T>(p);
+            dst[rr * L::LDP + c] = from_float<T>(ds);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < L::NK; n++)
+            for (int j = jfirst; j < jend; j++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa, da;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> ob, qb;
+                wmma::load_matrix_sync(pa, pt + j * 16, L::LDP);
+                wmma::load_matrix_sync(da, dst + j * 16, L::LDP);
+                wmma::load_matrix_sync(ob, dos + j * 16 * L::LDT + n * 16, L::LDT);
+                wmma::load_matrix_sync(qb, qs + j * 16 * L::LDT + n * 16, L::LDT);
+                wmma::mma_sync(dv[n], pa, ob, dv[n]);
+                wmma::mma_sync(dk[n], da, qb, dk[n]);
+            }
+    }
+    if (w0 >= T_) return; /* after the last block-wide barrier */
+#pragma unroll
+    for (int n = 0; n < L::NK; n++)
+        for (int i = 0; i < dk[n].num_elements; i++) dk[n].x[i] *= scale;
+    T *rows = dinp + (size_t)b * T_ * C3;
+    attn_tc_store_rows<T, HS>(rows, C3, C + h * HS, w0, T_, st, dk);
+    attn_tc_store_rows<T, HS>(rows, C3, 2 * C + h * HS, w0, T_, st, dv);
+}
+
+/* dq for 64 queries per block (16 per warp); key tiles stream through shared memory.
+ *   S = Q K^T, dP = dO V^T, P = exp(S scale - lse), dS = P (dP - D);  dQ += dS K (scaled). */
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_backward_dq_tc_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
+                                    int NH) {
+    using namespace nvcuda;
+    typedef AttnTC<T, HS> L;
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
+    extern __shared__ __align__(128) unsigned char attn_dq_smem[];
+    T *qs = (T *)attn_dq_smem, *dos = qs + 64 * L::LDT, *ks = dos + 64 * L::LDT, *vs = ks + 64 * L::LDT;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, rr = lane >> 1, half = lane & 1;
+    float *ss = (float *)(attn_dq_smem + 4 * L::TILE_BYTES) + warp * 16 * L::LDS;
+    float *dps = (float *)(attn_dq_smem + 4 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDS;
+    T *dss = (T *)(attn_dq_smem + 4 * L::TILE_BYTES + 2 * L::S_BYTES) + warp * 16 * L::LDP;
+    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int q0 = blockIdx.x * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
+    const float scale = 1.0f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * C3;
+
+    attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, q0, T_);
+    attn_tc_load_tile<T, HS>(dos, dout + (size_t)b * T_ * C, C, h * HS, q0, T_);
+    const float lse_t = t < T_ ? lse[(size_t)bh * T_ + t] : 0.0f, D_t = t < T_ ? D[(size_t)bh * T_ + t] : 0.0f;
+    __syncthreads();
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[L::NK], of[L::NK];
+    Acc dq[L::NK];
+#pragma unroll
+    for (int kk = 0; kk < L::NK; kk++) {
+        wmma::load_matrix_sync(qf[kk], qs + warp * 16 * L::LDT + kk * 16, L::LDT);
+        wmma::load_matrix_sync(of[kk], dos + warp * 16 * L::LDT + kk * 16, L::LDT);
+        wmma::fill_fragment(dq[kk], 0.0f);
+    }
+    const int kv_end = min(q0 + 64, T_);
+    for (int k0 = 0; k0 < kv_end; k0 += 64) {
+        __syncthreads();
+        attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
+        attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+        __syncthreads();
+        if (w0 >= T_) continue;
+        const int nsub = min(4, (w0 + 15 - k0) / 16 + 1);
+        for (int j = 0; j < nsub; j++) {
+            Acc sf, df;
+            wmma::fill_fragment(sf, 0.0f);
+            wmma::fill_fragment(df, 0.0f);
+#pragma unroll
+            for (int kk = 0; kk < L::NK; kk++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb, vb;
+                wmma::load_matrix_sync(kb, ks + j * 16 * L::LDT + kk * 16, L::LDT);
+                wmma::load_matrix_sync(vb, vs + j * 16 * L::LDT + kk * 16, L::LDT);
+                wmma::mma_sync(sf, qf[kk], kb, sf);
+                wmma::mma_sync(df, of[kk], vb, df);
+            }
+            wmma::store_matrix_sync(ss + j * 16, sf, L::LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(dps + j * 16, df, L::LDS, wmma::mem_row_major);
+        }
+        __syncwarp();
+        for (int c = half * 32; c < half * 32 + 32; c++) {
+            const bool in = c < nsub * 16 && k0 + c <= t && t < T_;
+            const float p = in ? expf(ss[rr * L::LDS + c] * scale - lse_t) : 0.0f;
+            const float ds = in ? p * (dps[rr * L::LDS + c] - D_t) : 0.0f;
+            dss[rr * L::LDP + c] = from_float<T>(ds);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int n = 0; n < L::NK; n++)
+            for (int j = 0; j < nsub; j++) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> da;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kb;
+                wmma::load_matrix_sync(da, dss + j * 16, L::LDP);
+                wmma::load_matrix_sync(kb, ks + j * 16 * L::LDT + n * 16, L::LDT);
+                wmma::mma_sync(dq[n], da, kb, dq[n]);
+            }
+    }
+    if (w0 >= T_) return;
+#pragma unroll
+    for (int n = 0; n < L::NK; n++)
+        for (int i = 0; i < dq[n].num_elements; i++) dq[n].x[i] *= scale;
+    attn_tc_store_rows<T, HS>(dinp + (size_t)b * T_ * C3, C3, h * HS, w0, T_, ss, dq);
+}
+
+inline void attention_tc_check_aligned(const char *who, const void *p, const char *name) {
+    if ((uintptr_t)p % 16 == 0) return;
+    char what[128];
+    snprintf(what, sizeof what, "%s is not 16-byte aligned", name);
+    llmc_check_failed(who, what, "HINT: a caller bug (tensor-core attention moves 16-byte vectors)", __func__, __FILE__,
+                      __LINE__);
+}
+
+/* Raise a kernel's dynamic shared memory limit once (it needs more than the default 48 KiB). */
+template <class K> inline void attention_tc_smem(K kernel, size_t bytes, bool *done) {
+    if (*done) return;
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
+template <class T, int HS>
+static void attention_forward_tc_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, cudaStream_t stream) {
+    typedef AttnTC<T, HS> L;
+    static bool ready = false;
+    attention_tc_smem(attention_forward_tc_kernel<T, HS>, L::FWD_BYTES, &ready);
+    attention_forward_tc_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::FWD_BYTES, stream>>>(out, lse, inp,
+                                                                                                       T_, NH);
+    kernelCheck();
+}
+
+template <class T, int HS>
+static void attention_backward_tc_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
+                                     int T_, int NH, cudaStream_t stream) {
+    typedef AttnTC<T, HS> L;
+    static bool ready_kv = false, ready_q = false;
+    attention_tc_smem(attention_backward_dkdv_tc_kernel<T, HS>, L::DKDV_BYTES, &ready_kv);
+    attention_tc_smem(attention_backward_dq_tc_kernel<T, HS>, L::DQ_BYTES, &ready_q);
+    dim3 grid(ceil_div(T_, 64), B * NH);
+    attention_backward_dkdv_tc_kernel<T, HS><<<grid, 128, L::DKDV_BYTES, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    kernelCheck();
+    attention_backward_dq_tc_kernel<T, HS><<<grid, 128, L::DQ_BYTES, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    kernelCheck();
+}
+
+template <class T>
+void attention_forward_tc(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
+    static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
+    attention_check_sizes("attention_forward", B, T_, C, NH);
+    attention_tc_check_aligned("attention_forward", inp, "inp");
+    attention_tc_check_aligned("attention_forward", out, "out");
+    switch (C / NH) {
+    case 16: attention_forward_tc_hs<T, 16>(out, lse, inp, B, T_, NH, stream); break;
+    case 32: attention_forward_tc_hs<T, 32>(out, lse, inp, B, T_, NH, stream); break;
+    case 64: attention_forward_tc_hs<T, 64>(out, lse, inp, B, T_, NH, stream); break;
+    case 128: attention_forward_tc_hs<T, 128>(out, lse, inp, B, T_, NH, stream); break;
+    }
+}
+
+template <class T>
+void attention_backward_tc(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
+                           int NH, float *scratch, cudaStream_t stream) {
+    static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
+    attention_check_sizes("attention_backward", B, T_, C, NH);
+    attention_tc_check_aligned("attention_backward", inp, "inp");
+    attention_tc_check_aligned("attention_backward", dout, "dout");
+    attention_tc_check_aligned("attention_backward", dinp, "dinp");
+    const int HS = C / NH;
+    attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream);
+    switch (HS) {
+    case 16: attention_backward_tc_hs<T, 16>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 32: attention_backward_tc_hs<T, 32>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 64: attention_backward_tc_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    case 128: attention_backward_tc_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
+    }
+}
+
+#endif
