@@ -65,6 +65,8 @@ int main(int argc, char **argv) {
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     if (tc.num_processes > 1) llmc_die("-pn %d: multi-process training is not available yet in train_gpt_cpu", tc.num_processes);
     if (tc.zero_stage != 0) llmc_die("-z %d: ZeRO sharding needs data parallelism, which is not available yet", tc.zero_stage);
+    if (tc.gpu_log_every > 0)
+        printf("note: -lg %d: the CPU trainer has no GPU telemetry; continuing without it\n", tc.gpu_log_every);
 
     int threads = 1;
 #ifdef _OPENMP

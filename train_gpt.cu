@@ -11,6 +11,7 @@
 #include "llmc/check.h"
 #include "llmc/cli.h"
 #include "llmc/cuda/model.cuh"
+#include "llmc/cuda/telemetry.cuh"
 #include "llmc/train.h"
 
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     double peak_flops;       /* for MFU; 0 = unknown device */
     double flops_per_token;  /* 6N + 6LCT */
     double peak_used_bytes;  /* largest device use seen by step_extras */
+    GpuTelemetry telemetry;  /* -lg; opened only when asked for */
 } CudaTrainer;
 
 /* ---- peak throughput table (dense, per GPU, TFLOP/s) ---------------------------------------- */
@@ -109,6 +111,15 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
     }
 }
 
+/* -lg: one reading, printed by train_run after the step line and logged with the step. */
+static void cuda_telemetry(void *p, char *text, size_t len, Logger *lg) {
+    GpuTelemetry *t = &((CudaTrainer *)p)->telemetry;
+    GpuReading r;
+    gpu_telemetry_read(t, &r);
+    gpu_reading_format(&r, text, len);
+    gpu_reading_log(&r, lg);
+}
+
 /* The fp16 loss scaler travels in the state file: {scale bits, clean steps, skipped steps}. */
 static void cuda_save_backend_state(void *p, int64_t words[4]) {
     const GPT2Cuda *m = &((CudaTrainer *)p)->model;
@@ -183,8 +194,14 @@ int main(int argc, char **argv) {
     be.step_extras = cuda_step_extras;
     be.save_backend_state = cuda_save_backend_state;
     be.load_backend_state = cuda_load_backend_state;
+    if (tc.gpu_log_every > 0) {
+        gpu_telemetry_open(&tr.telemetry, tr.ctx.device, LLMC_NVML_LIBRARY);
+        gpu_telemetry_print_source(&tr.telemetry, tc.gpu_log_every);
+        be.telemetry = cuda_telemetry;
+    }
 
     int status = train_run(&tc, &be, resume_step);
+    gpu_telemetry_close(&tr.telemetry);
     gpt2cuda_free(m);
     cuda_context_free(&tr.ctx);
     return status;

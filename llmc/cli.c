@@ -59,7 +59,7 @@ static const Flag flags[] = {
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (0 until data parallelism lands)"},
-    {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: print telemetry every N steps; -1 off"},
+    {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
     {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (without MPI)"},
@@ -230,6 +230,8 @@ static void validate(const TrainConfig *c) {
     check_range("-w (--master-weights)", c->master_weights, 0, 1);
     check_range("-ge (--gelu-fusion)", c->gelu_fusion, 0, 2);
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
+    if (c->gpu_log_every < -1)
+        llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);
     if (c->peak_tflops < 0) llmc_die("flag --peak-tflops must be >= 0");
     if (c->threads < 0) llmc_die("flag --threads must be >= 0 (0 = all cores), got %d", c->threads);
     check_positive("-pn (--num-processes)", c->num_processes);

@@ -49,7 +49,7 @@ typedef struct {
     char precision[16];         /* --precision */
     int tf32, master_weights, gelu_fusion; /* -f -w -ge */
     int zero_stage;             /* -z */
-    int gpu_log_every;          /* -lg */
+    int gpu_log_every;          /* -lg; 0 or -1 = off */
     float peak_tflops;          /* --peak-tflops */
     int threads;                /* --threads, CPU; 0 = all cores */
     /* processes */

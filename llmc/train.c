@@ -319,6 +319,12 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         log_double(&lg, "data_wait_ms", wait_ms);
         if (skip) log_string(&lg, "skipped", skip);
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, NULL, 0, &lg);
+        if (be->telemetry && tc->gpu_log_every > 0 && step % tc->gpu_log_every == 0) {
+            char gpu[512];
+            be->telemetry(be->model, gpu, sizeof gpu, &lg);
+            printf("gpu  %5d/%d%s\n", step, max_steps, gpu);
+            fflush(stdout);
+        }
         log_end(&lg);
 
         int last = step == max_steps;

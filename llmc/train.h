@@ -47,6 +47,10 @@ typedef struct {
     void (*load_backend_state)(void *model, const int64_t words[4]);
     /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */
     void (*step_extras)(void *model, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg);
+    /* Optional: -lg telemetry. Reads the device once, writes the reading as " | "-separated text
+     * (printed on its own line after the step line) and as fields of the step's open log
+     * record. Called every tc->gpu_log_every steps when that is > 0. NULL: no telemetry (CPU). */
+    void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
 } TrainBackend;
 
 /* Decides where the parameters come from: the latest complete checkpoint in -o when -y 1 and

@@ -48,6 +48,12 @@ det="for k in 1 2; do ./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v
 step "determinism (2 x 6 steps, d12 bf16)" 200 "$det"
 fp16="./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v 0 -s 0 --precision fp16 -o ''"
 step "fp16 run (loss scale in the step lines)" 150 "$fp16"
+# -lg through the real NVML (nvidia-smi above used it, so it must load and find the device)
+lg="./train_gpt -e d1 -i $WORK/train.bin -b 2 -t 64 -x 3 -v 0 -s 0 -lg 1 -o $WORK/lg > $WORK/lg.txt || exit 1; cat $WORK/lg.txt;
+    n=\$(grep -cE '^gpu +[0-9]+/3 \\| mem .* GiB \\| SM [0-9]+/[0-9]+ MHz .* C \\| .* W \\| util [0-9]+% \\| throttle [a-z]' $WORK/lg.txt);
+    k=\$(grep -c '\"gpu_nvml\":1,.*\"gpu_temp_c\"' $WORK/lg/log.jsonl);
+    [ \"\$n\" = 3 ] && [ \"\$k\" = 3 ] && echo 'PASS: -lg 1 prints and logs NVML readings every step' || echo \"FAIL: -lg 1: \$n full gpu lines, \$k log records with NVML readings (want 3 and 3)\""
+step "-lg 1 telemetry through NVML (d1, 3 steps)" 120 "$lg"
 step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quick"
 if command -v compute-sanitizer >/dev/null 2>&1; then
     step "compute-sanitizer memcheck (test_cuda_ops tiny)" 300 "compute-sanitizer --tool memcheck --error-exitcode 1 build/test/test_cuda_ops"

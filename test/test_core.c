@@ -1,12 +1,14 @@
 /*
  * test_core.c - the shared core's small pieces: GPT-2 descriptors and the parameter table,
- * learning-rate schedules, round-trip float formatting for the log, bf16 rounding, the sampler.
+ * learning-rate schedules, round-trip float formatting for the log, bf16 rounding, the sampler,
+ * and the -lg telemetry text and log fields (throttle-reason words, the line, the keys).
  */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
@@ -14,6 +16,7 @@
 #include "llmc/rng.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
+#include "llmc/telemetry.h"
 #include "test/testing.h"
 
 static void test_descriptors(void) {
@@ -106,11 +109,110 @@ static void test_sampler(void) {
                 "sampler inverts the CDF", "");
 }
 
+static void test_throttle_words(void) {
+    char buf[256];
+    struct { unsigned long long mask; const char *words; } cases[] = {
+        {0x0, "none"},
+        {0x4, "power-cap"},
+        {0x24, "power-cap,sw-thermal"},
+        {0x48, "hw-slowdown,hw-thermal"},
+        {0x1FF, "idle,app-clocks,power-cap,hw-slowdown,sync-boost,sw-thermal,hw-thermal,power-brake,display-clocks"},
+        {0x4 | (1ull << 40), "power-cap,other:0x10000000000"},
+        {1ull << 63, "other:0x8000000000000000"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        gpu_throttle_describe(cases[i].mask, buf, sizeof buf);
+        char name[160];
+        snprintf(name, sizeof name, "throttle reasons 0x%llx read as '%s'", cases[i].mask, cases[i].words);
+        test_report(strcmp(buf, cases[i].words) == 0, name, "got '%s'", buf);
+    }
+    /* a short buffer truncates (NUL-terminated) and writes nothing past len */
+    char small[16];
+    memset(small, '#', sizeof small);
+    gpu_throttle_describe(0x24, small, 8);
+    int untouched = 1;
+    for (size_t i = 8; i < sizeof small; i++) untouched &= small[i] == '#';
+    test_report(strcmp(small, "power-c") == 0 && untouched, "throttle words truncate within the buffer",
+                "got '%.8s', bytes past len %s", small, untouched ? "untouched" : "overwritten");
+}
+
+static void test_gpu_reading_text(void) {
+    GpuReading r;
+    char text[512];
+    gpu_reading_clear(&r);
+    gpu_reading_format(&r, text, sizeof text);
+    test_report(strcmp(text, " | NVML unavailable") == 0, "telemetry text: nothing read -> only 'NVML unavailable'", "got '%s'", text);
+    r.mem_used_gib = 1.5, r.mem_total_gib = 80.0;
+    gpu_reading_format(&r, text, sizeof text);
+    test_report(strcmp(text, " | mem 1.50/80.00 GiB | NVML unavailable") == 0,
+                "telemetry text without NVML: memory, then 'NVML unavailable' once", "got '%s'", text);
+    r.nvml = 1;
+    r.sm_mhz = 1755, r.sm_max_mhz = 1980, r.mem_mhz = 2619, r.temp_c = 47, r.util_pct = 97;
+    r.power_w = 312.4, r.power_limit_w = 700.0;
+    r.have_throttle = 1, r.throttle = 0x24;
+    gpu_reading_format(&r, text, sizeof text);
+    const char *full = " | mem 1.50/80.00 GiB | SM 1755/1980 MHz | mem clock 2619 MHz | 47 C | 312/700 W | util 97% | "
+                       "throttle power-cap,sw-thermal";
+    test_report(strcmp(text, full) == 0, "telemetry text with every NVML field", "got '%s'", text);
+    r.sm_max_mhz = -1, r.power_limit_w = -1.0, r.temp_c = -1, r.have_throttle = 0;
+    gpu_reading_format(&r, text, sizeof text);
+    test_report(strcmp(text, " | mem 1.50/80.00 GiB | SM 1755 MHz | mem clock 2619 MHz | 312 W | util 97%") == 0,
+                "telemetry text leaves out fields that were not read", "got '%s'", text);
+    char tiny[20];
+    gpu_reading_format(&r, tiny, sizeof tiny);
+    test_report(strlen(tiny) == sizeof tiny - 1 && strncmp(tiny, text, sizeof tiny - 1) == 0,
+                "telemetry text truncates to the buffer", "got '%s'", tiny);
+
+    /* the log record: the same readings under their keys, nothing for what was not read */
+    char dir[] = "/tmp/llmc_test_core_XXXXXX";
+    if (!mkdtemp(dir)) {
+        test_report(0, "telemetry log fields", "mkdtemp failed");
+        return;
+    }
+    Logger lg;
+    logger_open(&lg, dir, -1);
+    log_begin(&lg);
+    gpu_reading_log(&r, &lg);
+    log_end(&lg);
+    r.sm_max_mhz = 1980, r.power_limit_w = 700.0, r.temp_c = 47, r.have_throttle = 1;
+    log_begin(&lg);
+    gpu_reading_log(&r, &lg);
+    log_end(&lg);
+    gpu_reading_clear(&r);
+    log_begin(&lg);
+    gpu_reading_log(&r, &lg);
+    log_end(&lg);
+    logger_close(&lg);
+    char path[128], lines[3][512] = {"", "", ""};
+    snprintf(path, sizeof path, "%s/log.jsonl", dir);
+    FILE *f = fopen(path, "rb");
+    for (int i = 0; f && i < 3; i++)
+        if (!fgets(lines[i], sizeof lines[i], f)) lines[i][0] = '\0';
+    if (f) fclose(f);
+    remove(path);
+    rmdir(dir);
+    const char *want[3] = {
+        "{\"gpu_mem_used_gib\":1.5,\"gpu_mem_total_gib\":80,\"gpu_nvml\":1,\"gpu_sm_mhz\":1755,\"gpu_mem_mhz\":2619,"
+        "\"gpu_power_w\":312.4,\"gpu_util_pct\":97}\n",
+        "{\"gpu_mem_used_gib\":1.5,\"gpu_mem_total_gib\":80,\"gpu_nvml\":1,\"gpu_sm_mhz\":1755,\"gpu_sm_max_mhz\":1980,"
+        "\"gpu_mem_mhz\":2619,\"gpu_temp_c\":47,\"gpu_power_w\":312.4,\"gpu_power_limit_w\":700,"
+        "\"gpu_util_pct\":97,\"gpu_throttle\":\"power-cap,sw-thermal\",\"gpu_throttle_mask\":36}\n",
+        "{\"gpu_nvml\":0}\n",
+    };
+    for (int i = 0; i < 3; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "telemetry log fields, record %d of 3", i + 1);
+        test_report(strcmp(lines[i], want[i]) == 0, name, "got %s", lines[i]);
+    }
+}
+
 int main(void) {
     test_descriptors();
     test_schedules();
     test_float_format();
     test_bf16();
     test_sampler();
+    test_throttle_words();
+    test_gpu_reading_text();
     return test_exit_code();
 }

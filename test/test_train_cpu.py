@@ -231,6 +231,7 @@ def main():
         (d + ["-k", "zigzag"], "zigzag"),
         (d + ["--precision", "bf16"], "precision"),
         (d + ["-r", "3"], "-r"),
+        (d + ["-lg", "-2"], "-lg (--gpu-log-every)"),
         (d + ["-y", "1"], "-y"),
         (d + ["-b"], "-b"),
         (d + ["stray"], "stray"),
@@ -243,6 +244,13 @@ def main():
         ok = p.returncode == 1 and "error" in p.stderr and needle in p.stderr
         report(ok, f"bad input {' '.join(args[-2:])!r} -> exit 1 naming {needle!r}",
                f"exit {p.returncode}, stderr: {p.stderr.strip()[-300:]!r}")
+    # -lg (GPU telemetry) on the CPU trainer: said once, then training as without it
+    p_lg, p_plain = run(d + ["-lg", "1"]), run(d)
+    losses = lambda out: [l.split("|")[1] for l in out.splitlines() if l.startswith("step ")]
+    report(p_lg.returncode == 0 and p_lg.stdout.count("no GPU telemetry") == 1 and
+           losses(p_lg.stdout) == losses(p_plain.stdout) and len(losses(p_plain.stdout)) == 2,
+           "-lg 1 on the CPU trainer: a note that there is no GPU telemetry, then the same training",
+           f"exit {p_lg.returncode}, losses {losses(p_lg.stdout)} vs {losses(p_plain.stdout)}: {p_lg.stderr[-300:]}")
     p = run(["--help"])
     report(p.returncode == 0 and "--batch-size" in p.stdout and "default: 4" in p.stdout, "--help lists flags with defaults")
 

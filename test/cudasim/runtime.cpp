@@ -1056,6 +1056,16 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
     return cudaSuccess;
 }
 
+/* The simulated device sits at PCI 0000:00:00.0 (pciDomainID/pciBusID/pciDeviceID are 0 in its
+ * properties), in CUDA's "domain:bus:device.function" form. No real GPU has that address, so
+ * NVML (where installed) finds no device there. */
+cudaError_t cudaDeviceGetPCIBusId(char *pciBusId, int len, int device) {
+    if (device != 0) return api_error(cudaErrorInvalidDevice, "cudaDeviceGetPCIBusId(device %d)", device);
+    if (!pciBusId || len < 13) return api_error(cudaErrorInvalidValue, "cudaDeviceGetPCIBusId: buffer of %d bytes (needs 13)", len);
+    snprintf(pciBusId, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device) {
     if (device != 0) return api_error(cudaErrorInvalidDevice, "cudaDeviceGetAttribute(device %d)", device);
     switch (attr) {

@@ -128,6 +128,9 @@ int main(void) {
     cudaGetDeviceCount(&count);
     cudaGetDevice(&dev);
     test_report(v == 227 * 1024 && count == 1 && dev == 0 && cudaSetDevice(0) == cudaSuccess, "device: attributes, count, get/set", "optin %d", v);
+    char bus_id[32] = "";
+    test_report(cudaDeviceGetPCIBusId(bus_id, sizeof bus_id, 0) == cudaSuccess && strcmp(bus_id, "0000:00:00.0") == 0,
+                "device: cudaDeviceGetPCIBusId is 0000:00:00.0", "got '%s'", bus_id);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     test_report(total_b > 140e9 && free_b < total_b && total_b - free_b >= 2 * n * sizeof(float), "device: cudaMemGetInfo", "free %zu total %zu", free_b, total_b);
