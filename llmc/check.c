@@ -22,6 +22,7 @@ void llmc_check_failed(const char *statement, const char *detail, const char *hi
     fprintf(stderr, "error: %s\n", detail);
     fprintf(stderr, "  statement: %s\n", statement);
     fprintf(stderr, "  at: %s (%s:%d)\n", func, file, line);
+    if (hint && strncmp(hint, "HINT: ", 6) == 0) hint += 6; /* callers may include the word */
     if (hint && hint[0]) fprintf(stderr, "  HINT: %s\n", hint);
     exit(1);
 }

@@ -8,7 +8,8 @@
 # Without nvcc nothing here is built by `make` (the harness builds need only the CUDA headers).
 
 GPU_ARCH    ?= sm_90
-CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh)
+# everything a CUDA translation unit may include (the shared core's headers as well)
+CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
 NVCCFLAGS   := -O3 -std=c++17 -arch=$(GPU_ARCH) -I. -Xcompiler -Wall,-Wextra -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
 # LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler)
 comma := ,
@@ -54,8 +55,9 @@ bench-gpu: train_gpt
 gpu-check:
 	scripts/gpu_check.sh
 
-# the kernel lab: build/dev/cuda/NAME from dev/cuda/NAME.cu (includes the real llmc/cuda header)
-CUDA_LAB := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(wildcard dev/cuda/*.cu))
+# the kernel lab: build/dev/cuda/NAME from dev/cuda/NAME.cu (includes the real llmc/cuda header);
+# dev/cuda/cudnn_*.cu need cuDNN and are mk/cudnn.mk's (USE_CUDNN=1 only)
+CUDA_LAB := $(patsubst dev/cuda/%.cu,$(BUILD)/dev/cuda/%,$(filter-out dev/cuda/cudnn_%,$(wildcard dev/cuda/*.cu)))
 PHONY    += cuda-lab
 cuda-lab: $(CUDA_LAB)
 $(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)

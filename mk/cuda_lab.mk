@@ -5,7 +5,8 @@
 # The nvcc builds (build/dev/cuda/NAME, `make cuda-lab`) are mk/cuda.mk's; this fragment only
 # adds that they depend on dev/cuda/common_lab.h as well.
 
-LAB_SRCS     := $(wildcard dev/cuda/*.cu)
+# (not dev/cuda/cudnn_*.cu: the harness has no cuDNN; mk/cudnn.mk builds those with nvcc)
+LAB_SRCS     := $(filter-out dev/cuda/cudnn_%,$(wildcard dev/cuda/*.cu))
 LAB_SIM_BINS := $(patsubst %.cu,$(BUILD)/cudasim/%,$(LAB_SRCS))
 # everything the translation inlines besides the .cu itself (quoted includes are inlined)
 LAB_INLINED  := $(CUDA_HDRS) dev/cuda/common_lab.h test/testing.h $(wildcard llmc/cpu/*.h) $(wildcard llmc/*.h)

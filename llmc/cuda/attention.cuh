@@ -27,6 +27,8 @@
 
 #include <math.h>
 
+#include <type_traits>
+
 #include "common.cuh"
 
 /* Rows per block (one per thread) and rows per streamed tile, so the static shared memory
@@ -295,19 +297,50 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
 
 #include "attention_tc.cuh"
 
-/* fp32 runs on CUDA cores (the tight reference); bf16 and fp16 on tensor cores. */
+/* `make USE_CUDNN=1` routes bf16/fp16 attention through cuDNN's fused SDPA (cudnn_att.h: same
+ * tensors, same saved logsumexp). */
+#ifndef USE_CUDNN
+#define USE_CUDNN 0
+#endif
+#if USE_CUDNN != 0 && USE_CUDNN != 1
+#error "USE_CUDNN must be 0 or 1"
+#endif
+#if USE_CUDNN
+#include "cudnn_att.h"
+#endif
+
+/* What attention_forward/backward run for a storage type (for the startup print). */
+template <class T> inline const char *attention_impl_name() {
+    if (sizeof(T) == 4) return "own flash attention, CUDA cores (fp32)";
+    return USE_CUDNN ? "cuDNN fused SDPA (USE_CUDNN=1)" : "own flash attention, tensor cores (wmma)";
+}
+
+/* fp32 runs on CUDA cores (the tight reference); bf16 and fp16 on tensor cores, or cuDNN. */
 template <class T>
 void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
     if constexpr (sizeof(T) == 4) attention_forward_simt(out, lse, inp, B, T_, C, NH, stream);
-    else attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
+    else {
+#if USE_CUDNN
+        attention_forward_cudnn(out, lse, inp, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
+#else
+        attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
+#endif
+    }
 }
 
-/* scratch: B*NH*T floats (the row dots D). */
+/* scratch: B*NH*T floats (the row dots D; the cuDNN path keeps its own workspace). */
 template <class T>
 void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
                         int NH, float *scratch, cudaStream_t stream) {
     if constexpr (sizeof(T) == 4) attention_backward_simt(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
-    else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+    else {
+#if USE_CUDNN
+        (void)scratch;
+        attention_backward_cudnn(dinp, dout, inp, out, lse, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
+#else
+        attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+#endif
+    }
 }
 
 #endif

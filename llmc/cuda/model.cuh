@@ -516,6 +516,8 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     }
     int training = m->grads_memory != NULL;
     double total = 0.0;
+    fprintf(out, "attention: %s\n", m->precision == PRECISION_FP32 ? attention_impl_name<float>()
+                                                                   : attention_impl_name<__nv_bfloat16>());
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (GPU, %-4s, -r %d)             |        MiB |\n", precision_name(m->precision), m->recompute);
     fprintf(out, "+-------------------------------------+------------+\n");
@@ -541,6 +543,12 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     if (training) LLMC_ROW("backward scratch (one layer)", m->scratch_bytes);
     LLMC_ROW("fp32 op scratch", m->fscratch_floats * sizeof(float));
     LLMC_ROW("cuBLASLt workspace", m->ctx->lt_workspace_bytes);
+#if USE_CUDNN
+    if (m->precision != PRECISION_FP32) { /* build the graphs now so their workspace is counted */
+        cudnn_att_prepare(m->B, m->T, m->cfg.channels, m->cfg.num_heads, m->precision == PRECISION_FP16);
+        LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
+    }
+#endif
 #undef LLMC_ROW
     fprintf(out, "| total allocated by llmc             | %10.1f |\n", total / MiB);
     size_t free_b = 0, total_b = 0;

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The optional cuDNN attention (USE_CUDNN=1, mk/cudnn.mk) compiles and links where nvcc, cuDNN
+# and the cudnn_frontend headers exist. Builds llmc/cuda/cudnn_att.cpp, the lab program
+# dev/cuda/cudnn_att_check, the trainer object and the native test_gpt with USE_CUDNN=1 into a
+# scratch build directory (never build/, whose objects the switch would make stale, and never
+# ./train_gpt). Checks that switching USE_CUDNN makes the nvcc objects stale and that keeping it
+# does not. The lab program must start (--help: libcudnn and libnvrtc load); without a GPU it
+# must exit non-zero with the usual message, on a GPU it runs at --small shapes and its
+# PASS/FAIL lines count.
+# Prints SKIP (with the reason) when nvcc, cuDNN or the frontend headers are missing.
+# About 50 s on 2 cores (cudnn_att.cpp alone is ~45 s: the frontend headers are heavy).
+set -u
+unset MAKEFLAGS MFLAGS MAKELEVEL # a `make test` parent must not pass its variables or jobserver on
+cd "$(dirname "$0")/.."
+
+probe=$(make -s --no-print-directory USE_CUDNN=1 cudnn-frontend-dir 2>&1)
+if [ $? -ne 0 ]; then
+    case "$probe" in
+    *"needs nvcc"* | *"cudnn.h) not found"* | *"cudnn_frontend.h not found"*)
+        echo "SKIP: cuDNN attention build: $(printf '%s\n' "$probe" | grep -o 'USE_CUDNN=1.*' | head -1 | sed 's/[.]  Stop[.]$//')"
+        exit 0 ;;
+    *)
+        echo "FAIL: make USE_CUDNN=1 cudnn-frontend-dir: $probe"
+        exit 1 ;;
+    esac
+fi
+echo "cudnn_frontend headers: $probe"
+
+dir=$(mktemp -d /tmp/llmc-cudnn-build.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+lab="$dir/dev/cuda/cudnn_att_check"
+targets=("$lab" "$dir/cuda/train_gpt.o" "$dir/test/test_gpt")
+start=$(date +%s)
+if ! make -j"$(nproc)" --no-print-directory BUILD="$dir" USE_CUDNN=1 "${targets[@]}" >"$dir/build.log" 2>&1; then
+    tail -40 "$dir/build.log"
+    echo "FAIL: make USE_CUDNN=1 ${targets[*]#$dir/} (log above)"
+    exit 1
+fi
+echo "PASS: USE_CUDNN=1 builds cudnn_att.o, dev/cuda/cudnn_att_check, train_gpt.o and test_gpt ($(($(date +%s) - start)) s)"
+
+fail=0
+# the stamp: the same setting leaves the objects valid, another one makes them stale
+make -s --no-print-directory BUILD="$dir" USE_CUDNN=1 "$dir/.cudnn"
+if [ "$dir/.cudnn" -nt "$dir/cuda/train_gpt.o" ]; then
+    echo "FAIL: make USE_CUDNN=1 again would rebuild the nvcc objects"; fail=1
+else
+    echo "PASS: repeating USE_CUDNN=1 leaves the nvcc objects up to date"
+fi
+make -s --no-print-directory BUILD="$dir" "$dir/.cudnn"
+if [ "$dir/.cudnn" -nt "$dir/cuda/train_gpt.o" ]; then
+    echo "PASS: switching USE_CUDNN off makes the nvcc objects stale (they are rebuilt)"
+else
+    echo "FAIL: switching USE_CUDNN off would keep objects compiled with -DUSE_CUDNN=1"; fail=1
+fi
+
+out=$("$lab" --help 2>&1)
+if [ $? -eq 0 ] && printf '%s\n' "$out" | grep -q '^usage:'; then
+    echo "PASS: cudnn_att_check starts (libcudnn and libnvrtc load)"
+else
+    echo "FAIL: cudnn_att_check --help: $out"; fail=1
+fi
+
+if nvidia-smi >/dev/null 2>&1; then
+    "$lab" --small || fail=1
+else
+    out=$("$lab" --small 2>&1)
+    rc=$?
+    if [ $rc -ne 0 ] && printf '%s\n' "$out" | grep -q "no usable CUDA GPU\|no CUDA GPU"; then
+        echo "PASS: cudnn_att_check without a GPU exits non-zero with a clear message"
+    else
+        echo "FAIL: cudnn_att_check without a GPU: rc $rc: $out"; fail=1
+    fi
+fi
+exit $fail
