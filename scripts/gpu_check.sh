@@ -55,6 +55,9 @@ lg="./train_gpt -e d1 -i $WORK/train.bin -b 2 -t 64 -x 3 -v 0 -s 0 -lg 1 -o $WOR
     [ \"\$n\" = 3 ] && [ \"\$k\" = 3 ] && echo 'PASS: -lg 1 prints and logs NVML readings every step' || echo \"FAIL: -lg 1: \$n full gpu lines, \$k log records with NVML readings (want 3 and 3)\""
 step "-lg 1 telemetry through NVML (d1, 3 steps)" 120 "$lg"
 step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quick"
+# the optional cuDNN attention: builds with USE_CUDNN=1 into a scratch dir and runs its lab against
+# our kernels (SKIPs where the cudnn_frontend headers are not installed)
+step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"
 if command -v compute-sanitizer >/dev/null 2>&1; then
     step "compute-sanitizer memcheck (test_cuda_ops tiny)" 300 "compute-sanitizer --tool memcheck --error-exitcode 1 build/test/test_cuda_ops"
     step "compute-sanitizer racecheck (train_gpt d1, 2 steps)" 300 \
