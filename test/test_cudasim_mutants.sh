@@ -12,6 +12,7 @@ status=0
 
 mutant() {  # name file sed-expression
     local name=$1 file=$2 expr=$3 dir="$tmp/$1"
+    if [ -n "${MUTANT:-}" ] && [ "$MUTANT" != "$name" ]; then return; fi # MUTANT=name: only that one
     mkdir -p "$dir/llmc"
     cp -r llmc/cuda "$dir/llmc/cuda"
     for f in llmc/*.h; do ln -s "$PWD/$f" "$dir/$f"; done
@@ -45,9 +46,14 @@ mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/
 mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
 mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
-# harness's wmma stores write each lane's share only, so this reads stale shared memory); P
-# written by lanes and loaded into a fragment without __syncwarp; an off-by-one causal mask
+# harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows
+# scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an
+# off-by-one causal mask. (A missing __syncwarp right after a shuffle is not caught: in the
+# harness a shuffle waits for every lane, which orders memory; the GPU does not promise that.)
 mutant tc-missing-syncwarp-scores attention_tc.cuh '/store_matrix_sync(ss + j \* 16, sf, L::LDS/{n;n;s/__syncwarp();//}'
-mutant tc-missing-syncwarp-probs attention_tc.cuh '/\*= corr;/{n;s/__syncwarp();//}'
+mutant tc-missing-syncwarp-rescale attention_tc.cuh '/\*= corr;/{n;s/__syncwarp();//}'
+# the forward's lazy rescale skipped (O kept against the old row max): only inputs whose row
+# maxima jump between key tiles reach that branch (test_attention's "growing scores")
+mutant tc-no-rescale attention_tc.cuh 's/corr = expf(m - m_new); \/\* 0 while m = -inf \*\//corr = 1.0f;/'
 mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/'
 exit $status

@@ -10,7 +10,8 @@
  * memory, lane l owning row l/2 and the half l%2 of the columns. Only the products' operands
  * are rounded to 16 bits: the probabilities P and the score gradients dS (as in every flash
  * attention); scores, the running max and sum, O, dq, dk, dv accumulate in fp32. The code never
- * depends on how a fragment spreads over the lanes.
+ * depends on how a fragment spreads over the lanes. The forward keeps O in fragments and
+ * rescales it (through shared memory) only when a row's max grows by more than e^8.
  *
  * Determinism: each output element is produced by one warp in a fixed order; no atomics.
  * dq is computed by its own kernel (one pass over the keys) rather than accumulated across
@@ -98,13 +99,23 @@ static __global__ void __launch_bounds__(128)
     const T *base = inp + (size_t)b * T_ * C3;
 
     attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, q0, T_);
-    for (int i = lane; i < 16 * L::LDO; i += 32) os[i] = 0.0f;
     __syncthreads();
+    typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
     wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> qf[L::NK];
+    Acc of[L::NK]; /* O (16 x HS), unnormalised, relative to the row maxima m */
 #pragma unroll
-    for (int kk = 0; kk < L::NK; kk++) wmma::load_matrix_sync(qf[kk], qs + warp * 16 * L::LDT + kk * 16, L::LDT);
+    for (int kk = 0; kk < L::NK; kk++) {
+        wmma::load_matrix_sync(qf[kk], qs + warp * 16 * L::LDT + kk * 16, L::LDT);
+        wmma::fill_fragment(of[kk], 0.0f);
+    }
 
-    float m = -INFINITY, l = 0.0f; /* the lane's row: running max and sum (both lanes of a row agree) */
+    /* The lane's row: m is the max the probabilities are taken against and l their sum (both
+     * lanes of a row agree). Lazy rescaling: m moves only when a row's max grows by more than
+     * RESCALE (then O goes through shared memory once to scale its rows, since a fragment's
+     * rows are not addressable); otherwise p = exp(s - m) <= e^RESCALE, which 16-bit P and fp32
+     * sums hold exactly as well. */
+    const float RESCALE = 8.0f;
+    float m = -INFINITY, l = 0.0f;
     const int kv_end = min(q0 + 64, T_);
     for (int k0 = 0; k0 < kv_end; k0 += 64) {
         __syncthreads(); /* every warp is done with the previous k, v tile */
@@ -115,7 +126,7 @@ static __global__ void __launch_bounds__(128)
         /* key sub-tiles holding a key <= the warp's last query (k0 <= w0, so at least one) */
         const int nsub = min(4, (w0 + 15 - k0) / 16 + 1);
         for (int j = 0; j < nsub; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf;
+            Acc sf;
             wmma::fill_fragment(sf, 0.0f);
 #pragma unroll
             for (int kk = 0; kk < L::NK; kk++) {
@@ -126,41 +137,52 @@ static __global__ void __launch_bounds__(128)
             wmma::store_matrix_sync(ss + j * 16, sf, L::LDS, wmma::mem_row_major);
         }
         __syncwarp();
-        /* online softmax over this lane's 32 columns; keys u > t are masked (k0 <= t, so the
-         * row's first key is always in and the max is finite) */
+        /* this lane's 32 columns; keys u > t are masked (k0 <= t: the row's first key is always
+         * in, so the max is finite) */
         const int c0 = half * 32, cend = min(c0 + 32, nsub * 16);
         float mx = -INFINITY;
         for (int c = c0; c < cend; c++)
             if (k0 + c <= t) mx = fmaxf(mx, ss[rr * L::LDS + c] * scale);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        const float m_new = fmaxf(m, mx), corr = expf(m - m_new); /* 0 on the first tile */
+        if (__any_sync(0xffffffffu, mx > m + RESCALE)) { /* warp-uniform */
+            const float m_new = fmaxf(m, mx), corr = expf(m - m_new); /* 0 while m = -inf */
+            if (__any_sync(0xffffffffu, l > 0.0f)) {                  /* O is not all zeros */
+#pragma unroll
+                for (int n = 0; n < L::NK; n++) wmma::store_matrix_sync(os + n * 16, of[n], L::LDO, wmma::mem_row_major);
+                __syncwarp();
+                for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) os[rr * L::LDO + c] *= corr;
+                __syncwarp();
+#pragma unroll
+                for (int n = 0; n < L::NK; n++) wmma::load_matrix_sync(of[n], os + n * 16, L::LDO, wmma::mem_row_major);
+            }
+            l *= corr;
+            m = m_new;
+        }
         float sum = 0.0f;
         for (int c = c0; c < c0 + 32; c++) {
-            float p = c < cend && k0 + c <= t ? expf(ss[rr * L::LDS + c] * scale - m_new) : 0.0f;
+            float p = c < cend && k0 + c <= t ? expf(ss[rr * L::LDS + c] * scale - m) : 0.0f;
             sum += p;
             ps[rr * L::LDP + c] = from_float<T>(p);
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * corr + sum;
-        m = m_new;
-        for (int c = half * (HS / 2); c < (half + 1) * (HS / 2); c++) os[rr * L::LDO + c] *= corr;
+        l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
         __syncwarp();
         /* O += P V */
+        for (int j = 0; j < nsub; j++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
+            wmma::load_matrix_sync(pf, ps + j * 16, L::LDP);
 #pragma unroll
-        for (int n = 0; n < L::NK; n++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
-            wmma::load_matrix_sync(of, os + n * 16, L::LDO, wmma::mem_row_major);
-            for (int j = 0; j < nsub; j++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
+            for (int n = 0; n < L::NK; n++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-                wmma::load_matrix_sync(pf, ps + j * 16, L::LDP);
                 wmma::load_matrix_sync(vf, vs + j * 16 * L::LDT + n * 16, L::LDT);
-                wmma::mma_sync(of, pf, vf, of);
+                wmma::mma_sync(of[n], pf, vf, of[n]);
             }
-            wmma::store_matrix_sync(os + n * 16, of, L::LDO, wmma::mem_row_major);
         }
-        __syncwarp();
+        __syncwarp(); /* P and S are rewritten by the next tile */
     }
+    if (w0 >= T_) return;
+#pragma unroll
+    for (int n = 0; n < L::NK; n++) wmma::store_matrix_sync(os + n * 16, of[n], L::LDO, wmma::mem_row_major);
+    __syncwarp();
     if (t >= T_) return;
     const float inv = 1.0f / l;
     T *dst = out + ((size_t)b * T_ + t) * C + h * HS;
@@ -242,18 +264,19 @@ static __global__ void __launch_bounds__(128)
             dst[rr * L::LDP + c] = from_float<T>(ds);
         }
         __syncwarp();
+        for (int j = jfirst; j < jend; j++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa, da;
+            wmma::load_matrix_sync(pa, pt + j * 16, L::LDP);
+            wmma::load_matrix_sync(da, dst + j * 16, L::LDP);
 #pragma unroll
-        for (int n = 0; n < L::NK; n++)
-            for (int j = jfirst; j < jend; j++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pa, da;
+            for (int n = 0; n < L::NK; n++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> ob, qb;
-                wmma::load_matrix_sync(pa, pt + j * 16, L::LDP);
-                wmma::load_matrix_sync(da, dst + j * 16, L::LDP);
                 wmma::load_matrix_sync(ob, dos + j * 16 * L::LDT + n * 16, L::LDT);
                 wmma::load_matrix_sync(qb, qs + j * 16 * L::LDT + n * 16, L::LDT);
                 wmma::mma_sync(dv[n], pa, ob, dv[n]);
                 wmma::mma_sync(dk[n], da, qb, dk[n]);
             }
+        }
     }
     if (w0 >= T_) return; /* after the last block-wide barrier */
 #pragma unroll
@@ -327,15 +350,16 @@ static __global__ void __launch_bounds__(128)
             dss[rr * L::LDP + c] = from_float<T>(ds);
         }
         __syncwarp();
+        for (int j = 0; j < nsub; j++) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> da;
+            wmma::load_matrix_sync(da, dss + j * 16, L::LDP);
 #pragma unroll
-        for (int n = 0; n < L::NK; n++)
-            for (int j = 0; j < nsub; j++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> da;
+            for (int n = 0; n < L::NK; n++) {
                 wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kb;
-                wmma::load_matrix_sync(da, dss + j * 16, L::LDP);
                 wmma::load_matrix_sync(kb, ks + j * 16 * L::LDT + n * 16, L::LDT);
                 wmma::mma_sync(dq[n], da, kb, dq[n]);
             }
+        }
     }
     if (w0 >= T_) return;
 #pragma unroll
