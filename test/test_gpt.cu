@@ -31,6 +31,7 @@ typedef struct {
     int B, T;
     char ckpt[256];
     int *inputs, *targets; /* (steps + 2) batches of B*T, back to back */
+    char tag[32];          /* appended to check names ("" for the main model) */
 } Setup;
 
 enum { STEPS = 10 };
@@ -134,7 +135,7 @@ static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
     gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     gpt2cuda_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     float *lg = cuda_logits(m, (size_t)N * Vp);
-    snprintf(name, sizeof name, "logits [%s]", pn);
+    snprintf(name, sizeof name, "logits [%s%s]", pn, s->tag);
     test_close(name, lg, cpu.acts.logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
     free(lg);
 
@@ -145,7 +146,7 @@ static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
     gpt2cuda_zero_grad(m);
     float lgpu = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / N);
     gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
-    snprintf(name, sizeof name, "loss [%s]", pn);
+    snprintf(name, sizeof name, "loss [%s%s]", pn, s->tag);
     test_close(name, &lgpu, &lc, 1, tol.loss_atol, 0);
     float *g = cuda_grads(m);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -153,12 +154,12 @@ static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
         const float *ref = cpu.grads_memory + ts->offset;
         double mx = 0.0;
         for (size_t j = 0; j < ts->numel; j++) mx = fmax(mx, fabs(ref[j]));
-        snprintf(name, sizeof name, "gradient %s %s [%s]", ts->name, ts->shape, pn);
+        snprintf(name, sizeof name, "gradient %s %s [%s%s]", ts->name, ts->shape, pn, s->tag);
         test_close(name, g + ts->offset, ref, ts->numel, tol.grad_frac * mx + 1e-12, tol.grad_frac);
     }
     free(g);
     float norm_cpu = gpt2_grad_norm(&cpu), norm_gpu = gpt2cuda_grad_norm(m);
-    snprintf(name, sizeof name, "gradient norm [%s]", pn);
+    snprintf(name, sizeof name, "gradient norm [%s%s]", pn, s->tag);
     test_close(name, &norm_gpu, &norm_cpu, 1, 0, tol.grad_frac);
     gpt2_free(&cpu);
     cuda_model_free(m);
@@ -317,6 +318,32 @@ static void check_loss_scaler(const Setup *s, CudaContext *ctx) {
     cuda_model_free(m);
 }
 
+/* The checkpoint both models load (the CPU's random init) and the batches, for s->cfg, B, T. */
+static void setup_init(Setup *s, unsigned long long seed) {
+    printf("test_gpt: seed %llu, L %d C %d NH %d V %d, B %d T %d (rerun with --seed %llu)\n", seed, s->cfg.num_layers,
+           s->cfg.channels, s->cfg.num_heads, s->cfg.vocab_size, s->B, s->T, seed);
+    /* the checkpoint both models load: the CPU's random init */
+    snprintf(s->ckpt, sizeof s->ckpt, "/tmp/llmc_test_gpt_%d_T%d.bin", (int)getpid(), s->T);
+    GPT2 init;
+    gpt2_build_random(&init, &s->cfg, seed);
+    model_file_save(s->ckpt, &s->cfg, init.params_memory, init.num_parameters, MODEL_VERSION_FP32);
+    gpt2_free(&init);
+    const size_t per = (size_t)s->B * s->T, batches = STEPS + 2;
+    s->inputs = (int *)mallocCheck(per * batches * sizeof(int), "inputs");
+    s->targets = (int *)mallocCheck(per * batches * sizeof(int), "targets");
+    Rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < per * batches; i++) {
+        s->inputs[i] = (int)(rng_u32(&r) % (uint32_t)s->cfg.vocab_size);
+        s->targets[i] = (int)(rng_u32(&r) % 7); /* a learnable pattern: few targets */
+    }
+}
+
+static void setup_free(Setup *s) {
+    unlink(s->ckpt);
+    free(s->inputs), free(s->targets);
+}
+
 int main(int argc, char **argv) {
     unsigned long long seed = 1337;
     int big = 0;
@@ -336,24 +363,7 @@ int main(int argc, char **argv) {
         s.cfg.num_heads = 4, s.cfg.num_kv_heads = 4, s.cfg.channels = 64, s.cfg.ffn_hidden = 256;
         s.B = 2, s.T = 32;
     }
-    printf("test_gpt: seed %llu, L %d C %d NH %d V %d, B %d T %d (rerun with --seed %llu)\n", seed, s.cfg.num_layers,
-           s.cfg.channels, s.cfg.num_heads, s.cfg.vocab_size, s.B, s.T, seed);
-    /* the checkpoint both models load: the CPU's random init */
-    snprintf(s.ckpt, sizeof s.ckpt, "/tmp/llmc_test_gpt_%d.bin", (int)getpid());
-    GPT2 init;
-    gpt2_build_random(&init, &s.cfg, seed);
-    model_file_save(s.ckpt, &s.cfg, init.params_memory, init.num_parameters, MODEL_VERSION_FP32);
-    gpt2_free(&init);
-    const size_t per = (size_t)s.B * s.T, batches = STEPS + 2;
-    s.inputs = (int *)mallocCheck(per * batches * sizeof(int), "inputs");
-    s.targets = (int *)mallocCheck(per * batches * sizeof(int), "targets");
-    Rng r;
-    rng_seed(&r, seed);
-    for (size_t i = 0; i < per * batches; i++) {
-        s.inputs[i] = (int)(rng_u32(&r) % (uint32_t)s.cfg.vocab_size);
-        s.targets[i] = (int)(rng_u32(&r) % 7); /* a learnable pattern: few targets */
-    }
-
+    setup_init(&s, seed);
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off */
     const Precision precs[3] = {PRECISION_FP32, PRECISION_BF16, PRECISION_FP16};
@@ -364,8 +374,20 @@ int main(int argc, char **argv) {
     check_save_reload(&s, &ctx, PRECISION_FP32);
     check_save_reload(&s, &ctx, PRECISION_BF16);
     check_loss_scaler(&s, &ctx);
+    if (!big) {
+        /* a second model whose sequences span two 64-row attention tiles (the tensor-core
+         * kernels' tiling), head size 32: logits, loss and every gradient in each precision */
+        Setup l;
+        memset(&l, 0, sizeof l);
+        l.cfg = s.cfg;
+        l.cfg.max_seq_len = 80, l.cfg.num_layers = 1, l.cfg.num_heads = 2, l.cfg.num_kv_heads = 2;
+        l.B = 2, l.T = 80;
+        snprintf(l.tag, sizeof l.tag, " T=80 HS=32");
+        setup_init(&l, seed + 1);
+        for (int i = 0; i < 3; i++) compare_step(&l, &ctx, precs[i]);
+        setup_free(&l);
+    }
     cuda_context_free(&ctx);
-    unlink(s.ckpt);
-    free(s.inputs), free(s.targets);
+    setup_free(&s);
     return test_exit_code();
 }
