@@ -94,7 +94,8 @@ static __global__ void __launch_bounds__(128)
     T *ps = (T *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDP;
     float *os = (float *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES + L::P_BYTES) + warp * 16 * L::LDO;
     const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = blockIdx.x * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
+    /* the last query blocks see the most keys: they go first, so the short ones fill the tail */
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
 
@@ -303,7 +304,8 @@ static __global__ void __launch_bounds__(128)
     float *dps = (float *)(attn_dq_smem + 4 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDS;
     T *dss = (T *)(attn_dq_smem + 4 * L::TILE_BYTES + 2 * L::S_BYTES) + warp * 16 * L::LDP;
     const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int q0 = blockIdx.x * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
+    /* the last query blocks see the most keys: they go first, so the short ones fill the tail */
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
 

@@ -2,7 +2,8 @@
  * classifier.cuh - softmax + cross-entropy + dlogits in one kernel (CUDA twin of
  * llmc/cpu/classifier.h), over the real vocabulary only.
  * For each row i of logits (N, Vp), columns v < V take part:
- *   max = max_v z[v]; sum = sum_v exp(z[v] - max)            (the CPU's two passes, in fp32)
+ *   max = max_v z[v]; sum = sum_v exp(z[v] - max)            (fp32; one pass, online: the sum
+ *                                                               agrees with the CPU's to rounding)
  *   losses[i] = log(sum) + max - z[targets[i]]                (fp32)
  * With write_dlogits, logits is overwritten in place by the gradient of dloss * losses[i]:
  *   z[v] = exp(z[v] - max) / sum * dloss - dloss * [v == targets[i]] for v < V, 0 for V <= v < Vp
@@ -21,12 +22,20 @@ static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses
     T *z = logits + (size_t)blockIdx.x * Vp;
     const int y = targets[blockIdx.x];
     const float zy = to_float(z[y]); /* read before any thread overwrites the row */
-    float mx = -INFINITY;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, to_float(z[v]));
-    mx = block_max(mx, red);
-    float s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) s += expf(to_float(z[v]) - mx);
-    s = block_sum(s, red);
+    /* one pass over the row: each thread keeps a running max and a sum relative to it (online
+     * softmax), then the block combines them: max of the maxima, sums moved to that max */
+    float tm = -INFINITY, ts = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        const float x = to_float(z[v]);
+        if (x > tm) {
+            ts = ts * expf(tm - x) + 1.0f; /* expf(-inf) = 0 on the first element */
+            tm = x;
+        } else if (tm != -INFINITY) { /* (a row of -inf so far adds nothing) */
+            ts += expf(x - tm);
+        }
+    }
+    const float mx = block_max(tm, red);
+    const float s = block_sum(tm == -INFINITY ? 0.0f : ts * expf(tm - mx), red);
     if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
     if (!write_dlogits) return;
     const float inv = 1.0f / s;
