@@ -104,17 +104,33 @@ static __global__ void attention_forward_flash_kernel(T *out, float *lse, const 
     lse[(size_t)bh * T_ + t] = m + logf(l);
 }
 
-/* D[b,h,t] = dout_t . out_t over the head's HS channels. One thread per (b, h, t). */
+/* D[b,h,t] = dout_t . out_t over the head's HS channels. One warp per position (b, t): each
+ * lane reads 16-byte vectors of the row (coalesced), the lanes holding one head's channels
+ * combine their partial sums with shuffles (a fixed order: deterministic), and the first of
+ * them writes D. Needs 16-byte aligned rows (C a multiple of 16 / sizeof(T)). */
 template <class T>
 static __global__ void attention_backward_rowdot_kernel(float *D, const T *dout, const T *out, int B, int T_, int NH,
                                                         int HS) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T_) return;
-    int t = (int)(idx % T_), bh = (int)(idx / T_), b = bh / NH, h = bh % NH;
-    size_t at = ((size_t)b * T_ + t) * NH * HS + (size_t)h * HS;
-    float s = 0.0f;
-    for (int i = 0; i < HS; i++) s += to_float(dout[at + i]) * to_float(out[at + i]);
-    D[idx] = s;
+    constexpr int VEC = 16 / sizeof(T);
+    const int C = NH * HS, per_head = HS / VEC; /* lanes per head: a power of two <= 32 */
+    const long long pos = (long long)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (pos >= (long long)B * T_) return; /* whole warps leave together */
+    const int lane = threadIdx.x % 32, b = (int)(pos / T_), t = (int)(pos % T_);
+    const T *dr = dout + pos * C, *orow = out + pos * C;
+    for (int v0 = 0; v0 < C / VEC; v0 += 32) {
+        const int v = v0 + lane;
+        float s = 0.0f;
+        if (v < C / VEC) {
+            const int4 dv = __ldg(reinterpret_cast<const int4 *>(dr + (size_t)v * VEC));
+            const int4 ov = __ldg(reinterpret_cast<const int4 *>(orow + (size_t)v * VEC));
+            const T *d = reinterpret_cast<const T *>(&dv), *o = reinterpret_cast<const T *>(&ov);
+#pragma unroll
+            for (int i = 0; i < VEC; i++) s += to_float(d[i]) * to_float(o[i]);
+        }
+        for (int off = 1; off < per_head; off <<= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        const int h = v * VEC / HS;
+        if (v < C / VEC && lane % per_head == 0) D[((size_t)b * NH + h) * T_ + t] = s;
+    }
 }
 
 /* dk, dv for one key row per thread; query tiles stream through shared memory. */
@@ -275,9 +291,12 @@ void attention_forward_simt(T *out, float *lse, const T *inp, int B, int T_, int
 
 template <class T>
 void attention_backward_rowdot(float *D, const T *dout, const T *out, int B, int T_, int NH, int HS, cudaStream_t stream) {
-    const int block = 256;
-    attention_backward_rowdot_kernel<<<ceil_div((long long)B * NH * T_, block), block, 0, stream>>>(D, dout, out, B, T_,
-                                                                                                 NH, HS);
+    if ((uintptr_t)dout % 16 || (uintptr_t)out % 16 || (NH * HS) % (16 / sizeof(T)))
+        llmc_check_failed("attention_backward_rowdot", "dout and out rows must be 16-byte aligned",
+                          "HINT: a caller bug", __func__, __FILE__, __LINE__);
+    const int block = 256, warps = block / 32;
+    attention_backward_rowdot_kernel<<<ceil_div((long long)B * T_, warps), block, 0, stream>>>(D, dout, out, B, T_,
+                                                                                             NH, HS);
     kernelCheck();
 }
 
