@@ -26,12 +26,12 @@ step() { # name, timeout seconds, command...
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "error: no GPU"; exit 1; }
-step "build (sm_90)" 400 "make -s train_gpt cuda-tests"
+step "build (sm_90)" 400 "make -s -j\$(nproc) train_gpt cuda-tests cuda-lab"
 step "test_cuda_ops (tiny shapes, fp32/bf16/fp16)" 120 "build/test/test_cuda_ops"
 step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "build/test/test_cuda_ops --big"
 step "test_gpt (tiny)" 120 "build/test/test_gpt"
 step "test_gpt --big (d12, B=2, T=256)" 400 "build/test/test_gpt --big"
-step "kernel lab (dev/cuda, GPT-2 124M shapes)" 400 "make -s cuda-lab && for p in build/dev/cuda/*; do \$p --reps 10 || exit 1; done"
+step "kernel lab (dev/cuda, GPT-2 124M shapes)" 400 "make -s -j\$(nproc) cuda-lab && for p in build/dev/cuda/*; do \$p --reps 10 || exit 1; done"
 
 # determinism: the same run twice must log the same losses bit for bit
 /usr/bin/python3 - "$WORK/train.bin" 300000 <<'PY'
