@@ -7,19 +7,26 @@
 #      B: measured at B=1 and B=2 from the startup table, then the estimate is run for real
 #      unless --quick)
 # Options: --quick (fewer steps, no verification runs), STEPS=N, B=N, T=N in the environment.
-# Needs a GPU. Data: tinyshakespeare if `make data` ran, else a synthetic shard of random tokens.
+# Needs a GPU. Data: a synthetic shard of random tokens.
+# LLMC_GPU_DRY=1 (scripts/gpu_check.sh's rehearsal): the cudasim build of train_gpt on d1, B=2,
+# T=64, no PyTorch run; the numbers mean nothing, the script's plumbing is what is checked.
 set -u
 cd "$(dirname "$0")/.."
 QUICK=0
 [ "${1:-}" = "--quick" ] && QUICK=1
+DRY=${LLMC_GPU_DRY:-0}
 STEPS=${STEPS:-$([ $QUICK = 1 ] && echo 8 || echo 20)}
-B=${B:-64}
-T=${T:-1024}
+if [ "$DRY" = 1 ]; then
+    B=${B:-2} T=${T:-64} MODEL=d1 TRAIN=build/cudasim/train_gpt GPU_NAME="cudasim dry run, no GPU" STEPS=${STEPS_DRY:-5}
+    make --no-print-directory -s "$TRAIN" >/dev/null || { echo "error: make $TRAIN failed"; exit 1; }
+else
+    B=${B:-64} T=${T:-1024} MODEL=d12 TRAIN=./train_gpt
+    make --no-print-directory -s train_gpt >/dev/null || { echo "error: make train_gpt failed"; exit 1; }
+    nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU (nvidia-smi failed)"; exit 1; }
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+fi
 WORK=$(mktemp -d /tmp/llmc_bench.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-
-make --no-print-directory -s train_gpt >/dev/null || { echo "error: make train_gpt failed"; exit 1; }
-nvidia-smi >/dev/null 2>&1 || { echo "error: no GPU (nvidia-smi failed)"; exit 1; }
 
 # a synthetic shard (llm.c format: int32 header[256] = 20240520, 1, ntok; uint16 tokens)
 SHARD=$WORK/bench_train.bin
@@ -34,13 +41,13 @@ with open(path, "wb") as f:
 PY
 
 run_train() { # extra flags...; prints the output
-    ./train_gpt -e d12 -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
+    "$TRAIN" -e $MODEL -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
 }
 mean_after_warmup() { # field regex; averages the step lines' values after the first 3 steps
     awk -v re="$1" '/^step /{ if (match($0, re)) { s = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", s); n++; if (n > 3) { sum += s; k++ } } } END { if (k) printf "%.1f", sum / k; else print "n/a" }'
 }
 
-echo "## llmc GPU benchmark ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+echo "## llmc GPU benchmark ($GPU_NAME)"
 echo
 out=$(run_train -b "$B" -t "$T" -x "$STEPS" --precision bf16 -r 0)
 echo "$out" | grep -q "^step " || { echo "$out" | tail -20; echo "error: train_gpt failed"; exit 1; }
@@ -48,10 +55,10 @@ ours=$(echo "$out" | mean_after_warmup "[0-9]+ tok/s")
 mfu=$(echo "$out" | mean_after_warmup "MFU [0-9.]+%")
 echo "| run | tokens/s | MFU |"
 echo "|---|---|---|"
-echo "| train_gpt d12 B=$B T=$T bf16 -r 0 | $ours | $mfu% |"
+echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 | $ours | $mfu% |"
 
 ref=n/a
-if /usr/bin/python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+if [ "$DRY" != 1 ] && /usr/bin/python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
     pout=$(timeout 900 /usr/bin/python3 dev/reference/train_gpt2.py --bench-steps "$STEPS" --compile --flash \
         --dtype bfloat16 --device cuda --batch-size "$B" --seq-len "$T" 2>&1)
     ref=$(echo "$pout" | sed -n 's/.*BENCH pytorch .*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -1)
@@ -66,7 +73,11 @@ fi
 echo
 echo "| -r | peak GiB at B=$B | largest B (T=$T) |"
 echo "|---|---|---|"
-total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ "$DRY" = 1 ]; then # the device total from train_gpt's startup table
+    total_mib=$(run_train -b 1 -t "$T" -x 1 | sed -n 's/^| device total *| *\([0-9]*\).*/\1/p' | head -1)
+else
+    total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+fi
 for r in 0 1 2 3; do
     peak=$(run_train -b "$B" -t "$T" -x 2 --precision bf16 -r $r | sed -n 's/.*(peak \([0-9.]*\)).*/\1/p' | tail -1)
     m1=$(run_train -b 1 -t "$T" -x 1 --precision bf16 -r $r | sed -n 's/^| total allocated by llmc *| *\([0-9.]*\).*/\1/p')

@@ -4,12 +4,36 @@
 # and GPT-2 124M shapes, every precision), a determinism check (two training runs must log
 # bit-identical losses), the benchmark (scripts/bench_gpu.sh --quick) and compute-sanitizer on a
 # tiny config where installed. Ends with a markdown summary; exits non-zero if anything failed.
+#
+# LLMC_GPU_DRY=1 rehearses the script without a GPU (CI runs it, so a lent machine's few minutes
+# are not lost to a script bug): the binaries are the cudasim builds, the GPT-2-shape steps
+# shrink to d1 / tiny shapes or are skipped, NVML is test/nvml_stub.c, and the summary says
+# "dry run". It checks the plumbing, not the GPU.
 set -u
 cd "$(dirname "$0")/.."
 WORK=$(mktemp -d /tmp/llmc_gpucheck.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 SUMMARY=()
 FAILED=0
+DRY=${LLMC_GPU_DRY:-0}
+if [ "$DRY" = 1 ]; then
+    TRAIN=build/cudasim/train_gpt TESTS=build/cudasim/test LAB=build/cudasim/dev/cuda
+    LABS=$(ls dev/cuda/*.cu | grep -v '/cudnn_' | sed 's|^dev/cuda/\(.*\)\.cu$|build/cudasim/dev/cuda/\1|' | tr '\n' ' ')
+    BUILD_CMD="make -s $TRAIN $TESTS/test_cuda_ops $TESTS/test_gpt $LABS"
+    MODEL="-e d1 -b 2 -t 64" LAB_ARGS="--small" GPU_NAME="cudasim dry run, no GPU"
+    mkdir -p "$WORK/nvml"
+    ${CC:-cc} -shared -fPIC test/nvml_stub.c -o "$WORK/nvml/libnvidia-ml.so.1" || { echo "error: cannot build the NVML stub"; exit 1; }
+    export LD_LIBRARY_PATH="$WORK/nvml${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+    TRAIN=./train_gpt TESTS=build/test LAB=build/dev/cuda
+    BUILD_CMD="make -s -j\$(nproc) train_gpt cuda-tests cuda-lab"
+    MODEL="-e d12 -b 8 -t 1024" LAB_ARGS="--reps 10"
+    GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+fi
+skip() { # name: a step the dry run leaves out
+    echo "=== $1: skipped (dry run)"
+    SUMMARY+=("| $1 | skipped (dry run) | | |")
+}
 step() { # name, timeout seconds, command...
     local name=$1 limit=$2
     shift 2
@@ -25,13 +49,15 @@ step() { # name, timeout seconds, command...
     SUMMARY+=("| $name | $status | $passes pass / $fails fail | $(( $(date +%s) - t0 ))s |")
 }
 
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "error: no GPU"; exit 1; }
-step "build (sm_90)" 400 "make -s -j\$(nproc) train_gpt cuda-tests cuda-lab"
-step "test_cuda_ops (tiny shapes, fp32/bf16/fp16)" 120 "build/test/test_cuda_ops"
-step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "build/test/test_cuda_ops --big"
-step "test_gpt (tiny)" 120 "build/test/test_gpt"
-step "test_gpt --big (d12, B=2, T=256)" 400 "build/test/test_gpt --big"
-step "kernel lab (dev/cuda, GPT-2 124M shapes)" 400 "make -s -j\$(nproc) cuda-lab && for p in build/dev/cuda/*; do \$p --reps 10 || exit 1; done"
+if [ "$DRY" != 1 ]; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "error: no GPU"; exit 1; }
+fi
+step "build (sm_90)" 400 "$BUILD_CMD"
+step "test_cuda_ops (tiny shapes, fp32/bf16/fp16)" 120 "$TESTS/test_cuda_ops"
+[ "$DRY" = 1 ] && skip "test_cuda_ops --big (GPT-2 124M shapes)" || step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "$TESTS/test_cuda_ops --big"
+step "test_gpt (tiny)" 120 "$TESTS/test_gpt"
+[ "$DRY" = 1 ] && skip "test_gpt --big (d12, B=2, T=256)" || step "test_gpt --big (d12, B=2, T=256)" 400 "$TESTS/test_gpt --big"
+step "kernel lab (dev/cuda, $LAB_ARGS)" 400 "for p in $LAB/*; do case \$p in *.cpp|*.d) continue;; esac; \$p $LAB_ARGS || exit 1; done"
 
 # determinism: the same run twice must log the same losses bit for bit
 /usr/bin/python3 - "$WORK/train.bin" 300000 <<'PY'
@@ -42,14 +68,14 @@ with open(path, "wb") as f:
     f.write(struct.pack("<256i", *([20240520, 1, n] + [0] * 253)))
     f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
 PY
-det="for k in 1 2; do ./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v 0 -s 0 -o $WORK/det\$k || exit 1; done;
+det="for k in 1 2; do $TRAIN $MODEL -i $WORK/train.bin -x 6 -v 0 -s 0 -o $WORK/det\$k || exit 1; done;
      a=\$(grep -o '\"train_loss\":[^,]*' $WORK/det1/log.jsonl); b=\$(grep -o '\"train_loss\":[^,]*' $WORK/det2/log.jsonl);
      echo \"\$a\"; [ -n \"\$a\" ] && [ \"\$a\" = \"\$b\" ] && echo 'PASS: two bf16 runs log bit-identical losses' || echo 'FAIL: determinism: losses differ'"
-step "determinism (2 x 6 steps, d12 bf16)" 200 "$det"
-fp16="./train_gpt -e d12 -i $WORK/train.bin -b 8 -t 1024 -x 6 -v 0 -s 0 --precision fp16 -o ''"
+step "determinism (2 x 6 steps, $MODEL, bf16)" 200 "$det"
+fp16="$TRAIN $MODEL -i $WORK/train.bin -x 6 -v 0 -s 0 --precision fp16 -o '' | grep -q 'loss scale' && echo 'PASS: fp16 run shows the loss scale' || echo 'FAIL: fp16 run: no loss scale in the output'"
 step "fp16 run (loss scale in the step lines)" 150 "$fp16"
 # -lg through the real NVML (nvidia-smi above used it, so it must load and find the device)
-lg="./train_gpt -e d1 -i $WORK/train.bin -b 2 -t 64 -x 3 -v 0 -s 0 -lg 1 -o $WORK/lg > $WORK/lg.txt || exit 1; cat $WORK/lg.txt;
+lg="$TRAIN -e d1 -i $WORK/train.bin -b 2 -t 64 -x 3 -v 0 -s 0 -lg 1 -o $WORK/lg > $WORK/lg.txt || exit 1; cat $WORK/lg.txt;
     n=\$(grep -cE '^gpu +[0-9]+/3 \\| mem .* GiB \\| SM [0-9]+/[0-9]+ MHz .* C \\| .* W \\| util [0-9]+% \\| throttle [a-z]' $WORK/lg.txt);
     k=\$(grep -c '\"gpu_nvml\":1,.*\"gpu_temp_c\"' $WORK/lg/log.jsonl);
     [ \"\$n\" = 3 ] && [ \"\$k\" = 3 ] && echo 'PASS: -lg 1 prints and logs NVML readings every step' || echo \"FAIL: -lg 1: \$n full gpu lines, \$k log records with NVML readings (want 3 and 3)\""
@@ -57,17 +83,19 @@ step "-lg 1 telemetry through NVML (d1, 3 steps)" 120 "$lg"
 step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quick"
 # the optional cuDNN attention: builds with USE_CUDNN=1 into a scratch dir and runs its lab against
 # our kernels (SKIPs where the cudnn_frontend headers are not installed)
-step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"
-if command -v compute-sanitizer >/dev/null 2>&1; then
+[ "$DRY" = 1 ] && skip "cuDNN attention (USE_CUDNN=1 build + lab)" || step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"
+if [ "$DRY" = 1 ]; then
+    skip "compute-sanitizer"
+elif command -v compute-sanitizer >/dev/null 2>&1; then
     step "compute-sanitizer memcheck (test_cuda_ops tiny)" 300 "compute-sanitizer --tool memcheck --error-exitcode 1 build/test/test_cuda_ops"
     step "compute-sanitizer racecheck (train_gpt d1, 2 steps)" 300 \
-        "compute-sanitizer --tool racecheck --error-exitcode 1 ./train_gpt -e d1 -i $WORK/train.bin -b 2 -t 64 -x 2 -v 0 -s 0 -o ''"
+        "compute-sanitizer --tool racecheck --error-exitcode 1 $TRAIN -e d1 -i $WORK/train.bin -b 2 -t 64 -x 2 -v 0 -s 0 -o ''"
 else
     SUMMARY+=("| compute-sanitizer | not installed | | |")
 fi
 
 echo
-echo "## GPU check summary ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
+echo "## GPU check summary ($GPU_NAME)"
 echo
 echo "| step | status | checks | time |"
 echo "|---|---|---|---|"
