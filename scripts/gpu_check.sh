@@ -82,7 +82,11 @@ lg="$TRAIN -e d1 -i $WORK/train.bin -b 2 -t 64 -x 3 -v 0 -s 0 -lg 1 -o $WORK/lg 
 step "-lg 1 telemetry through NVML (d1, 3 steps)" 120 "$lg"
 step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quick"
 # the optional cuDNN attention: builds with USE_CUDNN=1 into a scratch dir and runs its lab against
-# our kernels (SKIPs where the cudnn_frontend headers are not installed)
+# our kernels (SKIPs where the cudnn_frontend headers are not installed). Machines without
+# internet: stage the headers here first and carry build/cudnn_frontend along (docs/CUDA.md).
+if [ -z "${CUDNN_FRONTEND_PATH:-}" ] && [ -f build/cudnn_frontend/include/cudnn_frontend.h ]; then
+    export CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include
+fi
 [ "$DRY" = 1 ] && skip "cuDNN attention (USE_CUDNN=1 build + lab)" || step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"
 if [ "$DRY" = 1 ]; then
     skip "compute-sanitizer"
