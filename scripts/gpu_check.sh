@@ -30,9 +30,19 @@ else
     MODEL="-e d12 -b 8 -t 1024" LAB_ARGS="--reps 10"
     GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 fi
+# Logs: with GPU_CHECK_LOGS=dir (default: $OUT/gpu_check when the device tool's $OUT is set) every
+# step's whole output and the summary so far are written there as the steps finish, so a run cut
+# short by a time limit still returns what it did.
+LOGS=${GPU_CHECK_LOGS:-${OUT:+$OUT/gpu_check}}
+NSTEP=0
+[ -n "$LOGS" ] && mkdir -p "$LOGS" && echo "| step | status | checks | time |" > "$LOGS/summary.md"
+record() { # one summary row
+    SUMMARY+=("$1")
+    [ -n "$LOGS" ] && echo "$1" >> "$LOGS/summary.md"
+}
 skip() { # name: a step the dry run leaves out
     echo "=== $1: skipped (dry run)"
-    SUMMARY+=("| $1 | skipped (dry run) | | |")
+    record "| $1 | skipped (dry run) | | |"
 }
 step() { # name, timeout seconds, command...
     local name=$1 limit=$2
@@ -42,11 +52,13 @@ step() { # name, timeout seconds, command...
     timeout "$limit" bash -c "$*" > "$WORK/out.txt" 2>&1
     local rc=$?
     tail -25 "$WORK/out.txt"
+    NSTEP=$((NSTEP + 1))
+    [ -n "$LOGS" ] && cp "$WORK/out.txt" "$LOGS/$(printf '%02d' $NSTEP)-$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-60).log"
     local fails=$(grep -c '^FAIL' "$WORK/out.txt")
     local passes=$(grep -c '^PASS' "$WORK/out.txt")
     local status=ok
     if [ $rc -ne 0 ] || [ "$fails" -gt 0 ]; then status="**FAILED** (rc $rc)"; FAILED=1; fi
-    SUMMARY+=("| $name | $status | $passes pass / $fails fail | $(( $(date +%s) - t0 ))s |")
+    record "| $name | $status | $passes pass / $fails fail | $(( $(date +%s) - t0 ))s |"
 }
 
 if [ "$DRY" != 1 ]; then
@@ -95,7 +107,7 @@ elif command -v compute-sanitizer >/dev/null 2>&1; then
     step "compute-sanitizer racecheck (train_gpt d1, 2 steps)" 300 \
         "compute-sanitizer --tool racecheck --error-exitcode 1 $TRAIN -e d1 -i $WORK/train.bin -b 2 -t 64 -x 2 -v 0 -s 0 -o ''"
 else
-    SUMMARY+=("| compute-sanitizer | not installed | | |")
+    record "| compute-sanitizer | not installed | | |"
 fi
 
 echo

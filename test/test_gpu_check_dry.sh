@@ -4,14 +4,30 @@
 # PASS when every step is ok (or skipped as a dry run) and the summary is printed. About 3 min.
 set -u
 cd "$(dirname "$0")/.."
-out=$(LLMC_GPU_DRY=1 scripts/gpu_check.sh 2>&1)
+logs=$(mktemp -d /tmp/llmc_gpucheck_logs.XXXXXX)
+trap 'rm -rf "$logs"' EXIT
+out=$(LLMC_GPU_DRY=1 GPU_CHECK_LOGS="$logs" scripts/gpu_check.sh 2>&1)
 rc=$?
 summary=$(printf '%s\n' "$out" | sed -n '/^## GPU check summary (cudasim dry run/,$p')
+fail=0
 if [ $rc -eq 0 ] && [ -n "$summary" ] && ! printf '%s\n' "$summary" | grep -q 'FAILED'; then
     echo "PASS: gpu_check.sh dry run: every step ok"
     printf '%s\n' "$summary" | sed 's/^/      /'
 else
     printf '%s\n' "$out" | tail -40
     echo "FAIL: gpu_check.sh dry run (exit $rc)"
-    exit 1
+    fail=1
 fi
+# the rows written as the steps finished are the printed summary's rows; one log per run step
+datarows() { grep '^| ' | grep -v '^| step | status'; } # not the header (the rule is '|---')
+rows=$(printf '%s\n' "$summary" | datarows | wc -l)
+logged=$(datarows < "$logs/summary.md" 2>/dev/null | wc -l)
+nlogs=$(ls "$logs"/*.log 2>/dev/null | wc -l)
+ran=$(printf '%s\n' "$summary" | datarows | grep -vc 'skipped (dry run)')
+if [ "$rows" -gt 0 ] && [ "$rows" = "$logged" ] && [ "$nlogs" = "$ran" ]; then
+    echo "PASS: gpu_check.sh writes each step's log and summary row as it goes ($nlogs logs, $logged rows)"
+else
+    echo "FAIL: gpu_check.sh logs: $logged rows in summary.md for $rows printed, $nlogs logs for $ran steps run"
+    fail=1
+fi
+exit $fail
