@@ -4,6 +4,7 @@
 # and GPT-2 124M shapes, every precision), a determinism check (two training runs must log
 # bit-identical losses), the benchmark (scripts/bench_gpu.sh --quick) and compute-sanitizer on a
 # tiny config where installed. Ends with a markdown summary; exits non-zero if anything failed.
+# GPU_CHECK_ONLY=regex selects steps by name (see step() below).
 #
 # LLMC_GPU_DRY=1 rehearses the script without a GPU (CI runs it, so a lent machine's few minutes
 # are not lost to a script bug): the binaries are the cudasim builds, the GPT-2-shape steps
@@ -35,25 +36,35 @@ fi
 # short by a time limit still returns what it did.
 LOGS=${GPU_CHECK_LOGS:-${OUT:+$OUT/gpu_check}}
 NSTEP=0
-[ -n "$LOGS" ] && mkdir -p "$LOGS" && echo "| step | status | checks | time |" > "$LOGS/summary.md"
+if [ -n "$LOGS" ]; then mkdir -p "$LOGS" && echo "| step | status | checks | time |" > "$LOGS/summary.md"; fi
 record() { # one summary row
     SUMMARY+=("$1")
-    [ -n "$LOGS" ] && echo "$1" >> "$LOGS/summary.md"
+    if [ -n "$LOGS" ]; then echo "$1" >> "$LOGS/summary.md"; fi
 }
 skip() { # name: a step the dry run leaves out
     echo "=== $1: skipped (dry run)"
     record "| $1 | skipped (dry run) | | |"
 }
+# GPU_CHECK_ONLY=regex runs only the steps whose names match (and the build), e.g. to split the
+# check over two calls when device time is short: GPU_CHECK_ONLY='test_|lab' then 'benchmark|cuDNN'.
+ONLY=${GPU_CHECK_ONLY:-}
 step() { # name, timeout seconds, command...
     local name=$1 limit=$2
     shift 2
+    if [ -n "$ONLY" ] && [ "$name" != "build (sm_90)" ] && ! printf '%s' "$name" | grep -Eq -- "$ONLY"; then
+        echo "=== $name: not selected (GPU_CHECK_ONLY)"
+        record "| $name | not selected | | |"
+        return
+    fi
     echo "=== $name"
     local t0=$(date +%s)
     timeout "$limit" bash -c "$*" > "$WORK/out.txt" 2>&1
     local rc=$?
     tail -25 "$WORK/out.txt"
     NSTEP=$((NSTEP + 1))
-    [ -n "$LOGS" ] && cp "$WORK/out.txt" "$LOGS/$(printf '%02d' $NSTEP)-$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-60).log"
+    if [ -n "$LOGS" ]; then
+        cp "$WORK/out.txt" "$LOGS/$(printf '%02d' $NSTEP)-$(echo "$name" | tr -c 'A-Za-z0-9_.\n-' '_' | cut -c1-60).log"
+    fi
     local fails=$(grep -c '^FAIL' "$WORK/out.txt")
     local passes=$(grep -c '^PASS' "$WORK/out.txt")
     local status=ok
@@ -66,9 +77,9 @@ if [ "$DRY" != 1 ]; then
 fi
 step "build (sm_90)" 400 "$BUILD_CMD"
 step "test_cuda_ops (tiny shapes, fp32/bf16/fp16)" 120 "$TESTS/test_cuda_ops"
-[ "$DRY" = 1 ] && skip "test_cuda_ops --big (GPT-2 124M shapes)" || step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "$TESTS/test_cuda_ops --big"
+if [ "$DRY" = 1 ]; then skip "test_cuda_ops --big (GPT-2 124M shapes)"; else step "test_cuda_ops --big (GPT-2 124M shapes)" 300 "$TESTS/test_cuda_ops --big"; fi
 step "test_gpt (tiny)" 120 "$TESTS/test_gpt"
-[ "$DRY" = 1 ] && skip "test_gpt --big (d12, B=2, T=256)" || step "test_gpt --big (d12, B=2, T=256)" 400 "$TESTS/test_gpt --big"
+if [ "$DRY" = 1 ]; then skip "test_gpt --big (d12, B=2, T=256)"; else step "test_gpt --big (d12, B=2, T=256)" 400 "$TESTS/test_gpt --big"; fi
 step "kernel lab (dev/cuda, $LAB_ARGS)" 400 "for p in $LAB/*; do case \$p in *.cpp|*.d) continue;; esac; \$p $LAB_ARGS || exit 1; done"
 
 # determinism: the same run twice must log the same losses bit for bit
@@ -99,7 +110,7 @@ step "benchmark (scripts/bench_gpu.sh --quick)" 420 "scripts/bench_gpu.sh --quic
 if [ -z "${CUDNN_FRONTEND_PATH:-}" ] && [ -f build/cudnn_frontend/include/cudnn_frontend.h ]; then
     export CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include
 fi
-[ "$DRY" = 1 ] && skip "cuDNN attention (USE_CUDNN=1 build + lab)" || step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"
+if [ "$DRY" = 1 ]; then skip "cuDNN attention (USE_CUDNN=1 build + lab)"; else step "cuDNN attention (USE_CUDNN=1 build + lab)" 240 "test/test_cudnn_build.sh"; fi
 if [ "$DRY" = 1 ]; then
     skip "compute-sanitizer"
 elif command -v compute-sanitizer >/dev/null 2>&1; then

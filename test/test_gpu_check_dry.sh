@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh rehearsed without a GPU (LLMC_GPU_DRY=1: cudasim binaries, tiny shapes, the
 # NVML stub), so that a lent GPU machine's few minutes are not lost to a bug in the script itself.
-# PASS when every step is ok (or skipped as a dry run) and the summary is printed. About 3 min.
+# PASS when every step is ok (or skipped as a dry run) and the summary is printed; also checks the
+# per-step logs (GPU_CHECK_LOGS) and the step selection (GPU_CHECK_ONLY). About 3 min.
 set -u
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d /tmp/llmc_gpucheck_logs.XXXXXX)
@@ -28,6 +29,19 @@ if [ "$rows" -gt 0 ] && [ "$rows" = "$logged" ] && [ "$nlogs" = "$ran" ]; then
     echo "PASS: gpu_check.sh writes each step's log and summary row as it goes ($nlogs logs, $logged rows)"
 else
     echo "FAIL: gpu_check.sh logs: $logged rows in summary.md for $rows printed, $nlogs logs for $ran steps run"
+    fail=1
+fi
+# without a log dir and with a step selection: every step listed once, only -lg run
+out2=$(env -u OUT LLMC_GPU_DRY=1 GPU_CHECK_ONLY='^-lg' scripts/gpu_check.sh 2>&1)
+rc2=$?
+s2=$(printf '%s\n' "$out2" | sed -n '/^## GPU check summary/,$p' | datarows)
+dups=$(printf '%s\n' "$s2" | cut -d'|' -f2 | sort | uniq -d)
+ran2=$(printf '%s\n' "$s2" | grep -c '| ok |')
+if [ $rc2 -eq 0 ] && [ "$(printf '%s\n' "$s2" | wc -l)" = "$rows" ] && [ -z "$dups" ] && [ "$ran2" = 2 ]; then
+    echo "PASS: GPU_CHECK_ONLY runs the build and the selected step; every step listed once"
+else
+    printf '%s\n' "$s2"
+    echo "FAIL: GPU_CHECK_ONLY='^-lg' (exit $rc2): duplicated rows '$dups', $ran2 steps ran (want 2: build, -lg)"
     fail=1
 fi
 exit $fail
