@@ -259,6 +259,17 @@ inline void attention_check_sizes(const char *who, int B, int T_, int C, int NH)
     if ((long long)B * NH > 65535) llmc_check_failed(who, "B*NH exceeds the 65535 grid rows", "HINT: a caller bug", __func__, __FILE__, __LINE__);
 }
 
+/* The one dispatch from a run-time head size (checked above) to the compiled ones: calls
+ * fn(std::integral_constant<int, HS>{}). */
+template <class Fn> inline void with_head_size(int HS, Fn &&fn) {
+    switch (HS) {
+    case 16: fn(std::integral_constant<int, 16>{}); break;
+    case 32: fn(std::integral_constant<int, 32>{}); break;
+    case 64: fn(std::integral_constant<int, 64>{}); break;
+    case 128: fn(std::integral_constant<int, 128>{}); break;
+    }
+}
+
 template <class T, int HS>
 static void attention_forward_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, cudaStream_t stream) {
     constexpr int BR = AttentionTiles<HS>::rows;
@@ -281,12 +292,7 @@ static void attention_backward_hs(T *dinp, const T *dout, const T *inp, const fl
 template <class T>
 void attention_forward_simt(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
     attention_check_sizes("attention_forward", B, T_, C, NH);
-    switch (C / NH) {
-    case 16: attention_forward_hs<T, 16>(out, lse, inp, B, T_, NH, stream); break;
-    case 32: attention_forward_hs<T, 32>(out, lse, inp, B, T_, NH, stream); break;
-    case 64: attention_forward_hs<T, 64>(out, lse, inp, B, T_, NH, stream); break;
-    case 128: attention_forward_hs<T, 128>(out, lse, inp, B, T_, NH, stream); break;
-    }
+    with_head_size(C / NH, [&](auto hs) { attention_forward_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, stream); });
 }
 
 template <class T>
@@ -306,12 +312,9 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
     attention_check_sizes("attention_backward", B, T_, C, NH);
     const int HS = C / NH;
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream);
-    switch (HS) {
-    case 16: attention_backward_hs<T, 16>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 32: attention_backward_hs<T, 32>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 64: attention_backward_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 128: attention_backward_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    }
+    with_head_size(HS, [&](auto hs) {
+        attention_backward_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, stream);
+    });
 }
 
 #include "attention_tc.cuh"

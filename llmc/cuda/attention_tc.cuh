@@ -415,12 +415,7 @@ void attention_forward_tc(T *out, float *lse, const T *inp, int B, int T_, int C
     attention_check_sizes("attention_forward", B, T_, C, NH);
     attention_tc_check_aligned("attention_forward", inp, "inp");
     attention_tc_check_aligned("attention_forward", out, "out");
-    switch (C / NH) {
-    case 16: attention_forward_tc_hs<T, 16>(out, lse, inp, B, T_, NH, stream); break;
-    case 32: attention_forward_tc_hs<T, 32>(out, lse, inp, B, T_, NH, stream); break;
-    case 64: attention_forward_tc_hs<T, 64>(out, lse, inp, B, T_, NH, stream); break;
-    case 128: attention_forward_tc_hs<T, 128>(out, lse, inp, B, T_, NH, stream); break;
-    }
+    with_head_size(C / NH, [&](auto hs) { attention_forward_tc_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, stream); });
 }
 
 template <class T>
@@ -429,16 +424,12 @@ void attention_backward_tc(T *dinp, const T *dout, const T *inp, const T *out, c
     static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
     attention_check_sizes("attention_backward", B, T_, C, NH);
     attention_tc_check_aligned("attention_backward", inp, "inp");
-    attention_tc_check_aligned("attention_backward", dout, "dout");
     attention_tc_check_aligned("attention_backward", dinp, "dinp");
     const int HS = C / NH;
-    attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream);
-    switch (HS) {
-    case 16: attention_backward_tc_hs<T, 16>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 32: attention_backward_tc_hs<T, 32>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 64: attention_backward_tc_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    case 128: attention_backward_tc_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, stream); break;
-    }
+    attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
+    with_head_size(HS, [&](auto hs) {
+        attention_backward_tc_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, stream);
+    });
 }
 
 #endif
