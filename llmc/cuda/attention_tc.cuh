@@ -82,6 +82,32 @@ __device__ inline void attn_tc_store_rows(
     __syncwarp();
 }
 
+/* One warp, the backward's two score-like products for a 16-row sub-tile j of the streamed side:
+ *   s1 = A1 B1_j^T, s2 = A2 B2_j^T   (16 x 16 each, over HS; A* the warp's own 16 rows in
+ *   fragments, B*_j rows [16j, 16j + 16) of a [64][HS + 8] tile), stored to fp32 scratch at
+ *   column 16j. dk/dv: (K, Q) and (V, dout); dq: (Q, K) and (dout, V). */
+template <class T, int HS>
+__device__ inline void attn_tc_two_products(
+    const nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> (&a1)[HS / 16],
+    const nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, T, nvcuda::wmma::row_major> (&a2)[HS / 16],
+    const T *b1, const T *b2, int j, float *s1, float *s2) {
+    using namespace nvcuda;
+    constexpr int LDT = AttnTC<T, HS>::LDT, LDS = AttnTC<T, HS>::LDS;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f1, f2;
+    wmma::fill_fragment(f1, 0.0f);
+    wmma::fill_fragment(f2, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> x1, x2;
+        wmma::load_matrix_sync(x1, b1 + j * 16 * LDT + kk * 16, LDT);
+        wmma::load_matrix_sync(x2, b2 + j * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(f1, a1[kk], x1, f1);
+        wmma::mma_sync(f2, a2[kk], x2, f2);
+    }
+    wmma::store_matrix_sync(s1 + j * 16, f1, LDS, wmma::mem_row_major);
+    wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
+}
+
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
     attention_forward_tc_kernel(T *out, float *lse, const T *inp, int T_, int NH) {
@@ -240,21 +266,7 @@ static __global__ void __launch_bounds__(128)
         if (w0 >= T_) continue;
         /* query sub-tiles with a query >= the warp's first key, and not wholly past T */
         const int jfirst = max(0, (w0 - t0) / 16), jend = min(4, (T_ - t0 + 15) / 16);
-        for (int j = jfirst; j < jend; j++) {
-            Acc sf, df;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(df, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < L::NK; kk++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> qf, of;
-                wmma::load_matrix_sync(qf, qs + j * 16 * L::LDT + kk * 16, L::LDT);
-                wmma::load_matrix_sync(of, dos + j * 16 * L::LDT + kk * 16, L::LDT);
-                wmma::mma_sync(sf, kf[kk], qf, sf);
-                wmma::mma_sync(df, vf[kk], of, df);
-            }
-            wmma::store_matrix_sync(st + j * 16, sf, L::LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dpt + j * 16, df, L::LDS, wmma::mem_row_major);
-        }
+        for (int j = jfirst; j < jend; j++) attn_tc_two_products<T, HS>(kf, vf, qs, dos, j, st, dpt);
         __syncwarp();
         for (int c = half * 32; c < half * 32 + 32; c++) {
             const int tq = t0 + c;
@@ -329,21 +341,7 @@ static __global__ void __launch_bounds__(128)
         __syncthreads();
         if (w0 >= T_) continue;
         const int nsub = min(4, (w0 + 15 - k0) / 16 + 1);
-        for (int j = 0; j < nsub; j++) {
-            Acc sf, df;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(df, 0.0f);
-#pragma unroll
-            for (int kk = 0; kk < L::NK; kk++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> kb, vb;
-                wmma::load_matrix_sync(kb, ks + j * 16 * L::LDT + kk * 16, L::LDT);
-                wmma::load_matrix_sync(vb, vs + j * 16 * L::LDT + kk * 16, L::LDT);
-                wmma::mma_sync(sf, qf[kk], kb, sf);
-                wmma::mma_sync(df, of[kk], vb, df);
-            }
-            wmma::store_matrix_sync(ss + j * 16, sf, L::LDS, wmma::mem_row_major);
-            wmma::store_matrix_sync(dps + j * 16, df, L::LDS, wmma::mem_row_major);
-        }
+        for (int j = 0; j < nsub; j++) attn_tc_two_products<T, HS>(qf, of, ks, vs, j, ss, dps);
         __syncwarp();
         for (int c = half * 32; c < half * 32 + 32; c++) {
             const bool in = c < nsub * 16 && k0 + c <= t && t < T_;
