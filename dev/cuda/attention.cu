@@ -12,13 +12,18 @@ template <class T>
 static void lab_attention(const LabDevice *dev, const LabOptions *opt, float *qkv, float *dy, const float *out_ref,
                           const float *dinp_ref, int B, int T_, int C, int NH, bool simt) {
     const char *tn = sizeof(T) == 4 ? "fp32 (CUDA cores)" : simt ? "bf16 (CUDA cores)" : "bf16 (tensor cores)";
+    /* the kernels by name: with USE_CUDNN=1 the generic attention_forward would be cuDNN's */
     auto fwd_fn = [&](T *o, float *l, const T *in) {
-        if (simt) attention_forward_simt(o, l, in, B, T_, C, NH, 0);
-        else attention_forward(o, l, in, B, T_, C, NH, 0);
+        if constexpr (sizeof(T) == 2) {
+            if (!simt) return attention_forward_tc(o, l, in, B, T_, C, NH, 0);
+        }
+        attention_forward_simt(o, l, in, B, T_, C, NH, 0);
     };
     auto bwd_fn = [&](T *di, const T *dy_, const T *in, const T *o, const float *l, float *sc) {
-        if (simt) attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
-        else attention_backward(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+        if constexpr (sizeof(T) == 2) {
+            if (!simt) return attention_backward_tc(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+        }
+        attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
     };
     const size_t N = (size_t)B * T_, NBHT = (size_t)B * NH * T_;
     char name[160];

@@ -1,7 +1,8 @@
 /* cudnn_att_check.cu - kernel lab for llmc/cuda/cudnn_att.h: runs cuDNN's fused attention and
  * our own flash attention (llmc/cuda/attention.cuh, itself checked against the CPU by
  * dev/cuda/attention.cu) on the same inputs in bf16 and fp16, checks out, lse and dinp of the
- * cuDNN path against ours, then times both.
+ * cuDNN path against ours, then times both. "Ours" is called by name (attention_forward_tc /
+ * attention_backward_tc): with USE_CUDNN=1 the generic attention_forward routes to cuDNN itself.
  * Build (needs the cudnn_frontend headers, mk/cudnn.mk) and run (needs an sm_80+ GPU):
  *   make build/dev/cuda/cudnn_att_check USE_CUDNN=1 && build/dev/cuda/cudnn_att_check
  * Usage: build/dev/cuda/cudnn_att_check [--small] [--B b] [--T t] [--C c] [--NH nh] [--reps R]
@@ -31,8 +32,8 @@ static void lab_cudnn_attention(const LabDevice *dev, const LabOptions *opt, flo
     cudaCheck(cudaMemset(dinp_own, 0x5A, N * 3 * C * sizeof(T)));
 
     /* the reference: our kernels (forward, then backward from their own out and lse) */
-    attention_forward(out_own, lse_own, d_qkv, B, T_, C, NH, 0);
-    attention_backward(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0);
+    attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, 0);
+    attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0);
     /* cuDNN, each direction from its own forward */
     attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, is_fp16, 0);
     attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, is_fp16, 0);
@@ -40,8 +41,8 @@ static void lab_cudnn_attention(const LabDevice *dev, const LabOptions *opt, flo
 
     float *ref_out = lab_download(out_own, N * C), *ref_lse = lab_download(lse_own, NBHT);
     float *ref_dinp = lab_download(dinp_own, N * 3 * C);
-    /* out: cuDNN multiplies P, rounded to the storage type, by V on tensor cores (ours keeps P in
-     * fp32): a relative 2^-9 (bf16) per probability on top of the one rounding of out */
+    /* out: both multiply P, rounded to the storage type, by V on tensor cores, in other orders
+     * and tilings: a relative 2^-9 (bf16) per probability on top of the one rounding of out */
     snprintf(name, sizeof name, "cudnn attention_forward out %s B=%d T=%d C=%d NH=%d vs ours", tn, B, T_, C, NH);
     lab_check(name, out_dnn, ref_out, N * C, 1.5e-2, 8e-3);
     /* lse: fp32 logsumexp of the same fp32 scores in another order; a wrong convention (log2,
@@ -55,11 +56,11 @@ static void lab_cudnn_attention(const LabDevice *dev, const LabOptions *opt, flo
     lab_check(name, dinp_dnn, ref_dinp, N * 3 * C, 3e-2 * rms, 2e-2);
     printf("      cuDNN workspace: %.1f MiB\n", cudnn_att_workspace_bytes() / 1048576.0);
 
-    float fwd_own = lab_time_ms([&] { attention_forward(out_own, lse_own, d_qkv, B, T_, C, NH, 0); }, opt->reps);
+    float fwd_own = lab_time_ms([&] { attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, 0); }, opt->reps);
     float fwd_dnn = lab_time_ms([&] { attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, is_fp16, 0); },
                                 opt->reps);
     float bwd_own = lab_time_ms(
-        [&] { attention_backward(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0); }, opt->reps);
+        [&] { attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0); }, opt->reps);
     float bwd_dnn = lab_time_ms(
         [&] { attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, is_fp16, 0); },
         opt->reps);
