@@ -233,6 +233,11 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
         m->h_buckets = (int *)mallocCheck(encoder_buckets_capacity((int)N) * sizeof(int), "encoder buckets");
         m->h_bucket_work = (int *)mallocCheck(N * sizeof(int), "encoder bucket work");
     }
+#if USE_CUDNN
+    /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
+    if (m->precision != PRECISION_FP32)
+        cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, m->precision == PRECISION_FP16);
+#endif
     gpt2cuda_sync_from_host(m); /* parameters (and zero moments) onto the device */
 }
 
@@ -544,10 +549,7 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     LLMC_ROW("fp32 op scratch", m->fscratch_floats * sizeof(float));
     LLMC_ROW("cuBLASLt workspace", m->ctx->lt_workspace_bytes);
 #if USE_CUDNN
-    if (m->precision != PRECISION_FP32) { /* build the graphs now so their workspace is counted */
-        cudnn_att_prepare(m->B, m->T, m->cfg.channels, m->cfg.num_heads, m->precision == PRECISION_FP16);
-        LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
-    }
+    if (m->precision != PRECISION_FP32) LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
 #endif
 #undef LLMC_ROW
     fprintf(out, "| total allocated by llmc             | %10.1f |\n", total / MiB);
