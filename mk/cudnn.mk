@@ -10,7 +10,8 @@
 # holding cudnn_frontend.h) comes from CUDNN_FRONTEND_PATH when set (that directory or its
 # include/), else from the pip package nvidia-cudnn-frontend, found through $(PYTHON) or the
 # python3 on PATH: `pip install nvidia-cudnn-frontend` (only its headers are used).
-# cuDNN itself (cudnn.h, libcudnn) comes with the CUDA toolkit or the cuDNN packages.
+# cuDNN itself (cudnn.h, libcudnn) comes with the CUDA toolkit, the cuDNN packages, CUDNN_PATH or
+# the nvidia-cudnn-cu13 pip wheel (found through $(PYTHON) or python3).
 # Without USE_CUDNN (or USE_CUDNN=0) nothing here changes a build.
 #
 # Switching USE_CUDNN rebuilds every nvcc object: they depend on $(BUILD)/.cudnn, a stamp that
@@ -23,7 +24,7 @@ CUDNN_LAB    := $(BUILD)/dev/cuda/cudnn_att_check
 # (about 45 s at -O2), the graphs are built once per shape so the speed hardly matters.
 # CUDNN_FRONTEND_SKIP_JSON_LIB leaves out the frontend's JSON (de)serialisation, which is unused.
 CUDNN_OPT    ?= -O2
-CUDNN_CXXFLAGS = $(CUDNN_OPT) -std=c++17 -I. -isystem $(CUDNN_FRONTEND_INCLUDE) -DCUDNN_FRONTEND_SKIP_JSON_LIB \
+CUDNN_CXXFLAGS = $(CUDNN_OPT) -std=c++17 -I. $(CUDNN_INC_FLAGS) -isystem $(CUDNN_FRONTEND_INCLUDE) -DCUDNN_FRONTEND_SKIP_JSON_LIB \
                  -Xcompiler -Wall,-Wextra
 PHONY        += cudnn-frontend-dir
 
@@ -31,8 +32,37 @@ ifeq ($(USE_CUDNN),1)
   ifneq ($(HAVE_NVCC),1)
     $(error USE_CUDNN=1 needs nvcc (the CUDA toolkit); none was found)
   endif
+  # cuDNN itself: CUDNN_PATH (a directory with include/cudnn.h and lib/libcudnn.so*), else the
+  # toolkit or the system, else the pip wheel (nvidia-cudnn-cu12/cu13, as PyTorch installs it;
+  # the machines lent with a GPU have cuDNN only there). A wheel ships libcudnn.so.9 without the
+  # unversioned link, so the library is named by file; the rpath lets the programs find it.
+  cudnn_py := import importlib.util as u, glob; s = u.find_spec("nvidia"); \
+              print(next((h[:-len("/include/cudnn.h")] for b in (list(s.submodule_search_locations) if s else []) \
+                          for h in sorted(glob.glob(b + "/**/include/cudnn.h", recursive=True))), ""))
+  ifeq ($(CUDNN_PATH),)
+    ifneq ($(HAVE_CUDNN),1)
+      CUDNN_PATH := $(shell $(PYTHON) -c '$(cudnn_py)' 2>/dev/null)
+      ifeq ($(CUDNN_PATH),)
+        CUDNN_PATH := $(shell python3 -c '$(cudnn_py)' 2>/dev/null)
+      endif
+    endif
+  endif
+  ifneq ($(CUDNN_PATH),)
+    ifeq ($(wildcard $(CUDNN_PATH)/include/cudnn.h),)
+      $(error USE_CUDNN=1: CUDNN_PATH=$(CUDNN_PATH) has no include/cudnn.h)
+    endif
+    CUDNN_LIBFILE := $(notdir $(firstword $(wildcard $(CUDNN_PATH)/lib/libcudnn.so $(CUDNN_PATH)/lib/libcudnn.so.[0-9]*)))
+    ifeq ($(CUDNN_LIBFILE),)
+      $(error USE_CUDNN=1: CUDNN_PATH=$(CUDNN_PATH) has no lib/libcudnn.so*)
+    endif
+    CUDNN_INC_FLAGS := -I$(CUDNN_PATH)/include
+    CUDNN_LINK      := -L$(CUDNN_PATH)/lib -Xlinker -rpath=$(CUDNN_PATH)/lib -l:$(CUDNN_LIBFILE)
+    HAVE_CUDNN      := 1
+  else
+    CUDNN_LINK      := -lcudnn
+  endif
   ifneq ($(HAVE_CUDNN),1)
-    $(error USE_CUDNN=1: cuDNN (cudnn.h) not found under $(CUDA_HOME)/include or /usr/include; install cuDNN 9 (e.g. apt-get install cudnn9-cuda-13 from NVIDIA's repository))
+    $(error USE_CUDNN=1: cuDNN (cudnn.h) not found under $(CUDA_HOME)/include, /usr/include or a pip wheel (nvidia-cudnn-cu13); install cuDNN 9 (e.g. apt-get install cudnn9-cuda-13 from NVIDIA's repository, or pip install nvidia-cudnn-cu13), or set CUDNN_PATH to a directory with include/cudnn.h and lib/)
   endif
   # <dir>/include next to the installed `cudnn` python package (the wheel's layout), or inside it
   cudnn_fe_py := import importlib.util as u, os; s = u.find_spec("cudnn"); d = os.path.dirname(s.origin) if s and s.origin else ""; \
@@ -52,9 +82,9 @@ ifeq ($(USE_CUDNN),1)
     endif
   endif
 
-  NVCCFLAGS   += -DUSE_CUDNN=1
+  NVCCFLAGS   += -DUSE_CUDNN=1 $(CUDNN_INC_FLAGS)
   # -lnvrtc: cudnn_frontend 1.3x calls NVRTC directly (its experimental sm100 engine in plans.h)
-  CUDA_LDLIBS += -lcudnn -lnvrtc
+  CUDA_LDLIBS += $(CUDNN_LINK) -lnvrtc
   # the trainer and the native tests link the cuDNN object too. It lands after the static
   # libraries on their link lines ($^ lists the recipe rule's prerequisites first); it needs
   # only llmc_check_failed from libllmc.a, which every CUDA program already pulls in (cudaCheck).
@@ -67,7 +97,7 @@ endif
 # Every nvcc object depends on the setting (rebuilt when it changes). A stamp first written for
 # the default (off) is dated 1970: objects built before this stamp existed were built without
 # cuDNN, so they stay valid.
-CUDNN_STAMP_TEXT := USE_CUDNN=$(USE_CUDNN) $(CUDNN_FRONTEND_INCLUDE)
+CUDNN_STAMP_TEXT := USE_CUDNN=$(USE_CUDNN) $(CUDNN_FRONTEND_INCLUDE) $(CUDNN_PATH)
 $(BUILD)/.cudnn: FORCE
 	@mkdir -p $(BUILD)
 	@if [ ! -e $@ ] && [ '$(USE_CUDNN)' = 0 ]; then echo '$(CUDNN_STAMP_TEXT)' > $@ && touch -d @0 $@; fi

@@ -6,14 +6,28 @@
 #   3. peak device memory for -r 0..3 and the largest B that fits for each (memory is linear in
 #      B: measured at B=1 and B=2 from the startup table, then the estimate is run for real
 #      unless --quick)
-# Options: --quick (fewer steps, no verification runs), STEPS=N, B=N, T=N in the environment.
+# Usage: bench_gpu.sh [--quick] [ours] [torch] [memory]   (parts; default all three)
+# --quick: fewer steps, no verification runs. STEPS=N, B=N, T=N in the environment.
+# Parts run separately (scripts/gpu_check.sh runs the PyTorch part last, in its own time limit) hand
+# their numbers on through BENCH_RESULTS (a file of key=value lines): the torch part prints the
+# ratio against the ours part's tokens/s measured earlier in the same run.
+# PyTorch: the first of $PYTHON_GPU, python3, /usr/bin/python3 whose torch sees a GPU.
 # Needs a GPU. Data: a synthetic shard of random tokens.
 # LLMC_GPU_DRY=1 (scripts/gpu_check.sh's rehearsal): the cudasim build of train_gpt on d1, B=2,
 # T=64, no PyTorch run; the numbers mean nothing, the script's plumbing is what is checked.
 set -u
 cd "$(dirname "$0")/.."
-QUICK=0
-[ "${1:-}" = "--quick" ] && QUICK=1
+QUICK=0 PARTS=""
+for a in "$@"; do
+    case "$a" in
+    --quick) QUICK=1 ;;
+    ours | torch | memory) PARTS="$PARTS $a" ;;
+    *) echo "usage: $0 [--quick] [ours] [torch] [memory]" >&2; exit 2 ;;
+    esac
+done
+[ -z "$PARTS" ] && PARTS=" ours torch memory"
+part() { case "$PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+RESULTS=${BENCH_RESULTS:-}
 DRY=${LLMC_GPU_DRY:-0}
 STEPS=${STEPS:-$([ $QUICK = 1 ] && echo 8 || echo 20)}
 if [ "$DRY" = 1 ]; then
@@ -30,7 +44,7 @@ trap 'rm -rf "$WORK"' EXIT
 
 # a synthetic shard (llm.c format: int32 header[256] = 20240520, 1, ntok; uint16 tokens)
 SHARD=$WORK/bench_train.bin
-/usr/bin/python3 - "$SHARD" $(( (STEPS + 2) * B * T + 1 )) <<'PY'
+"$(command -v python3 || echo /usr/bin/python3)" - "$SHARD" $(( (STEPS + 2) * B * T + 1 )) <<'PY'
 import struct, sys, random
 path, n = sys.argv[1], int(sys.argv[2])
 random.seed(1)
@@ -49,26 +63,48 @@ mean_after_warmup() { # field regex; averages the step lines' values after the f
 
 echo "## llmc GPU benchmark ($GPU_NAME)"
 echo
-out=$(run_train -b "$B" -t "$T" -x "$STEPS" --precision bf16 -r 0)
-echo "$out" | grep -q "^step " || { echo "$out" | tail -20; echo "error: train_gpt failed"; exit 1; }
-ours=$(echo "$out" | mean_after_warmup "[0-9]+ tok/s")
-mfu=$(echo "$out" | mean_after_warmup "MFU [0-9.]+%")
-echo "| run | tokens/s | MFU |"
-echo "|---|---|---|"
-echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 | $ours | $mfu% |"
-
-ref=n/a
-if [ "$DRY" != 1 ] && /usr/bin/python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-    pout=$(timeout 900 /usr/bin/python3 dev/reference/train_gpt2.py --bench-steps "$STEPS" --compile --flash \
-        --dtype bfloat16 --device cuda --batch-size "$B" --seq-len "$T" 2>&1)
-    ref=$(echo "$pout" | sed -n 's/.*BENCH pytorch .*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -1)
-    [ -z "$ref" ] && { ref=n/a; echo "$pout" | tail -5; }
-fi
-echo "| PyTorch reference (compile, flash, bf16) | $ref | |"
-if [ "$ref" != n/a ] && [ "$ours" != n/a ]; then
+ours=n/a
+if part ours; then
+    out=$(run_train -b "$B" -t "$T" -x "$STEPS" --precision bf16 -r 0)
+    echo "$out" | grep -q "^step " || { echo "$out" | tail -20; echo "error: train_gpt failed"; exit 1; }
+    echo "$out" | grep -E "^(step|\\| (memory|param|master|AdamW|grad|activ|backward|fp32|cuBLAS|cuDNN|total|device))"
+    ours=$(echo "$out" | mean_after_warmup "[0-9]+ tok/s")
+    mfu=$(echo "$out" | mean_after_warmup "MFU [0-9.]+%")
+    ms=$(echo "$out" | mean_after_warmup "[0-9.]+ ms")
     echo
-    echo "ratio train_gpt / PyTorch: $(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", a / b}')"
+    echo "| run | ms/step | tokens/s | MFU |"
+    echo "|---|---|---|---|"
+    echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 | $ms | $ours | $mfu% |"
+    [ -n "$RESULTS" ] && echo "ours_tokens_per_s=$ours" >> "$RESULTS"
+elif [ -n "$RESULTS" ] && [ -f "$RESULTS" ]; then
+    ours=$(sed -n 's/^ours_tokens_per_s=//p' "$RESULTS" | tail -1)
+    [ -z "$ours" ] && ours=n/a
 fi
+
+if part torch; then
+    ref=n/a
+    tpy=""
+    for p in ${PYTHON_GPU:-} python3 /usr/bin/python3; do
+        if command -v "$p" >/dev/null 2>&1 && "$p" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then tpy=$p; break; fi
+    done
+    if [ "$DRY" = 1 ]; then
+        echo "PyTorch reference: not run (dry run)"
+    elif [ -z "$tpy" ]; then
+        echo "PyTorch reference: no python3 with a CUDA torch found (tried: ${PYTHON_GPU:-} python3 /usr/bin/python3)"
+    else
+        pout=$(timeout "${BENCH_TORCH_TIMEOUT:-900}" "$tpy" dev/reference/train_gpt2.py --bench-steps "$STEPS" --compile --flash \
+            --dtype bfloat16 --device cuda --batch-size "$B" --seq-len "$T" 2>&1)
+        echo "$pout" | grep BENCH
+        ref=$(echo "$pout" | sed -n 's/.*BENCH pytorch .*tokens_per_s=\([0-9.]*\).*/\1/p' | tail -1)
+        [ -z "$ref" ] && { ref=n/a; echo "$pout" | tail -15; }
+    fi
+    echo "| PyTorch reference ($tpy: compile, flash, bf16) | | $ref | |"
+    if [ "$ref" != n/a ] && [ "$ours" != n/a ]; then
+        echo
+        echo "ratio train_gpt / PyTorch: $(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", a / b}') (train_gpt $ours tokens/s, measured earlier in this run)"
+    fi
+fi
+part memory || exit 0
 
 echo
 echo "| -r | peak GiB at B=$B | largest B (T=$T) |"

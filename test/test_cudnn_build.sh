@@ -5,8 +5,8 @@
 # scratch build directory (never build/, whose objects the switch would make stale, and never
 # ./train_gpt). Checks that switching USE_CUDNN makes the nvcc objects stale and that keeping it
 # does not. The lab program must start (--help: libcudnn and libnvrtc load); without a GPU it
-# must exit non-zero with the usual message, on a GPU it runs at --small shapes and its
-# PASS/FAIL lines count.
+# must exit non-zero with the usual message, on a GPU it runs at --small shapes (or
+# $CUDNN_LAB_ARGS) and its PASS/FAIL lines count.
 # Prints SKIP (with the reason) when nvcc, cuDNN or the frontend headers are missing.
 # About 50 s on 2 cores (cudnn_att.cpp alone is ~45 s: the frontend headers are heavy).
 set -u
@@ -61,7 +61,8 @@ else
 fi
 
 if nvidia-smi >/dev/null 2>&1; then
-    "$lab" --small || fail=1
+    # CUDNN_LAB_ARGS: scripts/gpu_check.sh times GPT-2 124M shapes (--reps N) instead of --small
+    "$lab" ${CUDNN_LAB_ARGS:---small} || fail=1
 else
     out=$("$lab" --small 2>&1)
     rc=$?

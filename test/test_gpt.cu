@@ -184,7 +184,11 @@ static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
     /* Adam normalises each update, so small gradient differences move weights by up to lr:
      * the tolerance grows with the step for 16-bit types */
     snprintf(name, sizeof name, "10-step loss trajectory vs CPU [%s]", pn);
-    test_close(name, got[0], ref, STEPS, p == PRECISION_FP32 ? 1e-4 : 3 * tol.loss_atol, 0);
+    /* fp32: summation order alone, which grows with the reduction length like the per-op fp32
+     * tolerances (sqrt(C)): 1e-4 at the tiny model's C = 64; GPT-2 124M (C = 768) drifted 1.3e-4
+     * apart by step 10 on an H200 (2026-11-30) while every per-op check passed */
+    const double fp32_atol = 1e-4 * sqrt(fmax(1.0, s->cfg.channels / 64.0));
+    test_close(name, got[0], ref, STEPS, p == PRECISION_FP32 ? fp32_atol : 3 * tol.loss_atol, 0);
     printf("      losses: cpu %.6f -> %.6f, gpu %.6f -> %.6f\n", ref[0], ref[STEPS - 1], got[0][0], got[0][STEPS - 1]);
     snprintf(name, sizeof name, "two runs bit-identical [%s]", pn);
     test_report(memcmp(got[0], got[1], sizeof got[0]) == 0, name, "losses differ between two identical runs");

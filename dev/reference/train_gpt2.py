@@ -461,7 +461,7 @@ class AdamW:
 
 def train_step(model, opt, x, y, autocast_dtype=None, forward=None):
     """forward, backward, clip, update -> (loss float, norm float, logits of the forward)."""
-    forward = forward or model
+    forward = model if forward is None else forward
     for p in model.params():   # zero in place (backward then adds into the same memory)
         if p.grad is not None:
             p.grad.zero_()

@@ -18,15 +18,18 @@ void layernorm_forward(float *out, float *mean, float *rstd, const float *inp, c
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
-        float m = 0.0f;
-        for (int c = 0; c < C; c++) m += x[c];
-        m /= C;
-        float v = 0.0f;
+        /* two passes, each accumulated in double: a float running sum of C values with a large
+         * common offset drifts by ~sqrt(C) ulps of the sum, more than the GPU's tree reduction
+         * (seen on an H200 at C = 768, 2026-11-30); the reference must be the accurate one */
+        double acc = 0.0;
+        for (int c = 0; c < C; c++) acc += x[c];
+        float m = (float)(acc / C);
+        acc = 0.0;
         for (int c = 0; c < C; c++) {
             float d = x[c] - m;
-            v += d * d;
+            acc += d * d;
         }
-        v /= C;
+        float v = (float)(acc / C);
         float s = 1.0f / sqrtf(v + eps);
         layernorm_row(out + (size_t)i * C, x, m, s, weight, bias, C);
         mean[i] = m;
