@@ -26,9 +26,13 @@ ifeq ($(CUDASIM_OK),1)
   TEST_BINS += $(SIM_TESTS)
 endif
 
+# ptxas's resource report (registers, stack, spills per kernel) is kept beside each object as
+# OBJ.ptxas (test/test_sass.sh reads train_gpt.o's); everything else nvcc prints still shows.
 $(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@$(if $(findstring s,$(firstword -$(MAKEFLAGS))),:,echo '$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@')
+	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas.tmp; rc=$$?; \
+	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas.tmp >&2; mv $@.ptxas.tmp $@.ptxas; exit $$rc
 
 train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@

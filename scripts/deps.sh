@@ -21,12 +21,17 @@ for p in "${pkgs[@]}"; do
 done
 need_tiktoken=0
 if [ "$mode" = test ] && ! /usr/bin/python3 -c "import tiktoken" 2>/dev/null; then need_tiktoken=1; fi
-[ "${#missing[@]}" -eq 0 ] && [ "$need_tiktoken" -eq 0 ] && exit 0
+# cuobjdump + nvdisasm for test/test_sass.sh, where nvcc exists but the toolkit lacks them
+need_sass=0
+has_sass_tools() { /usr/bin/python3 -c "import glob, site, sys; sys.exit(not any(glob.glob(d + '/nvidia/cu*/bin/nvdisasm') for d in site.getsitepackages()))" 2>/dev/null; }
+if [ "$mode" = test ] && command -v nvcc >/dev/null && ! command -v nvdisasm >/dev/null && ! has_sass_tools; then need_sass=1; fi
+[ "${#missing[@]}" -eq 0 ] && [ "$need_tiktoken" -eq 0 ] && [ "$need_sass" -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "missing dependencies; install them with:" >&2
     [ "${#missing[@]}" -gt 0 ] && echo "  sudo apt-get install -y ${missing[*]}" >&2
     [ "$need_tiktoken" -eq 1 ] && echo "  /usr/bin/python3 -m pip install --break-system-packages tiktoken" >&2
+    [ "$need_sass" -eq 1 ] && echo "  /usr/bin/python3 -m pip install --break-system-packages --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm" >&2
     exit 1
 fi
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -37,4 +42,8 @@ fi
 if [ "$need_tiktoken" -eq 1 ] || ! /usr/bin/python3 -c "import tiktoken" 2>/dev/null; then
     echo "installing tiktoken (PyPI) for the tokenizer tests"
     /usr/bin/python3 -m pip install -q --break-system-packages tiktoken
+fi
+if [ "$need_sass" -eq 1 ]; then
+    echo "installing cuobjdump and nvdisasm (PyPI) for the SASS check"
+    /usr/bin/python3 -m pip install -q --break-system-packages --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm
 fi

@@ -159,6 +159,30 @@ inline void cuda_context_free(CudaContext *ctx) {
 /* ---- small device helpers ------------------------------------------------------------------ */
 inline int ceil_div(long long a, long long b) { return (int)((a + b - 1) / b); }
 
+/* ---- 16-byte packs for the memory-bound kernels ---------------------------------------------
+ * A Pack16<T> is 16 bytes of T (8 bf16/fp16 or 4 floats) moved by one 128-bit load or store
+ * (LDG.E.128 / STG.E.128: a warp moves 512 contiguous bytes per instruction instead of 64 with
+ * 2-byte accesses). The pointer must be 16-byte aligned: hosts check aligned16() and launch the
+ * element-per-thread form otherwise. load16/store16 go through L2 only (ld/st.global.cg), which
+ * is coherent, so an output may alias an input that the same thread read first.
+ * test/test_sass.sh checks that these kernels compile to 128-bit accesses. */
+template <class T> struct alignas(16) Pack16 {
+    static constexpr int size = 16 / (int)sizeof(T);
+    T v[size];
+};
+inline bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+template <class T> __device__ inline Pack16<T> load16(const T *p) {
+    const int4 bits = __ldcg(reinterpret_cast<const int4 *>(p));
+    Pack16<T> r;
+    memcpy(&r, &bits, sizeof bits);
+    return r;
+}
+template <class T> __device__ inline void store16(T *p, const Pack16<T> &x) {
+    int4 bits;
+    memcpy(&bits, &x, sizeof bits);
+    __stcg(reinterpret_cast<int4 *>(p), bits);
+}
+
 /* Sum over the 32 lanes of a warp, butterfly order: every lane gets the same bits. */
 __device__ inline float warp_sum(float x) {
     for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);

@@ -1,0 +1,17 @@
+/* sass_kernels.cu - the memory-bound ops' host wrappers instantiated for every storage type, so
+ * test/test_sass.sh can read their machine code (cuobjdump) and ptxas's resource report without
+ * compiling a whole trainer. Compiled only by that test; never linked or run. */
+#include "llmc/cuda/cast.cuh"
+#include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/residual.cuh"
+
+#define LLMC_SASS_INSTANTIATE(T)                                                           \
+    template void gelu_forward<T>(T *, const T *, size_t, cudaStream_t);                  \
+    template void gelu_backward<T>(T *, const T *, const T *, size_t, cudaStream_t);      \
+    template void residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);   \
+    template void cast_copy<T, float>(T *, const float *, size_t, cudaStream_t);
+LLMC_SASS_INSTANTIATE(float)
+LLMC_SASS_INSTANTIATE(__nv_bfloat16)
+LLMC_SASS_INSTANTIATE(__half)
+template void cast_copy<float, __nv_bfloat16>(float *, const __nv_bfloat16 *, size_t, cudaStream_t);
+template void cast_copy<float, __half>(float *, const __half *, size_t, cudaStream_t);

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The memory-bound kernels' machine code (issue 13): every packed kernel (NAME_kernel16 in
+# llmc/cuda/, one 16-byte pack per thread, common.cuh's Pack16) of gelu, residual and cast, in
+# fp32, bf16 and fp16, must load and store with 128-bit accesses (LDG.E.128 / STG.E.128 in
+# cuobjdump's SASS for sm_90), and no bf16/fp16 kernel of the trainer may spill registers
+# (ptxas: "0 bytes spill stores, 0 bytes spill loads"). A planted scalar kernel must fail the
+# first check, so the check can fail.
+# Needs nvcc and cuobjdump + nvdisasm (the CUDA toolkit's, or the PyPI wheels
+# nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, which `make test` installs); SKIPs without nvcc.
+set -u
+cd "$(dirname "$0")/.."
+NVCC=${NVCC:-$(command -v nvcc)}
+if [ -z "$NVCC" ]; then echo "SKIP: SASS checks: no nvcc"; exit 0; fi
+# cuobjdump/nvdisasm: the toolkit's, else the wheels' (site-packages/nvidia/cu13/bin)
+tooldir=$(dirname "$NVCC")
+if [ ! -x "$tooldir/cuobjdump" ] || [ ! -x "$tooldir/nvdisasm" ]; then
+    command -v cuobjdump >/dev/null && command -v nvdisasm >/dev/null && tooldir=$(dirname "$(command -v cuobjdump)")
+fi
+if [ ! -x "$tooldir/cuobjdump" ] || [ ! -x "$tooldir/nvdisasm" ]; then
+    tooldir=$(/usr/bin/python3 -c 'import glob, site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for b in sorted(glob.glob(d + "/nvidia/cu*/bin")):
+        if glob.glob(b + "/cuobjdump") and glob.glob(b + "/nvdisasm"): print(b); sys.exit()' 2>/dev/null)
+fi
+if [ -z "$tooldir" ] || [ ! -x "$tooldir/cuobjdump" ]; then
+    echo "FAIL: SASS checks: cuobjdump/nvdisasm not found (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"; exit 1
+fi
+export PATH="$tooldir:$PATH"
+dir=$(mktemp -d /tmp/llmc_sass.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+
+# global accesses per kernel: "kernel OPCODE" lines
+accesses() { cuobjdump --dump-sass "$1" | awk '/Function :/{f=$3} /[^A-Z](LDG|STG)\./{match($0,/(LDG|STG)[.A-Z0-9_]*/); print f, substr($0,RSTART,RLENGTH)}'; }
+check_packed() { # object, label: every *_kernel16 has a 128-bit load and store
+    local acc kernels k n=0 bad=0
+    acc=$(accesses "$1")
+    kernels=$(printf '%s\n' "$acc" | awk '{print $1}' | grep 'kernel16' | sort -u)
+    for k in $kernels; do
+        n=$((n + 1))
+        if ! printf '%s\n' "$acc" | grep -q "^$k LDG\.E\.128" || ! printf '%s\n' "$acc" | grep -q "^$k STG\.E\.128"; then
+            echo "      $k: $(printf '%s\n' "$acc" | grep "^$k " | awk '{print $2}' | sort -u | tr '\n' ' ')"
+            bad=$((bad + 1))
+        fi
+    done
+    echo "$n $bad"
+}
+
+if ! "$NVCC" -O3 -std=c++17 -arch=sm_90 -I. -Xptxas -v -c test/sass_kernels.cu -o "$dir/k.o" > "$dir/ptxas.txt" 2>&1; then
+    cat "$dir/ptxas.txt"; echo "FAIL: nvcc test/sass_kernels.cu"; exit 1
+fi
+read -r n bad < <(check_packed "$dir/k.o" | tail -1)
+check_packed "$dir/k.o" | head -n -1
+# gelu fwd + bwd, residual, cast T <- fp32 for 3 types, and fp32 <- bf16/fp16: 14 kernels
+if [ "$bad" = 0 ] && [ "$n" -ge 14 ]; then
+    echo "PASS: $n packed memory-bound kernels (gelu, residual, cast; fp32/bf16/fp16) load and store 128 bits"
+else
+    echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 14, all 128-bit)"; fail=1
+fi
+spills=$(grep -B1 'spill' "$dir/ptxas.txt" | grep -E '[1-9][0-9]* bytes spill' | head -5)
+if [ -z "$spills" ]; then echo "PASS: the memory-bound kernels do not spill"; else echo "FAIL: spills: $spills"; fail=1; fi
+
+# the check can fail: a kernel16 with 2-byte accesses (the old form) must be reported
+cat > "$dir/planted.cu" <<'CU'
+#include <cuda_bf16.h>
+__global__ void planted_kernel16(__nv_bfloat16 *o, const __nv_bfloat16 *i, unsigned long n) {
+    unsigned long k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) o[k] = i[k];
+}
+CU
+"$NVCC" -O3 -arch=sm_90 -c "$dir/planted.cu" -o "$dir/p.o" 2>/dev/null
+read -r pn pbad < <(check_packed "$dir/p.o" | tail -1)
+if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted 2-byte kernel16 is reported"; else echo "FAIL: the planted 2-byte kernel16 was not reported ($pn kernels, $pbad bad)"; fail=1; fi
+
+# no bf16/fp16 kernel of the trainer spills: ptxas's report of train_gpt.cu (mk/cuda.mk keeps it
+# beside the object when it builds train_gpt)
+rep=build/cuda/train_gpt.o.ptxas
+if [ -f "$rep" ]; then
+    sp=$(awk '/Compiling entry function/{f=$0} /spill stores/{ if (($5 > 0 || $9 > 0) && f ~ /(13__nv_bfloat16|6__half)/) print f " -> " $0 }' "$rep")
+    nk=$(grep -c "Compiling entry function" "$rep")
+    if [ "$nk" -gt 0 ] && [ -z "$sp" ]; then echo "PASS: no bf16/fp16 kernel of train_gpt spills ($nk entry functions in ptxas's report)";
+    else echo "FAIL: train_gpt kernels spill (or no report): $nk entries; $sp"; fail=1; fi
+else
+    echo "FAIL: $rep missing: build train_gpt first (make train_gpt)"; fail=1
+fi
+exit $fail
