@@ -3,13 +3,16 @@
  * compiling a whole trainer. Compiled only by that test; never linked or run. */
 #include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/residual.cuh"
 
 #define LLMC_SASS_INSTANTIATE(T)                                                           \
     template void gelu_forward<T>(T *, const T *, size_t, cudaStream_t);                  \
     template void gelu_backward<T>(T *, const T *, const T *, size_t, cudaStream_t);      \
     template void residual_forward<T>(T *, const T *, const T *, size_t, cudaStream_t);   \
-    template void cast_copy<T, float>(T *, const float *, size_t, cudaStream_t);
+    template void cast_copy<T, float>(T *, const float *, size_t, cudaStream_t);          \
+    template void layernorm_backward<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
+                                        int, int, float *, cudaStream_t);
 LLMC_SASS_INSTANTIATE(float)
 LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)

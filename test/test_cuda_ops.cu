@@ -640,6 +640,19 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         rng_seed(&r, seed + 1000 * k + StorageInfo<T>::cuda_type);
         test_encoder<T>(&r, s, sh);
         test_layernorm<T>(&r, s, sh);
+        if (k == 0) {
+            /* the layernorm backward's paths: one-pass packed kernel with 1..4 packs per lane (C = 768
+             * bf16: 3, C = 1024 bf16: 4; fp32 C = 768: two-pass), C not a whole number of packs
+             * (36: packed in fp32 only; 30: never), several chunks with uneven rows per warp (600) */
+            static const Shape ln_extra[] = {{1, 7, 768, 12, 7, 16, 3072}, {1, 3, 1024, 16, 7, 16, 4096},
+                                             {2, 5, 36, 3, 7, 16, 144},    {1, 9, 30, 3, 7, 16, 120},
+                                             {1, 600, 64, 4, 7, 16, 256}};
+            for (const Shape &e : ln_extra) {
+                char she[128];
+                shape_text(she, sizeof she, e);
+                test_layernorm<T>(&r, e, she);
+            }
+        }
         test_matmul<T>(&r, ctx, s.B * s.T, s.C, 3 * s.C, sh);
         test_matmul<T>(&r, ctx, s.B * s.T, s.F, s.C, sh);
         test_attention<T>(&r, s, sh);

@@ -45,6 +45,10 @@ mutant() {  # name file sed-expression
 mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/{n;s/__syncthreads();//}'
 mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
 mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
+# the one-pass layernorm backward: warps adding their dweight/dbias partials before the shared
+# sums are zeroed; a chunk's rows skipped
+mutant ln-fused-zero-barrier layernorm.cuh '/ln_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
+mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
 # harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows
 # scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The memory-bound kernels' machine code (issue 13): every packed kernel (NAME_kernel16 in
-# llmc/cuda/, one 16-byte pack per thread, common.cuh's Pack16) of gelu, residual and cast, in
+# The memory-bound kernels' machine code (issue 13): every packed kernel (NAME_kernel16 or
+# NAME_fused16_kernel in llmc/cuda/: 16-byte packs, common.cuh's Pack16) of gelu, residual, cast
+# and the layernorm backward, in
 # fp32, bf16 and fp16, must load and store with 128-bit accesses (LDG.E.128 / STG.E.128 in
 # cuobjdump's SASS for sm_90), and no bf16/fp16 kernel of the trainer may spill registers
 # (ptxas: "0 bytes spill stores, 0 bytes spill loads"). A planted scalar kernel must fail the
@@ -35,7 +36,7 @@ accesses() { cuobjdump --dump-sass "$1" | awk '/Function :/{f=$3} /[^A-Z](LDG|ST
 check_packed() { # object, label: every *_kernel16 has a 128-bit load and store
     local acc kernels k n=0 bad=0
     acc=$(accesses "$1")
-    kernels=$(printf '%s\n' "$acc" | awk '{print $1}' | grep 'kernel16' | sort -u)
+    kernels=$(printf '%s\n' "$acc" | awk '{print $1}' | grep -E 'kernel16|fused16' | sort -u)
     for k in $kernels; do
         n=$((n + 1))
         if ! printf '%s\n' "$acc" | grep -q "^$k LDG\.E\.128" || ! printf '%s\n' "$acc" | grep -q "^$k STG\.E\.128"; then
@@ -51,11 +52,12 @@ if ! "$NVCC" -O3 -std=c++17 -arch=sm_90 -I. -Xptxas -v -c test/sass_kernels.cu -
 fi
 read -r n bad < <(check_packed "$dir/k.o" | tail -1)
 check_packed "$dir/k.o" | head -n -1
-# gelu fwd + bwd, residual, cast T <- fp32 for 3 types, and fp32 <- bf16/fp16: 14 kernels
-if [ "$bad" = 0 ] && [ "$n" -ge 14 ]; then
-    echo "PASS: $n packed memory-bound kernels (gelu, residual, cast; fp32/bf16/fp16) load and store 128 bits"
+# gelu fwd + bwd, residual, cast T <- fp32 for 3 types, and fp32 <- bf16/fp16: 14 kernels; the
+# layernorm backward, 1..4 packs per lane for 3 types: 12
+if [ "$bad" = 0 ] && [ "$n" -ge 26 ]; then
+    echo "PASS: $n packed memory-bound kernels (gelu, residual, cast, layernorm backward; fp32/bf16/fp16) load and store 128 bits"
 else
-    echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 14, all 128-bit)"; fail=1
+    echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 26, all 128-bit)"; fail=1
 fi
 spills=$(grep -B1 'spill' "$dir/ptxas.txt" | grep -E '[1-9][0-9]* bytes spill' | head -5)
 if [ -z "$spills" ]; then echo "PASS: the memory-bound kernels do not spill"; else echo "FAIL: spills: $spills"; fail=1; fi

@@ -18,6 +18,9 @@
  * Layout: one warp per row for the row-wise work. dweight/dbias are reduced deterministically:
  * fixed chunks of LN_ROWS_PER_CHUNK rows write partial sums to `scratch`
  * (layernorm_backward_scratch_floats(N, C) floats), then one pass adds the chunks in order.
+ * The backward runs as one kernel over 16-byte packs (layernorm_backward_fused16_kernel) when C is
+ * a whole number of packs (C % 8 for 16-bit, C % 4 for fp32) up to 128 packs and the pointers are
+ * 16-byte aligned; otherwise as the dinp kernel plus a column-sum kernel (two passes).
  */
 #ifndef LLMC_CUDA_LAYERNORM_CUH
 #define LLMC_CUDA_LAYERNORM_CUH
@@ -165,6 +168,91 @@ static __global__ void layernorm_backward_finish_kernel(T *dweight, T *dbias, co
     dbias[c] = from_float<T>(to_float(dbias[c]) + b);
 }
 
+/* The whole backward in one pass over dout and inp (16-byte packs, common.cuh): block = one
+ * chunk of LN_ROWS_PER_CHUNK rows, warp w takes rows w, w + 8, ...; lane l owns packs l, l + 32,
+ * ..., K of them at most (C <= 32 K P). Per row: dinp += ... as above; per lane, dweight and
+ * dbias partial sums over its rows in registers; then the warps add theirs into shared memory
+ * one after another (a fixed order: deterministic) and the block writes its chunk's partials,
+ * which layernorm_backward_finish_kernel adds in chunk order. Shared memory: 2 C floats. */
+template <class T, int K>
+static __global__ void layernorm_backward_fused16_kernel(T *dinp, float *partial, const T *dout, const T *inp,
+                                                         const T *weight, const float *mean, const float *rstd,
+                                                         int N, int C) {
+    constexpr int P = Pack16<T>::size;
+    extern __shared__ float ln_acc[]; /* (2, C) */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
+    const int r0 = blockIdx.x * LN_ROWS_PER_CHUNK, r1 = min(r0 + (int)LN_ROWS_PER_CHUNK, N);
+    float w[K][P], aw[K][P], ab[K][P];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        Pack16<T> wp;
+        if (p < npacks) wp = load16(weight + (size_t)p * P);
+#pragma unroll
+        for (int j = 0; j < P; j++) w[k][j] = p < npacks ? to_float(wp.v[j]) : 0.0f, aw[k][j] = 0.0f, ab[k][j] = 0.0f;
+    }
+    for (int row = r0 + warp; row < r1; row += LN_WARPS_PER_BLOCK) {
+        const size_t base = (size_t)row * C;
+        const float m = mean[row], s = rstd[row];
+        float dy[K][P], xh[K][P], sd = 0.0f, sdx = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int p = lane + 32 * k;
+            if (p >= npacks) continue;
+            const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                dy[k][j] = to_float(a.v[j]);
+                xh[k][j] = (to_float(b.v[j]) - m) * s;
+                const float dnorm = w[k][j] * dy[k][j];
+                sd += dnorm;
+                sdx += dnorm * xh[k][j];
+            }
+        }
+        sd = warp_sum(sd) / (float)C;
+        sdx = warp_sum(sdx) / (float)C;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int p = lane + 32 * k;
+            if (p >= npacks) continue;
+            Pack16<T> d = load16(dinp + base + (size_t)p * P);
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                const float g = s * (w[k][j] * dy[k][j] - sd - xh[k][j] * sdx);
+                d.v[j] = from_float<T>(to_float(d.v[j]) + g);
+                aw[k][j] += dy[k][j] * xh[k][j];
+                ab[k][j] += dy[k][j];
+            }
+            store16(dinp + base + (size_t)p * P, d);
+        }
+    }
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) ln_acc[i] = 0.0f;
+    __syncthreads();
+    for (int turn = 0; turn < LN_WARPS_PER_BLOCK; turn++) {
+        if (warp == turn) {
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+#pragma unroll
+                for (int j = 0; j < P; j++) ln_acc[p * P + j] += aw[k][j], ln_acc[C + p * P + j] += ab[k][j];
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) partial[(size_t)blockIdx.x * 2 * C + i] = ln_acc[i];
+}
+
+/* The packs per lane the fused backward needs for C, or 0 when it cannot run (C not a whole
+ * number of packs, unaligned pointers, or more than 4 packs per lane: registers). */
+template <class T>
+inline int layernorm_backward_fused_packs(int C, const void *dinp, const void *dout, const void *inp, const void *weight) {
+    constexpr int P = Pack16<T>::size;
+    if (C % P != 0 || !aligned16(dinp) || !aligned16(dout) || !aligned16(inp) || !aligned16(weight)) return 0;
+    const int k = ceil_div(C / P, 32);
+    return k <= 4 ? k : 0;
+}
+
 inline size_t layernorm_backward_scratch_floats(int N, int C) {
     return (size_t)ceil_div(N, LN_ROWS_PER_CHUNK) * 2 * (size_t)C;
 }
@@ -202,10 +290,26 @@ template <class T>
 void layernorm_backward(T *dinp, T *dweight, T *dbias, const T *dout, const T *inp, const T *weight, const float *mean,
                         const float *rstd, int N, int C, float *scratch, cudaStream_t stream) {
     llmcCheck(N > 0 && C > 0, "layernorm_backward: N and C must be positive");
+    int chunks = ceil_div(N, LN_ROWS_PER_CHUNK);
+    const int k = layernorm_backward_fused_packs<T>(C, dinp, dout, inp, weight);
+    if (k > 0) {
+        const size_t smem = 2 * (size_t)C * sizeof(float);
+        auto launch = [&](auto kernel) {
+            if (smem > 48 * 1024) cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            kernel<<<chunks, 32 * LN_WARPS_PER_BLOCK, smem, stream>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C);
+        };
+        if (k == 1) launch(layernorm_backward_fused16_kernel<T, 1>);
+        else if (k == 2) launch(layernorm_backward_fused16_kernel<T, 2>);
+        else if (k == 3) launch(layernorm_backward_fused16_kernel<T, 3>);
+        else launch(layernorm_backward_fused16_kernel<T, 4>);
+        kernelCheck();
+        layernorm_backward_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dweight, dbias, scratch, chunks, C);
+        kernelCheck();
+        return;
+    }
     layernorm_backward_dinp_rowwarp_kernel<<<ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, stream>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     kernelCheck();
-    int chunks = ceil_div(N, LN_ROWS_PER_CHUNK);
     /* the chunks are grid.y, which a GPU caps at 65535 (N up to 16.7M rows) */
     llmcCheck(chunks <= 65535, "layernorm_backward: N / LN_ROWS_PER_CHUNK exceeds the 65535 grid rows");
     layernorm_backward_partial_kernel<<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, stream>>>(scratch, dout, inp, mean,
