@@ -659,6 +659,7 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_gelu<T>(&r, (size_t)s.B * s.T * s.F + 3, sh);
         test_residual<T>(&r, (size_t)s.B * s.T * s.C + 5, sh);
         test_classifier<T>(&r, s.B * s.T, s.V, s.Vp, sh);
+        if (k == 0) test_classifier<T>(&r, 5, 13, 13, "N=5 V=Vp=13 (element per thread)"); /* Vp not whole packs */
         test_adamw<T>(&r, (size_t)s.C * s.F + 5, sh);
         test_norm<T>(&r, (size_t)s.C * s.F * 3 + 7, sh);
         test_cast<T>(&r, 1000, sh);

@@ -48,6 +48,8 @@ mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
 # the one-pass layernorm backward: warps adding their dweight/dbias partials before the shared
 # sums are zeroed; a chunk's rows skipped
 mutant ln-fused-zero-barrier layernorm.cuh '/ln_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
+# the packed classifier forgetting the real columns of the last, partly padded pack
+mutant classifier-pack-tail classifier.cuh 's/live = (V + P - 1) \/ P;/live = V \/ P;/'
 mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
 # harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows

@@ -8,7 +8,8 @@
  * With write_dlogits, logits is overwritten in place by the gradient of dloss * losses[i]:
  *   z[v] = exp(z[v] - max) / sum * dloss - dloss * [v == targets[i]] for v < V, 0 for V <= v < Vp
  * Shapes: logits (N, Vp) in T; losses (N) fp32; targets (N) in [0, V).
- * One block per row; block reductions in a fixed order (deterministic).
+ * One block per row; block reductions in a fixed order (deterministic). 16-byte packs when Vp is
+ * a whole number of them and logits is 16-byte aligned, one element per thread otherwise.
  */
 #ifndef LLMC_CUDA_CLASSIFIER_CUH
 #define LLMC_CUDA_CLASSIFIER_CUH
@@ -49,11 +50,64 @@ static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses
     }
 }
 
+/* The same over 16-byte packs (common.cuh): needs Vp a whole number of packs and a 16-byte
+ * aligned logits pointer. Per pack: its maximum, then the running sum moved to the new maximum
+ * and the pack's exponentials added (one rescale per pack instead of a branch per element). */
+template <class T>
+static __global__ void fused_classifier_rowblock_kernel16(T *logits, float *losses, const int *targets, float dloss,
+                                                          int V, int Vp, int write_dlogits) {
+    constexpr int P = Pack16<T>::size;
+    __shared__ float red[32];
+    T *z = logits + (size_t)blockIdx.x * Vp;
+    const int y = targets[blockIdx.x];
+    const float zy = to_float(z[y]); /* read before any thread overwrites the row */
+    float tm = -INFINITY, ts = 0.0f;
+    const int packs = Vp / P, live = (V + P - 1) / P; /* packs holding a real column */
+    for (int p = threadIdx.x; p < live; p += blockDim.x) {
+        const Pack16<T> x = load16(z + (size_t)p * P);
+        float f[P], pm = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            f[j] = p * P + j < V ? to_float(x.v[j]) : -INFINITY;
+            pm = fmaxf(pm, f[j]);
+        }
+        if (pm == -INFINITY) continue; /* (a pack of -inf adds nothing) */
+        const float m_new = fmaxf(tm, pm);
+        float add = 0.0f;
+#pragma unroll
+        for (int j = 0; j < P; j++) add += expf(f[j] - m_new); /* expf(-inf) = 0 past V */
+        ts = ts * expf(tm - m_new) + add;
+        tm = m_new;
+    }
+    const float mx = block_max(tm, red);
+    const float s = block_sum(tm == -INFINITY ? 0.0f : ts * expf(tm - mx), red);
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
+    if (!write_dlogits) return;
+    const float inv = 1.0f / s;
+    for (int p = threadIdx.x; p < packs; p += blockDim.x) {
+        Pack16<T> x = p < live ? load16(z + (size_t)p * P) : Pack16<T>{};
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            const int v = p * P + j;
+            float d = 0.0f;
+            if (v < V) {
+                d = expf(to_float(x.v[j]) - mx) * inv * dloss;
+                if (v == y) d -= dloss;
+            }
+            x.v[j] = from_float<T>(d);
+        }
+        store16(z + (size_t)p * P, x);
+    }
+}
+
 template <class T>
 void fused_classifier(T *logits, float *losses, const int *targets, float dloss, int N, int V, int Vp,
                       int write_dlogits, cudaStream_t stream) {
     llmcCheck(N > 0 && V > 0 && Vp >= V, "fused_classifier: need N > 0 and 0 < V <= Vp");
-    fused_classifier_rowblock_kernel<<<N, 512, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    if (Vp % Pack16<T>::size == 0 && aligned16(logits))
+        fused_classifier_rowblock_kernel16<<<N, 512, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
+    else
+        fused_classifier_rowblock_kernel<<<N, 512, 0, stream>>>(logits, losses, targets, dloss, V, Vp, write_dlogits);
     kernelCheck();
 }
 
