@@ -10,6 +10,10 @@ tmp=$(mktemp -d /tmp/llmc_mutants.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
+# Each mutant is prepared and built in the background (at most $JOBS at a time: the builds are
+# most of the time), then the built mutants run one after another.
+JOBS=${JOBS:-$(nproc)}
+names=()
 mutant() {  # name file sed-expression
     local name=$1 file=$2 expr=$3 dir="$tmp/$1"
     if [ -n "${MUTANT:-}" ] && [ "$MUTANT" != "$name" ]; then return; fi # MUTANT=name: only that one
@@ -24,33 +28,43 @@ mutant() {  # name file sed-expression
         status=1
         return
     fi
-    /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
-        ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]} 2> "$dir/build.log" || {
-        echo "FAIL: mutant '$name' does not build: $(tail -3 "$dir/build.log")"
-        status=1
-        return
-    }
-    OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
-    local rc=$? fails
-    fails=$(grep -c '^FAIL' "$dir/run.log")
-    if [ $rc -ne 0 ]; then
-        echo "PASS: mutant '$name' is caught (exit $rc, $fails FAIL lines); first report:"
-        grep -m1 -E '^FAIL|cudasim' "$dir/run.log" | cut -c1-240 | sed 's/^/      /'
-    else
-        echo "FAIL: mutant '$name' was not caught: test_cuda_ops passed with the bug"
-        status=1
-    fi
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    { /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
+        ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]}; } > "$dir/build.log" 2>&1 &
+    names+=("$name")
+}
+run_mutants() {
+    wait
+    local name dir rc fails
+    for name in "${names[@]}"; do
+        dir="$tmp/$name"
+        if [ ! -x "$dir/t" ]; then
+            echo "FAIL: mutant '$name' does not build: $(tail -3 "$dir/build.log")"
+            status=1
+            continue
+        fi
+        OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
+        rc=$?
+        fails=$(grep -c '^FAIL' "$dir/run.log")
+        if [ $rc -ne 0 ]; then
+            echo "PASS: mutant '$name' is caught (exit $rc, $fails FAIL lines); first report:"
+            grep -m1 -E '^FAIL|cudasim' "$dir/run.log" | cut -c1-240 | sed 's/^/      /'
+        else
+            echo "FAIL: mutant '$name' was not caught: test_cuda_ops passed with the bug"
+            status=1
+        fi
+    done
 }
 
 mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/{n;s/__syncthreads();//}'
 mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
-mutant wrong-row layernorm.cuh '54s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
+mutant wrong-row layernorm.cuh '/void layernorm_forward_rowwarp_kernel/,/if (row >= N)/s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
 # the one-pass layernorm backward: warps adding their dweight/dbias partials before the shared
 # sums are zeroed; a chunk's rows skipped
 mutant ln-fused-zero-barrier layernorm.cuh '/ln_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
+mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # the packed classifier forgetting the real columns of the last, partly padded pack
 mutant classifier-pack-tail classifier.cuh 's/live = (V + P - 1) \/ P;/live = V \/ P;/'
-mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
 # harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows
 # scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an
@@ -62,4 +76,5 @@ mutant tc-missing-syncwarp-rescale attention_tc.cuh '/\*= corr;/{n;s/__syncwarp(
 # maxima jump between key tiles reach that branch (test_attention's "growing scores")
 mutant tc-no-rescale attention_tc.cuh 's/corr = expf(m - m_new); \/\* 0 while m = -inf \*\//corr = 1.0f;/'
 mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/'
+run_mutants
 exit $status
