@@ -17,7 +17,8 @@ float lr_at(int kind, int step, int total_steps, int warmup, float peak, float f
     if (step < warmup) return peak * (float)(step + 1) / (float)warmup;
     float min_lr = peak * final_frac;
     int span = total_steps - warmup;
-    float p = span > 1 ? (float)(step - warmup) / (float)(span - 1) : 1.0f;
+    /* one step after the warmup (-x 1): it runs at the peak, not at min (-q 0 would train at LR 0) */
+    float p = span > 1 ? (float)(step - warmup) / (float)(span - 1) : 0.0f;
     if (p > 1.0f) p = 1.0f;
     switch (kind) {
     case LR_COSINE: return min_lr + (peak - min_lr) * 0.5f * (1.0f + cosf((float)M_PI * p));

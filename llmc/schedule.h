@@ -1,6 +1,8 @@
 /* schedule.h - learning-rate schedules. step is 0-based; total_steps the run's length.
  * All start with a linear warmup: lr = peak * (step + 1) / warmup for step < warmup.
- * After it, with min = peak * final_frac and p = (step - warmup) / (total - warmup) in [0, 1]:
+ * After it, with min = peak * final_frac and p = (step - warmup) / (total - warmup - 1) in [0, 1]
+ * (so the last step runs at exactly min; llm.c divides by total - warmup, so its last step
+ * stays above min; when a single step follows the warmup, p = 0: it runs at the peak):
  *   cosine:   min + (peak - min) * 0.5 * (1 + cos(pi p))
  *   linear:   peak - (peak - min) * p
  *   constant: peak
