@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void format_float_roundtrip(char *buf, float x) {
     if (!isfinite(x)) {
@@ -28,7 +29,8 @@ static void format_double_roundtrip(char *buf, double x) {
     }
 }
 
-/* Keeps the lines of an existing log whose "step" is <= max_step. */
+/* Keeps the lines of an existing log whose "step" is <= max_step, and the records of resumes
+ * from before max_step (a resume from a later step belongs to the steps being dropped). */
 static void truncate_log(const char *path, int max_step) {
     FILE *in = fopen(path, "rb");
     if (!in) return;
@@ -38,6 +40,8 @@ static void truncate_log(const char *path, int max_step) {
     while (fgets(line, sizeof line, in)) {
         const char *s = strstr(line, "\"step\":");
         if (s && atoi(s + 7) > max_step) continue;
+        const char *r = strstr(line, "\"resumed_from\":");
+        if (r && atoi(r + 15) >= max_step) continue;
         fputs(line, af.f);
     }
     fclose(in);
@@ -94,8 +98,25 @@ void log_string(Logger *lg, const char *k, const char *value) {
     fputc('"', lg->f);
 }
 
+void log_object_begin(Logger *lg, const char *k) {
+    if (!lg->f) return;
+    key(lg, k);
+    fputc('{', lg->f);
+    lg->fields = 0;
+}
+
+void log_object_end(Logger *lg) {
+    if (!lg->f) return;
+    fputc('}', lg->f);
+    lg->fields = 1; /* the object was a field of the enclosing line */
+}
+
 void log_end(Logger *lg) {
     if (!lg->f) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    key(lg, "time");
+    fprintf(lg->f, "%lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
     fputs("}\n", lg->f);
     fflush(lg->f);
 }
