@@ -62,7 +62,7 @@ endif
 # CPU_SRCS:  the CPU backend (ops and model sequencing).
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
 CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c llmc/model.c llmc/cli.c llmc/checkpoint.c \
-             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c
+             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c llmc/rundir.c
 CPU_SRCS  := $(wildcard llmc/cpu/*.c)
 BINS      := train_gpt_cpu
 TEST_BINS :=
@@ -87,10 +87,19 @@ features:
 	@echo "  $(if $(HAVE_NATIVE),✓,✗) -march=native"
 	@echo "  $(if $(HAVE_LIBMVEC),✓,✗) libmvec  $(if $(HAVE_LIBMVEC),(vector tanhf for GELU),(scalar tanhf))"
 	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
-	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),,(apt-get install libopenmpi-dev openmpi-bin; for multi-process runs))"
+	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),found (not used yet: data parallelism is not built),(not used yet: data parallelism is not built))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt not built))"
-	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN"
-	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL"
+	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN    $(if $(HAVE_CUDNN),(used by make train_gpt USE_CUDNN=1),)"
+	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found ,)(not used yet: data parallelism is not built)"
+
+# The git commit the binaries are built from (llmc_version(), logged in log.jsonl); only
+# rundir.o is rebuilt when it changes. "unknown" outside a git checkout.
+LLMC_GIT_COMMIT := $(shell test -e .git && git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
+$(BUILD)/.git_commit: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(LLMC_GIT_COMMIT)' | cmp -s - $@ || echo '$(LLMC_GIT_COMMIT)' > $@
+$(BUILD)/llmc/rundir.o: $(BUILD)/.git_commit
+$(BUILD)/llmc/rundir.o: CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
 
 # Objects depend on the flags they were compiled with (rebuilt when a feature appears).
 $(BUILD)/.cflags: FORCE

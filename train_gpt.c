@@ -56,6 +56,7 @@ static void build_model(GPT2 *model, const char *init, unsigned long long seed) 
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
     train_config_defaults(&tc);
     snprintf(tc.precision, sizeof tc.precision, "fp32");
@@ -76,6 +77,7 @@ int main(int argc, char **argv) {
 #if LLMC_USE_OPENBLAS
     openblas_set_num_threads(threads);
 #endif
+    tc.threads = threads; /* logged and saved as used */
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);

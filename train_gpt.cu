@@ -150,6 +150,7 @@ static void check_flags(const TrainConfig *tc, int *precision) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
     train_config_defaults(&tc);
     train_config_parse(&tc, argc, argv, "train_gpt");
@@ -179,6 +180,7 @@ int main(int argc, char **argv) {
     be.cfg = m->cfg;
     be.num_parameters = m->num_parameters;
     be.peak_flops = tr.peak_flops;
+    be.gpu = 1;
     be.train_micro_step = cuda_train_micro_step;
     be.eval_loss = cuda_eval_loss;
     be.zero_grad = cuda_zero_grad;

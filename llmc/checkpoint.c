@@ -31,6 +31,14 @@ static long long file_size(FILE *f) {
 }
 
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        int step = checkpoint_latest_step(path);
+        char hint[1200] = "";
+        if (step >= 0) snprintf(hint, sizeof hint, " (its latest complete checkpoint is '%s/model_%08d.bin')", path, step);
+        llmc_die("model checkpoint '%s' is a directory, not a model file: give a model_NNNNNNNN.bin file%s, or "
+                 "continue the run in it with -o %s -y 1", path, hint, path);
+    }
     FILE *f = fopen(path, "rb");
     if (!f) llmc_die("cannot open model checkpoint '%s': %s", path, strerror(errno));
     int32_t h[256];
@@ -195,12 +203,33 @@ int checkpoint_latest_step(const char *dir) {
     return best;
 }
 
-void checkpoint_mark_done(const char *dir, int step) {
+void checkpoint_mark_done(const char *dir, int step, const char *text) {
     char done[4200];
     checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
     AtomicFile af;
     atomic_open(&af, done);
+    if (text && text[0]) fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
     atomic_commit(&af);
+}
+
+char *checkpoint_read_done(const char *dir, int step) {
+    char done[4200];
+    checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
+    FILE *f = fopen(done, "rb");
+    if (!f) return NULL;
+    long long size = file_size(f);
+    char *text = NULL;
+    if (size > 0 && size < (1 << 20)) {
+        text = (char *)mallocCheck((size_t)size + 1, "DONE marker text");
+        if (fread(text, 1, (size_t)size, f) != (size_t)size) {
+            free(text);
+            text = NULL;
+        } else {
+            text[size] = '\0';
+        }
+    }
+    fclose(f);
+    return text;
 }
 
 void checkpoint_prune(const char *dir, int keep, int major, int rank) {

@@ -14,7 +14,8 @@
  *   [32..39] backend state (4 x int64, 0 = none; the CUDA trainer keeps its fp16 loss scaler here)
  * then AdamW m[numel] and v[numel] in fp32.
  * Directory layout in -o: model_%08d.bin, state_%08d_%05d.bin (per rank), DONE_%08d written
- * last; only steps with a DONE file are complete. Every file is written atomically.
+ * last (it holds the resolved configuration as text); only steps with a DONE file are complete.
+ * Every file is written atomically.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -59,7 +60,12 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
 /* Checkpoint directory helpers. */
 void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len);
 int checkpoint_latest_step(const char *dir);  /* highest step with a DONE file, or -1 */
-void checkpoint_mark_done(const char *dir, int step);
+/* Writes DONE_<step> holding text: the run's resolved configuration (cli.h's
+ * train_config_to_text), which a resume compares with its own. */
+void checkpoint_mark_done(const char *dir, int step, const char *text);
+/* The text of DONE_<step> (malloc'd, NUL-terminated; free it), or NULL when the marker is empty
+ * (written by llm.c or an older llmc) or unreadable. */
+char *checkpoint_read_done(const char *dir, int step);
 /* Deletes complete checkpoints beyond the newest `keep`, sparing multiples of `major`. */
 void checkpoint_prune(const char *dir, int keep, int major, int rank);
 

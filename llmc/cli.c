@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "logger.h"
+
 typedef enum { F_INT, F_LLONG, F_ULLONG, F_FLOAT, F_STRING } FlagType;
 
 typedef struct {
@@ -51,7 +53,9 @@ static const Flag flags[] = {
     {"-nk", "--checkpoint-keep", F_INT, FIELD(ckpt_keep), "keep only the N newest checkpoints; 0 = keep all"},
     {"-nm", "--checkpoint-major", F_INT, FIELD(ckpt_major), "checkpoints at multiples of N are never deleted; 0 = none"},
     {NULL, "--checkpoint-bf16", F_INT, FIELD(ckpt_bf16), "1 = write model checkpoints as bf16 (llm.c version 5)"},
-    {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o"},
+    {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o (a new run when -o holds none)"},
+    {NULL, "--overwrite", F_INT, FIELD(overwrite), "1 = delete the run in -o (log.jsonl, model_/state_/DONE_ files) and start a new one"},
+    {NULL, "--allow-config-change", F_INT, FIELD(allow_config_change), "1 = resume even when flags that change the training math differ from the checkpoint's"},
     {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "HellaSwag evaluation (not yet available: must be 0)"},
     {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin or a dir with encoder.json+vocab.bpe; '' = search"},
     {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
@@ -110,9 +114,38 @@ static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t 
     case F_INT: snprintf(buf, len, "%d", *(const int *)p); break;
     case F_LLONG: snprintf(buf, len, "%lld", *(const long long *)p); break;
     case F_ULLONG: snprintf(buf, len, "%llu", *(const unsigned long long *)p); break;
-    case F_FLOAT: snprintf(buf, len, "%g", (double)*(const float *)p); break;
+    case F_FLOAT: {
+        char exact[32];
+        format_float_roundtrip(exact, *(const float *)p);
+        snprintf(buf, len, "%s", exact);
+        break;
+    }
     case F_STRING: snprintf(buf, len, "%s", p[0] ? p : "''"); break;
     }
+}
+
+/* Flag groups by long name (the table's rows stay one line each). */
+static int in_list(const Flag *f, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(f->long_name, *list) == 0) return 1;
+    return 0;
+}
+/* Changing one of these on resume changes the math of the steps already scheduled. */
+static const char *const math_flags[] = {
+    "--train-data", "--init", "--batch-size", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
+    "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
+    "--master-weights", "--gelu-fusion", "--zero-stage", "--num-processes", NULL};
+/* What a run does, not what it is: never compared on resume. */
+static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", NULL};
+static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion",
+                                        "--gpu-log-every", "--peak-tflops", NULL};
+static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
+                                                 "--server-ip", "--fs-path", "--zero-stage", NULL};
+
+static void flag_label(const Flag *f, char *buf, size_t len) {
+    if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);
+    else snprintf(buf, len, "%s", f->long_name);
 }
 
 void train_config_help(const TrainConfig *defaults, const char *program, FILE *out) {
@@ -126,18 +159,140 @@ void train_config_help(const TrainConfig *defaults, const char *program, FILE *o
     fprintf(out, "  %-4s %-20s %s\n", "", "--help", "print this help and exit");
 }
 
-void train_config_print(const TrainConfig *c, FILE *out) {
-    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
-    fprintf(out, "| configuration           | value                                            |\n");
-    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
-    for (int i = 0; i < NUM_FLAGS; i++) {
-        char val[1100], name[64];
-        format_value(&flags[i], c, val, sizeof val);
-        snprintf(name, sizeof name, "%s%s%s", flags[i].short_name ? flags[i].short_name : "",
-                 flags[i].short_name ? " " : "", flags[i].long_name);
-        fprintf(out, "| %-23s | %-48s |\n", name, val);
+/* Appends "name value" to a line of the startup print, wrapping at about 100 columns. */
+static void print_item(FILE *out, int *col, const char *indent, const char *name, const char *value) {
+    int w = (int)(strlen(name) + 1 + strlen(value));
+    if (*col > (int)strlen(indent) && *col + 2 + w > 100) {
+        fprintf(out, "\n%s", indent);
+        *col = (int)strlen(indent);
+    } else if (*col > (int)strlen(indent)) {
+        fputs("  ", out);
+        *col += 2;
     }
-    fprintf(out, "+-------------------------+--------------------------------------------------+\n");
+    fprintf(out, "%s %s", name, value);
+    *col += w;
+}
+
+void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
+    TrainConfig d;
+    train_config_defaults(&d);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *head = pass == 0 ? "configuration: " : "defaults:      ";
+        const char *indent = "               ";
+        int col = 0, any = 0;
+        for (int i = 0; i < NUM_FLAGS; i++) {
+            const Flag *f = &flags[i];
+            char val[1100], def[1100];
+            format_value(f, c, val, sizeof val);
+            format_value(f, &d, def, sizeof def);
+            int differs = strcmp(val, def) != 0;
+            if (differs != (pass == 0)) continue;
+            if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
+                              (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
+                              strcmp(f->long_name, "--hellaswag") == 0))
+                continue;
+            if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
+            if (!any) {
+                fputs(head, out);
+                col = (int)strlen(head);
+                any = 1;
+            }
+            print_item(out, &col, indent, f->short_name ? f->short_name : f->long_name, val);
+        }
+        if (any) fputc('\n', out);
+    }
+}
+
+size_t train_config_to_text(const TrainConfig *c, char *buf, size_t len) {
+    size_t n = 0;
+    if (len) buf[0] = '\0';
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char val[1100];
+        format_value(&flags[i], c, val, sizeof val);
+        if (flags[i].type == F_STRING) snprintf(val, sizeof val, "%s", (const char *)c + flags[i].offset);
+        int k = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, "%s %s\n", flags[i].long_name, val);
+        if (k > 0) n += (size_t)k;
+    }
+    return n;
+}
+
+static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const char *value);
+static const Flag *find_flag(const char *arg, size_t len);
+
+void train_config_from_text(TrainConfig *c, const char *text) {
+    while (*text) {
+        const char *eol = strchr(text, '\n');
+        size_t n = eol ? (size_t)(eol - text) : strlen(text);
+        char line[1200];
+        if (n < sizeof line) {
+            memcpy(line, text, n);
+            line[n] = '\0';
+            char *sp = strchr(line, ' ');
+            const Flag *f = sp ? find_flag(line, (size_t)(sp - line)) : NULL;
+            if (f) {
+                *sp = '\0';
+                set_value(f, c, line, sp + 1);
+            }
+        }
+        text += n + (eol ? 1 : 0);
+    }
+}
+
+void train_config_compare(const TrainConfig *saved, const TrainConfig *now, const char *where, FILE *out) {
+    char blocked[4096] = "";
+    size_t nb = 0;
+    int shown = 0;
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        if (in_list(f, action_flags)) continue;
+        char a[1100], b[1100], label[64];
+        format_value(f, saved, a, sizeof a);
+        format_value(f, now, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        flag_label(f, label, sizeof label);
+        int math = in_list(f, math_flags);
+        if (!shown++) fprintf(out, "resume: flags that differ from the configuration saved with %s:\n", where);
+        fprintf(out, "  %-24s %s -> %s%s\n", label, a, b, math ? "  (changes the training math)" : "");
+        if (math && nb < sizeof blocked) {
+            int k = snprintf(blocked + nb, sizeof blocked - nb, "%s%s %s (saved) -> %s (now)", nb ? ", " : "", label, a, b);
+            if (k > 0) nb += (size_t)k;
+        }
+    }
+    if (!shown) fprintf(out, "resume: the configuration equals the one saved with %s\n", where);
+    fflush(out);
+    if (nb && !now->allow_config_change)
+        llmc_die("cannot resume from %s with changed flags that change the training math: %s. "
+                 "Resume with the saved values, or pass --allow-config-change 1 to continue with the new ones",
+                 where, blocked);
+}
+
+void train_config_log(const TrainConfig *c, Logger *lg) {
+    log_object_begin(lg, "config");
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        char key[64];
+        snprintf(key, sizeof key, "%s", f->long_name + 2);
+        for (char *k = key; *k; k++)
+            if (*k == '-') *k = '_';
+        const char *p = (const char *)c + f->offset;
+        switch (f->type) {
+        case F_INT: log_int(lg, key, *(const int *)p); break;
+        case F_LLONG: log_int(lg, key, *(const long long *)p); break;
+        case F_ULLONG: {
+            unsigned long long v = *(const unsigned long long *)p;
+            if (v <= (unsigned long long)LLONG_MAX) log_int(lg, key, (long long)v);
+            else {
+                char buf[32];
+                snprintf(buf, sizeof buf, "%llu", v);
+                log_string(lg, key, buf);
+            }
+            break;
+        }
+        case F_FLOAT: log_float(lg, key, *(const float *)p); break;
+        case F_STRING: log_string(lg, key, p); break;
+        }
+    }
+    log_object_end(lg);
 }
 
 static const Flag *find_flag(const char *arg, size_t len) {
@@ -221,6 +376,11 @@ static void validate(const TrainConfig *c) {
     if (c->ckpt_every < 0 || c->ckpt_keep < 0 || c->ckpt_major < 0) llmc_die("flags -n, -nk, -nm must be >= 0");
     check_range("--checkpoint-bf16", c->ckpt_bf16, 0, 1);
     check_range("-y (--resume)", c->resume, 0, 1);
+    check_range("--overwrite", c->overwrite, 0, 1);
+    check_range("--allow-config-change", c->allow_config_change, 0, 1);
+    if (c->overwrite && c->resume)
+        llmc_die("flags -y 1 (resume the run in -o) and --overwrite 1 (delete it and start anew) contradict each other; give one");
+    if (c->overwrite && !c->output_dir[0]) llmc_die("flag --overwrite 1 needs an output directory (-o)");
     if (c->resume && !c->output_dir[0]) llmc_die("flag -y 1 (resume) needs an output directory (-o) to resume from");
     if (c->ckpt_every && !c->output_dir[0]) llmc_die("flag -n %d (checkpoints) needs an output directory (-o)", c->ckpt_every);
     if (c->hellaswag != 0) llmc_die("flag -h (--hellaswag): HellaSwag evaluation is not available yet; use -h 0");
@@ -241,6 +401,13 @@ static void validate(const TrainConfig *c) {
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
 }
 
+static int is_integer(const char *s) {
+    char *end;
+    errno = 0;
+    strtol(s, &end, 10);
+    return end != s && *end == '\0' && errno == 0;
+}
+
 void train_config_parse(TrainConfig *c, int argc, char **argv, const char *program) {
     TrainConfig defaults = *c;
     for (int i = 1; i < argc; i++) {
@@ -255,6 +422,8 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         const Flag *f = find_flag(arg, len);
         if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
         const char *value;
+        if (strcmp(arg, "-h") == 0 && (i + 1 >= argc || !is_integer(argv[i + 1])))
+            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0); for help use --help");
         if (eq) {
             value = eq + 1;
         } else {

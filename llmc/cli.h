@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "logger.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -44,6 +46,8 @@ typedef struct {
     int ckpt_every, ckpt_keep, ckpt_major; /* -n -nk -nm */
     int ckpt_bf16;                     /* --checkpoint-bf16 */
     int resume;                        /* -y */
+    int overwrite;                     /* --overwrite: delete an old run's files in -o first */
+    int allow_config_change;           /* --allow-config-change: resume with changed math */
     int hellaswag;                     /* -h */
     /* precision and GPU */
     char precision[16];         /* --precision */
@@ -61,8 +65,26 @@ void train_config_defaults(TrainConfig *cfg);
 /* Parses argv into cfg (after defaults). Prints help and exits 0 on --help; dies with a
  * message naming the flag on any error. Checks what can be checked without the model. */
 void train_config_parse(TrainConfig *cfg, int argc, char **argv, const char *program);
-void train_config_print(const TrainConfig *cfg, FILE *out);
+/* The startup print: the flags that differ from the defaults first, then the others on a few
+ * lines; gpu 0 leaves out the GPU-only flags, one process leaves out the multi-process ones. */
+void train_config_print(const TrainConfig *cfg, int gpu, FILE *out);
 void train_config_help(const TrainConfig *defaults, const char *program, FILE *out);
+
+/* The configuration as text, one "--long-name value" line per flag in table order, floats with
+ * the fewest digits that read back exactly (saved with each checkpoint). Returns the length
+ * (truncated to len-1 like snprintf). */
+size_t train_config_to_text(const TrainConfig *cfg, char *buf, size_t len);
+/* Applies such text on top of cfg; lines naming flags this build does not know are ignored. */
+void train_config_from_text(TrainConfig *cfg, const char *text);
+/* Resume: prints every flag whose value differs between the configuration the checkpoint was
+ * written with and this run's (where names the checkpoint). Differences that change the math
+ * of the steps already scheduled (schedule, optimizer, model, batch, data, precision) are an
+ * error naming each flag with both values, unless now->allow_config_change. */
+void train_config_compare(const TrainConfig *saved, const TrainConfig *now, const char *where, FILE *out);
+
+/* The log's config record: every flag as a field of a "config" object (keys are the long names
+ * without dashes, '-' as '_'), values typed as in the table. */
+void train_config_log(const TrainConfig *cfg, Logger *lg);
 
 #ifdef __cplusplus
 }

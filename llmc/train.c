@@ -2,6 +2,7 @@
 #include "check.h"
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "rundir.h"
 #include "rng.h"
 #include "sampler.h"
 #include "schedule.h"
@@ -121,37 +122,36 @@ static void generate(TrainBackend *be, const SampleText *st, Rng *rng, int T, in
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
-/* mkdir -p: creates dir and any missing parents. */
-static void ensure_dir(const char *dir) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s", dir);
-    for (char *p = path + 1; ; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0755) != 0 && errno != EEXIST)
-            llmc_die("cannot create output directory '%s': %s", path, strerror(errno));
-        *p = saved;
-        if (saved == '\0') break;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) llmc_die("output path '%s' exists but is not a directory", dir);
-}
-
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
+    rundir_refuse_launcher();
+    snprintf(init_path, len, "%s", tc->init);
+    if (!tc->output_dir[0]) return -1;
+    rundir_lock(tc->output_dir);
+    char names[512];
+    int files = rundir_run_files(tc->output_dir, names, sizeof names);
+    int step = checkpoint_latest_step(tc->output_dir);
     if (tc->resume) {
-        int step = checkpoint_latest_step(tc->output_dir);
         if (step >= 0) {
             checkpoint_paths(tc->output_dir, step, tc->process_rank, init_path, NULL, NULL, len);
             return step;
         }
-        printf("note: -y 1 but no complete checkpoint in '%s': starting from -e %s\n", tc->output_dir, tc->init);
+        if (files > 0)
+            llmc_die("-y 1: output directory '%s' holds a run (%s) but no complete checkpoint (DONE_ file) to "
+                     "resume from; to delete it and start a new run there use --overwrite 1 instead of -y 1",
+                     tc->output_dir, names);
+        printf("note: -y 1: output directory '%s' holds no run yet: starting a new one from -e %s\n", tc->output_dir, tc->init);
+        return -1;
     }
-    snprintf(init_path, len, "%s", tc->init);
+    if (files > 0 && !tc->overwrite)
+        llmc_die("output directory '%s' already holds a run (%s); to continue it use -y 1, to delete its files and "
+                 "start a new run there use --overwrite 1, or give another -o",
+                 tc->output_dir, names);
     return -1;
 }
 
-static void save_checkpoint(const TrainConfig *tc, TrainBackend *be, DataLoader *loader, const Rng *sampler_rng, int step) {
+/* Writes model, state and the DONE marker (which holds the resolved configuration rc). */
+static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, DataLoader *loader,
+                            const Rng *sampler_rng, int step) {
     char model[4200], state[4200];
     checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
@@ -175,7 +175,9 @@ static void save_checkpoint(const TrainConfig *tc, TrainBackend *be, DataLoader 
     if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
     state_file_save(state, &st, be->host_m, be->host_v);
     if (tc->process_rank == 0) {
-        checkpoint_mark_done(tc->output_dir, step);
+        char config[16384];
+        train_config_to_text(rc, config, sizeof config);
+        checkpoint_mark_done(tc->output_dir, step, config);
         checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank);
     }
     printf("checkpoint: %s\n", model);
@@ -212,6 +214,81 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
     return (float)(sum / batches);
 }
 
+/* ---- what the run says about itself ------------------------------------------------------ */
+static double wall_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 42s, 7m05s, 3h12m */
+static void format_duration(char *buf, size_t len, double s) {
+    long t = s > 0 ? (long)(s + 0.5) : 0;
+    if (t < 60) snprintf(buf, len, "%lds", t);
+    else if (t < 3600) snprintf(buf, len, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, len, "%ldh%02ldm", t / 3600, (t % 3600) / 60);
+}
+
+typedef struct {
+    float loss;
+    int step; /* -1: none yet */
+} ValRecord;
+
+static void val_note(ValRecord *best, ValRecord *last, float loss, int step) {
+    if (best->step < 0 || loss < best->loss) *best = (ValRecord){loss, step};
+    *last = (ValRecord){loss, step};
+}
+
+/* The one line at the end: steps, tokens, time, validation, where the model went. */
+static void print_summary(int first_step, int max_steps, long long total_batch, double seconds, const ValRecord *best,
+                          const ValRecord *last, const char *saved_model) {
+    char took[32], val[160];
+    format_duration(took, sizeof took, seconds);
+    int steps = max_steps - first_step + 1;
+    if (last->step >= 0)
+        snprintf(val, sizeof val, "val loss best %.6f (step %d), last %.6f (step %d)", best->loss, best->step, last->loss,
+                 last->step);
+    else
+        snprintf(val, sizeof val, "no validation (-v 0)");
+    printf("done: steps %d-%d of %d (%lld tokens) in %s | %s | %s%s\n", first_step, max_steps, max_steps,
+           (long long)steps * total_batch, took, val, saved_model[0] ? "model saved: " : "model not saved (no -o)",
+           saved_model);
+}
+
+/* Resume: the checkpoint's saved configuration against this run's resolved one (rc). */
+static void resume_check_config(const TrainConfig *rc, int step) {
+    char *text = checkpoint_read_done(rc->output_dir, step);
+    char where[1200];
+    snprintf(where, sizeof where, "the checkpoint at step %d in '%s'", step, rc->output_dir);
+    if (!text) {
+        printf("note: %s has no saved configuration (written by llm.c or an older llmc): flags not compared\n", where);
+        return;
+    }
+    TrainConfig saved;
+    train_config_defaults(&saved);
+    train_config_from_text(&saved, text);
+    free(text);
+    train_config_compare(&saved, rc, where, stdout);
+}
+
+/* The log's first record of this process: configuration, version, machine. */
+static void log_run_record(Logger *lg, const TrainConfig *rc, const TrainBackend *be, int resume_step) {
+    char host[256], cpu[256];
+    int cores;
+    rundir_machine(host, sizeof host, cpu, sizeof cpu, &cores);
+    log_begin(lg);
+    log_string(lg, "event", resume_step >= 0 ? "resume" : "start");
+    if (resume_step >= 0) log_int(lg, "resumed_from", resume_step);
+    log_string(lg, "version", llmc_version());
+    log_string(lg, "host", host);
+    log_string(lg, "cpu", cpu);
+    log_int(lg, "cores", cores);
+    log_string(lg, "backend", be->name);
+    log_int(lg, "parameters", (long long)be->num_parameters);
+    train_config_log(rc, lg);
+    log_end(lg);
+}
+
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const ModelConfig *cfg = &be->cfg;
     const int B = tc->B, T = tc->T, P = tc->num_processes;
@@ -239,19 +316,31 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                      tc->train_pattern, dataloader_num_tokens(train), total_batch);
     }
     if (resume_step >= max_steps) llmc_die("the checkpoint in '%s' is at step %d, already at -x %d", tc->output_dir, resume_step, max_steps);
+    /* the configuration as run: -d, -x (and, from the trainer, --threads) resolved */
+    TrainConfig rc = *tc;
+    rc.total_batch = total_batch;
+    rc.max_steps = max_steps;
+    if (resume_step >= 0) resume_check_config(&rc, resume_step);
+    const double run_start = wall_s();
 
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
-    if (tc->output_dir[0]) ensure_dir(tc->output_dir);
     if (resume_step >= 0) load_state(tc, be, train, &sampler_rng, resume_step);
+    if (tc->overwrite) {
+        char names[512];
+        int n = rundir_run_files(tc->output_dir, names, sizeof names);
+        rundir_remove_run(tc->output_dir);
+        if (n) printf("--overwrite 1: deleted the %d file(s) of the previous run in '%s' (%s)\n", n, tc->output_dir, names);
+    }
     Logger lg;
     logger_open(&lg, tc->output_dir, resume_step);
+    log_run_record(&lg, &rc, be, resume_step);
     SampleText text = {0};
     if (tc->sample_every > 0) sample_text_open(&text, tc, cfg);
 
-    train_config_print(tc, stdout);
+    train_config_print(&rc, be->gpu, stdout);
     printf("backend: %s\n", be->name);
     printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers, cfg->num_heads,
            cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, be->num_parameters);
@@ -267,15 +356,21 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const double flops_per_step = gpt2_flops_per_token(cfg, T) * (double)total_batch;
     Outliers loss_hist = {{0}, 0, 0}, norm_hist = {{0}, 0, 0};
     int have_overfit_batch = 0;
+    ValRecord val_best = {0.0f, -1}, val_last = {0.0f, -1};
+    char saved_model[4200] = "";
+    const double batches_per_epoch = (double)dataloader_batches_per_epoch(train);
+    const int first_step = resume_step < 0 ? 1 : resume_step + 1;
     if (val && resume_step < 0) {
         float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
+        val_note(&val_best, &val_last, vl, 0);
         printf("val loss %.6f (step 0)\n", vl);
         log_begin(&lg);
         log_int(&lg, "step", 0);
         log_float(&lg, "val_loss", vl);
         log_end(&lg);
     }
-    for (int step = resume_step < 0 ? 1 : resume_step + 1; step <= max_steps; step++) {
+    const double loop_start = wall_s();
+    for (int step = first_step; step <= max_steps; step++) {
         double t0 = now_ms(), wait_ms = 0.0;
         be->zero_grad(be->model);
         double loss_sum = 0.0;
@@ -303,11 +398,16 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         }
         double step_ms = now_ms() - t0;
         double tok_s = total_batch / (step_ms / 1e3);
-        char extra[256] = "";
+        char extra[256] = "", elapsed[32], eta[32];
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, extra, sizeof extra, NULL);
-        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms%s%s%s\n",
-               step, max_steps, loss, lr, norm, step_ms, tok_s, flops_per_step / (step_ms * 1e6), wait_ms, extra,
-               skip ? " | SKIPPED: " : "", skip ? skip : "");
+        /* ETA from this process's mean time per step so far, evaluation and checkpoints included */
+        double now = wall_s();
+        format_duration(elapsed, sizeof elapsed, now - run_start);
+        format_duration(eta, sizeof eta, (now - loop_start) / (step - first_step + 1) * (max_steps - step));
+        printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
+               " | epoch %.2f | %s, ETA %s%s%s%s\n",
+               step, max_steps, loss, lr, norm, step_ms, tok_s, flops_per_step / (step_ms * 1e6), wait_ms,
+               (double)step * accum / batches_per_epoch, elapsed, eta, extra, skip ? " | SKIPPED: " : "", skip ? skip : "");
         fflush(stdout);
         log_begin(&lg);
         log_int(&lg, "step", step);
@@ -330,6 +430,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         int last = step == max_steps;
         if (val && (step % tc->val_every == 0 || last)) {
             float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
+            val_note(&val_best, &val_last, vl, step);
             printf("val loss %.6f (step %d)\n", vl, step);
             log_begin(&lg);
             log_int(&lg, "step", step);
@@ -337,8 +438,13 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             log_end(&lg);
         }
         if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
-        if (tc->ckpt_every > 0 && (step % tc->ckpt_every == 0 || last)) save_checkpoint(tc, be, train, &sampler_rng, step);
+        /* with -o the last step is always saved: the model, and the state to continue it */
+        if (tc->output_dir[0] && (last || (tc->ckpt_every > 0 && step % tc->ckpt_every == 0))) {
+            save_checkpoint(tc, &rc, be, train, &sampler_rng, step);
+            checkpoint_paths(tc->output_dir, step, tc->process_rank, saved_model, NULL, NULL, sizeof saved_model);
+        }
     }
+    print_summary(first_step, max_steps, total_batch, wall_s() - run_start, &val_best, &val_last, saved_model);
     sample_text_close(&text);
     logger_close(&lg);
     dataloader_close(train);

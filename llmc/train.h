@@ -24,6 +24,7 @@ typedef struct {
     ModelConfig cfg;
     size_t num_parameters;
     double peak_flops;         /* device peak for MFU; 0 = not reported */
+    int gpu;                   /* 1: the GPU-only flags apply (the startup print shows them) */
     /* Forward + backward of one micro-batch, gradients accumulated with weight dloss_scale
      * (1/accumulation steps); returns the micro-batch's mean loss. */
     float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
@@ -53,8 +54,11 @@ typedef struct {
     void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
 } TrainBackend;
 
-/* Decides where the parameters come from: the latest complete checkpoint in -o when -y 1 and
- * one exists (its step is returned, else -1), otherwise tc->init. */
+/* Refuses multi-process launchers, locks -o for this process and decides where the parameters
+ * come from: the latest complete checkpoint in -o when -y 1 (its step is returned), else
+ * tc->init (returns -1). Dies when -o holds another run and neither -y 1 nor --overwrite 1 says
+ * what to do with it, and when -y 1 finds a run there with no complete checkpoint; -y 1 on a
+ * directory with no run files starts a new run. */
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len);
 
 /* Runs the whole training job; returns the process exit status. */

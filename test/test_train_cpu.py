@@ -11,11 +11,13 @@ Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository
 import json
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
 import sys
 import tempfile
+import time
 
 TRAINER = "./train_gpt_cpu"
 failures = 0
@@ -39,8 +41,9 @@ def write_shard(path, tokens, magic=20240520, version=1, ntok=None, width="H"):
         f.write(struct.pack(f"<{len(tokens)}{width}", *tokens))
 
 
-def run(args, expect_ok=True):
-    p = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600)
+def run(args, expect_ok=True, env=None):
+    p = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
     if expect_ok and p.returncode != 0:
         print(p.stdout[-3000:])
         print(p.stderr[-3000:])
@@ -254,9 +257,168 @@ def main():
     p = run(["--help"])
     report(p.returncode == 0 and "--batch-size" in p.stdout and "default: 4" in p.stdout, "--help lists flags with defaults")
 
+    run_directory_tests(tmp, tr, va, train)
+
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"(checks failed: {failures})")
     return 1 if failures else 0
+
+
+def files_of(d):
+    return sorted(f for f in os.listdir(d) if not f.startswith(".")) if os.path.isdir(d) else []
+
+
+def run_directory_tests(tmp, tr, va, train):
+    """One run per -o (issue 9): used directories, the final checkpoint, resume with changed flags,
+    launchers and the lock, progress output, run metadata in log.jsonl, help and clarity."""
+    rs = ["-i", tr, "-j", va, "-e", "d1", "-b", "2", "-t", "16", "-v", "0", "-s", "0"]
+
+    # --- a used -o: refused without -y 1 / --overwrite 1; the final step is always saved ----------
+    d1 = os.path.join(tmp, "used")
+    p = run(rs + ["-x", "2", "-o", d1])
+    report(p.returncode == 0 and {"model_00000002.bin", "state_00000002_00000.bin", "DONE_00000002"} <= set(files_of(d1)),
+           "-o without -n saves the final model, state and DONE marker", f"{files_of(d1)} {p.stderr[-300:]}")
+    before = {f: open(os.path.join(d1, f), "rb").read() for f in files_of(d1)}
+    p = run(rs + ["-x", "1", "-o", d1], expect_ok=False)
+    after = {f: open(os.path.join(d1, f), "rb").read() for f in files_of(d1)}
+    report(p.returncode == 1 and d1 in p.stderr and "-y 1" in p.stderr and "--overwrite 1" in p.stderr and before == after,
+           "a new run in a used -o is refused, naming the directory, -y 1 and --overwrite 1, and touches nothing",
+           f"exit {p.returncode}: {p.stderr.strip()[-400:]}; files unchanged: {before == after}")
+    p = run(rs + ["-x", "1", "-o", d1, "--overwrite", "1"])
+    recs = read_log(d1) if p.returncode == 0 else []
+    report(p.returncode == 0 and files_of(d1) == ["DONE_00000001", "log.jsonl", "model_00000001.bin", "state_00000001_00000.bin"]
+           and [r.get("step") for r in recs if "train_loss" in r] == [1] and len([r for r in recs if "event" in r]) == 1,
+           "--overwrite 1 deletes the old run's files and starts a new run", f"{files_of(d1)} {recs[:3]} {p.stderr[-300:]}")
+    p = run(rs + ["-x", "2", "-o", d1, "-y", "1", "--allow-config-change", "1"])
+    report(p.returncode == 0 and "resumed from step 1" in p.stdout, "-y 1 then resumes the new run, not the deleted one",
+           p.stdout[-300:] + p.stderr[-300:])
+
+    # --- -y 1: a directory with no run starts one; one with a run but no checkpoint is an error ----------
+    d2 = os.path.join(tmp, "fresh_resume")
+    p = run(rs + ["-x", "1", "-o", d2, "-y", "1"], env={"OMPI_COMM_WORLD_SIZE": "1"})
+    report(p.returncode == 0 and "holds no run yet" in p.stdout and "DONE_00000001" in files_of(d2),
+           "-y 1 on a directory with no run starts a new run and says so (a launcher's world size 1 is fine)",
+           p.stdout[-300:] + p.stderr[-300:])
+    d3 = os.path.join(tmp, "log_only")
+    os.makedirs(d3)
+    open(os.path.join(d3, "log.jsonl"), "w").write('{"step":1,"train_loss":5}\n')
+    p = run(rs + ["-x", "1", "-o", d3, "-y", "1"], expect_ok=False)
+    report(p.returncode == 1 and d3 in p.stderr and "no complete checkpoint" in p.stderr and "--overwrite 1" in p.stderr
+           and files_of(d3) == ["log.jsonl"],
+           "-y 1 on a run without a complete checkpoint is an error naming the directory and --overwrite 1",
+           f"exit {p.returncode}: {p.stderr.strip()[-300:]}")
+
+    # --- resume with changed flags: printed; math-changing ones need --allow-config-change 1 ---------
+    d4 = os.path.join(tmp, "changed")
+    p = run(rs + ["-x", "3", "-n", "1", "-o", d4])
+    for name in ("DONE_00000003", "model_00000003.bin", "state_00000003_00000.bin", "DONE_00000002"):
+        if os.path.exists(os.path.join(d4, name)):
+            os.remove(os.path.join(d4, name))
+    p = run(rs + ["-x", "3", "-o", d4, "-y", "1", "-l", "0.002"], expect_ok=False)
+    report(p.returncode == 1 and "-l (--lr) 0.0003 (saved) -> 0.002 (now)" in p.stderr and "--allow-config-change 1" in p.stderr
+           and "DONE_00000003" not in files_of(d4),
+           "resume with a changed -l is an error naming the flag with both values", f"exit {p.returncode}: {p.stderr.strip()[-400:]}")
+    p = run(rs + ["-x", "3", "-o", d4, "-y", "1", "-l", "0.002", "-m", "3", "--allow-config-change", "1"])
+    report(p.returncode == 0 and "resumed from step 1" in p.stdout and
+           re.search(r"-l \(--lr\) +0\.0003 -> 0\.002", p.stdout) and re.search(r"-m \(--val-max-steps\) +20 -> 3", p.stdout),
+           "--allow-config-change 1 resumes and prints every changed flag", p.stdout[:600] + p.stderr[-300:])
+    recs = read_log(d4) if p.returncode == 0 else []
+    steps = [r["step"] for r in recs if "step" in r]
+    events = [(i, r.get("event"), r.get("resumed_from")) for i, r in enumerate(recs) if "event" in r]
+    report(steps == [1, 2, 3] and [e[1:] for e in events] == [("start", None), ("resume", 1)] and events[1][0] == 2 and
+           all(isinstance(r.get("time"), float) for r in recs) and [r["time"] for r in recs] == sorted(r["time"] for r in recs),
+           "resumed log: lines up to the checkpoint, a resume record, then the new steps; every record timed in order",
+           f"{events} {steps}")
+    if os.path.exists(os.path.join(d4, "DONE_00000003")):
+        os.remove(os.path.join(d4, "DONE_00000003"))
+    open(os.path.join(d4, "DONE_00000002"), "w").close()  # an llm.c-style empty marker
+    p = run(rs + ["-x", "3", "-o", d4, "-y", "1", "-l", "0.002"])
+    report(p.returncode == 0 and "resumed from step 2" in p.stdout and "no saved configuration" in p.stdout,
+           "a checkpoint whose DONE marker is empty (llm.c, older llmc) resumes with a note", p.stdout[-300:] + p.stderr[-300:])
+
+    # --- launchers and the lock: only one process writes a run directory ------------------------------
+    for env in ({"OMPI_COMM_WORLD_SIZE": "2"}, {"PMI_SIZE": "2"}, {"SLURM_STEP_NUM_TASKS": "2"},
+                {"SLURM_NTASKS": "2", "SLURM_PROCID": "1"}):
+        p = run(rs + ["-x", "1", "-o", os.path.join(tmp, "mpi")], expect_ok=False, env=env)
+        var = list(env)[0]
+        report(p.returncode == 1 and var in p.stderr and "data parallelism" in p.stderr and not os.path.exists(os.path.join(tmp, "mpi")),
+               f"started by a launcher ({' '.join(f'{k}={v}' for k, v in env.items())}): refused before touching -o",
+               f"exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    d5 = os.path.join(tmp, "locked")
+    first = subprocess.Popen([TRAINER] + rs + ["-x", "100000", "-o", d5], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(3000):  # until it is training (its first step is logged)
+            if os.path.exists(os.path.join(d5, "log.jsonl")) and '"train_loss"' in open(os.path.join(d5, "log.jsonl")).read():
+                break
+            time.sleep(0.02)
+        p = run(rs + ["-x", "1", "-o", d5, "-y", "1"], expect_ok=False)
+        report(p.returncode == 1 and d5 in p.stderr and f"PID {first.pid}" in p.stderr and first.poll() is None,
+               "a second trainer on a directory in use stops, naming the directory and the holder's PID",
+               f"exit {p.returncode}: {p.stderr.strip()[-300:]}")
+    finally:
+        first.kill()
+        first.wait()
+    p = run(rs + ["-x", "1", "-o", d5, "--overwrite", "1"])
+    report(p.returncode == 0, "the lock goes with its process", p.stderr[-300:])
+
+    # --- progress: every line flushed, epoch and ETA in the step line, a summary at the end -----------
+    d6 = os.path.join(tmp, "progress")
+    out_path = os.path.join(tmp, "progress.txt")
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([TRAINER, "-i", tr, "-j", va, "-e", "d2", "-b", "4", "-t", "64", "-v", "1", "-m", "1",
+                                 "-s", "0", "-x", "1", "-q", "0", "-o", d6], stdout=out, stderr=subprocess.STDOUT)
+        early = False  # the step-0 validation line seen while step 1 has not printed yet
+        while proc.poll() is None:
+            text = open(out_path).read()
+            if "val loss" in text and "(step 0)" in text and not re.search(r"^step +1/", text, re.M):
+                early = True
+            time.sleep(0.005)
+    text = open(out_path).read()
+    report(early, "the step-0 validation line is written out before step 1 runs", text[-300:])
+    m = re.search(r"^step +1/1 \|.* \d+ tok/s \|.*\| epoch (\d+\.\d\d) \| (\S+), ETA (\S+)$", text, re.M)
+    report(m is not None and float(m.group(1)) > 0, "step line shows tok/s, epoch, elapsed time and ETA", text[-400:])
+    model = os.path.join(d6, "model_00000001.bin")
+    m = re.search(r"^done: steps 1-1 of 1 \((\d+) tokens\) in \S+ \| val loss best (\S+) \(step (\d)\), last (\S+) "
+                  r"\(step 1\) \| model saved: (.*)$", text, re.M)
+    report(m is not None and m.group(1) == "256" and m.group(5) == model and os.path.exists(model),
+           "one summary line at the end: steps, tokens, time, best and last val loss, the saved model", text[-400:])
+    lr = [r["lr"] for r in read_log(d6) if "lr" in r] if os.path.exists(os.path.join(d6, "log.jsonl")) else []
+    report(lr == [0.0003], "-x 1 -q 0 trains its one step at the peak LR (not 0)", f"{lr}")
+
+    # --- run metadata: the first record holds the resolved configuration, version and machine --------
+    tiny = os.path.join(tmp, "tiny.bin")
+    write_shard(tiny, train[:3 * 2 * 16 + 1])  # three batches of B=2, T=16: one epoch is 3 steps
+    d7 = os.path.join(tmp, "meta")
+    p = run(["-i", tiny, "-j", va, "-e", "d1", "-b", "2", "-t", "16", "-v", "0", "-s", "0", "-o", d7])
+    recs = read_log(d7) if p.returncode == 0 else [{}]
+    first = recs[0]
+    c = first.get("config", {})
+    version = first.get("version", "")
+    try:
+        in_git = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).returncode == 0
+    except OSError:
+        in_git = False
+    report(first.get("event") == "start" and c.get("max_steps") == 3 and c.get("total_batch") == 32 and
+           isinstance(c.get("threads"), int) and c["threads"] >= 1 and c.get("batch_size") == 2 and c.get("lr") == 0.0003 and
+           first.get("host") and first.get("cpu") and first.get("cores", 0) >= 1 and "CPU fp32" in first.get("backend", "") and
+           re.fullmatch(r"[0-9a-f]{7,40}(-dirty)?" if in_git else r"unknown", version),
+           "log.jsonl's first record: resolved -x/-d/--threads, every flag, version (git commit), host, CPU, cores",
+           f"{first}")
+    now = time.time()
+    report(len(recs) == 4 and all(abs(r.get("time", 0) - now) < 3600 for r in recs),
+           "every log.jsonl record has a time (Unix seconds)", f"{recs}")
+
+    # --- help and clarity ---------------------------------------------------------------------------
+    p = run(["-h"], expect_ok=False)
+    report(p.returncode == 1 and "--help" in p.stderr and "HellaSwag" in p.stderr,
+           "-h without a value points to --help", p.stderr.strip()[-300:])
+    p = run(rs + ["-e", d1], expect_ok=False)
+    report(p.returncode == 1 and "is a directory" in p.stderr and "model_00000002.bin" in p.stderr,
+           "-e DIR says it is a directory and names its latest model file", p.stderr.strip()[-300:])
+    head = text[text.find("configuration:"):text.find("backend:")]
+    report(head.startswith("configuration: -i ") and len(head.splitlines()) <= 8 and
+           not re.search(r"(^| )(-pi|-ps|-pf|-pr|-pg|--precision|-ge|-w|-f|-lg|--peak-tflops|-h) ", head),
+           "the startup print is compact: changed flags first, no multi-process or GPU-only flags on one CPU process", head)
 
 
 if __name__ == "__main__":
