@@ -6,8 +6,10 @@
 #   build/cudasim/%     : build/cudasim/%.cpp + the harness library
 # Variables for other fragments: CUDASIM_CXXFLAGS, CUDASIM_LIB, CUDASIM_LDLIBS, CUDASIM_OK
 # (1 when the CUDA headers the harness compiles against are present).
-# `make test-cudasim` builds the harness self-tests and the project's CUDA tests (mk/cuda.mk's
-# SIM_TESTS) and runs every suite command naming cudasim (ends "N passed, M failed").
+# `make test-cudasim` builds everything the suite commands naming cudasim run (the harness
+# self-tests, mk/cuda.mk's SIM_TESTS, mk/cuda_lab.mk's lab binaries) and runs those commands
+# (ends "N passed, M failed").
+# test/test_make_targets.sh checks that this list covers every binary they run.
 
 CXX ?= g++
 ifeq ($(CXX),c++)
@@ -50,7 +52,7 @@ $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB)
 
 test-cudasim:
 ifeq ($(CUDASIM_OK),1)
-	@$(MAKE) --no-print-directory $(CUDASIM_TESTS) $(SIM_TESTS)
+	@$(MAKE) --no-print-directory $(CUDASIM_TESTS) $(SIM_TESTS) $(LAB_SIM_BINS)
 	@test/run_tests.sh cudasim
 else
 	@echo "cudasim: CUDA headers not found under $(CUDA_HOME)/include; skipping"
