@@ -129,7 +129,8 @@ test:
 	@test/run_tests.sh $(FILTER)
 
 # The main job: tiny Shakespeare, a 4-layer 256-channel GPT-2 from scratch on this CPU, samples.
-DEMO_FLAGS := -e d4 -b 16 -t 64 -x 600 -l 2e-3 -u 20 -q 0.1 -c 0.1 -v 100 -m 16 -s 300 -g 96 -o out/demo
+# (--overwrite 1: each `make demo` is a new run in out/demo)
+DEMO_FLAGS := -e d4 -b 16 -t 64 -x 600 -l 2e-3 -u 20 -q 0.1 -c 0.1 -v 100 -m 16 -s 300 -g 96 -o out/demo --overwrite 1
 demo:
 	@scripts/deps.sh build
 	@$(MAKE) --no-print-directory features train_gpt_cpu data
