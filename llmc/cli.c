@@ -189,7 +189,7 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
             if (differs != (pass == 0)) continue;
             if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
-                              strcmp(f->long_name, "--hellaswag") == 0))
+                              strcmp(f->long_name, "--hellaswag") == 0 || (gpu && strcmp(f->long_name, "--threads") == 0)))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {
