@@ -240,17 +240,17 @@ static void val_note(ValRecord *best, ValRecord *last, float loss, int step) {
 }
 
 /* The one line at the end: steps, tokens, time, validation, where the model went. */
-static void print_summary(int first_step, int max_steps, long long total_batch, double seconds, const ValRecord *best,
-                          const ValRecord *last, const char *saved_model) {
+static void print_summary(int first_step, int last_step, int max_steps, long long total_batch, double seconds,
+                          const ValRecord *best, const ValRecord *last, const char *saved_model) {
     char took[32], val[160];
     format_duration(took, sizeof took, seconds);
-    int steps = max_steps - first_step + 1;
+    int steps = last_step - first_step + 1;
     if (last->step >= 0)
         snprintf(val, sizeof val, "val loss best %.6f (step %d), last %.6f (step %d)", best->loss, best->step, last->loss,
                  last->step);
     else
         snprintf(val, sizeof val, "no validation (-v 0)");
-    printf("done: steps %d-%d of %d (%lld tokens) in %s | %s | %s%s\n", first_step, max_steps, max_steps,
+    printf("done: steps %d-%d of %d (%lld tokens) in %s | %s | %s%s\n", first_step, last_step, max_steps,
            (long long)steps * total_batch, took, val, saved_model[0] ? "model saved: " : "model not saved (no -o)",
            saved_model);
 }
@@ -370,6 +370,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         log_end(&lg);
     }
     const double loop_start = wall_s();
+    int last_step = first_step - 1; /* the last step done */
     for (int step = first_step; step <= max_steps; step++) {
         double t0 = now_ms(), wait_ms = 0.0;
         be->zero_grad(be->model);
@@ -427,6 +428,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         }
         log_end(&lg);
 
+        last_step = step;
         int last = step == max_steps;
         if (val && (step % tc->val_every == 0 || last)) {
             float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
@@ -444,7 +446,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             checkpoint_paths(tc->output_dir, step, tc->process_rank, saved_model, NULL, NULL, sizeof saved_model);
         }
     }
-    print_summary(first_step, max_steps, total_batch, wall_s() - run_start, &val_best, &val_last, saved_model);
+    print_summary(first_step, last_step, max_steps, total_batch, wall_s() - run_start, &val_best, &val_last, saved_model);
     sample_text_close(&text);
     logger_close(&lg);
     dataloader_close(train);
