@@ -365,7 +365,8 @@ def run_directory_tests(tmp, tr, va, train):
     d6 = os.path.join(tmp, "progress")
     out_path = os.path.join(tmp, "progress.txt")
     with open(out_path, "w") as out:
-        proc = subprocess.Popen([TRAINER, "-i", tr, "-j", va, "-e", "d2", "-b", "4", "-t", "64", "-v", "1", "-m", "1",
+        # (two micro-batches: step 1 takes long enough for the poll below to see the gap before it)
+        proc = subprocess.Popen([TRAINER, "-i", tr, "-j", va, "-e", "d2", "-b", "4", "-t", "64", "-d", "512", "-v", "1", "-m", "1",
                                  "-s", "0", "-x", "1", "-q", "0", "-o", d6], stdout=out, stderr=subprocess.STDOUT)
         early = False  # the step-0 validation line seen while step 1 has not printed yet
         while proc.poll() is None:
@@ -380,7 +381,7 @@ def run_directory_tests(tmp, tr, va, train):
     model = os.path.join(d6, "model_00000001.bin")
     m = re.search(r"^done: steps 1-1 of 1 \((\d+) tokens\) in \S+ \| val loss best (\S+) \(step (\d)\), last (\S+) "
                   r"\(step 1\) \| model saved: (.*)$", text, re.M)
-    report(m is not None and m.group(1) == "256" and m.group(5) == model and os.path.exists(model),
+    report(m is not None and m.group(1) == "512" and m.group(5) == model and os.path.exists(model),
            "one summary line at the end: steps, tokens, time, best and last val loss, the saved model", text[-400:])
     lr = [r["lr"] for r in read_log(d6) if "lr" in r] if os.path.exists(os.path.join(d6, "log.jsonl")) else []
     report(lr == [0.0003], "-x 1 -q 0 trains its one step at the peak LR (not 0)", f"{lr}")
