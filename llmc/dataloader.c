@@ -320,7 +320,7 @@ static void move_to(DataLoader *dl, Position pos) {
 /* Every token of the shard must be < vocab_size: checked once, at open, over the whole file (a
  * max over 1 MiB chunks, which the compiler vectorises), so a bad shard fails before training
  * instead of at whichever batch holds the bad token. */
-static void scan_vocab(int fd, const char *path, const ShardInfo *info, int vocab_size) {
+static void scan_vocab(int fd, const char *path, const ShardInfo *info, int vocab_size, const char *vocab_origin) {
     enum { CHUNK_BYTES = 1 << 20 };
     uint8_t *buf = mallocCheck(CHUNK_BYTES, "shard scan buffer");
     size_t per = CHUNK_BYTES / (size_t)info->token_bytes;
@@ -358,9 +358,13 @@ static void scan_vocab(int fd, const char *path, const ShardInfo *info, int voca
                 if (tok >= (uint32_t)vocab_size) break;
             }
             free(buf);
-            llmc_die("data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d, the "
-                     "vocabulary size in the model's header: either the shard was made with another tokenizer, "
-                     "or the model file's header is wrong",
+            if (vocab_origin)
+                llmc_die("data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d, the "
+                         "vocabulary size in the header of the model '%s': either that header is wrong (a damaged "
+                         "model file) or the shard was made with another tokenizer",
+                         path, tok, done + i, info->ntok, vocab_size, vocab_origin);
+            llmc_die("data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d: the shard was "
+                     "made with another tokenizer, or vocab_size is wrong",
                      path, tok, done + i, info->ntok, vocab_size);
         }
         done += n;
@@ -369,7 +373,7 @@ static void scan_vocab(int fd, const char *path, const ShardInfo *info, int voca
 }
 
 static void shard_open(Shard *sh, const char *path, const char *pattern, size_t tokens_per_batch,
-                       int B, int T, int nproc, int vocab_size) {
+                       int B, int T, int nproc, int vocab_size, const char *vocab_origin) {
     struct stat st;
     if (stat(path, &st) != 0) llmc_die("cannot stat data shard '%s': %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
@@ -389,7 +393,7 @@ static void shard_open(Shard *sh, const char *path, const char *pattern, size_t 
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != bytes)
         llmc_die("data shard '%s' changed size while being opened (now %lld bytes, expected %zu)", path,
                  (long long)st.st_size, bytes);
-    scan_vocab(fd, path, &info, vocab_size);
+    scan_vocab(fd, path, &info, vocab_size, vocab_origin);
     close(fd);
 
     size_t plen = strlen(path) + 1;
@@ -417,6 +421,11 @@ static void check_open_args(const char *pattern, int B, int T, int rank, int npr
 
 DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int nproc,
                             int shuffle, uint64_t seed, int vocab_size, int prefetch) {
+    return dataloader_open_for_model(pattern, B, T, rank, nproc, shuffle, seed, vocab_size, prefetch, NULL);
+}
+
+DataLoader *dataloader_open_for_model(const char *pattern, int B, int T, int rank, int nproc, int shuffle,
+                                      uint64_t seed, int vocab_size, int prefetch, const char *vocab_origin) {
     check_open_args(pattern, B, T, rank, nproc, shuffle, vocab_size, prefetch);
     glob_t g;
     int grc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -441,7 +450,7 @@ DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int npr
     dl->shards = callocCheck((size_t)dl->nshards, sizeof(Shard), "shard table");
     for (int i = 0; i < dl->nshards; i++) {
         Shard *sh = &dl->shards[i];
-        shard_open(sh, g.gl_pathv[i], pattern, dl->tokens_per_batch, B, T, nproc, vocab_size);
+        shard_open(sh, g.gl_pathv[i], pattern, dl->tokens_per_batch, B, T, nproc, vocab_size, vocab_origin);
         dl->num_tokens += sh->ntok;
         dl->batches_per_epoch += sh->nbatches;
         if (sh->nbatches > dl->max_shard_batches) dl->max_shard_batches = sh->nbatches;

@@ -46,6 +46,12 @@ typedef struct DataLoader DataLoader;
 DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int nproc,
                             int shuffle, uint64_t seed, int vocab_size, int prefetch);
 
+/* The same, for a model's vocabulary: vocab_origin (the model file or descriptor, may be NULL)
+ * is named in the out-of-vocabulary error, since a damaged model header is as likely a cause
+ * as a shard made with another tokenizer. */
+DataLoader *dataloader_open_for_model(const char *pattern, int B, int T, int rank, int nproc, int shuffle,
+                                      uint64_t seed, int vocab_size, int prefetch, const char *vocab_origin);
+
 /* Fills inputs[B*T] and targets[B*T] with this rank's slice of the next global batch; wraps
  * into the next epoch at the end (reshuffling when shuffle = 1). */
 void dataloader_next(DataLoader *dl, int32_t *inputs, int32_t *targets);

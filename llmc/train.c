@@ -81,6 +81,12 @@ static void sample_text_open(SampleText *st, const TrainConfig *tc, const ModelC
         printf("note: %s; samples are printed as token ids\n", err);
         return;
     }
+    if (tokenizer_eot(tok) >= (uint32_t)cfg->vocab_size || tokenizer_vocab_size(tok) > (size_t)cfg->vocab_size) {
+        printf("note: the tokenizer '%s' has %zu tokens, more than the model's vocabulary of %d; samples are printed "
+               "as token ids\n", path, tokenizer_vocab_size(tok), cfg->vocab_size);
+        tokenizer_free(tok);
+        return;
+    }
     st->tok = tok;
     st->eot = (int)tokenizer_eot(tok);
 #else
@@ -252,12 +258,15 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                  total_batch, total_batch / micro_tokens, micro_tokens, INT_MAX);
     const int accum = (int)(total_batch / micro_tokens);
 
-    DataLoader *train = dataloader_open(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
-                                        cfg->vocab_size, 1);
+    char origin[4200];
+    if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, tc->process_rank, origin, NULL, NULL, sizeof origin);
+    else snprintf(origin, sizeof origin, "%s", tc->init);
+    DataLoader *train = dataloader_open_for_model(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
+                                                  cfg->vocab_size, 1, origin);
     DataLoader *val = NULL;
     int val_batches = 0;
     if (tc->val_every > 0) {
-        val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, P, 0, 0, cfg->vocab_size, 0);
+        val = dataloader_open_for_model(tc->val_pattern, B, T, tc->process_rank, P, 0, 0, cfg->vocab_size, 0, origin);
         int avail = (int)dataloader_batches_per_epoch(val);
         val_batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
     }
@@ -385,20 +394,26 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         }
         if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
         if (tc->max_skips > 0 && consecutive_skips >= tc->max_skips) {
-            char where[4300] = "there is no healthy checkpoint";
+            char where[4400] = "there is no healthy checkpoint";
             if (healthy_ckpt >= 0)
                 snprintf(where, sizeof where, "the newest healthy checkpoint is step %d in '%s'", healthy_ckpt, tc->output_dir);
+            if (last_ckpt > healthy_ckpt && last_ckpt > resume_step) {
+                size_t n = strlen(where);
+                snprintf(where + n, sizeof where - n, " (step %d was saved after it and may hold the diverging weights)",
+                         last_ckpt);
+            }
             llmc_die("training stopped at step %d: %d consecutive steps were skipped (last: %s, loss %g, grad norm %g; "
                      "--max-skips %d); %s. Lower the learning rate (-l), or raise -sl/-sg or --max-skips",
                      step, consecutive_skips, skip, (double)loss, (double)norm, tc->max_skips, where);
         }
+        if (last && last_diverged)
+            llmc_die("the last step (%d) diverged (%s, loss %g): the run did not end in a usable model%s; the newest "
+                     "healthy checkpoint is step %d (-1: none). Lower the learning rate (-l)",
+                     step, skip, (double)loss, tc->ckpt_every > 0 ? " and no final checkpoint was written" : "",
+                     healthy_ckpt);
         if (tc->ckpt_every > 0 && (step % tc->ckpt_every == 0 || last)) {
             if (last_diverged) {
                 /* a diverged model is never written */
-                if (last)
-                    llmc_die("the last step (%d) diverged (%s, loss %g): no final checkpoint was written; the newest "
-                             "healthy checkpoint is step %d (-1: none). Lower the learning rate (-l)",
-                             step, skip, (double)loss, healthy_ckpt);
                 printf("note: no checkpoint at step %d: the step diverged (%s)\n", step, skip);
             } else {
                 save_checkpoint(tc, be, train, &sampler_rng, step, healthy_ckpt);
