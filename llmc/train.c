@@ -336,13 +336,17 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         float loss = (float)(loss_sum / accum);
         float lr = lr_at(schedule, step - 1, max_steps, tc->warmup, tc->lr, tc->final_frac);
         float norm = be->grad_norm(be->model);
-        /* Divergence (always on): a non-finite loss or gradient norm, or a loss above
-         * diverged_loss (ten times a uniform guess's ln V), skips the update and never enters the
-         * outlier windows; -sl/-sg outliers skip the update but do enter them (see Outliers). */
-        const int diverged = !isfinite(loss) || !isfinite(norm) || loss > diverged_loss;
-        double lz = diverged ? 0.0 : outlier_zscore(&loss_hist, loss);
-        double nz = diverged ? 0.0 : outlier_zscore(&norm_hist, norm);
-        const char *skip = diverged ? (isfinite(loss) && isfinite(norm) ? "diverged loss" : "non-finite loss or gradient")
+        /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a
+         * uniform guess's ln V), means the weights are broken: the update is skipped, no checkpoint
+         * is written and the value never enters the outlier windows. A non-finite gradient norm
+         * with a sane loss (e.g. an fp16 loss-scale overflow) only skips the update. -sl/-sg
+         * outliers skip the update but do enter the windows (see Outliers). */
+        const int diverged = !isfinite(loss) || loss > diverged_loss;
+        const int finite_norm = isfinite(norm);
+        double lz = diverged || !finite_norm ? 0.0 : outlier_zscore(&loss_hist, loss);
+        double nz = diverged || !finite_norm ? 0.0 : outlier_zscore(&norm_hist, norm);
+        const char *skip = diverged ? (isfinite(loss) ? "diverged loss" : "non-finite loss")
+                           : !finite_norm ? "non-finite gradient"
                            : tc->skip_loss_z > 0 && lz > tc->skip_loss_z ? "loss outlier"
                            : tc->skip_norm_z > 0 && nz > tc->skip_norm_z ? "grad-norm outlier"
                                                                           : NULL;
@@ -350,7 +354,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
             be->update(be->model, tc, lr, step, scale);
         }
-        if (!diverged) {
+        if (!diverged && finite_norm) {
             outlier_push(&loss_hist, loss);
             outlier_push(&norm_hist, norm);
         }
