@@ -10,6 +10,10 @@ import struct
 import subprocess
 import zlib
 
+# one OpenMP thread per child: these runs are tiny, and spinning thread teams on a busy machine
+# cost 20x their work
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 TRAINER = os.environ.get("TRAINER", "./train_gpt_cpu")
 TOKENIZER = os.environ.get("TOKENIZER", "./tokenizer")
 

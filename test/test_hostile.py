@@ -228,29 +228,29 @@ FLAG_VALUES = {
 
 def case_flags(ctx, r, i):
     chosen, expect_bad = {}, False
-    for f in r.sample(sorted(FLAG_VALUES), r.randint(1, 6)):
+    for f in r.sample(sorted(FLAG_VALUES), r.randint(1, 5)):
         bad_vals, good_vals = FLAG_VALUES[f]
-        if r.random() < 0.35:
+        if r.random() < 0.15:
             chosen[f], expect_bad = r.choice(bad_vals), True
         else:
             chosen[f] = r.choice(good_vals)
     chosen.setdefault("-x", "2")
-    if chosen["-x"] in FLAG_VALUES["-x"][1]:
-        pass
-    args = ["-i", ctx.train, "-j", ctx.val, "-e", ctx.model, "-s", "0", "-v", "1", "-m", "1"]
+    args = ["-i", ctx.train, "-j", ctx.val, "-e", ctx.model, "-b", "2", "-t", "32", "-s", "0", "-v", "1", "-m", "1"]
     out_dir = ctx.path(f"flags_{i}")
     args += ["-o", out_dir]
+    given = []
     for f, v in chosen.items():
-        args += [f, v] if r.random() < 0.8 or not f.startswith("--") else [f"{f}={v}"]
+        given += [f, v] if r.random() < 0.8 or not f.startswith("--") else [f"{f}={v}"]
+    args += given
     rc, out, err = run(TRAINER, args, timeout=TIMEOUT)
     o = clean_outcome(rc, err)
     if o == "ok" and expect_bad:
-        return "silent", f"exit 0 with a bad value: {' '.join(args[12:])}"
+        return "silent", f"exit 0 with a bad value: {' '.join(given)}"
     if o == "ok" and not finite_models(out_dir):
         return "silent", "exit 0 with a non-finite or wrong-size model file"
     if o == "error" and leftovers(out_dir):
         return "silent", f"temporary files left: {leftovers(out_dir)}"
-    return o, " ".join(args[12:])
+    return o, " ".join(given)
 
 
 def case_nonregular(ctx, r, i):
@@ -388,6 +388,29 @@ def case_divergence(ctx, r, i):
     return o, f"lr {lr}"
 
 
+def case_kill(ctx, r, i):
+    """kill -9 at a random moment of a checkpointing run, then -y 1: the resume must succeed, remove
+    the killed run's temporary files and end with a complete final checkpoint."""
+    d = ctx.path(f"kill_{i}")
+    args = base_args(ctx) + ["-e", ctx.model, "-x", "40", "-n", "1", "-o", d]
+    proc = subprocess.Popen([TRAINER] + args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        proc.wait(timeout=r.uniform(0.01, 0.6))
+        if proc.returncode != 0:
+            return "crash" if proc.returncode != 1 else "error", "the run to kill failed by itself"
+        return "ok", "finished before the kill"
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    rc, out, err = run(TRAINER, args + ["-y", "1"], timeout=TIMEOUT)
+    o = clean_outcome(rc, err)
+    if o != "ok":
+        return ("silent" if o == "error" else o), f"resume after kill -9 failed: {err.strip()[-200:]}"
+    if leftovers(d) or not os.path.exists(os.path.join(d, "DONE_00000040")) or not finite_models(d):
+        return "silent", f"after kill -9 and resume: left {leftovers(d)}, files {sorted(os.listdir(d))[:6]}"
+    return o, "resumed"
+
+
 CATEGORIES = [
     ("corrupted checkpoints", case_checkpoint),
     ("state files", case_state),
@@ -396,6 +419,7 @@ CATEGORIES = [
     ("non-regular files", case_nonregular),
     ("full disk", case_full_disk),
     ("divergence", case_divergence),
+    ("kill -9 and resume", case_kill),
 ]
 
 
