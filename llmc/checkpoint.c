@@ -89,7 +89,7 @@ uint32_t model_file_checksum(const char *path) {
 }
 
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
-    FILE *f = open_for_reading(path, "cannot open model checkpoint");
+    FILE *f = open_for_reading(path, "model checkpoint");
     int32_t h[256];
     size_t got = fread(h, 4, 256, f);
     long long size = file_size(f);
@@ -129,7 +129,7 @@ void model_file_load(const char *path, float *params, size_t numel) {
     TensorSpec specs[NUM_PARAMETER_TENSORS];
     if (gpt2_parameter_specs(&cfg, specs) != numel)
         llmc_die("model checkpoint '%s' does not match the model being loaded", path);
-    FILE *f = open_for_reading(path, "cannot open model checkpoint");
+    FILE *f = open_for_reading(path, "model checkpoint");
     int32_t h[256];
     freadCheck(h, 4, 256, f, path);
     uint32_t crc = crc_update(crc_update(0, NULL, 0), h, sizeof h);
@@ -262,7 +262,7 @@ void state_file_save(const char *path, const TrainState *st, const float *m, con
 }
 
 void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel) {
-    FILE *f = open_for_reading(path, "cannot open training state");
+    FILE *f = open_for_reading(path, "training state");
     int32_t h[256];
     if (fread(h, 4, 256, f) != 256) llmc_die("training state '%s' is truncated (shorter than its header)", path);
     if (h[0] != STATE_MAGIC) llmc_die("'%s' is not a training state file: magic %d, expected %d", path, h[0], STATE_MAGIC);
@@ -285,6 +285,13 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
         st->model_crc = (uint32_t)h[40];
         st->has_model_crc = h[41] == 1;
     }
+    /* the header's own checks: a file that passes its checksum but was written by hand or by a
+     * broken build must still not resume into nonsense */
+    if (st->step < 0) llmc_die("training state '%s' has a negative step %d", path, st->step);
+    if (st->sampler_rng == 0)
+        llmc_die("training state '%s' has sampler RNG state 0, which the generator never reaches (it would "
+                 "sample degenerate text): the file is damaged",
+                 path);
     if (st->numel != expect_numel)
         llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
     long long want = 1024 + 2LL * (long long)st->numel * 4;
@@ -302,13 +309,6 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
                  (unsigned)h[42]);
     if (!checked)
         printf("note: training state '%s' is version 1 (no checksums): loaded without verifying it\n", path);
-    /* the header's own checks: a file that passes the checksum but was written by hand or by a
-     * broken build must still not resume into nonsense */
-    if (st->step < 0) llmc_die("training state '%s' has a negative step %d", path, st->step);
-    if (st->sampler_rng == 0)
-        llmc_die("training state '%s' has sampler RNG state 0, which the generator never reaches (it would "
-                 "sample degenerate text): the file is damaged",
-                 path);
 }
 
 void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len) {
