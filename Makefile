@@ -31,7 +31,7 @@ ARCH    := $(if $(HAVE_NATIVE),-march=native,)
 CFLAGS  ?= -O3
 # -fno-math-errno: libm calls never set errno, so sqrtf and friends vectorise (same results).
 CFLAGS  += -std=c11 $(WARN) $(ARCH) -fno-math-errno -D_GNU_SOURCE -I. -MMD -MP
-LDLIBS  := -lm -lpthread
+LDLIBS  := -lm -lpthread -lz
 ifeq ($(HAVE_OPENMP),1)
   CFLAGS += -fopenmp
   LDLIBS += -fopenmp

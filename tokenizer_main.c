@@ -177,10 +177,11 @@ typedef struct {
 
 static void input_open(InputFile *in, const char *path, int jsonl) {
     in->path = path, in->jsonl = jsonl, in->data = "", in->len = 0;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open: it is refused below */
     if (fd < 0) llmc_die("cannot open input '%s': %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) llmc_die("input '%s' is not a regular file", path);
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        llmc_die("input '%s' is %s, not a regular file", path, file_kind_name(st.st_mode));
     in->len = (size_t)st.st_size;
     if (in->len) {
         void *p = mmap(NULL, in->len, PROT_READ, MAP_PRIVATE, fd, 0);

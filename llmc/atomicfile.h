@@ -5,6 +5,11 @@
  * af.f (use fwriteCheck with af.tmp_path); atomic_commit() flushes, fsyncs, closes and
  * renames over <path> (then fsyncs the directory). atomic_abort() removes the temp file.
  * A crash at any point leaves either the old <path> or the new one, never a mix.
+ * Every open temporary file is also removed when the process exits before committing it (an
+ * error anywhere ends in exit(1): the atexit handler removes them), so only a kill -9 or a
+ * power cut can leave one behind; atomic_remove_stale() cleans those up on the next start.
+ * The target must be a regular file or not exist: atomic_open refuses (dies) to replace a
+ * device, FIFO, socket or directory by renaming over it.
  */
 #ifndef LLMC_ATOMICFILE_H
 #define LLMC_ATOMICFILE_H
@@ -24,6 +29,10 @@ typedef struct {
 void atomic_open(AtomicFile *af, const char *path);   /* dies with a clear message on failure */
 void atomic_commit(AtomicFile *af);                    /* dies with a clear message on failure */
 void atomic_abort(AtomicFile *af);
+
+/* Removes "*.tmp.<pid>" files in dir whose process <pid> no longer exists (left by a kill -9
+ * or a crash of an earlier run). Returns how many were removed. */
+int atomic_remove_stale(const char *dir);
 
 #ifdef __cplusplus
 }

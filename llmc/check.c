@@ -1,9 +1,12 @@
 #include "check.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 void llmc_die(const char *fmt, ...) {
     va_list ap;
@@ -76,4 +79,38 @@ void *calloc_check(size_t count, size_t size, const char *what, const char *func
     snprintf(detail, sizeof detail, "out of memory allocating %zu x %zu bytes for %s", count, size, what);
     llmc_check_failed("calloc", detail, "use a smaller batch (-b), sequence length (-t) or model",
                       func, file, line);
+}
+
+const char *file_kind_name(unsigned mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    default: return "not a regular file";
+    }
+}
+
+FILE *fopen_regular(const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st = {0};
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "'%s' is %s, not a regular file", path, file_kind_name(st.st_mode));
+        close(fd);
+        return NULL;
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        close(fd);
+    }
+    return f;
 }

@@ -43,6 +43,13 @@ void fwrite_check(const void *src, size_t size, size_t count, FILE *f, const cha
 void *malloc_check(size_t bytes, const char *what, const char *func, const char *file, int line);
 void *calloc_check(size_t count, size_t size, const char *what, const char *func, const char *file, int line);
 
+/* Opens path for reading only if it is a regular file: a FIFO, device or directory is refused
+ * instead of blocking in open() or reading forever (opened O_NONBLOCK, checked with fstat, then
+ * switched back to blocking reads). Returns NULL with a one-line reason naming the file in err. */
+FILE *fopen_regular(const char *path, char *err, size_t errlen);
+/* "a FIFO", "a directory", "a character device", ... for messages. */
+const char *file_kind_name(unsigned mode);
+
 #define fopenCheck(path, mode) fopen_check((path), (mode), __func__, __FILE__, __LINE__)
 #define freadCheck(dst, size, count, f, path) \
     fread_check((dst), (size), (count), (f), (path), __func__, __FILE__, __LINE__)

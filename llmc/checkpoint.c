@@ -4,6 +4,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
+#include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +32,62 @@ static long long file_size(FILE *f) {
     return fstat(fileno(f), &st) == 0 ? (long long)st.st_size : -1;
 }
 
+static FILE *open_for_reading(const char *path, const char *what) {
+    char err[4400];
+    FILE *f = fopen_regular(path, err, sizeof err);
+    if (!f) llmc_die("%s: %s", what, err);
+    return f;
+}
+
+/* ---- checksums: CRC-32 (zlib) of whole files ---------------------------------------------- */
+static uint32_t crc_update(uint32_t crc, const void *p, size_t n) {
+    return (uint32_t)crc32_z(crc, (const Bytef *)p, n);
+}
+
+void model_sum_path(const char *model_path, char *out, size_t len) { snprintf(out, len, "%s.sum", model_path); }
+
+/* Reads "<model>.sum"; 1 = found (crc, bytes set), 0 = none, dies if it exists but is malformed. */
+static int read_sum_file(const char *model_path, uint32_t *crc, long long *bytes) {
+    char sum[4200];
+    model_sum_path(model_path, sum, sizeof sum);
+    struct stat st;
+    if (stat(sum, &st) != 0) return 0;
+    FILE *f = open_for_reading(sum, "checksum file");
+    char line[256] = "";
+    unsigned c = 0;
+    int n = 0;
+    int ok = fgets(line, sizeof line, f) && sscanf(line, "llmc-sum 1 crc32 %8x bytes %lld%n", &c, bytes, &n) == 2 &&
+             (line[n] == '\n' || line[n] == '\0');
+    fclose(f);
+    if (!ok) llmc_die("checksum file '%s' is malformed (expected 'llmc-sum 1 crc32 <hex> bytes <n>')", sum);
+    *crc = c;
+    return 1;
+}
+
+static void write_sum_file(const char *model_path, uint32_t crc, long long bytes) {
+    char sum[4200];
+    model_sum_path(model_path, sum, sizeof sum);
+    AtomicFile af;
+    atomic_open(&af, sum);
+    if (fprintf(af.f, "llmc-sum 1 crc32 %08x bytes %lld\n", (unsigned)crc, bytes) < 0)
+        llmc_die("writing '%s' failed: %s", af.tmp_path, strerror(errno));
+    atomic_commit(&af);
+}
+
+uint32_t model_file_checksum(const char *path) {
+    FILE *f = open_for_reading(path, "model checkpoint");
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf = (unsigned char *)mallocCheck(CHUNK, "checksum buffer");
+    uint32_t crc = crc_update(0, NULL, 0);
+    size_t n;
+    while ((n = fread(buf, 1, CHUNK, f)) > 0) crc = crc_update(crc, buf, n);
+    int bad = ferror(f);
+    free(buf);
+    fclose(f);
+    if (bad) llmc_die("cannot read model checkpoint '%s'", path);
+    return crc;
+}
+
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
@@ -39,8 +97,7 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
         llmc_die("model checkpoint '%s' is a directory, not a model file: give a model_NNNNNNNN.bin file%s, or "
                  "continue the run in it with -o %s -y 1", path, hint, path);
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) llmc_die("cannot open model checkpoint '%s': %s", path, strerror(errno));
+    FILE *f = open_for_reading(path, "model checkpoint");
     int32_t h[256];
     size_t got = fread(h, 4, 256, f);
     long long size = file_size(f);
@@ -50,6 +107,8 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
         llmc_die("'%s' is not a model checkpoint: magic %d, expected %d (llm.c model file)", path, h[0], MODEL_MAGIC);
     if (h[1] != MODEL_VERSION_FP32 && h[1] != MODEL_VERSION_BF16)
         llmc_die("model checkpoint '%s' has version %d; supported: 3 (fp32) and 5 (bf16)", path, h[1]);
+    /* every field is range-checked (model_config_validate's limits) before any size is computed,
+     * and sizes are computed in 64 bits: no product below can overflow */
     memset(cfg, 0, sizeof *cfg);
     cfg->max_seq_len = h[2];
     cfg->vocab_size = h[3];
@@ -58,7 +117,7 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     cfg->channels = h[6];
     cfg->padded_vocab_size = h[7];
     cfg->num_kv_heads = h[5];
-    cfg->ffn_hidden = 4 * h[6];
+    cfg->ffn_hidden = h[6] > 0 && h[6] <= MODEL_MAX_CHANNELS ? 4 * h[6] : 1;
     const char *bad = model_config_validate(cfg);
     if (bad)
         llmc_die("model checkpoint '%s' has an invalid header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d): %s",
@@ -75,26 +134,56 @@ void model_file_load(const char *path, float *params, size_t numel) {
     ModelConfig cfg;
     int version;
     model_file_read_header(path, &cfg, &version);
-    if (gpt2_parameter_specs(&cfg, NULL) != numel)
+    TensorSpec specs[NUM_PARAMETER_TENSORS];
+    if (gpt2_parameter_specs(&cfg, specs) != numel)
         llmc_die("model checkpoint '%s' does not match the model being loaded", path);
-    FILE *f = fopenCheck(path, "rb");
-    fseek(f, 1024, SEEK_SET);
+    FILE *f = open_for_reading(path, "model checkpoint");
+    int32_t h[256];
+    freadCheck(h, 4, 256, f, path);
+    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, sizeof h);
     if (version == MODEL_VERSION_FP32) {
         freadCheck(params, sizeof(float), numel, f, path);
+        crc = crc_update(crc, params, numel * sizeof(float));
     } else {
         enum { CHUNK = 1 << 16 };
         uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 read buffer");
         for (size_t i = 0; i < numel; i += CHUNK) {
             size_t n = numel - i < CHUNK ? numel - i : CHUNK;
             freadCheck(buf, sizeof(uint16_t), n, f, path);
+            crc = crc_update(crc, buf, n * sizeof(uint16_t));
             for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
         }
         free(buf);
     }
+    long long bytes = file_size(f);
     fclose(f);
+    uint32_t want_crc;
+    long long want_bytes;
+    char sum[4200];
+    model_sum_path(path, sum, sizeof sum);
+    if (read_sum_file(path, &want_crc, &want_bytes)) {
+        if (want_crc != crc || want_bytes != bytes)
+            llmc_die("model checkpoint '%s' does not match its checksum file '%s' (crc32 %08x, %lld bytes; recorded "
+                     "%08x, %lld bytes): the file is damaged or was replaced",
+                     path, sum, (unsigned)crc, bytes, (unsigned)want_crc, want_bytes);
+    } else {
+        printf("note: '%s' has no checksum file ('%s', e.g. a plain llm.c checkpoint): loaded without verifying it\n",
+               path, sum);
+    }
+    /* NaN/Inf weights never train into anything: refuse them, naming the tensor */
+    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++)
+        for (size_t i = 0; i < specs[t].numel; i++)
+            if (!isfinite(params[specs[t].offset + i]))
+                llmc_die("model checkpoint '%s' has a non-finite weight (%g) in tensor %s at index %zu: the model "
+                         "diverged or the file is damaged",
+                         path, (double)params[specs[t].offset + i], specs[t].name, i);
 }
 
-void model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version) {
+uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version) {
+    for (size_t i = 0; i < numel; i++)
+        if (!isfinite(params[i]))
+            llmc_die("not writing model checkpoint '%s': weight %zu is %g (the weights are not finite)", path, i,
+                     (double)params[i]);
     int32_t h[256] = {0};
     h[0] = MODEL_MAGIC;
     h[1] = version;
@@ -107,8 +196,10 @@ void model_file_save(const char *path, const ModelConfig *cfg, const float *para
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(h, 4, 256, af.f, af.tmp_path);
+    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, sizeof h);
     if (version == MODEL_VERSION_FP32) {
         fwriteCheck(params, sizeof(float), numel, af.f, af.tmp_path);
+        crc = crc_update(crc, params, numel * sizeof(float));
     } else {
         enum { CHUNK = 1 << 16 };
         uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 write buffer");
@@ -116,10 +207,16 @@ void model_file_save(const char *path, const ModelConfig *cfg, const float *para
             size_t n = numel - i < CHUNK ? numel - i : CHUNK;
             for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
             fwriteCheck(buf, sizeof(uint16_t), n, af.f, af.tmp_path);
+            crc = crc_update(crc, buf, n * sizeof(uint16_t));
         }
         free(buf);
     }
+    char sum[4200];
+    model_sum_path(path, sum, sizeof sum);
+    unlink(sum); /* a crash between the two commits leaves a model without a sum, never a wrong sum */
     atomic_commit(&af);
+    write_sum_file(path, crc, 1024 + (long long)numel * (version == MODEL_VERSION_FP32 ? 4 : 2));
+    return crc;
 }
 
 static void put64(int32_t *h, int at, uint64_t v) {
@@ -130,8 +227,8 @@ static uint64_t get64(const int32_t *h, int at) {
     return (uint64_t)(uint32_t)h[at] | ((uint64_t)(uint32_t)h[at + 1] << 32);
 }
 
-void state_file_save(const char *path, const TrainState *st, const float *m, const float *v) {
-    int32_t h[256] = {0};
+static void state_header(int32_t h[256], const TrainState *st) {
+    memset(h, 0, 256 * sizeof(int32_t));
     h[0] = STATE_MAGIC;
     h[1] = STATE_VERSION;
     h[2] = st->step;
@@ -146,6 +243,24 @@ void state_file_save(const char *path, const TrainState *st, const float *m, con
     put64(h, 28, st->sampler_rng);
     h[30] = 1;
     for (int i = 0; i < 4; i++) put64(h, 32 + 2 * i, (uint64_t)st->backend[i]);
+    h[40] = (int32_t)st->model_crc;
+    h[41] = st->has_model_crc ? 1 : 0;
+}
+
+/* CRC-32 of the header (with its own checksum word [42] zero) and both moment arrays. */
+static uint32_t state_crc(const int32_t h[256], const float *m, const float *v, size_t numel) {
+    int32_t hz[256];
+    memcpy(hz, h, sizeof hz);
+    hz[42] = 0;
+    uint32_t crc = crc_update(crc_update(0, NULL, 0), hz, sizeof hz);
+    crc = crc_update(crc, m, numel * sizeof(float));
+    return crc_update(crc, v, numel * sizeof(float));
+}
+
+void state_file_save(const char *path, const TrainState *st, const float *m, const float *v) {
+    int32_t h[256];
+    state_header(h, st);
+    h[42] = (int32_t)state_crc(h, m, v, st->numel);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(h, 4, 256, af.f, af.tmp_path);
@@ -155,12 +270,12 @@ void state_file_save(const char *path, const TrainState *st, const float *m, con
 }
 
 void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel) {
-    FILE *f = fopen(path, "rb");
-    if (!f) llmc_die("cannot open training state '%s': %s", path, strerror(errno));
+    FILE *f = open_for_reading(path, "training state");
     int32_t h[256];
     if (fread(h, 4, 256, f) != 256) llmc_die("training state '%s' is truncated (shorter than its header)", path);
     if (h[0] != STATE_MAGIC) llmc_die("'%s' is not a training state file: magic %d, expected %d", path, h[0], STATE_MAGIC);
-    if (h[1] != STATE_VERSION) llmc_die("training state '%s' has version %d; this build reads version %d", path, h[1], STATE_VERSION);
+    if (h[1] != STATE_VERSION && h[1] != 1)
+        llmc_die("training state '%s' has version %d; this build reads versions 1 and %d", path, h[1], STATE_VERSION);
     memset(st, 0, sizeof *st);
     st->step = h[2];
     st->numel = (size_t)get64(h, 3);
@@ -173,14 +288,35 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     for (int i = 0; i < 8; i++) st->loader[i] = (int64_t)get64(h, 12 + 2 * i);
     st->sampler_rng = get64(h, 28);
     for (int i = 0; i < 4; i++) st->backend[i] = (int64_t)get64(h, 32 + 2 * i);
+    int checked = h[1] >= 2; /* version 1 files carry no checksums */
+    if (checked) {
+        st->model_crc = (uint32_t)h[40];
+        st->has_model_crc = h[41] == 1;
+    }
+    /* the header's own checks: a file that passes its checksum but was written by hand or by a
+     * broken build must still not resume into nonsense */
+    if (st->step < 0) llmc_die("training state '%s' has a negative step %d", path, st->step);
+    if (st->sampler_rng == 0)
+        llmc_die("training state '%s' has sampler RNG state 0, which the generator never reaches (it would "
+                 "sample degenerate text): the file is damaged",
+                 path);
     if (st->numel != expect_numel)
         llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
     long long want = 1024 + 2LL * (long long)st->numel * 4;
     if (file_size(f) != want)
         llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, file_size(f), want);
-    if (m) freadCheck(m, sizeof(float), st->numel, f, path);
-    if (v) freadCheck(v, sizeof(float), st->numel, f, path);
+    if (!m || !v) {
+        fclose(f);
+        return;
+    }
+    freadCheck(m, sizeof(float), st->numel, f, path);
+    freadCheck(v, sizeof(float), st->numel, f, path);
     fclose(f);
+    if (checked && (uint32_t)h[42] != state_crc(h, m, v, st->numel))
+        llmc_die("training state '%s' fails its checksum (crc32 recorded %08x): the file is damaged", path,
+                 (unsigned)h[42]);
+    if (!checked)
+        printf("note: training state '%s' is version 1 (no checksums): loaded without verifying it\n", path);
 }
 
 void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len) {
@@ -232,7 +368,7 @@ char *checkpoint_read_done(const char *dir, int step) {
     return text;
 }
 
-void checkpoint_prune(const char *dir, int keep, int major, int rank) {
+void checkpoint_prune(const char *dir, int keep, int major, int rank, int protect) {
     if (keep <= 0) return;
     DIR *d = opendir(dir);
     if (!d) return;
@@ -253,10 +389,14 @@ void checkpoint_prune(const char *dir, int keep, int major, int rank) {
         }
     for (int i = keep; i < n; i++) {
         if (major > 0 && steps[i] % major == 0) continue;
+        if (steps[i] == protect) continue;
         char model[4200], state[4200], done[4200];
         checkpoint_paths(dir, steps[i], rank, model, state, done, sizeof model);
         unlink(done); /* first, so a crash mid-prune never leaves a DONE without its files */
         unlink(model);
         unlink(state);
+        char sum[4300];
+        model_sum_path(model, sum, sizeof sum);
+        unlink(sum);
     }
 }

@@ -12,7 +12,12 @@
  *   [12..27] dataloader state (8 x int64: epoch, shard, batch, 5 fingerprint words)
  *   [28..29] sampler RNG state (uint64) [30] 1 (AdamW moments follow)
  *   [32..39] backend state (4 x int64, 0 = none; the CUDA trainer keeps its fp16 loss scaler here)
- * then AdamW m[numel] and v[numel] in fp32.
+ *   (version 2) [40] CRC-32 of the model file of the same step, [41] 1 = [40] is set,
+ *   [42] CRC-32 of this file (header with [42] = 0, then m and v)
+ * then AdamW m[numel] and v[numel] in fp32. Version 1 files (no checksums) still load.
+ * Checksum file "<model>.sum" (ours, one line "llmc-sum 1 crc32 <8 hex> bytes <n>"): the CRC-32
+ * (zlib's) of the whole model file, written beside every model file we save and verified on
+ * every load when present (a plain llm.c file has none and loads unverified).
  * Directory layout in -o: model_%08d.bin, state_%08d_%05d.bin (per rank), DONE_%08d written
  * last (it holds the resolved configuration as text); only steps with a DONE file are complete.
  * Every file is written atomically.
@@ -33,15 +38,21 @@ extern "C" {
 #define MODEL_VERSION_FP32 3
 #define MODEL_VERSION_BF16 5
 #define STATE_MAGIC 20261130
-#define STATE_VERSION 1
+#define STATE_VERSION 2
 
 /* Reads and validates a model file's header and size; dies with a message naming the file. */
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version);
 /* Loads the parameters (converting bf16 to fp32) into params (numel floats, laid out by the
- * table for the file's config). */
+ * table for the file's config). Verifies the file against "<path>.sum" when that exists and
+ * dies on a mismatch or on any non-finite weight. */
 void model_file_load(const char *path, float *params, size_t numel);
-/* Writes params as version 3 (fp32) or 5 (bf16, round to nearest even), atomically. */
-void model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version);
+/* Writes params as version 3 (fp32) or 5 (bf16, round to nearest even), atomically, then its
+ * checksum file "<path>.sum"; returns the file's CRC-32. Dies (writing nothing) if a weight is
+ * not finite. */
+uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version);
+/* CRC-32 of the whole file at path (dies if it cannot be read). */
+uint32_t model_file_checksum(const char *path);
+void model_sum_path(const char *model_path, char *out, size_t len);
 
 typedef struct {
     int step;
@@ -51,6 +62,8 @@ typedef struct {
     int64_t loader[8];
     uint64_t sampler_rng;
     int64_t backend[4];
+    uint32_t model_crc;  /* CRC-32 of the model file saved with this state */
+    int has_model_crc;   /* 0: unknown (version 1 file) */
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);
@@ -66,8 +79,9 @@ void checkpoint_mark_done(const char *dir, int step, const char *text);
 /* The text of DONE_<step> (malloc'd, NUL-terminated; free it), or NULL when the marker is empty
  * (written by llm.c or an older llmc) or unreadable. */
 char *checkpoint_read_done(const char *dir, int step);
-/* Deletes complete checkpoints beyond the newest `keep`, sparing multiples of `major`. */
-void checkpoint_prune(const char *dir, int keep, int major, int rank);
+/* Deletes complete checkpoints beyond the newest `keep`, sparing multiples of `major` and the
+ * step `protect` (the newest checkpoint known to be healthy; -1 = none). */
+void checkpoint_prune(const char *dir, int keep, int major, int rank, int protect);
 
 uint16_t float_to_bf16(float x);
 float bf16_to_float(uint16_t b);

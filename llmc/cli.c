@@ -8,6 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+enum { MAX_GEN_TOKENS = 1 << 20 };
 
 #include "logger.h"
 
@@ -41,6 +44,7 @@ static const Flag flags[] = {
     {NULL, "--grad-clip", F_FLOAT, FIELD(grad_clip), "clip gradients to this global norm; 0 disables"},
     {"-sl", "--skip-loss-z", F_FLOAT, FIELD(skip_loss_z), "skip the update when the loss z-score exceeds this; 0 = off"},
     {"-sg", "--skip-norm-z", F_FLOAT, FIELD(skip_norm_z), "skip the update when the grad-norm z-score exceeds this; 0 = off"},
+    {NULL, "--max-skips", F_INT, FIELD(max_skips), "stop the run (exit 1) after this many consecutive skipped steps; 0 = never"},
     {"-r", "--recompute", F_INT, FIELD(recompute), "activation recompute: 0 none, 1 GELU, 2 GELU+LayerNorm (3 whole block, GPU)"},
     {"-a", "--overfit-batch", F_INT, FIELD(overfit_batch), "1 = train on the first batch only"},
     {NULL, "--shuffle", F_INT, FIELD(shuffle), "1 = permute training samples and shards every epoch"},
@@ -94,6 +98,7 @@ void train_config_defaults(TrainConfig *c) {
     c->eps = 1e-8f;
     c->grad_clip = 1.0f;
     c->recompute = 1;
+    c->max_skips = 50;
     c->seed = 1337;
     c->val_every = 20;
     c->val_max_steps = 20;
@@ -329,8 +334,9 @@ static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const
         break;
     }
     case F_FLOAT: {
-        float v = strtof(value, &end);
-        if (end == value || *end || errno || !isfinite(v))
+        /* decimal only, like the integer flags: strtof alone would take hex ("0x1p3"), "inf", "nan" */
+        float v = strpbrk(value, "xXpP") ? NAN : strtof(value, &end);
+        if (!isfinite(v) || end == value || *end || errno)
             llmc_die("flag %s expects a number, got '%s'", flagname, value);
         *(float *)p = v;
         break;
@@ -353,6 +359,17 @@ static void check_range(const char *flag, long long v, long long lo, long long h
 static void validate(const TrainConfig *c) {
     check_positive("-b (--batch-size)", c->B);
     check_positive("-t (--seq-len)", c->T);
+    /* sizes are checked in 64 bits before any int product is formed from them */
+    if ((long long)c->B * c->T * (c->num_processes > 0 ? c->num_processes : 1) > INT_MAX)
+        llmc_die("flags -b %d -t %d (x %d processes): B*T*processes must be at most %d tokens", c->B, c->T,
+                 c->num_processes, INT_MAX);
+    if (c->max_steps == INT_MAX) llmc_die("flag -x (--max-steps) must be below %d", INT_MAX);
+    if (c->gen_tokens > MAX_GEN_TOKENS)
+        llmc_die("flag -g (--gen-tokens) must be at most %d, got %d", MAX_GEN_TOKENS, c->gen_tokens);
+    if (c->max_skips < 0) llmc_die("flag --max-skips must be >= 0 (0 = never stop), got %d", c->max_skips);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && c->threads > cpus)
+        llmc_die("flag --threads %d exceeds the %ld CPUs of this machine (0 = all of them)", c->threads, cpus);
     if (c->total_batch < 0) llmc_die("flag -d (--total-batch) must be >= 0, got %lld", c->total_batch);
     if (c->max_steps == 0 || c->max_steps < -1) llmc_die("flag -x (--max-steps) must be positive or -1, got %d", c->max_steps);
     if (lr_schedule_parse(c->schedule) < 0)

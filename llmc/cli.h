@@ -38,6 +38,7 @@ typedef struct {
     float beta1, beta2, eps;    /* --beta1 --beta2 --eps */
     float grad_clip;            /* --grad-clip; 0 disables */
     float skip_loss_z, skip_norm_z; /* -sl -sg */
+    int max_skips;              /* --max-skips: stop after this many consecutive skipped steps; 0 = never */
     int recompute;              /* -r */
     unsigned long long seed;    /* --seed */
     /* evaluation, sampling, checkpoints */

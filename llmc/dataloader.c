@@ -2,10 +2,13 @@
  * dataloader.c - see dataloader.h for the layout, the order and the contract.
  *
  * Structure:
- *   Shard     one memory-mapped shard file (64-bit offsets throughout).
+ *   Shard     one shard file (64-bit offsets throughout). Batches are read with pread, not
+ *             through a memory map: a shard truncated while we train is then a short read and a
+ *             clear error naming it, not a SIGBUS.
  *   Position  (epoch, shard_pos, batch_pos): where a batch sits in the stream.
- *   Plan      the permutation caches that map a Position to (shard, k). Each thread that maps
- *             positions owns its own Plan, so the caches need no locking.
+ *   Plan      the permutation caches that map a Position to (shard, k), and the open file and
+ *             read buffer of the shard being read. Each thread that maps positions owns its own
+ *             Plan, so these need no locking.
  *   produce_batch()  Position -> this rank's inputs/targets, checking every token.
  * With prefetch, one worker thread owns `worker_plan` and fills a single slot one batch ahead
  * of the caller; the caller's own position `pos` is never touched by the worker.
@@ -21,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,8 +39,7 @@
 
 typedef struct {
     char *path;
-    const uint8_t *map; /* the whole file, header included; tokens start at SHARD_HEADER_BYTES */
-    size_t map_bytes;
+    size_t file_bytes;  /* header + tokens, checked again each time the shard is opened to read */
     int token_bytes;    /* 2 or 4 */
     size_t ntok;
     int64_t nbatches;   /* global batches: floor((ntok - 1) / (B*T*nproc)) */
@@ -55,6 +56,8 @@ typedef struct {
     int64_t perm_epoch;    /* (perm_epoch, perm_shard): whose batch order is in batch_order */
     int perm_shard;        /* -1 = none */
     uint32_t *batch_order; /* (max_shard_batches) batch_pos -> k; allocated on first use */
+    int fd, fd_shard;      /* the shard file open for reading (fd_shard -1 = none) */
+    uint8_t *raw;          /* (B*T + 1) * 4 bytes: one rank's tokens as read */
 } Plan;
 
 typedef enum { SLOT_EMPTY, SLOT_FILLING, SLOT_FULL } SlotState;
@@ -139,11 +142,16 @@ static void plan_init(Plan *p) {
     p->perm_epoch = -1;
     p->perm_shard = -1;
     p->batch_order = NULL;
+    p->fd = -1;
+    p->fd_shard = -1;
+    p->raw = NULL;
 }
 
 static void plan_free(Plan *p) {
     free(p->shard_order);
     free(p->batch_order);
+    free(p->raw);
+    if (p->fd >= 0) close(p->fd);
     plan_init(p);
 }
 
@@ -188,8 +196,48 @@ static void position_advance(const DataLoader *dl, Plan *p, Position *pos) {
 
 /* ---- producing a batch ----------------------------------------------------------------- */
 
+/* The shard file `s` open for reading in this Plan (one open file per thread, reopened when the
+ * shard changes). Returns the fd, or -1 with a message if it is gone or changed size. */
+static int plan_shard_fd(const DataLoader *dl, Plan *p, int s, char *err, size_t errlen) {
+    if (p->fd_shard == s) return p->fd;
+    if (p->fd >= 0) close(p->fd);
+    p->fd = -1;
+    p->fd_shard = -1;
+    const Shard *sh = &dl->shards[s];
+    int fd = open(sh->path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open data shard '%s': %s", sh->path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != sh->file_bytes) {
+        snprintf(err, errlen, "data shard '%s' changed while in use: it is now %lld bytes, it was %zu; "
+                 "do not modify shards while training reads them",
+                 sh->path, S_ISREG(st.st_mode) ? (long long)st.st_size : -1LL, sh->file_bytes);
+        close(fd);
+        return -1;
+    }
+    p->fd = fd;
+    p->fd_shard = s;
+    return fd;
+}
+
+/* Reads exactly n bytes at off; -1 on a short read or an error. */
+static int pread_full(int fd, void *dst, size_t n, off_t off) {
+    uint8_t *d = dst;
+    while (n > 0) {
+        ssize_t got = pread(fd, d, n, off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got == 0) errno = 0; /* end of file: the file is shorter than expected */
+        if (got <= 0) return -1;
+        d += got, n -= (size_t)got, off += got;
+    }
+    return 0;
+}
+
 /* Fills this rank's inputs/targets (B*T each) for the batch at pos. Returns 0, or -1 with a
- * message in err if a token is >= vocab_size (inputs/targets are then incomplete). */
+ * message in err if the shard cannot be read in full (it was truncated or replaced while in
+ * use) or a token is >= vocab_size (inputs/targets are then incomplete). */
 static int produce_batch(const DataLoader *dl, Plan *p, Position pos, int32_t *inputs, int32_t *targets,
                          char *err, size_t errlen) {
     int s = plan_shard_at(dl, p, pos.epoch, pos.shard_pos);
@@ -197,18 +245,29 @@ static int produce_batch(const DataLoader *dl, Plan *p, Position pos, int32_t *i
     int64_t k = plan_batch_at(dl, p, pos.epoch, s, pos.batch_pos);
     size_t bt = (size_t)dl->B * (size_t)dl->T;
     size_t start = (size_t)k * dl->tokens_per_batch + (size_t)dl->rank * bt; /* token index in shard */
-    const uint8_t *data = sh->map + SHARD_HEADER_BYTES;
-    const uint16_t *t16 = (const uint16_t *)data + start; /* the map is page aligned, header 1024 B */
-    const uint32_t *t32 = (const uint32_t *)data + start;
+    if (!p->raw) p->raw = mallocCheck((bt + 1) * 4, "shard read buffer");
+    int fd = plan_shard_fd(dl, p, s, err, errlen);
+    if (fd < 0) return -1;
+    size_t bytes = (bt + 1) * (size_t)sh->token_bytes;
+    off_t off = (off_t)SHARD_HEADER_BYTES + (off_t)start * sh->token_bytes;
+    if (pread_full(fd, p->raw, bytes, off) != 0) {
+        struct stat st;
+        long long now = fstat(fd, &st) == 0 ? (long long)st.st_size : -1LL;
+        snprintf(err, errlen, "cannot read data shard '%s' at byte %lld (%zu bytes): it is now %lld bytes, it was "
+                 "%zu; it was truncated or changed while training read it",
+                 sh->path, (long long)off, bytes, now, sh->file_bytes);
+        return -1;
+    }
+    const uint16_t *t16 = (const uint16_t *)p->raw;
+    const uint32_t *t32 = (const uint32_t *)p->raw;
     uint32_t vocab = (uint32_t)dl->vocab_size;
     for (size_t i = 0; i <= bt; i++) {
         uint32_t tok = sh->token_bytes == 2 ? t16[i] : t32[i];
-        if (tok >= vocab) {
+        if (tok >= vocab) { /* checked at open; the file changed since */
             snprintf(err, errlen,
-                     "data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d "
-                     "(in global batch %lld of the shard, rank %d); the shard was made with another "
-                     "tokenizer, or vocab_size is wrong",
-                     sh->path, tok, start + i, sh->ntok, dl->vocab_size, (long long)k, dl->rank);
+                     "data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d: the shard "
+                     "changed while training read it",
+                     sh->path, tok, start + i, sh->ntok, dl->vocab_size);
             return -1;
         }
         if (i < bt) inputs[i] = (int32_t)tok;
@@ -258,8 +317,63 @@ static void move_to(DataLoader *dl, Position pos) {
 
 /* ---- open / close ---------------------------------------------------------------------- */
 
+/* Every token of the shard must be < vocab_size: checked once, at open, over the whole file (a
+ * max over 1 MiB chunks, which the compiler vectorises), so a bad shard fails before training
+ * instead of at whichever batch holds the bad token. */
+static void scan_vocab(int fd, const char *path, const ShardInfo *info, int vocab_size, const char *vocab_origin) {
+    enum { CHUNK_BYTES = 1 << 20 };
+    uint8_t *buf = mallocCheck(CHUNK_BYTES, "shard scan buffer");
+    size_t per = CHUNK_BYTES / (size_t)info->token_bytes;
+    for (size_t done = 0; done < info->ntok;) {
+        off_t off = (off_t)SHARD_HEADER_BYTES + (off_t)done * info->token_bytes;
+        /* holes of a sparse file read as token 0, always in range: skip them */
+        off_t data = lseek(fd, off, SEEK_DATA);
+        if (data < 0 && errno == ENXIO) break;
+        if (data > off) {
+            size_t skip_to = (size_t)(data - SHARD_HEADER_BYTES) / (size_t)info->token_bytes;
+            if (skip_to > done) {
+                done = skip_to < info->ntok ? skip_to : info->ntok;
+                continue;
+            }
+        }
+        size_t n = info->ntok - done < per ? info->ntok - done : per;
+        if (pread_full(fd, buf, n * (size_t)info->token_bytes, off) != 0)
+            llmc_die("cannot read data shard '%s' at byte %lld: %s", path, (long long)off,
+                     errno ? strerror(errno) : "the file is shorter than its header says");
+        uint32_t max = 0;
+        if (info->token_bytes == 2) {
+            const uint16_t *t = (const uint16_t *)buf;
+            uint16_t m = 0;
+            for (size_t i = 0; i < n; i++) m = t[i] > m ? t[i] : m;
+            max = m;
+        } else {
+            const uint32_t *t = (const uint32_t *)buf;
+            for (size_t i = 0; i < n; i++) max = t[i] > max ? t[i] : max;
+        }
+        if (max >= (uint32_t)vocab_size) {
+            size_t i = 0;
+            uint32_t tok = 0;
+            for (; i < n; i++) {
+                tok = info->token_bytes == 2 ? ((const uint16_t *)buf)[i] : ((const uint32_t *)buf)[i];
+                if (tok >= (uint32_t)vocab_size) break;
+            }
+            free(buf);
+            if (vocab_origin)
+                llmc_die("data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d, the "
+                         "vocabulary size in the header of the model '%s': either that header is wrong (a damaged "
+                         "model file) or the shard was made with another tokenizer",
+                         path, tok, done + i, info->ntok, vocab_size, vocab_origin);
+            llmc_die("data shard '%s': token %u at position %zu (of %zu tokens) is >= vocab_size %d: the shard was "
+                     "made with another tokenizer, or vocab_size is wrong",
+                     path, tok, done + i, info->ntok, vocab_size);
+        }
+        done += n;
+    }
+    free(buf);
+}
+
 static void shard_open(Shard *sh, const char *path, const char *pattern, size_t tokens_per_batch,
-                       int B, int T, int nproc) {
+                       int B, int T, int nproc, int vocab_size, const char *vocab_origin) {
     struct stat st;
     if (stat(path, &st) != 0) llmc_die("cannot stat data shard '%s': %s", path, strerror(errno));
     if (!S_ISREG(st.st_mode))
@@ -274,21 +388,18 @@ static void shard_open(Shard *sh, const char *path, const char *pattern, size_t 
                  path, info.ntok, B, T, nproc, tokens_per_batch + 1);
 
     size_t bytes = (size_t)SHARD_HEADER_BYTES + info.ntok * (size_t)info.token_bytes;
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) llmc_die("cannot open data shard '%s': %s", path, strerror(errno));
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size != bytes)
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != bytes)
         llmc_die("data shard '%s' changed size while being opened (now %lld bytes, expected %zu)", path,
                  (long long)st.st_size, bytes);
-    void *map = mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0);
-    if (map == MAP_FAILED)
-        llmc_die("cannot memory-map data shard '%s' (%zu bytes): %s", path, bytes, strerror(errno));
+    scan_vocab(fd, path, &info, vocab_size, vocab_origin);
     close(fd);
 
     size_t plen = strlen(path) + 1;
     sh->path = mallocCheck(plen, "shard path");
     memcpy(sh->path, path, plen);
-    sh->map = map;
-    sh->map_bytes = bytes;
+    sh->file_bytes = bytes;
     sh->token_bytes = info.token_bytes;
     sh->ntok = info.ntok;
     sh->nbatches = (int64_t)((info.ntok - 1) / tokens_per_batch);
@@ -310,6 +421,11 @@ static void check_open_args(const char *pattern, int B, int T, int rank, int npr
 
 DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int nproc,
                             int shuffle, uint64_t seed, int vocab_size, int prefetch) {
+    return dataloader_open_for_model(pattern, B, T, rank, nproc, shuffle, seed, vocab_size, prefetch, NULL);
+}
+
+DataLoader *dataloader_open_for_model(const char *pattern, int B, int T, int rank, int nproc, int shuffle,
+                                      uint64_t seed, int vocab_size, int prefetch, const char *vocab_origin) {
     check_open_args(pattern, B, T, rank, nproc, shuffle, vocab_size, prefetch);
     glob_t g;
     int grc = glob(pattern, GLOB_ERR, NULL, &g);
@@ -334,7 +450,7 @@ DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int npr
     dl->shards = callocCheck((size_t)dl->nshards, sizeof(Shard), "shard table");
     for (int i = 0; i < dl->nshards; i++) {
         Shard *sh = &dl->shards[i];
-        shard_open(sh, g.gl_pathv[i], pattern, dl->tokens_per_batch, B, T, nproc);
+        shard_open(sh, g.gl_pathv[i], pattern, dl->tokens_per_batch, B, T, nproc, vocab_size, vocab_origin);
         dl->num_tokens += sh->ntok;
         dl->batches_per_epoch += sh->nbatches;
         if (sh->nbatches > dl->max_shard_batches) dl->max_shard_batches = sh->nbatches;
@@ -373,10 +489,7 @@ void dataloader_close(DataLoader *dl) {
     }
     plan_free(&dl->caller_plan);
     plan_free(&dl->worker_plan);
-    for (int i = 0; i < dl->nshards; i++) {
-        munmap((void *)dl->shards[i].map, dl->shards[i].map_bytes);
-        free(dl->shards[i].path);
-    }
+    for (int i = 0; i < dl->nshards; i++) free(dl->shards[i].path);
     free(dl->shards);
     free(dl);
 }
@@ -447,43 +560,58 @@ void dataloader_get_state(const DataLoader *dl, DataLoaderState *st) {
     st->reserved[4] = seed_fingerprint(dl);
 }
 
-/* Dies unless the fingerprint in st (if any) matches this loader. */
-static void check_state_fingerprint(const DataLoader *dl, const DataLoaderState *st, const char *first) {
+int dataloader_check_state(DataLoader *dl, const DataLoaderState *st, char *err, size_t errlen) {
+    const char *first = dl->shards[0].path;
     const int64_t *r = st->reserved;
-    if (r[0] == 0 && r[1] == 0 && r[2] == 0 && r[3] == 0 && r[4] == 0) return; /* written by hand */
-    if (r[0] != DL_STATE_MAGIC)
-        llmc_die("data loader state for '%s...' is not one written by dataloader_get_state "
+    int by_hand = r[0] == 0 && r[1] == 0 && r[2] == 0 && r[3] == 0 && r[4] == 0;
+    if (!by_hand && r[0] != DL_STATE_MAGIC) {
+        snprintf(err, errlen, "data loader state for '%s...' is not one written by dataloader_get_state "
                  "(reserved[0] = %lld, expected %d or all reserved fields 0)",
                  first, (long long)r[0], DL_STATE_MAGIC);
-    if (r[1] != dl->nshards || r[2] != (int64_t)dl->num_tokens)
-        llmc_die("data loader state was saved for %lld shards with %lld tokens, but the data starting at "
+        return -1;
+    }
+    if (!by_hand && (r[1] != dl->nshards || r[2] != (int64_t)dl->num_tokens)) {
+        snprintf(err, errlen, "data loader state was saved for %lld shards with %lld tokens, but the data starting at "
                  "'%s' has %d shards with %zu tokens; resume with the same data files",
                  (long long)r[1], (long long)r[2], first, dl->nshards, dl->num_tokens);
-    if (r[3] != (int64_t)dl->tokens_per_batch)
-        llmc_die("data loader state was saved with %lld tokens per global batch (B*T*processes), this run "
+        return -1;
+    }
+    if (!by_hand && r[3] != (int64_t)dl->tokens_per_batch) {
+        snprintf(err, errlen, "data loader state was saved with %lld tokens per global batch (B*T*processes), this run "
                  "has %zu (B=%d, T=%d, %d processes); resume with the same global batch",
                  (long long)r[3], dl->tokens_per_batch, dl->B, dl->T, dl->nproc);
-    if (r[4] != seed_fingerprint(dl))
-        llmc_die("data loader state was saved with %s, this run uses %s; resume with the same "
+        return -1;
+    }
+    if (!by_hand && r[4] != seed_fingerprint(dl)) {
+        snprintf(err, errlen, "data loader state was saved with %s, this run uses %s; resume with the same "
                  "shuffle setting and seed",
                  r[4] ? "shuffle on" : "shuffle off",
                  dl->shuffle ? (r[4] ? "shuffle on with a different seed" : "shuffle on") : "shuffle off");
-}
-
-void dataloader_set_state(DataLoader *dl, const DataLoaderState *st) {
-    const char *first = dl->shards[0].path;
-    check_state_fingerprint(dl, st, first);
-    if (st->epoch < 0)
-        llmc_die("data loader state has a negative epoch %lld (data '%s'...)", (long long)st->epoch, first);
-    if (st->shard_pos < 0 || st->shard_pos >= dl->nshards)
-        llmc_die("data loader state has shard_pos %lld, but there are %d shards (data '%s'...)",
+        return -1;
+    }
+    if (st->epoch < 0) {
+        snprintf(err, errlen, "data loader state has a negative epoch %lld (data '%s'...)", (long long)st->epoch, first);
+        return -1;
+    }
+    if (st->shard_pos < 0 || st->shard_pos >= dl->nshards) {
+        snprintf(err, errlen, "data loader state has shard_pos %lld, but there are %d shards (data '%s'...)",
                  (long long)st->shard_pos, dl->nshards, first);
+        return -1;
+    }
     int s = plan_shard_at(dl, &dl->caller_plan, st->epoch, st->shard_pos);
-    if (st->batch_pos < 0 || st->batch_pos >= dl->shards[s].nbatches)
-        llmc_die("data loader state has batch_pos %lld, but shard '%s' (shard_pos %lld of epoch %lld) has "
+    if (st->batch_pos < 0 || st->batch_pos >= dl->shards[s].nbatches) {
+        snprintf(err, errlen, "data loader state has batch_pos %lld, but shard '%s' (shard_pos %lld of epoch %lld) has "
                  "%lld global batches of %zu tokens",
                  (long long)st->batch_pos, dl->shards[s].path, (long long)st->shard_pos,
                  (long long)st->epoch, (long long)dl->shards[s].nbatches, dl->tokens_per_batch);
+        return -1;
+    }
+    return 0;
+}
+
+void dataloader_set_state(DataLoader *dl, const DataLoaderState *st) {
+    char err[DL_ERR_LEN];
+    if (dataloader_check_state(dl, st, err, sizeof err) != 0) llmc_die("%s", err);
     Position pos = {st->epoch, st->shard_pos, st->batch_pos};
     move_to(dl, pos);
 }

@@ -19,7 +19,8 @@
  * trains. Results (batches, positions, errors and when they are raised) are identical with
  * prefetch on and off.
  *
- * Errors (bad pattern, bad/short shard, token >= vocab_size, a state that does not fit) are
+ * Errors (bad pattern, bad/short shard, token >= vocab_size, a state that does not fit, a shard
+ * truncated while in use) are
  * user errors: "error: ..." naming the file and what is wrong, exit status 1.
  */
 #ifndef LLMC_DATALOADER_H
@@ -36,12 +37,20 @@ typedef struct DataLoader DataLoader;
 
 /* pattern: a glob (glob(3), sorted) of shard files; dies with a clear message if nothing
  * matches, a shard is bad (shard_read_header), or a shard is too short for one global batch
- * (B*T*nproc + 1 tokens). vocab_size: any token >= vocab_size is an error naming the file and
- * token position, raised by the dataloader_next call that would return the batch holding it.
+ * (B*T*nproc + 1 tokens). vocab_size: every token of every shard is checked here, at open (one
+ * read of the data); any token >= vocab_size is an error naming the file and token position.
+ * Batches are read with pread: a shard truncated or changed while in use is an error naming it,
+ * raised by the dataloader_next call that would return the batch.
  * shuffle: 0 = llm.c's sequential order; 1 = per-epoch permutations (see above).
  * prefetch: 1 = a background thread prepares the next batch. */
 DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int nproc,
                             int shuffle, uint64_t seed, int vocab_size, int prefetch);
+
+/* The same, for a model's vocabulary: vocab_origin (the model file or descriptor, may be NULL)
+ * is named in the out-of-vocabulary error, since a damaged model header is as likely a cause
+ * as a shard made with another tokenizer. */
+DataLoader *dataloader_open_for_model(const char *pattern, int B, int T, int rank, int nproc, int shuffle,
+                                      uint64_t seed, int vocab_size, int prefetch, const char *vocab_origin);
 
 /* Fills inputs[B*T] and targets[B*T] with this rank's slice of the next global batch; wraps
  * into the next epoch at the end (reshuffling when shuffle = 1). */
@@ -70,6 +79,8 @@ void dataloader_get_state(const DataLoader *dl, DataLoaderState *st);
 /* Moves to st and discards any prefetched batch; dies with a clear message if st does not fit
  * these shards (out of range, or fingerprint of a different configuration). */
 void dataloader_set_state(DataLoader *dl, const DataLoaderState *st);
+/* The checks of dataloader_set_state without dying: 0, or -1 with the reason in err. */
+int dataloader_check_state(DataLoader *dl, const DataLoaderState *st, char *err, size_t errlen);
 
 /* Milliseconds the last dataloader_next call spent before the batch was in the caller's
  * buffers: waiting for the prefetch thread and copying (prefetch on), or reading and converting

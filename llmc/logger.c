@@ -2,9 +2,11 @@
 #include "atomicfile.h"
 #include "check.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 void format_float_roundtrip(char *buf, float x) {
@@ -32,8 +34,11 @@ static void format_double_roundtrip(char *buf, double x) {
 /* Keeps the lines of an existing log whose "step" is <= max_step, and the records of resumes
  * from before max_step (a resume from a later step belongs to the steps being dropped). */
 static void truncate_log(const char *path, int max_step) {
-    FILE *in = fopen(path, "rb");
-    if (!in) return;
+    struct stat st;
+    if (stat(path, &st) != 0) return; /* no log yet */
+    char err[4400];
+    FILE *in = fopen_regular(path, err, sizeof err);
+    if (!in) llmc_die("log: %s", err);
     AtomicFile af;
     atomic_open(&af, path);
     char line[65536];
@@ -44,7 +49,12 @@ static void truncate_log(const char *path, int max_step) {
         if (r && atoi(r + 15) >= max_step) continue;
         fputs(line, af.f);
     }
+    int bad = ferror(in);
     fclose(in);
+    if (bad) {
+        atomic_abort(&af);
+        llmc_die("cannot read the log '%s' to resume it", path);
+    }
     atomic_commit(&af);
 }
 
@@ -52,8 +62,12 @@ void logger_open(Logger *lg, const char *dir, int resume_step) {
     memset(lg, 0, sizeof *lg);
     if (!dir || !dir[0]) return;
     snprintf(lg->path, sizeof lg->path, "%s/log.jsonl", dir);
+    struct stat st;
+    if (stat(lg->path, &st) == 0 && !S_ISREG(st.st_mode))
+        llmc_die("log '%s' is %s, not a regular file", lg->path, file_kind_name(st.st_mode));
     if (resume_step >= 0) truncate_log(lg->path, resume_step);
-    lg->f = fopenCheck(lg->path, resume_step >= 0 ? "ab" : "wb");
+    lg->f = fopen(lg->path, resume_step >= 0 ? "ab" : "wb");
+    if (!lg->f) llmc_die("cannot open the log '%s': %s", lg->path, strerror(errno));
 }
 
 void log_begin(Logger *lg) {
@@ -118,10 +132,14 @@ void log_end(Logger *lg) {
     key(lg, "time");
     fprintf(lg->f, "%lld.%03ld", (long long)ts.tv_sec, ts.tv_nsec / 1000000);
     fputs("}\n", lg->f);
-    fflush(lg->f);
+    /* a full disk or an I/O error ends the run: a log that silently stops is a lost result */
+    if (fflush(lg->f) != 0 || ferror(lg->f)) llmc_die("writing the log '%s' failed: %s", lg->path, strerror(errno));
 }
 
 void logger_close(Logger *lg) {
-    if (lg->f) fclose(lg->f);
+    if (lg->f && fclose(lg->f) != 0) {
+        lg->f = NULL;
+        llmc_die("writing the log '%s' failed: %s", lg->path, strerror(errno));
+    }
     lg->f = NULL;
 }

@@ -39,6 +39,16 @@ const char *model_config_validate(const ModelConfig *cfg) {
     if (cfg->max_seq_len < 1 || cfg->vocab_size < 1 || cfg->num_layers < 1 || cfg->num_heads < 1 ||
         cfg->channels < 1 || cfg->num_kv_heads < 1 || cfg->ffn_hidden < 1)
         return "all dimensions must be positive";
+    /* explicit limits, far above any real GPT-2/Llama shape, so that every size computed from
+     * them (parameters, activations, file bytes) fits in 64 bits and no int product overflows */
+    if (cfg->max_seq_len > MODEL_MAX_SEQ_LEN || cfg->vocab_size > MODEL_MAX_VOCAB ||
+        cfg->padded_vocab_size > MODEL_MAX_VOCAB || cfg->num_layers > MODEL_MAX_LAYERS ||
+        cfg->channels > MODEL_MAX_CHANNELS || cfg->num_heads > cfg->channels ||
+        cfg->num_kv_heads > cfg->num_heads || cfg->ffn_hidden > 4 * MODEL_MAX_CHANNELS) {
+        snprintf(msg, sizeof msg, "a dimension is out of range (limits: maxT %d, vocab %d, layers %d, channels %d, heads <= channels)",
+                 MODEL_MAX_SEQ_LEN, MODEL_MAX_VOCAB, MODEL_MAX_LAYERS, MODEL_MAX_CHANNELS);
+        return msg;
+    }
     if (cfg->padded_vocab_size < cfg->vocab_size) {
         snprintf(msg, sizeof msg, "padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size,
                  cfg->vocab_size);

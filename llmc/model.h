@@ -41,6 +41,12 @@ typedef struct {
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc);
 /* Checks divisibility and ranges; returns NULL or a message describing the problem. */
 const char *model_config_validate(const ModelConfig *cfg);
+/* The limits model_config_validate enforces (checkpoint headers are checked against them before
+ * any size is computed). */
+#define MODEL_MAX_SEQ_LEN (1 << 24)
+#define MODEL_MAX_VOCAB (1 << 24)
+#define MODEL_MAX_LAYERS (1 << 12)
+#define MODEL_MAX_CHANNELS (1 << 16)
 
 typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRule;
 

@@ -11,9 +11,10 @@
 int shard_read_header(const char *path, ShardInfo *info, char *err, size_t errlen) {
     char dummy[8];
     if (!err) err = dummy, errlen = sizeof dummy;
-    FILE *f = fopen(path, "rb");
+    char why[4200];
+    FILE *f = fopen_regular(path, why, sizeof why); /* a FIFO or device would block */
     if (!f) {
-        snprintf(err, errlen, "cannot open data shard '%s': %s", path, strerror(errno));
+        snprintf(err, errlen, "data shard: %s", why);
         return -1;
     }
     int32_t h[SHARD_HEADER_INTS];

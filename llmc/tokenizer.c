@@ -165,14 +165,11 @@ void token_buf_free(TokenBuf *buf) {
 
 /* Reads a whole file; NULL with a reason on failure. */
 static unsigned char *read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        set_err(err, errlen, "cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
+    FILE *f = fopen_regular(path, err, errlen); /* a FIFO or device would block or never end */
+    if (!f) return NULL;
     struct stat st;
-    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
-        set_err(err, errlen, "'%s' is not a regular file", path);
+    if (fstat(fileno(f), &st) != 0) {
+        set_err(err, errlen, "cannot stat '%s': %s", path, strerror(errno));
         fclose(f);
         return NULL;
     }

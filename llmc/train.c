@@ -1,4 +1,5 @@
 #include "train.h"
+#include "atomicfile.h"
 #include "check.h"
 #include "checkpoint.h"
 #include "dataloader.h"
@@ -9,6 +10,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +28,21 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
 
-/* ---- z-score outlier detection for -sl / -sg (window of the last 128 values) ---------- */
-enum { OUTLIER_WINDOW = 128 };
+/* ---- z-score outlier detection for -sl / -sg -------------------------------------------
+ * The window holds the last 128 finite values of a series, skipped steps included: a value that
+ * was judged an outlier still enters the window, so after a lasting shift of the distribution the
+ * mean follows and the detector stops skipping (for -sl 3 after at most ~13 steps: a value at the
+ * new level has z = sqrt((1 - p) / p) when a fraction p of the window is at the new level).
+ * Warm-up: no z-score until the window holds OUTLIER_WARMUP values. Non-finite values and
+ * diverged steps (see train_run) never enter the window. */
+enum { OUTLIER_WINDOW = 128, OUTLIER_WARMUP = 32 };
 typedef struct {
     double values[OUTLIER_WINDOW];
     int count, next;
 } Outliers;
 
 static double outlier_zscore(const Outliers *o, double x) {
-    if (o->count < OUTLIER_WINDOW) return 0.0; /* not enough history to judge */
+    if (o->count < OUTLIER_WARMUP) return 0.0; /* not enough history to judge */
     double mean = 0.0, var = 0.0;
     for (int i = 0; i < o->count; i++) mean += o->values[i];
     mean /= o->count;
@@ -74,6 +82,12 @@ static void sample_text_open(SampleText *st, const TrainConfig *tc, const ModelC
         printf("note: %s; samples are printed as token ids\n", err);
         return;
     }
+    if (tokenizer_eot(tok) >= (uint32_t)cfg->vocab_size || tokenizer_vocab_size(tok) > (size_t)cfg->vocab_size) {
+        printf("note: the tokenizer '%s' has %zu tokens, more than the model's vocabulary of %d; samples are printed "
+               "as token ids\n", path, tokenizer_vocab_size(tok), cfg->vocab_size);
+        tokenizer_free(tok);
+        return;
+    }
     st->tok = tok;
     st->eot = (int)tokenizer_eot(tok);
 #else
@@ -107,7 +121,7 @@ static void sample_text_close(SampleText *st) {
 }
 
 static void generate(TrainBackend *be, const SampleText *st, Rng *rng, int T, int gen_tokens) {
-    int *tokens = (int *)mallocCheck((size_t)(gen_tokens + 1) * sizeof(int), "sample tokens");
+    int *tokens = (int *)mallocCheck(((size_t)gen_tokens + 1) * sizeof(int), "sample tokens");
     tokens[0] = st->eot;
     printf("generating:\n---\n");
     for (int n = 1; n <= gen_tokens; n++) {
@@ -149,16 +163,25 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     return -1;
 }
 
-/* Writes model, state and the DONE marker (which holds the resolved configuration rc). */
+/* Writes model, state and the DONE marker (which holds the resolved configuration rc).
+ * healthy: the newest checkpoint step proven healthy (a later step trained from its weights
+ * without diverging); pruning never deletes it. */
 static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, DataLoader *loader,
-                            const Rng *sampler_rng, int step) {
+                            const Rng *sampler_rng, int step, int healthy) {
     char model[4200], state[4200];
     checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
-    if (tc->process_rank == 0)
-        model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
-                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+    for (size_t i = 0; i < be->num_parameters; i++)
+        if (!isfinite(be->host_params[i]))
+            llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
+                     "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
+                     i, (double)be->host_params[i], step, tc->output_dir);
     TrainState st = {0};
+    if (tc->process_rank == 0) {
+        st.model_crc = model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
+                                       tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        st.has_model_crc = 1;
+    }
     st.step = step;
     st.numel = be->num_parameters;
     st.B = tc->B;
@@ -178,17 +201,24 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
         checkpoint_mark_done(tc->output_dir, step, config);
-        checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank);
+        checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank, healthy);
     }
     printf("checkpoint: %s\n", model);
 }
 
 static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *loader, Rng *sampler_rng, int step) {
-    char state[4200];
-    checkpoint_paths(tc->output_dir, step, tc->process_rank, NULL, state, NULL, sizeof state);
+    char state[4200], model[4200];
+    checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof state);
     TrainState st;
     state_file_load(state, &st, be->host_m, be->host_v, be->num_parameters);
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
+    if (st.has_model_crc) {
+        uint32_t crc = model_file_checksum(model);
+        if (crc != st.model_crc)
+            llmc_die("training state '%s' was saved with another model file than '%s' (crc32 %08x, the state "
+                     "records %08x): the model and the state of step %d do not belong together",
+                     state, model, (unsigned)crc, (unsigned)st.model_crc, step);
+    }
     if (st.B != tc->B || st.T != tc->T || st.processes != tc->num_processes || st.shuffle != tc->shuffle ||
         st.seed != tc->seed)
         llmc_die("cannot resume from '%s': it was written with -b %d -t %d -pn %d --shuffle %d --seed %llu, "
@@ -197,6 +227,8 @@ static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *load
                  tc->num_processes, tc->shuffle, (unsigned long long)tc->seed);
     DataLoaderState ds;
     memcpy(&ds, st.loader, sizeof ds);
+    char err[4600];
+    if (dataloader_check_state(loader, &ds, err, sizeof err) != 0) llmc_die("training state '%s': %s", state, err);
     dataloader_set_state(loader, &ds);
     sampler_rng->state = st.sampler_rng;
     if (be->load_backend_state) be->load_backend_state(be->model, st.backend);
@@ -297,14 +329,20 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const long long total_batch = tc->total_batch ? tc->total_batch : micro_tokens;
     if (total_batch % micro_tokens != 0)
         llmc_die("-d %lld is not a multiple of B*T*processes = %d*%d*%d = %lld tokens", total_batch, B, T, P, micro_tokens);
+    if (total_batch / micro_tokens > INT_MAX)
+        llmc_die("-d %lld needs %lld gradient accumulation steps of %lld tokens; at most %d are supported",
+                 total_batch, total_batch / micro_tokens, micro_tokens, INT_MAX);
     const int accum = (int)(total_batch / micro_tokens);
 
-    DataLoader *train = dataloader_open(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
-                                        cfg->vocab_size, 1);
+    char origin[4200];
+    if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, tc->process_rank, origin, NULL, NULL, sizeof origin);
+    else snprintf(origin, sizeof origin, "%s", tc->init);
+    DataLoader *train = dataloader_open_for_model(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
+                                                  cfg->vocab_size, 1, origin);
     DataLoader *val = NULL;
     int val_batches = 0;
     if (tc->val_every > 0) {
-        val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, P, 0, 0, cfg->vocab_size, 0);
+        val = dataloader_open_for_model(tc->val_pattern, B, T, tc->process_rank, P, 0, 0, cfg->vocab_size, 0, origin);
         int avail = (int)dataloader_batches_per_epoch(val);
         val_batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
     }
@@ -327,6 +365,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
+    if (tc->output_dir[0]) atomic_remove_stale(tc->output_dir); /* created and locked by the run-directory check */
     if (resume_step >= 0) load_state(tc, be, train, &sampler_rng, resume_step);
     if (tc->overwrite) {
         char names[512];
@@ -355,6 +394,10 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const int schedule = lr_schedule_parse(tc->schedule);
     const double flops_per_step = gpt2_flops_per_token(cfg, T) * (double)total_batch;
     Outliers loss_hist = {{0}, 0, 0}, norm_hist = {{0}, 0, 0};
+    const float diverged_loss = 10.0f * logf((float)cfg->vocab_size > 2.0f ? (float)cfg->vocab_size : 2.0f);
+    /* last_ckpt: the newest checkpoint written (or resumed from); healthy_ckpt: the newest one a
+     * later step trained from without diverging (its weights gave a sane loss) */
+    int consecutive_skips = 0, last_diverged = 0, last_ckpt = resume_step, healthy_ckpt = -1;
     int have_overfit_batch = 0;
     ValRecord val_best = {0.0f, -1}, val_last = {0.0f, -1};
     char saved_model[4200] = "";
@@ -386,17 +429,31 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         float loss = (float)(loss_sum / accum);
         float lr = lr_at(schedule, step - 1, max_steps, tc->warmup, tc->lr, tc->final_frac);
         float norm = be->grad_norm(be->model);
-        double lz = outlier_zscore(&loss_hist, loss), nz = outlier_zscore(&norm_hist, norm);
-        const char *skip = !isfinite(loss) || !isfinite(norm) ? "non-finite loss or gradient"
+        /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a
+         * uniform guess's ln V), means the weights are broken: the update is skipped, no checkpoint
+         * is written and the value never enters the outlier windows. A non-finite gradient norm
+         * with a sane loss (e.g. an fp16 loss-scale overflow) only skips the update. -sl/-sg
+         * outliers skip the update but do enter the windows (see Outliers). */
+        const int diverged = !isfinite(loss) || loss > diverged_loss;
+        const int finite_norm = isfinite(norm);
+        double lz = diverged || !finite_norm ? 0.0 : outlier_zscore(&loss_hist, loss);
+        double nz = diverged || !finite_norm ? 0.0 : outlier_zscore(&norm_hist, norm);
+        const char *skip = diverged ? (isfinite(loss) ? "diverged loss" : "non-finite loss")
+                           : !finite_norm ? "non-finite gradient"
                            : tc->skip_loss_z > 0 && lz > tc->skip_loss_z ? "loss outlier"
                            : tc->skip_norm_z > 0 && nz > tc->skip_norm_z ? "grad-norm outlier"
                                                                           : NULL;
         if (!skip) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
             be->update(be->model, tc, lr, step, scale);
+        }
+        if (!diverged && finite_norm) {
             outlier_push(&loss_hist, loss);
             outlier_push(&norm_hist, norm);
         }
+        consecutive_skips = skip ? consecutive_skips + 1 : 0;
+        last_diverged = diverged;
+        if (!diverged) healthy_ckpt = last_ckpt;
         double step_ms = now_ms() - t0;
         double tok_s = total_batch / (step_ms / 1e3);
         char extra[256] = "", elapsed[32], eta[32];
@@ -440,10 +497,34 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             log_end(&lg);
         }
         if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
+        if (tc->max_skips > 0 && consecutive_skips >= tc->max_skips) {
+            char where[4400] = "there is no healthy checkpoint";
+            if (healthy_ckpt >= 0)
+                snprintf(where, sizeof where, "the newest healthy checkpoint is step %d in '%s'", healthy_ckpt, tc->output_dir);
+            if (last_ckpt > healthy_ckpt && last_ckpt > resume_step) {
+                size_t n = strlen(where);
+                snprintf(where + n, sizeof where - n, " (step %d was saved after it and may hold the diverging weights)",
+                         last_ckpt);
+            }
+            llmc_die("training stopped at step %d: %d consecutive steps were skipped (last: %s, loss %g, grad norm %g; "
+                     "--max-skips %d); %s. Lower the learning rate (-l), or raise -sl/-sg or --max-skips",
+                     step, consecutive_skips, skip, (double)loss, (double)norm, tc->max_skips, where);
+        }
+        if (last && last_diverged)
+            llmc_die("the last step (%d) diverged (%s, loss %g): the run did not end in a usable model%s; the newest "
+                     "healthy checkpoint is step %d (-1: none). Lower the learning rate (-l)",
+                     step, skip, (double)loss, tc->output_dir[0] ? " and no final checkpoint was written" : "",
+                     healthy_ckpt);
         /* with -o the last step is always saved: the model, and the state to continue it */
         if (tc->output_dir[0] && (last || (tc->ckpt_every > 0 && step % tc->ckpt_every == 0))) {
-            save_checkpoint(tc, &rc, be, train, &sampler_rng, step);
-            checkpoint_paths(tc->output_dir, step, tc->process_rank, saved_model, NULL, NULL, sizeof saved_model);
+            if (last_diverged) {
+                /* a diverged model is never written */
+                printf("note: no checkpoint at step %d: the step diverged (%s)\n", step, skip);
+            } else {
+                save_checkpoint(tc, &rc, be, train, &sampler_rng, step, healthy_ckpt);
+                checkpoint_paths(tc->output_dir, step, tc->process_rank, saved_model, NULL, NULL, sizeof saved_model);
+                last_ckpt = step;
+            }
         }
     }
     print_summary(first_step, last_step, max_steps, total_batch, wall_s() - run_start, &val_best, &val_last, saved_model);

@@ -7,7 +7,7 @@
 set -euo pipefail
 mode="${1:-test}"
 mode="${mode#--}"
-build_pkgs=(gcc g++ make libopenblas-openmp-dev libpcre2-dev curl)
+build_pkgs=(gcc g++ make libopenblas-openmp-dev libpcre2-dev zlib1g-dev curl)
 test_pkgs=(python3 python3-numpy python3-torch python3-pip openmpi-bin libopenmpi-dev)
 case "$mode" in
 build) pkgs=("${build_pkgs[@]}") ;;

@@ -160,8 +160,9 @@ def main():
     p = run(base + ["-x", "7", "-n", "1", "-nk", "2", "-nm", "3", "-v", "0", "-o", keep])
     if p.returncode == 0:
         done = sorted(int(f[5:]) for f in os.listdir(keep) if f.startswith("DONE_"))
-        models = sorted(int(f[6:14]) for f in os.listdir(keep) if f.startswith("model_"))
-        report(done == [3, 6, 7] and models == [3, 6, 7], "-n 1 -nk 2 -nm 3 keeps steps 3, 6, 7", f"DONE {done}, models {models}")
+        models = sorted(int(f[6:14]) for f in os.listdir(keep) if f.startswith("model_") and f.endswith(".bin"))
+        sums = sorted(int(f[6:14]) for f in os.listdir(keep) if f.startswith("model_") and f.endswith(".bin.sum"))
+        report(done == [3, 6, 7] and models == [3, 6, 7] and sums == models, "-n 1 -nk 2 -nm 3 keeps steps 3, 6, 7 (and their checksum files)", f"DONE {done}, models {models}, sums {sums}")
     else:
         report(False, "checkpoint retention run", p.stderr[-300:])
 
