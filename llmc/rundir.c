@@ -86,7 +86,9 @@ int rundir_run_files(const char *dir, char *names, size_t len) {
     size_t used = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!is_run_file(e->d_name)) continue;
+        /* temporary files are never a run's result: a dead process's were removed at start
+         * (atomic_remove_stale), and a live one's cannot be a trainer's (the lock) */
+        if (!is_run_file(e->d_name) || strstr(e->d_name, ".tmp.")) continue;
         if (count < 4 && used < len) {
             int k = snprintf(names + used, len - used, "%s%s", count ? ", " : "", e->d_name);
             if (k > 0) used += (size_t)k;

@@ -21,7 +21,8 @@ void rundir_refuse_launcher(void);
 /* mkdir -p dir, then the exclusive lock (kept until the process exits); dies if another
  * process holds it, naming the directory and that process's PID. */
 void rundir_lock(const char *dir);
-/* Number of run files in dir (0 when it does not exist); names gets a short list of them. */
+/* Number of run files in dir (0 when it does not exist; temporary files are not counted); names
+ * gets a short list of them. */
 int rundir_run_files(const char *dir, char *names, size_t len);
 /* Deletes the run files (DONE_ markers first, so no checkpoint looks complete midway). */
 void rundir_remove_run(const char *dir);

@@ -141,6 +141,7 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     snprintf(init_path, len, "%s", tc->init);
     if (!tc->output_dir[0]) return -1;
     rundir_lock(tc->output_dir);
+    atomic_remove_stale(tc->output_dir); /* temporary files of dead processes (kill -9, full disk) */
     char names[512];
     int files = rundir_run_files(tc->output_dir, names, sizeof names);
     int step = checkpoint_latest_step(tc->output_dir);
@@ -365,7 +366,6 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
-    if (tc->output_dir[0]) atomic_remove_stale(tc->output_dir); /* created and locked by the run-directory check */
     if (resume_step >= 0) load_state(tc, be, train, &sampler_rng, resume_step);
     if (tc->overwrite) {
         char names[512];

@@ -150,6 +150,7 @@ def main():
     # ---- 7: divergence ------------------------------------------------------------------------
     d7 = fresh_copy("diverge")
     rc, out, err = run(TRAINER, base + ["-x", "30", "-n", "1", "-nk", "1", "-l", "1e6", "--max-skips", "3", "-y", "1",
+                                        "--allow-config-change", "1",
                                         "-o", d7])
     models = sorted(glob.glob(os.path.join(d7, "model_*.bin")))
     finite = True
@@ -191,17 +192,17 @@ def main():
     # ---- 10: checksums -----------------------------------------------------------------------------
     d = fresh_copy("flip_model")
     flip_bit(os.path.join(d, "model_00000002.bin"), 1024 + 4 * 1000 + 2, 3)
-    expect_error(base + ["-x", "4", "-y", "1", "-o", d], ["model_00000002.bin", "checksum"],
+    expect_error(base + ["-x", "4", "-y", "1", "--allow-config-change", "1", "-o", d], ["model_00000002.bin", "checksum"],
                  "10: bit flip in a checkpoint's model payload -> error on resume")
     d = fresh_copy("flip_state")
     flip_bit(os.path.join(d, "state_00000002_00000.bin"), 1024 + 4 * 5000 + 1, 6)
-    expect_error(base + ["-x", "4", "-y", "1", "-o", d], ["state_00000002_00000.bin", "checksum"],
+    expect_error(base + ["-x", "4", "-y", "1", "--allow-config-change", "1", "-o", d], ["state_00000002_00000.bin", "checksum"],
                  "10: bit flip in a state file's payload -> error on resume")
     d = fresh_copy("pair")
     for suffix in (".bin", ".bin.sum"):
         if os.path.exists(os.path.join(d, "model_00000001" + suffix)):
             shutil.copy(os.path.join(d, "model_00000001" + suffix), os.path.join(d, "model_00000002" + suffix))
-    expect_error(base + ["-x", "4", "-y", "1", "-o", d], ["state_00000002_00000.bin", "model_00000002.bin", "belong"],
+    expect_error(base + ["-x", "4", "-y", "1", "--allow-config-change", "1", "-o", d], ["state_00000002_00000.bin", "model_00000002.bin", "belong"],
                  "10: state paired with another step's model -> error")
     flipped = P("flipped_e.bin")
     shutil.copy(m2, flipped)
@@ -226,12 +227,12 @@ def main():
     d = fresh_copy("state_loader")
     st = os.path.join(d, "state_00000002_00000.bin")
     state_rewrite(st, lambda h: h.__setitem__(14, 99))  # loader shard_pos (int64 at [14..15])
-    expect_error(base + ["-x", "4", "-y", "1", "-o", d], [st, "shard_pos 99"],
+    expect_error(base + ["-x", "4", "-y", "1", "--allow-config-change", "1", "-o", d], [st, "shard_pos 99"],
                  "11: a bad loader position in a state file names the state file")
     d = fresh_copy("state_rng")
     st = os.path.join(d, "state_00000002_00000.bin")
     state_rewrite(st, lambda h: (h.__setitem__(28, 0), h.__setitem__(29, 0)))
-    expect_error(base + ["-x", "4", "-y", "1", "-o", d], [st, "sampler RNG"], "11: sampler_rng = 0 in a state file -> error")
+    expect_error(base + ["-x", "4", "-y", "1", "--allow-config-change", "1", "-o", d], [st, "sampler RNG"], "11: sampler_rng = 0 in a state file -> error")
     badv = P("badv.bin")
     shutil.copy(model, badv)
     with open(badv, "r+b") as f:

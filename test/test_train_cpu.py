@@ -287,7 +287,8 @@ def run_directory_tests(tmp, tr, va, train):
            f"exit {p.returncode}: {p.stderr.strip()[-400:]}; files unchanged: {before == after}")
     p = run(rs + ["-x", "1", "-o", d1, "--overwrite", "1"])
     recs = read_log(d1) if p.returncode == 0 else []
-    report(p.returncode == 0 and files_of(d1) == ["DONE_00000001", "log.jsonl", "model_00000001.bin", "state_00000001_00000.bin"]
+    report(p.returncode == 0 and files_of(d1) == ["DONE_00000001", "log.jsonl", "model_00000001.bin", "model_00000001.bin.sum",
+                                                 "state_00000001_00000.bin"]
            and [r.get("step") for r in recs if "train_loss" in r] == [1] and len([r for r in recs if "event" in r]) == 1,
            "--overwrite 1 deletes the old run's files and starts a new run", f"{files_of(d1)} {recs[:3]} {p.stderr[-300:]}")
     p = run(rs + ["-x", "2", "-o", d1, "-y", "1", "--allow-config-change", "1"])
