@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "llmc/check.h"
+#include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/decode.h"
 #include "llmc/cpu/model.h"
 #include "llmc/rng.h"
@@ -154,6 +155,8 @@ static void write_token(const Tokenizer *tok, int id) {
 }
 
 int main(int argc, char **argv) {
+    char blas[320]; /* first: may re-execute the program with better OpenBLAS kernels */
+    blas_choose_kernels(argv, blas, sizeof blas);
     GenConfig g;
     parse_args(&g, argc, argv);
 #ifdef _OPENMP
@@ -202,7 +205,7 @@ int main(int argc, char **argv) {
                  ids.n, cfg->max_seq_len, cfg->max_seq_len - 1);
     fprintf(stderr, "model: %s: L %d, NH %d, C %d, maxT %d, V %d: %zu parameters\n", g.init, cfg->num_layers,
             cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, model.num_parameters);
-    fprintf(stderr, "tokenizer: %s\n", tok_path);
+    fprintf(stderr, "tokenizer: %s\nblas: %s\n", tok_path, blas);
     fprintf(stderr, "prompt: %zu tokens; generating up to %d (temperature %g, top-k %d, top-p %g, seed %llu)\n",
             prompt_len > 0 ? ids.n : 0, g.gen_tokens, (double)g.temperature, g.top_k, (double)g.top_p, g.seed);
 

@@ -11,3 +11,8 @@ endif
 
 $(BUILD)/test/test_decode: $(call obj,test/test_decode.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+
+# test_blas_select: choosing OpenBLAS kernels from CPU features (llmc/cpu/blas_select.c)
+TEST_BINS += $(BUILD)/test/test_blas_select
+$(BUILD)/test/test_blas_select: $(call obj,test/test_blas_select.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
