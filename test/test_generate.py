@@ -105,6 +105,19 @@ def main():
         report(len(new) == 64 - n_prompt and b"maxT" in r.stderr, "generate_reports_stop_at_maxT",
                f"{len(new)} reference tokens after a {n_prompt}-token prompt; stderr {r.stderr[-200:]!r}")
 
+        # a model whose every prediction is end-of-text (final LayerNorm output = 100 x wte[EOT]):
+        # nothing follows the prompt, and stderr says why it stopped
+        cfg, tensors, _ = ref.load_model(m3)
+        tensors["lnfw"].zero_()
+        tensors["lnfb"].copy_(100.0 * tensors["wte"][EOT])
+        meot = os.path.join(tmp, "model_eot.bin")
+        ref.save_model(meot, cfg, tensors, 3)
+        new, _ = ref.greedy_generate(ref.GPT2(cfg, tensors), enc.encode_ordinary(prompt), 10, EOT)
+        r = run(["-e", meot, "--prompt", prompt, "-g", "10", "--temperature", "0"])
+        report(new == [] and r.returncode == 0 and r.stdout == prompt.encode() and b"end-of-text" in r.stderr,
+               "stops_at_end_of_text_printing_nothing_after_the_prompt",
+               f"reference {new}; rc {r.returncode}; stdout {r.stdout!r}; stderr {r.stderr[-200:]!r}")
+
         # sampling: reproducible with --seed, different with another seed, top-k 1 = greedy
         sample = ["-e", m3, "--prompt", prompt, "-g", "30", "--temperature", "1.5", "--threads", "1"]
         a, b, c = run(sample + ["--seed", "7"]), run(sample + ["--seed", "7"]), run(sample + ["--seed", "8"])
