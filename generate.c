@@ -177,10 +177,17 @@ int main(int argc, char **argv) {
         prompt = read_all(stdin, &prompt_len);
     }
 
+    /* stdout carries only the text: what the loaders print (notes on the checkpoint) goes to stderr */
+    fflush(stdout);
+    int saved_stdout = dup(STDOUT_FILENO);
+    if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) llmc_die("cannot redirect stdout: %s", strerror(errno));
     GPT2 model;
     ModelConfig mc;
     if (model_config_from_descriptor(&mc, g.init) == 0) gpt2_build_random(&model, &mc, g.seed);
     else gpt2_build_from_checkpoint(&model, g.init);
+    fflush(stdout);
+    if (dup2(saved_stdout, STDOUT_FILENO) < 0) llmc_die("cannot restore stdout: %s", strerror(errno));
+    close(saved_stdout);
     const ModelConfig *cfg = &model.cfg;
     char tok_path[1100];
     Tokenizer *tok = open_tokenizer(&g, prompt_len > 0, tok_path, sizeof tok_path);
