@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,6 +45,8 @@ typedef struct {
     const char *field;
     long long no_index;
     long long quiet;
+    long long skip_bad_lines;
+    long long overwrite;
 } Options;
 
 typedef enum { FLAG_INT, FLAG_STR, FLAG_BOOL } FlagKind;
@@ -74,6 +77,10 @@ static const Flag SHARD_FLAGS[] = {
     {"--text-field", NULL, FLAG_STR, OPT(field), 0, 0, "JSONL: the field holding each document's text"},
     {"--no-index", NULL, FLAG_BOOL, OPT(no_index), 0, 1,
      "name the files PREFIX_val.bin and PREFIX_train.bin (at most one train shard)"},
+    {"--skip-bad-lines", NULL, FLAG_BOOL, OPT(skip_bad_lines), 0, 1,
+     "JSONL: skip lines that are not an object with the text field (counted, first one reported) instead of stopping"},
+    {"--overwrite", NULL, FLAG_BOOL, OPT(overwrite), 0, 1,
+     "remove the shards an earlier run left under PREFIX first (without it they are an error)"},
 };
 
 typedef struct {
@@ -208,6 +215,9 @@ typedef struct {
     uint32_t eot;
     TokenBuf out;
     char err[512];          /* non-empty: the job failed */
+    int skip_bad;           /* jsonl: skip bad lines instead of failing */
+    size_t skipped;         /* jsonl: lines skipped */
+    char bad[512];          /* jsonl: the first skipped line's file, number and reason */
 } Job;
 
 /* Byte length of the White_Space character (the regex's \s) starting at s[p], or 0 if
@@ -398,9 +408,15 @@ static void run_jsonl_job(TokenizerContext *ctx, Job *j) {
         if (k < e) {
             int rc = json_get_field(s + p, e - p, j->field, &text, &cap, &len);
             if (rc <= 0) {
-                snprintf(j->err, sizeof j->err, "'%s' line %zu: %s", j->in->path, lineno,
-                         rc < 0 ? "not a valid JSON object" : "no string field with the text");
-                break;
+                const char *why = rc < 0 ? "not a valid JSON object" : "no string field with the text";
+                if (!j->skip_bad) {
+                    snprintf(j->err, sizeof j->err, "'%s' line %zu: %s (--skip-bad-lines skips such lines)",
+                             j->in->path, lineno, why);
+                    break;
+                }
+                if (j->skipped++ == 0) snprintf(j->bad, sizeof j->bad, "'%s' line %zu: %s", j->in->path, lineno, why);
+                p = e + 1;
+                continue;
             }
             token_buf_push(&j->out, j->eot);
             if (encode_range(ctx, j, text, len) != 0) break;
@@ -487,6 +503,9 @@ typedef struct {
     TokenizerContext **ctx;
     Progress progress;
     int *shards_written; /* for the progress line */
+    int skip_bad;        /* --skip-bad-lines */
+    size_t skipped;      /* JSONL lines skipped, and the first of them */
+    char first_bad[512];
 } Pipeline;
 
 /* Encodes every input in order, handing each job's tokens to sink. text_eot: an EOT before
@@ -510,6 +529,7 @@ static void encode_inputs(Pipeline *pl, InputFile *ins, int nin, int text_eot, i
                 j->out = keep, j->out.n = 0;
                 j->in = in, j->start = pos, j->end = end, j->eot = tokenizer_eot(pl->tok);
                 j->eot_first = first && text_eot, j->doc_split = doc_split, j->field = field, j->first_line = line;
+                j->skip_bad = pl->skip_bad;
                 if (in->jsonl) {
                     for (const char *q = in->data + pos; (q = memchr(q, '\n', (size_t)(in->data + end - q))); q++) line++;
                 }
@@ -519,6 +539,8 @@ static void encode_inputs(Pipeline *pl, InputFile *ins, int nin, int text_eot, i
             for (size_t i = 0; i < b.njobs; i++) {
                 Job *j = &b.jobs[i];
                 if (j->err[0]) llmc_die("%s", j->err);
+                if (j->skipped && !pl->skipped) snprintf(pl->first_bad, sizeof pl->first_bad, "%s", j->bad);
+                pl->skipped += j->skipped;
                 sink(sink_arg, j->out.ids, j->out.n);
                 pl->progress.done_bytes += j->end - j->start;
                 pl->progress.tokens += j->out.n;
@@ -542,6 +564,7 @@ static void pipeline_init(Pipeline *pl, const Tokenizer *tok, const Options *o, 
     }
     pl->progress.t0 = pl->progress.last = now_s();
     pl->progress.quiet = (int)o->quiet;
+    pl->skip_bad = (int)o->skip_bad_lines;
     pl->progress.tty = isatty(2);
     for (int f = 0; f < nin; f++) pl->progress.total_bytes += ins[f].len;
 }
@@ -652,6 +675,8 @@ typedef struct {
     size_t total;
 } ShardSink;
 
+static void clear_old_shards(const char *prefix, int overwrite, int remove);
+
 static void shard_flush(ShardSink *s) {
     char path[4200];
     const char *split = s->index == 0 ? "val" : "train";
@@ -663,6 +688,7 @@ static void shard_flush(ShardSink *s) {
     } else {
         snprintf(path, sizeof path, "%s_%s_%06d.bin", s->o->prefix, split, s->index);
     }
+    if (s->index == 0 && s->o->overwrite) clear_old_shards(s->o->prefix, 1, 1);
     shard_write(path, s->cur.ids, s->cur.n, s->token_bytes);
     s->total += s->cur.n;
     s->cur.n = 0;
@@ -676,6 +702,112 @@ static void sink_shards(void *arg, const uint32_t *ids, size_t n) {
         token_buf_push(&s->cur, ids[i]);
         if (s->cur.n == s->cur_limit) shard_flush(s);
     }
+}
+
+/* ---- the output prefix: its directory, and shards an earlier run left there ------------------ */
+
+/* mkdir -p of the directory part of prefix ("data/mydata/my" -> data/mydata). */
+static void make_prefix_dir(const char *prefix) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s", prefix);
+    char *slash = strrchr(path, '/');
+    if (!slash || slash == path) return;
+    *slash = '\0';
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            llmc_die("--out-prefix %s: cannot create directory '%s': %s", prefix, path, strerror(errno));
+        *p = saved;
+        if (!saved) break;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) llmc_die("--out-prefix %s: '%s' is not a directory", prefix, path);
+}
+
+/* 1 if name is one of our shards for base (the prefix's file part): base_{val,train}_NNNNNN.bin
+ * (six or more digits) or base_{val,train}.bin. */
+static int is_prefix_shard(const char *name, const char *base) {
+    size_t n = strlen(base);
+    if (strncmp(name, base, n) != 0) return 0;
+    const char *r = name + n;
+    if (strncmp(r, "_val", 4) == 0) r += 4;
+    else if (strncmp(r, "_train", 6) == 0) r += 6;
+    else return 0;
+    if (strcmp(r, ".bin") == 0) return 1;
+    if (*r++ != '_') return 0;
+    int digits = 0;
+    while (*r >= '0' && *r <= '9') r++, digits++;
+    return digits >= 6 && strcmp(r, ".bin") == 0;
+}
+
+/* Shards of an earlier run under this prefix would be read by training together with the new
+ * ones (a glob matches both). remove 0: dies if there are any, unless overwrite (--overwrite);
+ * remove 1: removes them (called just before the first new shard is written, so that a run
+ * that fails before writing anything leaves the old shards in place). */
+static void clear_old_shards(const char *prefix, int overwrite, int remove) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", prefix);
+    char *slash = strrchr(dir, '/');
+    const char *base = prefix;
+    if (slash) {
+        base = prefix + (slash - dir) + 1;
+        if (slash == dir) slash[1] = '\0';
+        else *slash = '\0';
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    DIR *d = opendir(dir);
+    if (!d) llmc_die("--out-prefix %s: cannot read directory '%s': %s", prefix, dir, strerror(errno));
+    size_t found = 0;
+    char first[4400] = "";
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_prefix_shard(e->d_name, base)) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (found++ == 0) snprintf(first, sizeof first, "%s", path);
+        if (remove && unlink(path) != 0) llmc_die("--overwrite: cannot remove '%s': %s", path, strerror(errno));
+    }
+    closedir(d);
+    if (!found || (overwrite && !remove)) return;
+    if (!overwrite)
+        llmc_die("--out-prefix %s: %zu shard file(s) of an earlier run exist (e.g. '%s'); training would read them "
+                 "with the new ones. Remove them, choose another prefix, or pass --overwrite to replace them",
+                 prefix, found, first);
+    fprintf(stderr, "removed %zu shard file(s) of an earlier run under '%s' (--overwrite)\n", found, prefix);
+}
+
+/* Called when the input has ended, before the last flush. The validation shard comes first, so a
+ * corpus that does not reach past it would leave nothing for training. Explicit --val-tokens: an
+ * error. Default (the first shard is validation): when the whole corpus fits in that one shard,
+ * its first tenth becomes validation and the rest training. */
+static void split_small_corpus(ShardSink *s) {
+    int train_empty = s->index == 0 || (s->index == 1 && s->cur.n == 0);
+    if (!train_empty) return;
+    size_t total = s->total + s->cur.n;
+    if (s->o->val_tokens || s->index == 1) {
+        if (s->index == 1) { /* the validation shard was written by this run: take it back */
+            char path[4200];
+            if (s->o->no_index) snprintf(path, sizeof path, "%s_val.bin", s->o->prefix);
+            else snprintf(path, sizeof path, "%s_val_%06d.bin", s->o->prefix, 0);
+            unlink(path);
+        }
+        llmc_die("the corpus has %zu tokens, not more than the validation part (%s %lld), so nothing would be "
+                 "left for training; lower --val-tokens (e.g. to %zu, a tenth)", total,
+                 s->o->val_tokens ? "--val-tokens" : "the first shard, --shard-tokens",
+                 s->o->val_tokens ? s->o->val_tokens : s->o->shard_tokens, total / 10 ? total / 10 : 1);
+    }
+    if (total < 2) llmc_die("the corpus has %zu token(s): too few to split into validation and training", total);
+    size_t nval = total / 10 ? total / 10 : 1;
+    fprintf(stderr, "note: the corpus (%zu tokens) fits in one shard: its first %zu tokens (a tenth) are validation, "
+            "the rest training (--val-tokens N sets the split)\n", total, nval);
+    TokenBuf all = s->cur;
+    s->cur = (TokenBuf){0};
+    for (size_t i = 0; i < nval; i++) token_buf_push(&s->cur, all.ids[i]);
+    shard_flush(s);
+    for (size_t i = nval; i < total; i++) token_buf_push(&s->cur, all.ids[i]);
+    token_buf_free(&all);
 }
 
 static int has_suffix(const char *s, const char *suf) {
@@ -702,6 +834,8 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     if (strcmp(o->format, "auto") && strcmp(o->format, "text") && strcmp(o->format, "jsonl"))
         llmc_die("flag --format: '%s' is not one of auto, text, jsonl", o->format);
     Tokenizer *t = load_tokenizer(o, 1);
+    make_prefix_dir(o->prefix);
+    clear_old_shards(o->prefix, (int)o->overwrite, 0);
     ShardSink sink = {.o = o, .token_bytes = resolve_token_bytes(o, t)};
     sink.cur_limit = (size_t)(o->val_tokens ? o->val_tokens : o->shard_tokens);
     InputFile *ins = callocCheck((size_t)nin, sizeof *ins, "inputs");
@@ -714,9 +848,12 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     pipeline_init(&pl, t, o, ins, nin);
     pl.shards_written = &sink.index;
     encode_inputs(&pl, ins, nin, 1, doc_split, o->field, sink_shards, &sink);
-    if (sink.cur.n || sink.index == 0) shard_flush(&sink);
+    split_small_corpus(&sink);
+    if (sink.cur.n) shard_flush(&sink);
     progress_show(&pl.progress, 1, sink.index);
-    if (sink.index == 1) fprintf(stderr, "warning: only %zu tokens: everything went to the validation shard\n", sink.total);
+    if (pl.skipped)
+        fprintf(stderr, "warning: skipped %zu bad JSONL line(s) (--skip-bad-lines); the first: %s\n", pl.skipped,
+                pl.first_bad);
     token_buf_free(&sink.cur);
     pipeline_free(&pl);
     for (int i = 0; i < nin; i++) input_close(&ins[i]);

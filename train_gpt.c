@@ -10,7 +10,7 @@
 
 #include "llmc/check.h"
 #include "llmc/cli.h"
-#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/model.h"
 #include "llmc/train.h"
 
@@ -56,6 +56,8 @@ static void build_model(GPT2 *model, const char *init, unsigned long long seed) 
 }
 
 int main(int argc, char **argv) {
+    char blas[320]; /* first: may re-execute the program with better OpenBLAS kernels */
+    blas_choose_kernels(argv, blas, sizeof blas);
     setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
     train_config_defaults(&tc);
@@ -85,17 +87,7 @@ int main(int argc, char **argv) {
     build_model(&model, init, tc.seed);
     gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
 
-    char name[256], blas[96];
-    snprintf(blas, sizeof blas, "%s", llmc_sgemm_backend());
-#if LLMC_USE_OPENBLAS
-    /* Which kernels OpenBLAS chose matters up to 2x: say it, and say when the CPU could do more. */
-    const char *core = openblas_get_corename();
-    snprintf(blas, sizeof blas, "OpenBLAS %s kernels", core);
-    if (__builtin_cpu_supports("avx512f") && strcmp(core, "Haswell") == 0)
-        printf("note: this CPU has AVX-512 but OpenBLAS runs its Haswell (AVX2) kernels%s; "
-               "unsetting OPENBLAS_CORETYPE or setting it to SkylakeX can double matmul speed\n",
-               getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE is set" : "");
-#endif
+    char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
     TrainBackend be = {0};
     be.name = name;

@@ -42,4 +42,4 @@ PY
     fi
     jsonl+=("$js")
 done
-./tokenizer shards --shard-tokens 100000000 -o "$prefix" "${jsonl[@]}"
+./tokenizer shards --shard-tokens 100000000 --overwrite -o "$prefix" "${jsonl[@]}"

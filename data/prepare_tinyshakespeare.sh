@@ -54,5 +54,5 @@ fi
 
 ./tokenizer export --tokenizer "$gpt2" "$tokfile"
 ./tokenizer shards --quiet --tokenizer "$gpt2" --doc-split blank-lines --val-tokens 32768 \
-    --shard-tokens 2147483647 --token-bytes 2 --no-index -o "$dir/tiny_shakespeare" "$input"
+    --shard-tokens 2147483647 --token-bytes 2 --no-index --overwrite -o "$dir/tiny_shakespeare" "$input"
 echo "tiny Shakespeare: wrote $val, $train, $tokfile"

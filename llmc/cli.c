@@ -32,7 +32,7 @@ static const Flag flags[] = {
     {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
     {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
     {"-d", "--total-batch", F_LLONG, FIELD(total_batch), "tokens per optimizer step; 0 = B*T*processes; gradient accumulation = d/(B*T*processes)"},
-    {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data"},
+    {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (validation loss of the model, no training)"},
     {"-k", "--lr-schedule", F_STRING, FIELD(schedule), "cosine | linear | constant | wsd"},
     {"-l", "--lr", F_FLOAT, FIELD(lr), "peak learning rate"},
     {"-u", "--warmup", F_INT, FIELD(warmup), "linear warmup steps"},
@@ -371,7 +371,7 @@ static void validate(const TrainConfig *c) {
     if (cpus > 0 && c->threads > cpus)
         llmc_die("flag --threads %d exceeds the %ld CPUs of this machine (0 = all of them)", c->threads, cpus);
     if (c->total_batch < 0) llmc_die("flag -d (--total-batch) must be >= 0, got %lld", c->total_batch);
-    if (c->max_steps == 0 || c->max_steps < -1) llmc_die("flag -x (--max-steps) must be positive or -1, got %d", c->max_steps);
+    if (c->max_steps < -1) llmc_die("flag -x (--max-steps) must be positive, -1 or 0, got %d", c->max_steps);
     if (lr_schedule_parse(c->schedule) < 0)
         llmc_die("flag -k (--lr-schedule): unknown schedule '%s' (cosine, linear, constant, wsd)", c->schedule);
     if (c->lr < 0) llmc_die("flag -l (--lr) must be >= 0, got %g", (double)c->lr);

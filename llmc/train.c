@@ -322,7 +322,44 @@ static void log_run_record(Logger *lg, const TrainConfig *rc, const TrainBackend
     log_end(lg);
 }
 
+/* -x 0: the validation loss of the loaded model (-e, or with -y 1 the latest checkpoint in -o),
+ * over the batches a training run's evaluation uses; printed, and logged with "eval_only" when
+ * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
+static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_step) {
+    const int B = tc->B, T = tc->T;
+    if (tc->val_every <= 0) llmc_die("-x 0 evaluates the validation loss, but -v %d disables validation", tc->val_every);
+    DataLoader *val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, tc->num_processes, 0, 0,
+                                      be->cfg.vocab_size, 0);
+    int avail = (int)dataloader_batches_per_epoch(val);
+    int batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
+    int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
+    const int step = resume_step < 0 ? 0 : resume_step;
+    printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
+           resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
+    printf("backend: %s\n", be->name);
+    float vl = evaluate(be, val, batches, inputs, targets, B, T);
+    printf("val loss %.6f (step %d)\n", vl, step);
+    fflush(stdout);
+    if (tc->output_dir[0]) {
+        Logger lg; /* the directory was created and locked by train_resolve_init */
+        logger_open(&lg, tc->output_dir, INT_MAX); /* keeps every existing line */
+        log_begin(&lg);
+        log_int(&lg, "step", step);
+        log_float(&lg, "val_loss", vl);
+        log_int(&lg, "eval_only", 1);
+        log_string(&lg, "model", resume_step < 0 ? tc->init : tc->output_dir);
+        log_end(&lg);
+        logger_close(&lg);
+    }
+    dataloader_close(val);
+    free(inputs);
+    free(targets);
+    return 0;
+}
+
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
+    if (tc->max_steps == 0) return evaluate_only(tc, be, resume_step);
     const ModelConfig *cfg = &be->cfg;
     const int B = tc->B, T = tc->T, P = tc->num_processes;
     if (T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", T, cfg->max_seq_len);

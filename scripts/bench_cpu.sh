@@ -46,7 +46,8 @@ import json, statistics
 ms = [json.loads(l)['step_ms'] for l in open('$out/ours/log.jsonl') if 'train_loss' in l][1:]
 print(statistics.median(ms))")
     local core
-    core=$(sed -n 's/^backend: CPU fp32, OpenBLAS \([A-Za-z0-9]*\) kernels.*/\1/p' "$out/ours.txt")
+    # e.g. "Cooperlake kernels (chosen by llmc from the CPU's features; OpenBLAS detected Prescott)"
+    core=$(sed -n 's/^backend: CPU fp32, OpenBLAS \(.* kernels\( ([^)]*)\)\{0,1\}\), [0-9]* threads\{0,1\}$/\1/p' "$out/ours.txt")
     "${env_cmd[@]}" /usr/bin/time -v $py dev/reference/train_gpt2.py --bench-steps "$steps" --batch-size 4 --seq-len 64 \
         > "$out/torch.txt" 2> "$out/torch.time"
     torch_ms=$(sed -n 's/^BENCH pytorch ms_per_step=\([0-9.]*\).*/\1/p' "$out/torch.txt")
@@ -55,7 +56,7 @@ print(statistics.median(ms))")
 import sys
 mode, core, peak, flops, ours, ours_rss, torch, torch_rss = sys.argv[1:]
 peak, flops, ours, torch = float(peak), float(flops), float(ours), float(torch)
-print(f"\n### OpenBLAS environment: {mode} (our trainer ran OpenBLAS '{core}' kernels); CPU fp32 peak measured: {peak:.0f} GFLOP/s\n")
+print(f"\n### OpenBLAS environment: {mode} (our trainer ran OpenBLAS {core}); CPU fp32 peak measured: {peak:.0f} GFLOP/s\n")
 print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
 print("|---|---|---|---|---|---|")
 for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):

@@ -113,6 +113,23 @@ static void test_sampler(void) {
     float flat[4] = {1, 1, 1, 1};
     test_report(sample_softmax(flat, 4, 0.1f) == 0 && sample_softmax(flat, 4, 0.3f) == 1 && sample_softmax(flat, 4, 0.99f) == 3,
                 "sampler inverts the CDF", "");
+    /* sample_filtered: logits log(0.5, 0.3, 0.15, 0.05) (V = 4) */
+    float lp[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    int k2_ok = 1, p_ok = 1, t_ok = 1;
+    for (int i = 0; i < 100; i++) {
+        float coin = (i + 0.25f) / 100.0f; /* never on a CDF boundary */
+        int k2 = sample_filtered(lp, 4, 1.0f, 2, 1.0f, coin); /* renormalised 5/8, 3/8 */
+        k2_ok &= k2 == (coin < 0.625f ? 0 : 1);
+        int p7 = sample_filtered(lp, 4, 1.0f, 0, 0.7f, coin); /* 0.5 + 0.3 reaches 0.7: the two best */
+        p_ok &= p7 == (coin < 0.625f ? 0 : 1);
+        int all = sample_filtered(lp, 4, 1.0f, 0, 1.0f, coin); /* no filter: the plain inverse CDF */
+        t_ok &= all == (coin < 0.5f ? 0 : coin < 0.8f ? 1 : coin < 0.95f ? 2 : 3);
+    }
+    test_report(k2_ok, "top-k 2 samples the two best, renormalised", "");
+    test_report(p_ok, "top-p 0.7 samples the smallest set reaching 0.7, renormalised", "");
+    test_report(t_ok, "temperature 1 without filters is the inverse CDF of the softmax", "");
+    test_report(sample_filtered(lp, 4, 0.0f, 0, 1.0f, 0.99f) == 0 && sample_filtered(lp, 3, 100.0f, 1, 1.0f, 0.99f) == 0,
+                "temperature 0 and top-k 1 give the argmax", "");
 }
 
 static void test_throttle_words(void) {

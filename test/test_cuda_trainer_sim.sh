@@ -28,6 +28,18 @@ check "train_gpt (harness) bf16 3 steps + checkpoint" 3 "$($SIM $common -x 3 -n 
 check "train_gpt_cpu resumes a train_gpt checkpoint" 5 "$(./train_gpt_cpu $common -x 5 -n 5 -y 1 --allow-config-change 1 2>&1)"
 check "train_gpt (harness) fp16 resumes a train_gpt_cpu checkpoint" 6 "$($SIM $common -x 6 -n 6 -y 1 --precision fp16 --allow-config-change 1 2>&1)"
 
+# -x 0 (evaluation only) through the harness: the latest checkpoint's val loss, no training step;
+# in fp32 equal to train_gpt_cpu's -x 0 to 1e-5 relative (the summation orders differ)
+evalonly="-e d1 -i $W/none_*.bin -j $W/train.bin -b 2 -t 16 -m 2 -s 0 -x 0 -y 1 -o $W/out"
+ev_sim=$($SIM $evalonly --precision fp32 2>&1); ev_cpu=$(./train_gpt_cpu $evalonly 2>&1)
+v_sim=$(echo "$ev_sim" | sed -n 's/^val loss \([0-9.]*\) (step 6)$/\1/p'); v_cpu=$(echo "$ev_cpu" | sed -n 's/^val loss \([0-9.]*\) (step 6)$/\1/p')
+if [ -n "$v_sim" ] && [ -n "$v_cpu" ] && ! echo "$ev_sim" | grep -q "^step" &&
+    /usr/bin/python3 -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * abs(b))" "$v_sim" "$v_cpu"; then
+    echo "PASS: train_gpt (harness) -x 0 evaluates the checkpoint only, equal to train_gpt_cpu's ($v_sim vs $v_cpu)"
+else
+    echo "FAIL: train_gpt (harness) -x 0"; echo "$ev_sim" | tail -3; echo "$ev_cpu" | tail -3; FAILED=1
+fi
+
 # fp16 resume is bit-exact, loss scaler included: an uninterrupted run against one that stops
 # at the step-2 checkpoint (its later files removed) and resumes
 fp16="-e d1 -i $W/train.bin -b 2 -t 16 -v 0 -s 0 --precision fp16 -x 4 -n 2"

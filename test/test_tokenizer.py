@@ -45,6 +45,17 @@ def read_shard(path):
     return list(memoryview(data[1024:]).cast("H" if width == 2 else "I"))
 
 
+def read_shards(prefix):
+    """All tokens of PREFIX_val_000000.bin, PREFIX_train_000001.bin, ... in order."""
+    out, i = [], 0
+    while True:
+        path = f"{prefix}_{'val' if i == 0 else 'train'}_{i:06d}.bin"
+        if not os.path.exists(path):
+            return out
+        out += read_shard(path)
+        i += 1
+
+
 def write_shard(path, tokens):
     """llm.c's write_datafile (uint16 version)."""
     header = [0] * 256
@@ -92,7 +103,7 @@ class Ctx:
         r = run(["shards", "-q", "-o", prefix, "--shard-tokens", "2000000000", *extra, src])
         if r.returncode != 0:
             raise RuntimeError(r.stderr.decode(errors="replace"))
-        ids = read_shard(prefix + "_val_000000.bin")
+        ids = read_shards(prefix)
         out, cur = [], None
         for t in ids:
             if t == 50256:
@@ -338,8 +349,74 @@ def check_shards(ctx, shakespeare):
     prefix = ctx.path("multi")
     r = run(["shards", "-q", "-o", prefix, a, b])
     want2 = [50256] + ctx.enc.encode_ordinary("First file.\n\n") + [50256] + ctx.enc.encode_ordinary("Second  file")
-    report(r.returncode == 0 and read_shard(prefix + "_val_000000.bin") == want2, "shards_text_files_one_doc_each",
+    report(r.returncode == 0 and read_shards(prefix) == want2, "shards_text_files_one_doc_each",
            r.stderr.decode(errors="replace"))
+
+
+def check_shard_traps(ctx):
+    """./tokenizer shards: the output directory is created; a corpus too small for the validation
+    part is an error or split by the documented rule; old shards under the prefix are refused or
+    (--overwrite) replaced; bad JSONL lines stop the job or (--skip-bad-lines) are skipped and
+    counted."""
+    docs = [f"Document number {i} says hello to the world." for i in range(40)]
+    src = ctx.path("traps.jsonl")
+    with open(src, "w") as f:
+        for d in docs:
+            f.write(json.dumps({"text": d}) + "\n")
+    want = []
+    for d in docs:
+        want += [50256] + ctx.enc.encode_ordinary(d)
+    # README's example shape: the prefix's directories do not exist yet
+    prefix = os.path.join(ctx.path("newdir"), "sub", "my")
+    r = run(["shards", "-q", "-o", prefix, src, "--val-tokens", "100"])
+    ok = r.returncode == 0 and len(read_shard(prefix + "_val_000000.bin")) == 100 and read_shards(prefix) == want
+    report(ok, "shards_create_output_directory", r.stderr.decode(errors="replace"))
+    # the same prefix again: refused, old shards untouched; --overwrite replaces them, none left over
+    before = sorted(os.listdir(os.path.dirname(prefix)))
+    r = run(["shards", "-q", "-o", prefix, src, "--val-tokens", "50", "--shard-tokens", "100"])
+    err = r.stderr.decode(errors="replace")
+    report(r.returncode == 1 and "error:" in err and "--overwrite" in err and "_val_000000.bin" in err
+           and sorted(os.listdir(os.path.dirname(prefix))) == before and read_shards(prefix) == want,
+           "shards_existing_prefix_refused", f"rc {r.returncode}: {err[:300]}")
+    r = run(["shards", "-q", "-o", prefix, src, "--val-tokens", "50", "--shard-tokens", "100", "--overwrite"])
+    n = 1 + (len(want) - 50 + 99) // 100
+    names = [f"my_{'val' if i == 0 else 'train'}_{i:06d}.bin" for i in range(n)]
+    report(r.returncode == 0 and sorted(os.listdir(os.path.dirname(prefix))) == sorted(names)
+           and read_shards(prefix) == want and len(read_shard(prefix + "_val_000000.bin")) == 50,
+           "shards_overwrite_replaces_old_shards", f"rc {r.returncode}; files {sorted(os.listdir(os.path.dirname(prefix)))}")
+    # a longer run followed by a shorter one must not leave the longer run's last shards
+    r = run(["shards", "-q", "-o", prefix, src, "--val-tokens", "50", "--overwrite"])
+    report(r.returncode == 0 and sorted(os.listdir(os.path.dirname(prefix))) == ["my_train_000001.bin", "my_val_000000.bin"],
+           "shards_overwrite_removes_extra_old_shards", f"files {sorted(os.listdir(os.path.dirname(prefix)))}")
+    # explicit --val-tokens at or above the corpus: an error naming --val-tokens and the size; nothing written
+    small = ctx.path("small")
+    for val in (len(want), len(want) + 1000):
+        r = run(["shards", "-q", "-o", small, src, "--val-tokens", str(val)])
+        err = r.stderr.decode(errors="replace")
+        report(r.returncode == 1 and "--val-tokens" in err and f"{len(want)} tokens" in err
+               and not read_shards(small), f"shards_val_tokens_{'equal' if val == len(want) else 'above'}_corpus_is_an_error",
+               f"rc {r.returncode}: {err[:300]}")
+    # default (the first shard is validation) on a corpus smaller than a shard: the first tenth is validation
+    r = run(["shards", "-q", "-o", small, src])
+    val = read_shard(small + "_val_000000.bin") if r.returncode == 0 else []
+    report(r.returncode == 0 and len(val) == len(want) // 10 and read_shards(small) == want and b"tenth" in r.stderr,
+           "shards_small_corpus_default_split_one_tenth", f"rc {r.returncode}; val {len(val)} of {len(want)}: {r.stderr[:300]!r}")
+    # a malformed line: stops with its line number and the hint; --skip-bad-lines skips and counts
+    bad = ctx.path("bad.jsonl")
+    with open(bad, "w") as f:
+        f.write(json.dumps({"text": docs[0]}) + "\n" + '{"text": oops}\n' + json.dumps({"text": docs[1]}) + "\n"
+                + '{"other": "x"}\n' + "[1, 2]\n" + json.dumps({"text": docs[2]}) + "\n")
+    r = run(["shards", "-q", "-o", ctx.path("b1"), bad])
+    err = r.stderr.decode(errors="replace")
+    report(r.returncode == 1 and "line 2" in err and "--skip-bad-lines" in err, "shards_bad_line_error_names_line_and_flag", err[:300])
+    skipped = ctx.path("b2")
+    r = run(["shards", "-q", "-o", skipped, bad, "--skip-bad-lines"])
+    err = r.stderr.decode(errors="replace")
+    good = []
+    for d in docs[:3]:
+        good += [50256] + ctx.enc.encode_ordinary(d)
+    report(r.returncode == 0 and "skipped 3 bad JSONL line(s)" in err and "line 2" in err and read_shards(skipped) == good,
+           "shards_skip_bad_lines_counts_and_reports_first", f"rc {r.returncode}: {err[:300]}")
 
 
 def main():
@@ -408,6 +485,7 @@ def main():
                    r.stderr.decode(errors="replace"))
 
         check_shards(ctx, shakespeare)
+        check_shard_traps(ctx)
         check_data(ctx, gpt2_dir, shakespeare)
         check_bad_inputs(ctx)
     print(f"({failures} failed)")

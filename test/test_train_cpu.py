@@ -155,6 +155,29 @@ def main():
         leftovers = [f for f in os.listdir(part) if ".tmp." in f]
         report(not leftovers, "no temporary files left in the output directory", f"{leftovers}")
 
+    # --- -x 0: evaluation only, equal to the validation loss the training run logged ----------------
+    if ok:
+        logged = dict(train_series(read_log(full), "val_loss"))
+        ev = os.path.join(tmp, "eval_only")
+        # no training data needed: -i names nothing
+        p = run(["-x", "0", "-e", os.path.join(full, "model_00000008.bin"), "-i", os.path.join(tmp, "none_*.bin"),
+                 "-j", va, "-b", "4", "-t", "32", "-m", "2", "-o", ev])
+        lines = read_log(ev) if p.returncode == 0 else []
+        report(p.returncode == 0 and len(lines) == 1 and lines[0].get("eval_only") == 1 and
+               lines[0]["val_loss"] == logged.get(8) and "step" not in p.stdout.replace("(step", ""),
+               "-x 0 -e CHECKPOINT: val loss equals the training run's at that step, logged, no training",
+               f"rc {p.returncode}: {lines} vs logged {logged}; {p.stdout[-300:]} {p.stderr[-300:]}")
+        resumed = os.path.join(tmp, "eval_resume")
+        shutil.copytree(full, resumed)
+        before = open(os.path.join(resumed, "log.jsonl")).read()
+        p = run(base + ["-x", "0", "-y", "1", "-o", resumed])
+        after = open(os.path.join(resumed, "log.jsonl")).read()
+        last = json.loads(after.splitlines()[-1]) if after.startswith(before) and after != before else {}
+        report(p.returncode == 0 and last.get("val_loss") == logged.get(8) and last.get("step") == 8 and
+               f"val loss {logged.get(8, 0):.6f} (step 8)" in p.stdout,
+               "-x 0 -y 1: latest checkpoint's val loss printed and appended to its log (old lines kept)",
+               f"rc {p.returncode}; last line {last}; {p.stdout[-300:]} {p.stderr[-300:]}")
+
     # --- checkpoint retention: -nk keeps the newest N, -nm spares multiples of M ----------------------
     keep = os.path.join(tmp, "keep")
     p = run(base + ["-x", "7", "-n", "1", "-nk", "2", "-nm", "3", "-v", "0", "-o", keep])
@@ -230,7 +253,8 @@ def main():
         (d + ["-b", "0"], "-b"),
         (d + ["-b", "-3"], "-b"),
         (d + ["-t", "0"], "-t"),
-        (d + ["-x", "0"], "-x"),
+        (d + ["-x", "-2"], "-x"),
+        (d + ["-x", "0", "-v", "0"], "-v"),
         (d + ["-l", "fast"], "-l"),
         (d + ["-k", "zigzag"], "zigzag"),
         (d + ["--precision", "bf16"], "precision"),

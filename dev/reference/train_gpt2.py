@@ -510,6 +510,27 @@ def debug_state_size(B, T, cfg, nsteps):
     return HEADER_BYTES + 4 * (2 * B * T + B * T * cfg.vocab_size + 1 + P + 2 * nsteps + P)
 
 
+@torch.no_grad()
+def greedy_generate(model, prompt_ids, max_new, eot):
+    """Greedy decoding by full recompute: at each step the whole sequence goes through the model
+    and the next token is the argmax of the last position's logits over the real vocabulary
+    (the first maximum). Stops after max_new tokens, at eot (not returned) or at maxT.
+    Returns (new ids, smallest gap between the best and second-best logit seen)."""
+    ids, out, gap = list(prompt_ids), [], math.inf
+    V = model.cfg.vocab_size
+    while len(out) < max_new and len(ids) < model.cfg.max_seq_len:
+        logits, _ = model(torch.tensor([ids], dtype=torch.long))
+        last = logits[0, -1, :V]
+        top2 = torch.topk(last, 2).values
+        gap = min(gap, float(top2[0] - top2[1]))
+        nxt = int(torch.argmax(last))
+        if nxt == eot:
+            break
+        out.append(nxt)
+        ids.append(nxt)
+    return out, gap
+
+
 def write_debug_state(path, cfg, x, y, hp, nsteps, ref):
     B, T = x.shape
     hp_values = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.grad_clip]
@@ -613,6 +634,12 @@ def parse_args(argv):
     g.add_argument("--steps", type=int, default=10, help="training steps in the debug state")
     g.add_argument("--float64", action="store_true",
                    help="compute the debug state in float64 (from the same fp32 parameters)")
+    g = p.add_argument_group("greedy generation (full recompute; checks ./generate)")
+    g.add_argument("--generate", type=int, default=0, metavar="N",
+                   help="print the greedy continuation (up to N token ids) of --prompt-ids")
+    g.add_argument("--prompt-ids", default="50256", metavar="IDS",
+                   help="comma-separated prompt token ids for --generate")
+    g.add_argument("--eot", type=int, default=50256, help="end-of-text id: --generate stops there")
     g = p.add_argument_group("optimizer")
     g.add_argument("--lr", type=float, default=HyperParams.lr,
                    help="learning rate")
@@ -650,8 +677,14 @@ def parse_args(argv):
     for k in ("steps", "bench_steps"):
         if getattr(args, k) < 0:
             p.error(f"--{k.replace('_', '-')} must be >= 0")
-    if not (args.save_model or args.debug_state or args.bench_steps):
-        p.error("nothing to do: give --save-model, --debug-state and/or --bench-steps")
+    if not (args.save_model or args.debug_state or args.bench_steps or args.generate):
+        p.error("nothing to do: give --save-model, --debug-state, --bench-steps and/or --generate")
+    if args.generate < 0:
+        p.error("--generate must be >= 0")
+    try:
+        args.prompt_ids = [int(t) for t in args.prompt_ids.split(",")]
+    except ValueError:
+        p.error(f"--prompt-ids expects comma-separated integers, got '{args.prompt_ids}'")
     if args.debug_state and args.device != "cpu":
         print("warning: debug states are byte-reproducible on CPU only", file=sys.stderr)
     if args.flash and not have_flash():
@@ -712,6 +745,17 @@ def main(argv=None):
         losses = " ".join(f"{v:.6f}" for v in ref["losses"])
         print(f"wrote {args.debug_state}: loss {ref['loss']:.6f}; losses {losses}")
         del model, ref
+
+    if args.generate:
+        model = make_model(cfg, tensors, "cpu", torch.float32)
+        if not args.prompt_ids or not all(0 <= t < cfg.vocab_size for t in args.prompt_ids):
+            raise SystemExit(f"--prompt-ids: every id must be in [0, {cfg.vocab_size})")
+        if len(args.prompt_ids) >= cfg.max_seq_len:
+            raise SystemExit(f"--prompt-ids: {len(args.prompt_ids)} ids leave no room below maxT "
+                             f"{cfg.max_seq_len}")
+        out, gap = greedy_generate(model, args.prompt_ids, args.generate, args.eot)
+        print(f"GENERATE ids={','.join(map(str, out))} min_top2_gap={gap:.6g}")
+        del model
 
     if args.bench_steps:
         model = make_model(cfg, tensors, args.device, torch.float32, flash=args.flash)
