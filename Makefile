@@ -116,10 +116,11 @@ $(BUILD)/.git_commit: FORCE
 $(BUILD)/llmc/rundir.o: $(BUILD)/.git_commit
 $(BUILD)/llmc/rundir.o: override CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
 
-# Objects depend on the flags they were compiled with (rebuilt when a feature appears).
+# Objects depend on the flags they were compiled with (rebuilt when a feature appears), and so
+# through the libraries do the programs (LDFLAGS are in the stamp so that they relink too).
 $(BUILD)/.cflags: FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CC) $(CFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS)' > $@
+	@echo '$(CC) $(CFLAGS) $(LDFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(LDFLAGS)' > $@
 FORCE:
 
 $(BUILD)/%.o: %.c $(BUILD)/.cflags
@@ -155,6 +156,10 @@ demo:
 bench: train_gpt_cpu
 	@scripts/deps.sh test
 	scripts/bench_cpu.sh
+
+# `make print-VAR` prints a variable's value (scripts build variants with the same flags)
+print-%:
+	@echo '$($*)'
 
 clean:
 	rm -rf $(BUILD) $(BIN_PATHS)
