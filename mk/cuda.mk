@@ -11,9 +11,13 @@ GPU_ARCH    ?= sm_90
 # everything a CUDA translation unit may include (the shared core's headers as well)
 CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
 NVCCFLAGS   := -O3 -std=c++17 -arch=$(GPU_ARCH) -I. -Xcompiler -Wall,-Wextra -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
-# LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler)
+# LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler), after the
+# sanitizer flags of CFLAGS and LDFLAGS (so that an ASan-built libllmc.a links here too)
 comma := ,
-CUDA_LDLIBS = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -fopenmp,-Xcompiler -fopenmp,$(LDLIBS))) -lcublasLt -lcudart
+# (nvcc splits -Xcompiler values at commas: -fsanitize=a,b goes as -fsanitize=a -fsanitize=b)
+san_split       = $(foreach f,$(1),$(if $(and $(findstring sanitize,$(f)),$(findstring =,$(f))),$(foreach v,$(subst $(comma), ,$(word 2,$(subst =, ,$(f)))),$(word 1,$(subst =, ,$(f)))=$(v)),$(f)))
+nvcc_host_flags = $(foreach f,$(call san_split,$(1)),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),$(if $(filter -f% -static%,$(f)),-Xcompiler $(f),$(f))))
+CUDA_LDLIBS = $(call nvcc_host_flags,$(SANITIZE_FLAGS) $(LDFLAGS) $(LDLIBS)) -lcublasLt -lcudart
 CUDA_LIBS   := $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 CUDA_TESTS  := $(BUILD)/test/test_cuda_ops $(BUILD)/test/test_gpt
 SIM_TESTS   := $(BUILD)/cudasim/test/test_cuda_ops $(BUILD)/cudasim/test/test_gpt $(BUILD)/cudasim/train_gpt
