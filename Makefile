@@ -13,6 +13,8 @@ BIN_DIR := .
 PYTHON ?= /usr/bin/python3
 
 .DEFAULT_GOAL := all
+# a recipe that fails removes its half-made target (a failed link must not look up to date)
+.DELETE_ON_ERROR:
 
 # ---- feature detection (each ✓/✗ is printed by `make`) ---------------------------------
 H := \#
