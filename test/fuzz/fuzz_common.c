@@ -145,10 +145,8 @@ void *__wrap_calloc(size_t count, size_t size) {
 
 void *__wrap_realloc(void *p, size_t n) {
     void *q = __real_realloc(p, n);
-    if (armed && q) {
-        if (p) unhold(HELD_HEAP, p, 0);
-        hold((Held){.kind = HELD_HEAP, .p = q});
-    }
+    if (armed && p && (q || n == 0)) unhold(HELD_HEAP, p, 0); /* moved, or freed by realloc(p, 0) */
+    if (armed && q) hold((Held){.kind = HELD_HEAP, .p = q});
     return q;
 }
 
