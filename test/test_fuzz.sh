@@ -11,10 +11,10 @@ set -u
 cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-10}
 CC_FUZZ=${FUZZ_CC:-clang}
-# Known open findings: issue 12 defects being fixed on another branch. Their regression inputs
-# are not replayed, and LLMC_FUZZ_SKIP_KNOWN=1 makes the targets skip their class of input (see
-# the target's known_open_* filter). Empty this list, and delete the filter, once they are fixed.
-KNOWN_OPEN=(model_file/issue12_defect9_numel_overflow model_file/issue12_defect9_ffn_overflow)
+# Known open findings (TARGET/INPUT under test/fuzz/regressions): not replayed while listed, and
+# LLMC_FUZZ_SKIP_KNOWN=1 tells targets to skip their class of input (a target's known_open_*
+# filter). None now: issue 12 defect 9, found here, is fixed and its inputs are replayed.
+KNOWN_OPEN=()
 failed=0
 
 probe=$(mktemp -d /tmp/llmc_fuzz_probe.XXXXXX)

@@ -38,7 +38,8 @@ static void parse(void *arg) {
                             sizeof cfg.server_ip, sizeof cfg.fs_path};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (!memchr(strings[i], 0, sizes[i])) fuzz_fail("string setting %zu is not terminated", i);
-    train_config_print(&cfg, devnull);
+    train_config_print(&cfg, 0, devnull);
+    train_config_print(&cfg, 1, devnull);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

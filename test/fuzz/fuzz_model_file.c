@@ -11,7 +11,6 @@
 #include "llmc/model.h"
 #include "test/fuzz/fuzz.h"
 
-#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,22 +31,6 @@ static long double exact_numel(const ModelConfig *cfg) {
     GPT2_PARAMETERS(ADD_NUMEL)
 #undef ADD_NUMEL
     return total;
-}
-
-/* Known open: issue 12 defect 9, being fixed on another branch: model_file_read_header's
- * arithmetic overflows (signed) for headers with huge dimensions. With LLMC_FUZZ_SKIP_KNOWN=1
- * (test/test_fuzz.sh sets it until the fix is merged) such headers are not tried: those whose
- * 4 * C overflows an int or whose parameter bytes reach 2^62. Delete this with the fix. */
-static int known_open_defect9(const uint8_t *data, size_t size) {
-    int32_t h[8];
-    if (size < sizeof h) return 0;
-    memcpy(h, data, sizeof h);
-    if (h[6] > INT_MAX / 4 || h[6] < INT_MIN / 4) return 1; /* 4 * C comes before any check */
-    for (int i = 2; i < 8; i++)
-        if (h[i] < 1) return 0; /* rejected before the parameter count */
-    ModelConfig cfg = {.max_seq_len = h[2], .vocab_size = h[3], .num_layers = h[4], .num_heads = h[5],
-                       .num_kv_heads = h[5], .channels = h[6], .padded_vocab_size = h[7], .ffn_hidden = 4 * h[6]};
-    return exact_numel(&cfg) * 4 >= 0x1p62L;
 }
 
 static void load(void *arg) {
@@ -81,9 +64,6 @@ static void load(void *arg) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    static int skip_known = -1;
-    if (skip_known < 0) skip_known = getenv("LLMC_FUZZ_SKIP_KNOWN") && atoi(getenv("LLMC_FUZZ_SKIP_KNOWN"));
-    if (skip_known && known_open_defect9(data, size)) return 0;
     char path[4200];
     fuzz_write_file("model.bin", data, size, path, sizeof path);
     Input in = {path, data, size};
