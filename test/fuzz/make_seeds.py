@@ -5,6 +5,7 @@ from files that get past the magic numbers. The outputs are checked in; rerun th
 (from anywhere) after a format change and commit what changed. See docs/FUZZING.md.
 """
 import json
+import zlib
 import os
 import struct
 
@@ -58,14 +59,14 @@ def stream_state(seed, epoch, stream):
     return h
 
 
-def state_file(numel, loader, step=3, B=2, T=8, seed=7):
+def state_file(numel, loader, step=3, B=2, T=8, seed=7, version=1):
     h = [0] * 256
 
     def put64(at, v):
         v &= MASK
         h[at], h[at + 1] = struct.unpack("<2i", struct.pack("<Q", v))
 
-    h[0], h[1], h[2] = STATE_MAGIC, 1, step
+    h[0], h[1], h[2] = STATE_MAGIC, version, step
     put64(3, numel)
     h[5], h[6], h[7], h[8], h[9] = B, T, 1, 0, 1
     put64(10, seed)
@@ -75,6 +76,8 @@ def state_file(numel, loader, step=3, B=2, T=8, seed=7):
     h[30] = 1
     m = struct.pack(f"<{numel}f", *[i / 8.0 for i in range(numel)])
     v = struct.pack(f"<{numel}f", *[i / 16.0 for i in range(numel)])
+    if version >= 2:  # [42]: CRC-32 of the file with [42] = 0 (llmc/checkpoint.c state_crc)
+        h[42] = struct.unpack("<i", struct.pack("<I", zlib.crc32(struct.pack("<256i", *h) + m + v)))[0]
     return struct.pack("<256i", *h) + m + v
 
 
@@ -131,6 +134,7 @@ def main():
     fingerprint = (stream_state(7, -1, -1) >> 1) | 1
     write("state_file", "by_hand", state_file(3, [0, 0, 5, 0, 0, 0, 0, 0]))
     write("state_file", "fingerprinted", state_file(4, [2, 0, 61, DL_STATE_MAGIC, 1, 1000, 16, fingerprint]))
+    write("state_file", "v2_checksummed", state_file(4, [1, 0, 7, DL_STATE_MAGIC, 1, 1000, 16, fingerprint], version=2))
 
     # shards: uint16 and uint32, sequential and shuffled settings (header[3], see fuzz_shard.c)
     toks = [(i * 7919) % 50257 for i in range(40)]
