@@ -7,9 +7,14 @@ ifeq ($(CC),cc)
   CC := gcc
 endif
 BUILD := build
+# where the programs (train_gpt_cpu, tokenizer, train_gpt) are written: the repository root unless
+# given, e.g. `make BUILD=build/asan BIN_DIR=build/asan/bin` for a second, differently built copy
+BIN_DIR := .
 PYTHON ?= /usr/bin/python3
 
 .DEFAULT_GOAL := all
+# a recipe that fails removes its half-made target (a failed link must not look up to date)
+.DELETE_ON_ERROR:
 
 # ---- feature detection (each ✓/✗ is printed by `make`) ---------------------------------
 H := \#
@@ -28,31 +33,37 @@ HAVE_PCRE2    := $(call try_cc,$(H)define PCRE2_CODE_UNIT_WIDTH 8\n$(H)include <
 # ---- flags -----------------------------------------------------------------------------
 WARN    := -Wall -Wextra -Wundef
 ARCH    := $(if $(HAVE_NATIVE),-march=native,)
+# CFLAGS and LDFLAGS are the user's (environment or command line: `make CFLAGS=-O1 ...`); the
+# project appends its own flags with `override`, so a command-line CFLAGS adds to them instead of
+# replacing them. Both reach every C and C++ (cudasim) compile and link line; sanitizer flags in
+# CFLAGS (SANITIZE_FLAGS) reach the C++ harness builds too. nvcc builds take neither.
 CFLAGS  ?= -O3
+LDFLAGS ?=
+SANITIZE_FLAGS := $(filter -fsanitize% -fno-sanitize% -fno-omit-frame-pointer,$(CFLAGS))
 # -fno-math-errno: libm calls never set errno, so sqrtf and friends vectorise (same results).
-CFLAGS  += -std=c11 $(WARN) $(ARCH) -fno-math-errno -D_GNU_SOURCE -I. -MMD -MP
+override CFLAGS  += -std=c11 $(WARN) $(ARCH) -fno-math-errno -D_GNU_SOURCE -I. -MMD -MP
 LDLIBS  := -lm -lpthread -lz
 ifeq ($(HAVE_OPENMP),1)
-  CFLAGS += -fopenmp
+  override CFLAGS += -fopenmp
   LDLIBS += -fopenmp
 endif
 # Prefer Debian's OpenMP build of OpenBLAS: it shares our OpenMP threads instead of running a
 # second pool that spins against them (on 2 cores that costs more than half the speed).
 OPENBLAS_OMP_DIR := $(firstword $(wildcard /usr/lib/*/openblas-openmp))
 ifeq ($(HAVE_OPENBLAS),1)
-  CFLAGS += -DLLMC_USE_OPENBLAS=1
+  override CFLAGS += -DLLMC_USE_OPENBLAS=1
   ifneq ($(OPENBLAS_OMP_DIR),)
     LDLIBS += -L$(OPENBLAS_OMP_DIR) -Wl,-rpath,$(OPENBLAS_OMP_DIR) -lopenblas
   else
     LDLIBS += -lopenblas
   endif
 else
-  CFLAGS += -DLLMC_USE_OPENBLAS=0
+  override CFLAGS += -DLLMC_USE_OPENBLAS=0
 endif
-CFLAGS  += -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
+override CFLAGS  += -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
 # glibc's vector math library (vector tanhf for GELU), when this CPU and libc have it
 HAVE_LIBMVEC  := $(call try_cc,$(H)include <immintrin.h>\n__m256 _ZGVdN8v_tanhf(__m256);\nint main(void){return (int)_mm256_cvtss_f32(_ZGVdN8v_tanhf(_mm256_set1_ps(0.5f)));},$(ARCH) -lmvec)
-CFLAGS  += -DLLMC_HAVE_LIBMVEC=$(if $(HAVE_LIBMVEC),1,0)
+override CFLAGS  += -DLLMC_HAVE_LIBMVEC=$(if $(HAVE_LIBMVEC),1,0)
 ifeq ($(HAVE_LIBMVEC),1)
   LDLIBS += -lmvec
 endif
@@ -78,7 +89,13 @@ CORE_OBJS := $(call obj,$(CORE_SRCS))
 CPU_OBJS  := $(call obj,$(CPU_SRCS))
 
 .PHONY: all features test clean demo bench FORCE $(PHONY)
-all: features $(BINS)
+BIN_PATHS := $(addprefix $(BIN_DIR)/,$(BINS))
+all: features $(BIN_PATHS)
+ifneq ($(BIN_DIR),.)
+# `make train_gpt_cpu` still names the program, wherever BIN_DIR puts it
+.PHONY: $(BINS)
+$(BINS): %: $(BIN_DIR)/%
+endif
 
 features:
 	@echo "features detected by make:"
@@ -99,12 +116,13 @@ $(BUILD)/.git_commit: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(LLMC_GIT_COMMIT)' | cmp -s - $@ || echo '$(LLMC_GIT_COMMIT)' > $@
 $(BUILD)/llmc/rundir.o: $(BUILD)/.git_commit
-$(BUILD)/llmc/rundir.o: CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
+$(BUILD)/llmc/rundir.o: override CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
 
-# Objects depend on the flags they were compiled with (rebuilt when a feature appears).
+# Objects depend on the flags they were compiled with (rebuilt when a feature appears), and so
+# through the libraries do the programs (LDFLAGS are in the stamp so that they relink too).
 $(BUILD)/.cflags: FORCE
 	@mkdir -p $(BUILD)
-	@echo '$(CC) $(CFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS)' > $@
+	@echo '$(CC) $(CFLAGS) $(LDFLAGS)' | cmp -s - $@ || echo '$(CC) $(CFLAGS) $(LDFLAGS)' > $@
 FORCE:
 
 $(BUILD)/%.o: %.c $(BUILD)/.cflags
@@ -119,13 +137,14 @@ $(BUILD)/libllmc_cpu.a: $(CPU_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
-	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+$(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # `make test`: check dependencies (install them when root), build, run every suite.
 test:
 	@scripts/deps.sh --test
-	@$(MAKE) --no-print-directory features $(BINS) $(TEST_BINS)
+	@$(MAKE) --no-print-directory features $(BIN_PATHS) $(TEST_BINS)
 	@test/run_tests.sh $(FILTER)
 
 # The main job: tiny Shakespeare, a 4-layer 256-channel GPT-2 from scratch on this CPU, samples.
@@ -140,7 +159,11 @@ bench: train_gpt_cpu
 	@scripts/deps.sh test
 	scripts/bench_cpu.sh
 
+# `make print-VAR` prints a variable's value (scripts build variants with the same flags)
+print-%:
+	@echo '$($*)'
+
 clean:
-	rm -rf $(BUILD) $(BINS)
+	rm -rf $(BUILD) $(BIN_PATHS)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

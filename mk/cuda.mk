@@ -11,9 +11,13 @@ GPU_ARCH    ?= sm_90
 # everything a CUDA translation unit may include (the shared core's headers as well)
 CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
 NVCCFLAGS   := -O3 -std=c++17 -arch=$(GPU_ARCH) -I. -Xcompiler -Wall,-Wextra -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
-# LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler)
+# LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler), after the
+# sanitizer flags of CFLAGS and LDFLAGS (so that an ASan-built libllmc.a links here too)
 comma := ,
-CUDA_LDLIBS = $(patsubst -Wl$(comma)%,-Xlinker %,$(patsubst -fopenmp,-Xcompiler -fopenmp,$(LDLIBS))) -lcublasLt -lcudart
+# (nvcc splits -Xcompiler values at commas: -fsanitize=a,b goes as -fsanitize=a -fsanitize=b)
+san_split       = $(foreach f,$(1),$(if $(and $(findstring sanitize,$(f)),$(findstring =,$(f))),$(foreach v,$(subst $(comma), ,$(word 2,$(subst =, ,$(f)))),$(word 1,$(subst =, ,$(f)))=$(v)),$(f)))
+nvcc_host_flags = $(foreach f,$(call san_split,$(1)),$(if $(filter -Wl$(comma)%,$(f)),-Xlinker $(patsubst -Wl$(comma)%,%,$(f)),$(if $(filter -f% -static%,$(f)),-Xcompiler $(f),$(f))))
+CUDA_LDLIBS = $(call nvcc_host_flags,$(SANITIZE_FLAGS) $(LDFLAGS) $(LDLIBS)) -lcublasLt -lcudart
 CUDA_LIBS   := $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 CUDA_TESTS  := $(BUILD)/test/test_cuda_ops $(BUILD)/test/test_gpt
 SIM_TESTS   := $(BUILD)/cudasim/test/test_cuda_ops $(BUILD)/cudasim/test/test_gpt $(BUILD)/cudasim/train_gpt
@@ -34,7 +38,8 @@ $(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
 	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas.tmp; rc=$$?; \
 	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas.tmp >&2; mv $@.ptxas.tmp $@.ptxas; exit $$rc
 
-train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
+$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
+	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
 
 $(BUILD)/test/test_cuda_ops: $(BUILD)/cuda/test/test_cuda_ops.o $(CUDA_LIBS)
@@ -51,7 +56,7 @@ cuda-tests: $(CUDA_TESTS)
 # the CPU reference ops and the shared core
 $(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cudasim/test/test_gpt.cpp: $(CUDA_HDRS)
 $(BUILD)/cudasim/test/%: $(BUILD)/cudasim/test/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
-	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 
 bench-gpu: train_gpt
 	scripts/bench_gpu.sh
@@ -72,11 +77,11 @@ $(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)
 # ./train_gpt itself through the harness (an end-to-end smoke run of the loop on the CPU)
 $(BUILD)/cudasim/train_gpt.cpp: $(CUDA_HDRS)
 $(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
-	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 
 # The harness compile and link lines, for scripts that build variants of a CUDA test
 # (test/test_cudasim_mutants.sh).
 PHONY += cudasim-build-cmd
 cudasim-build-cmd:
-	@echo '$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)'
+	@echo '$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)'
 	@echo '$(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)'

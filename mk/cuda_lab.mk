@@ -19,4 +19,4 @@ $(patsubst %.cu,$(BUILD)/cuda/%.o,$(LAB_SRCS)): dev/cuda/common_lab.h test/testi
 
 $(patsubst %,%.cpp,$(LAB_SIM_BINS)): $(LAB_INLINED)
 $(BUILD)/cudasim/dev/cuda/%: $(BUILD)/cudasim/dev/cuda/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
-	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)

@@ -4,8 +4,9 @@
 # a host binary with:   make build/cudasim/test/foo      then run   build/cudasim/test/foo
 #   build/cudasim/%.cpp : %.cu   translate (cu2cpp.py: launches, __shared__, inlined .cuh)
 #   build/cudasim/%     : build/cudasim/%.cpp + the harness library
-# Variables for other fragments: CUDASIM_CXXFLAGS, CUDASIM_LIB, CUDASIM_LDLIBS, CUDASIM_OK
-# (1 when the CUDA headers the harness compiles against are present).
+# Variables for other fragments: CUDASIM_CXXFLAGS (it carries the sanitizer flags of CFLAGS),
+# CUDASIM_LIB, CUDASIM_LDLIBS, CUDASIM_OK (1 when the CUDA headers the harness compiles against
+# are present).
 # `make test-cudasim` builds everything the suite commands naming cudasim run (the harness
 # self-tests, mk/cuda.mk's SIM_TESTS, mk/cuda_lab.mk's lab binaries) and runs those commands
 # (ends "N passed, M failed").
@@ -20,7 +21,7 @@ endif
 CUDASIM_DIR      := test/cudasim
 CUDASIM_OK       := $(if $(wildcard $(CUDA_HOME)/include/cuda_runtime.h),1,)
 CUDASIM_CXXFLAGS := -std=c++17 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wundef -D_GNU_SOURCE -I. \
-                    -I$(CUDASIM_DIR)/include -isystem $(CUDA_HOME)/include -MMD -MP
+                    -I$(CUDASIM_DIR)/include -isystem $(CUDA_HOME)/include -MMD -MP $(SANITIZE_FLAGS)
 CUDASIM_LDLIBS   := -lm -lpthread
 CUDASIM_LIB      := $(BUILD)/cudasim-rt/libcudasim.a
 CUDASIM_RT_SRCS  := $(CUDASIM_DIR)/runtime.cpp $(CUDASIM_DIR)/blas.cpp $(CUDASIM_DIR)/nccl.cpp
@@ -32,7 +33,8 @@ ifeq ($(CUDASIM_OK),1)
 endif
 PHONY += test-cudasim cudasim-nvcc-check
 
-$(BUILD)/cudasim-rt/%.o: $(CUDASIM_DIR)/%.cpp
+# (rebuilt when CFLAGS change: they carry the sanitizer flags, SANITIZE_FLAGS)
+$(BUILD)/cudasim-rt/%.o: $(CUDASIM_DIR)/%.cpp $(BUILD)/.cflags
 	@mkdir -p $(dir $@)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -c $< -o $@
 
@@ -45,7 +47,7 @@ $(BUILD)/cudasim/%.cpp: %.cu $(CUDASIM_DIR)/cu2cpp.py
 	$(PYTHON) $(CUDASIM_DIR)/cu2cpp.py $< -o $@ -I .
 
 $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB)
-	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) -I$(dir $*) $< -o $@ $(CUDASIM_LIB) $(CUDASIM_LDLIBS)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -I$(dir $*) $< -o $@ $(CUDASIM_LIB) $(CUDASIM_LDLIBS)
 
 # keep the translated sources (they are what gdb and the error messages' #line refer back to)
 .PRECIOUS: $(BUILD)/cudasim/%.cpp

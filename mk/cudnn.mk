@@ -88,7 +88,7 @@ ifeq ($(USE_CUDNN),1)
   # the trainer and the native tests link the cuDNN object too. It lands after the static
   # libraries on their link lines ($^ lists the recipe rule's prerequisites first); it needs
   # only llmc_check_failed from libllmc.a, which every CUDA program already pulls in (cudaCheck).
-  train_gpt $(CUDA_TESTS): $(CUDNN_OBJ)
+  $(BIN_DIR)/train_gpt $(CUDA_TESTS): $(CUDNN_OBJ)
   cuda-lab: $(CUDNN_LAB)
 else ifneq ($(USE_CUDNN),0)
   $(error USE_CUDNN must be 0 or 1, not '$(USE_CUDNN)')

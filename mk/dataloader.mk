@@ -4,4 +4,4 @@ TEST_BINS += $(BUILD)/test/test_dataloader
 
 $(BUILD)/test/test_dataloader: $(call obj,test/test_dataloader.c) $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS)

@@ -4,4 +4,4 @@ TEST_BINS += $(BUILD)/test/test_ops_cpu
 
 $(BUILD)/test/test_ops_cpu: $(call obj,test/test_ops_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@

@@ -17,11 +17,12 @@ TEST_BINS += $(BUILD)/test/test_tokenizer
 endif
 PHONY += data bench-tokenizer
 
-tokenizer: $(call obj,tokenizer_main.c) $(BUILD)/libllmc.a
-	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+$(BIN_DIR)/tokenizer: $(call obj,tokenizer_main.c) $(BUILD)/libllmc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 $(BUILD)/test/test_tokenizer: $(call obj,test/test_tokenizer.c) $(BUILD)/libllmc.a
-	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 
 # Tiny Shakespeare the way llm.c's tinyshakespeare.py does it, plus data/gpt2_tokenizer.bin.
 # The script returns at once when every output is already newer than its inputs.

@@ -490,6 +490,7 @@ static void child_state_from_other_batch(const void *argp) {
     DataLoader *other = dataloader_open(a->pattern, a->B * 2, a->T, 0, 1, 0, 0, a->vocab, 0);
     DataLoaderState st;
     dataloader_get_state(other, &st);
+    dataloader_close(other);
     DataLoader *dl = dataloader_open(a->pattern, a->B, a->T, 0, 1, 0, 0, a->vocab, 0);
     dataloader_set_state(dl, &st);
 }
@@ -499,6 +500,7 @@ static void child_state_other_seed(const void *argp) {
     DataLoader *other = dataloader_open(a->pattern, a->B, a->T, 0, 1, 1, 1, a->vocab, 0);
     DataLoaderState st;
     dataloader_get_state(other, &st);
+    dataloader_close(other);
     DataLoader *dl = dataloader_open(a->pattern, a->B, a->T, 0, 1, 1, 2, a->vocab, 1);
     dataloader_set_state(dl, &st);
 }

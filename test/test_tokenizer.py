@@ -17,7 +17,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TOOL = os.path.join(ROOT, "tokenizer")
+# the program under test; test/test_sanitizers.sh points this at its ASan+UBSan build
+TOOL = os.environ.get("LLMC_TEST_TOKENIZER", os.path.join(ROOT, "tokenizer"))
 failures = 0
 
 

@@ -19,7 +19,8 @@ import sys
 import tempfile
 import time
 
-TRAINER = "./train_gpt_cpu"
+# the program under test; test/test_sanitizers.sh points this at its ASan+UBSan build
+TRAINER = os.environ.get("LLMC_TEST_TRAINER", "./train_gpt_cpu")
 failures = 0
 
 
