@@ -150,10 +150,15 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
             checkpoint_paths(tc->output_dir, step, tc->process_rank, init_path, NULL, NULL, len);
             return step;
         }
-        if (files > 0)
-            llmc_die("-y 1: output directory '%s' holds a run (%s) but no complete checkpoint (DONE_ file) to "
-                     "resume from; to delete it and start a new run there use --overwrite 1 instead of -y 1",
-                     tc->output_dir, names);
+        if (files > 0) {
+            /* it died before its first checkpoint (a preempted or killed job): nothing can be resumed,
+             * and a restart loop must not fail forever, so the run starts over */
+            printf("note: -y 1: output directory '%s' holds a run (%s) with no complete checkpoint (it stopped before "
+                   "its first one): nothing to resume, so it starts over and its files are replaced\n",
+                   tc->output_dir, names);
+            rundir_remove_run(tc->output_dir);
+            return -1;
+        }
         printf("note: -y 1: output directory '%s' holds no run yet: starting a new one from -e %s\n", tc->output_dir, tc->init);
         return -1;
     }

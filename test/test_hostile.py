@@ -44,13 +44,19 @@ def leftovers(d):
 
 
 def finite_models(d):
+    """Every model file in d has the size its header's version needs (3: fp32, 5: bf16, as
+    --checkpoint-bf16 writes) and only finite weights."""
     for m in glob.glob(os.path.join(d, "model_*.bin")):
         data = open(m, "rb").read()
-        if len(data) != MODEL_BYTES:
-            return False
-        for x in struct.unpack(f"<{(len(data) - 1024) // 4}f", data[1024:]):
-            if x != x or abs(x) == float("inf"):
+        version = struct.unpack("<i", data[4:8])[0] if len(data) >= 8 else 0
+        if version == 3 and len(data) == MODEL_BYTES:
+            if any(x != x or abs(x) == float("inf") for x in struct.unpack(f"<{(len(data) - 1024) // 4}f", data[1024:])):
                 return False
+        elif version == 5 and len(data) == 1024 + (MODEL_BYTES - 1024) // 2:
+            if any(h & 0x7F80 == 0x7F80 for h in struct.unpack(f"<{(len(data) - 1024) // 2}H", data[1024:])):
+                return False
+        else:
+            return False
     return True
 
 
