@@ -780,9 +780,9 @@ static void clear_old_shards(const char *prefix, int overwrite, int remove) {
 
 /* Called when the input has ended, before the last flush. The validation shard comes first, so a
  * corpus that does not reach past it would leave nothing for training. Explicit --val-tokens: an
- * error. Default (the first shard is validation): when the whole corpus fits in that one shard,
+ * error (its message in err, for the caller to report after freeing). Default (the first shard is validation): when the whole corpus fits in that one shard,
  * its first tenth becomes validation and the rest training. */
-static void split_small_corpus(ShardSink *s) {
+static void split_small_corpus(ShardSink *s, char *err, size_t errlen) {
     int train_empty = s->index == 0 || (s->index == 1 && s->cur.n == 0);
     if (!train_empty) return;
     size_t total = s->total + s->cur.n;
@@ -793,12 +793,16 @@ static void split_small_corpus(ShardSink *s) {
             else snprintf(path, sizeof path, "%s_val_%06d.bin", s->o->prefix, 0);
             unlink(path);
         }
-        llmc_die("the corpus has %zu tokens, not more than the validation part (%s %lld), so nothing would be "
+        snprintf(err, errlen, "the corpus has %zu tokens, not more than the validation part (%s %lld), so nothing would be "
                  "left for training; lower --val-tokens (e.g. to %zu, a tenth)", total,
                  s->o->val_tokens ? "--val-tokens" : "the first shard, --shard-tokens",
                  s->o->val_tokens ? s->o->val_tokens : s->o->shard_tokens, total / 10 ? total / 10 : 1);
+        return;
     }
-    if (total < 2) llmc_die("the corpus has %zu token(s): too few to split into validation and training", total);
+    if (total < 2) {
+        snprintf(err, errlen, "the corpus has %zu token(s): too few to split into validation and training", total);
+        return;
+    }
     size_t nval = total / 10 ? total / 10 : 1;
     fprintf(stderr, "note: the corpus (%zu tokens) fits in one shard: its first %zu tokens (a tenth) are validation, "
             "the rest training (--val-tokens N sets the split)\n", total, nval);
@@ -848,7 +852,17 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     pipeline_init(&pl, t, o, ins, nin);
     pl.shards_written = &sink.index;
     encode_inputs(&pl, ins, nin, 1, doc_split, o->field, sink_shards, &sink);
-    split_small_corpus(&sink);
+    char err[1024] = "";
+    split_small_corpus(&sink, err, sizeof err);
+    if (err[0]) { /* everything freed first: the sanitizer pass checks this path for leaks */
+        token_buf_free(&sink.cur);
+        pipeline_free(&pl);
+        for (int i = 0; i < nin; i++) input_close(&ins[i]);
+        free(ins);
+        free(pos);
+        tokenizer_free(t);
+        llmc_die("%s", err);
+    }
     if (sink.cur.n) shard_flush(&sink);
     progress_show(&pl.progress, 1, sink.index);
     if (pl.skipped)

@@ -28,7 +28,7 @@ static void parse(void *arg) {
     train_config_defaults(&cfg);
     train_config_parse(&cfg, in->argc, in->argv, "train_gpt_cpu");
     if (cfg.B < 1 || cfg.T < 1 || cfg.total_batch < 0 || cfg.num_processes < 1 || cfg.process_rank < 0 ||
-        cfg.process_rank >= cfg.num_processes || cfg.gen_tokens < 1 || (cfg.max_steps < 1 && cfg.max_steps != -1))
+        cfg.process_rank >= cfg.num_processes || cfg.gen_tokens < 1 || (cfg.max_steps < 0 && cfg.max_steps != -1)) /* -x 0: evaluation only */
         fuzz_fail("accepted B %d T %d d %lld pn %d pr %d g %d x %d", cfg.B, cfg.T, cfg.total_batch, cfg.num_processes,
                   cfg.process_rank, cfg.gen_tokens, cfg.max_steps);
     const char *strings[] = {cfg.train_pattern, cfg.val_pattern, cfg.init, cfg.output_dir, cfg.tokenizer,
