@@ -160,6 +160,13 @@ int main(int argc, char **argv) {
 
     static CudaTrainer tr; /* large; one per process */
     cuda_context_init(&tr.ctx, 0, tc.tf32);
+    tr.ctx.lt_algos = tc.matmul_algos;
+    tr.ctx.lt_log = stdout;
+    if (tc.matmul_cache[0] || tc.output_dir[0]) {
+        int n = tc.matmul_cache[0] ? snprintf(tr.ctx.lt_cache_path, sizeof tr.ctx.lt_cache_path, "%s", tc.matmul_cache)
+                                   : snprintf(tr.ctx.lt_cache_path, sizeof tr.ctx.lt_cache_path, "%s/matmul_algos.txt", tc.output_dir);
+        if (n >= (int)sizeof tr.ctx.lt_cache_path) llmc_die("--matmul-cache: the path is too long");
+    }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     GPT2Cuda *m = &tr.model;

@@ -66,6 +66,8 @@ static const Flag flags[] = {
     {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
+    {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
+    {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (0 until data parallelism lands)"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
@@ -106,6 +108,7 @@ void train_config_defaults(TrainConfig *c) {
     c->gen_tokens = 64;
     snprintf(c->precision, sizeof c->precision, "bf16");
     c->tf32 = 1;
+    c->matmul_algos = 8;
     c->master_weights = 1;
     c->gpu_log_every = -1;
     c->num_processes = 1;
@@ -143,7 +146,7 @@ static const char *const math_flags[] = {
     "--master-weights", "--gelu-fusion", "--zero-stage", "--num-processes", NULL};
 /* What a run does, not what it is: never compared on resume. */
 static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", NULL};
-static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion",
+static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
                                                  "--server-ip", "--fs-path", "--zero-stage", NULL};
@@ -406,6 +409,7 @@ static void validate(const TrainConfig *c) {
     check_range("-f (--tf32)", c->tf32, 0, 1);
     check_range("-w (--master-weights)", c->master_weights, 0, 1);
     check_range("-ge (--gelu-fusion)", c->gelu_fusion, 0, 2);
+    check_range("--matmul-algos", c->matmul_algos, 1, 64);
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
     if (c->gpu_log_every < -1)
         llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);

@@ -53,6 +53,8 @@ typedef struct {
     /* precision and GPU */
     char precision[16];         /* --precision */
     int tf32, master_weights, gelu_fusion; /* -f -w -ge */
+    int matmul_algos;           /* --matmul-algos: cuBLASLt candidates timed per shape */
+    char matmul_cache[1024];    /* --matmul-cache; '' = <-o>/matmul_algos.txt with -o */
     int zero_stage;             /* -z */
     int gpu_log_every;          /* -lg; 0 or -1 = off */
     float peak_tflops;          /* --peak-tflops */

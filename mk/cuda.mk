@@ -20,7 +20,8 @@ nvcc_host_flags = $(foreach f,$(call san_split,$(1)),$(if $(filter -Wl$(comma)%,
 CUDA_LDLIBS = $(call nvcc_host_flags,$(SANITIZE_FLAGS) $(LDFLAGS) $(LDLIBS)) -lcublasLt -lcudart
 CUDA_LIBS   := $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 CUDA_TESTS  := $(BUILD)/test/test_cuda_ops $(BUILD)/test/test_gpt
-SIM_TESTS   := $(BUILD)/cudasim/test/test_cuda_ops $(BUILD)/cudasim/test/test_gpt $(BUILD)/cudasim/train_gpt
+SIM_TESTS   := $(BUILD)/cudasim/test/test_cuda_ops $(BUILD)/cudasim/test/test_gpt $(BUILD)/cudasim/test/test_lt_plans \
+               $(BUILD)/cudasim/train_gpt
 PHONY       += cuda-tests bench-gpu gpu-check
 
 ifeq ($(HAVE_NVCC),1)
@@ -54,7 +55,7 @@ cuda-tests: $(CUDA_TESTS)
 
 # harness builds: the translation depends on every llmc/cuda header it inlines; the link adds
 # the CPU reference ops and the shared core
-$(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cudasim/test/test_gpt.cpp: $(CUDA_HDRS)
+$(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cudasim/test/test_gpt.cpp $(BUILD)/cudasim/test/test_lt_plans.cpp: $(CUDA_HDRS)
 $(BUILD)/cudasim/test/%: $(BUILD)/cudasim/test/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 

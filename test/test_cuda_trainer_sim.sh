@@ -46,7 +46,15 @@ fp16="-e d1 -i $W/train.bin -b 2 -t 16 -v 0 -s 0 --precision fp16 -x 4 -n 2"
 $SIM $fp16 -o "$W/full" > /dev/null 2>&1
 $SIM $fp16 -o "$W/part" > /dev/null 2>&1
 rm -f "$W/part/DONE_00000004" "$W/part/model_00000004.bin" "$W/part/state_00000004_00000.bin"
-$SIM $fp16 -o "$W/part" -y 1 > /dev/null 2>&1
+# (the resumed part offers 2 algorithms per matmul: it must take the ones -o/matmul_algos.txt
+# recorded instead of tuning anew, which would print a "matmul ..." line per shape)
+CUDASIM_LT_ALGOS=2 $SIM $fp16 -o "$W/part" -y 1 > "$W/part_resume.txt" 2>&1
+if [ "$(sed -n 1p "$W/part/matmul_algos.txt" 2>/dev/null)" = "llmc-matmul-algos 1" ] && [ "$(wc -l < "$W/part/matmul_algos.txt")" -gt 3 ] &&
+    grep -q "^step *4/" "$W/part_resume.txt" && ! grep -q "^matmul " "$W/part_resume.txt"; then
+    echo "PASS: train_gpt (harness) keeps its matmul algorithms in -o/matmul_algos.txt and a resume reuses them"
+else
+    echo "FAIL: train_gpt (harness) matmul algorithm cache in -o"; grep "^matmul \|^note\|error" "$W/part_resume.txt" | head -5; FAILED=1
+fi
 series() { /usr/bin/python3 -c "
 import json, sys
 print([(r['step'], r['train_loss'], r['grad_norm'], r.get('loss_scale')) for r in map(json.loads, open(sys.argv[1])) if 'train_loss' in r])" "$1"; }

@@ -22,6 +22,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "../check.h"
@@ -115,6 +116,7 @@ template <> struct StorageInfo<__half> {
 };
 
 /* ---- the device context (everything a launcher may need besides its tensors) -------------- */
+struct LtPlanCache; /* lt_plans.cuh */
 typedef struct {
     int device;
     cudaDeviceProp props;
@@ -123,7 +125,17 @@ typedef struct {
     void *lt_workspace;        /* cuBLASLt scratch */
     size_t lt_workspace_bytes;
     int allow_tf32;            /* fp32 matmuls may use TF32 (-f 1) */
+    /* cuBLASLt plans (lt_plans.cuh): candidates timed per new matmul shape (--matmul-algos;
+     * 1 = the heuristic's first), the file the choices are kept in ('' = none), and the plans,
+     * created on the first matmul and freed by cuda_context_free through lt_plans_free. */
+    int lt_algos;
+    FILE *lt_log;              /* where each tuned shape's choice is printed; NULL = nowhere */
+    char lt_cache_path[4096];
+    struct LtPlanCache *lt_plans;
+    void (*lt_plans_free)(struct LtPlanCache *);
 } CudaContext;
+
+enum { LLMC_LT_DEFAULT_ALGOS = 8 };
 
 enum { LLMC_CUBLASLT_WORKSPACE = 32 << 20 };
 
@@ -141,6 +153,7 @@ inline void cuda_context_init(CudaContext *ctx, int device, int allow_tf32) {
     memset(ctx, 0, sizeof *ctx);
     ctx->device = device;
     ctx->allow_tf32 = allow_tf32;
+    ctx->lt_algos = LLMC_LT_DEFAULT_ALGOS;
     cudaCheck(cudaSetDevice(device));
     cudaCheck(cudaGetDeviceProperties(&ctx->props, device));
     cudaCheck(cudaStreamCreate(&ctx->stream));
@@ -150,6 +163,7 @@ inline void cuda_context_init(CudaContext *ctx, int device, int allow_tf32) {
 }
 
 inline void cuda_context_free(CudaContext *ctx) {
+    if (ctx->lt_plans) ctx->lt_plans_free(ctx->lt_plans);
     cudaCheck(cudaFree(ctx->lt_workspace));
     cublasCheck(cublasLtDestroy(ctx->lt));
     cudaCheck(cudaStreamDestroy(ctx->stream));

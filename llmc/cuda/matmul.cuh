@@ -25,6 +25,7 @@
 #define LLMC_CUDA_MATMUL_CUH
 
 #include "common.cuh"
+#include "lt_plans.cuh"
 
 enum { MM_ROWS_PER_CHUNK = 256 };
 
@@ -36,64 +37,26 @@ inline uint32_t lt_pointer_alignment(const void *p) {
     return align;
 }
 
-/* D (m, n, ld ldd) = alpha * op(A) @ op(B) + beta * D, column-major, with an epilogue.
+/* D (m, n, ld ldd) = op(A) @ op(B) + beta * D, column-major, with an epilogue, through the
+ * shape's plan (lt_plans.cuh: descriptors built and the algorithm chosen on the shape's first call).
  * aux: the GELU pre-activation (m, n, ld ldaux) for GELU_AUX* and DGELU* epilogues. */
 inline void lt_matmul(const CudaContext *ctx, cudaDataType_t type, int transa, int transb, int m, int n, int k,
                       const void *A, int lda, const void *B, int ldb, void *D, int ldd, float beta,
                       cublasLtEpilogue_t epilogue, const void *bias, void *aux, int ldaux) {
-    cublasComputeType_t compute =
-        type == CUDA_R_32F && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulDesc_t op;
-    cublasCheck(cublasLtMatmulDescCreate(&op, compute, CUDA_R_32F));
-    cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue));
-    if (bias) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
-        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof type));
-    }
-    if (aux) {
-        int64_t ld = ldaux;
-        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld));
-        cublasCheck(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof type));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, type, transa ? k : m, transa ? m : k, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, type, transb ? n : k, transb ? k : n, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, type, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = ctx->lt_workspace_bytes;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    /* The heuristic never sees A, B, C, D: it assumes they are 256-byte aligned unless told
-     * otherwise (MIN_ALIGNMENT_*_BYTES, default 256), and may pick an algorithm that
-     * cublasLtMatmul then cannot run on less aligned pointers. Ours are per-layer slices (l * N * C elements) and
-     * are only guaranteed 16-byte aligned (e.g. C = 1600 with an odd B*T), so state the real
-     * alignment. (Bias and aux pointers are read by the heuristic itself.) */
-    const uint32_t align_a = lt_pointer_alignment(A), align_b = lt_pointer_alignment(B),
-                   align_d = lt_pointer_alignment(D);
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof align_a));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof align_b));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_d, sizeof align_d));
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_d, sizeof align_d));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heuristic, &found));
-    if (found == 0)
-        llmc_check_failed("cublasLtMatmulAlgoGetHeuristic", "no algorithm for this matmul",
-                          "HINT: unsupported combination of type, epilogue and leading dimensions "
-                          "(GELU epilogues need the output width to be a multiple of 8)",
-                          __func__, __FILE__, __LINE__);
-    const float alpha = 1.0f;
-    cublasCheck(cublasLtMatmul(ctx->lt, op, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heuristic.algo,
-                               ctx->lt_workspace, ctx->lt_workspace_bytes, ctx->stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(op));
+    /* filling the plan cache does not change what the context means: it stays const to callers */
+    CudaContext *mctx = const_cast<CudaContext *>(ctx);
+    LtKey key;
+    memset(&key, 0, sizeof key);
+    key.type = (int)type;
+    key.compute = (int)(type == CUDA_R_32F && ctx->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+    key.transa = transa, key.transb = transb, key.m = m, key.n = n, key.k = k;
+    key.lda = lda, key.ldb = ldb, key.ldd = ldd, key.epilogue = (int)epilogue;
+    key.has_bias = bias != NULL, key.ldaux = aux ? ldaux : 0;
+    key.align_a = (int)lt_pointer_alignment(A), key.align_b = (int)lt_pointer_alignment(B);
+    key.align_d = (int)lt_pointer_alignment(D);
+    LtArgs x = {A, B, bias, D, aux, beta};
+    LtPlan *p = lt_plan_for(mctx, &key, &x);
+    cublasCheck(lt_run(ctx, p, &p->algo, &x));
 }
 
 /* Partial column sums of dout (N, OC) over chunks of rows: block (32, 8), grid (ceil(OC/32), chunks). */

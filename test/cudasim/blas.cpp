@@ -21,12 +21,19 @@
  * Data types: CUDA_R_32F, CUDA_R_16BF, CUDA_R_16F for A/B/C/D/bias/aux; scale type fp32;
  * compute types CUBLAS_COMPUTE_32F (+ _FAST_TF32, _FAST_16BF, _FAST_16F accepted as fp32).
  * Anything else prints what is unsupported and exits with CUDASIM_ERROR_EXIT.
+ *
+ * Algorithms: every algorithm computes the same product. The heuristic returns
+ * min(requested, $CUDASIM_LT_ALGOS) candidates (default 1); candidate i has CONFIG_ID i (data[0])
+ * and a marker in data[1], so cublasLtMatmulAlgoCheck and cublasLtMatmul refuse an algorithm that
+ * no heuristic of this library returned (as a stale cache file's would be). $CUDASIM_LT_SLOW_ALGO=i
+ * makes candidate i sleep 20 ms per call: the tuning test's slow candidate.
  */
 #include "cudasim.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdlib>
 #include <unistd.h>
@@ -293,25 +300,70 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t, 
     }
 }
 
+namespace {
+
+const uint64_t SIM_ALGO_MARKER = 0x6c6c6d6373696dULL; /* "llmcsim" */
+int env_int(const char *name, int fallback) {
+    const char *v = getenv(name);
+    return v && *v ? atoi(v) : fallback;
+}
+int sim_algo_count() { return env_int("CUDASIM_LT_ALGOS", 1) < 1 ? 1 : env_int("CUDASIM_LT_ALGOS", 1); }
+bool sim_algo_valid(const cublasLtMatmulAlgo_t *algo) {
+    return algo->data[1] == SIM_ALGO_MARKER && algo->data[0] < (uint64_t)sim_algo_count();
+}
+
+} // namespace
+
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
                                               cublasLtMatmulPreference_t, int requested,
                                               cublasLtMatmulHeuristicResult_t results[], int *returned) {
     desc_of(d), layout_of(a), layout_of(b), layout_of(c), layout_of(dd);
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
-    memset(&results[0], 0, sizeof results[0]);
-    results[0].workspaceSize = 0;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *returned = 1;
+    int n = std::min(requested, sim_algo_count());
+    for (int i = 0; i < n; i++) {
+        memset(&results[i], 0, sizeof results[i]);
+        results[i].algo.data[0] = (uint64_t)i;
+        results[i].algo.data[1] = SIM_ALGO_MARKER;
+        results[i].workspaceSize = 0;
+        results[i].state = CUBLAS_STATUS_SUCCESS;
+        results[i].wavesCount = 1.0f;
+    }
+    *returned = n;
     return CUBLAS_STATUS_SUCCESS;
 }
+
+cublasStatus_t cublasLtMatmulAlgoCheck(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
+                                       cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
+                                       const cublasLtMatmulAlgo_t *algo, cublasLtMatmulHeuristicResult_t *result) {
+    desc_of(d), layout_of(a), layout_of(b), layout_of(c), layout_of(dd);
+    if (!algo || !sim_algo_valid(algo)) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(result, 0, sizeof *result);
+    result->algo = *algo;
+    result->state = CUBLAS_STATUS_SUCCESS;
+    result->wavesCount = 1.0f;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulAlgoConfigGetAttribute(const cublasLtMatmulAlgo_t *algo, cublasLtMatmulAlgoConfigAttributes_t attr,
+                                                    void *buf, size_t size, size_t *written) {
+    if (attr != CUBLASLT_ALGO_CONFIG_ID) unsupported("cublasLtMatmulAlgoConfigGetAttribute attribute %d", (int)attr);
+    if (written) *written = sizeof(int);
+    if (size < sizeof(int)) return CUBLAS_STATUS_INVALID_VALUE;
+    int id = (int)algo->data[0];
+    memcpy(buf, &id, sizeof id);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
-                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *, void *, size_t,
+                              cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *, size_t,
                               cudaStream_t) {
+    if (algo && !sim_algo_valid(algo)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (algo && (int)algo->data[0] == env_int("CUDASIM_LT_SLOW_ALGO", -1)) usleep(20000);
     MatmulDesc *p = desc_of(desc);
     Layout *la = layout_of(Adesc), *lb = layout_of(Bdesc), *lc = layout_of(Cdesc), *ld = layout_of(Ddesc);
     bool ta = p->transa == CUBLAS_OP_T, tb = p->transb == CUBLAS_OP_T;
