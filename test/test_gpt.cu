@@ -11,7 +11,7 @@
  *   overflow, growth after a clean window.
  * The model is written by the CPU's random init to a checkpoint file, which both load.
  * Default: a tiny config (L=2, C=64, NH=4, T=32, B=2, V=97) that runs through the cudasim
- * harness in seconds. --big: GPT-2 124M (d12) at B=2, T=256 for real GPUs.
+ * harness in seconds, its LM head in 3 uneven chunks of positions (the second model, T=80, in one). --big: GPT-2 124M (d12) at B=2, T=256 for real GPUs.
  * Usage: test_gpt [--seed N] [--big]; exits non-zero if any check fails.
  */
 #include <math.h>
@@ -32,6 +32,7 @@ typedef struct {
     char ckpt[256];
     int *inputs, *targets; /* (steps + 2) batches of B*T, back to back */
     char tag[32];          /* appended to check names ("" for the main model) */
+    int head_rows;         /* the CUDA model's LM-head chunk (0 = automatic: one chunk here) */
 } Setup;
 
 enum { STEPS = 10 };
@@ -46,6 +47,7 @@ static const int *batch_tg(const Setup *s, int k) { return s->targets + (size_t)
 static GPT2Cuda *cuda_model(const Setup *s, CudaContext *ctx, Precision p, int recompute, int gelu_fusion, int B, int T) {
     GPT2Cuda *m = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
     gpt2cuda_build(m, s->ckpt, 1, p, ctx, 1);
+    m->head_rows_request = s->head_rows;
     gpt2cuda_allocate(m, B, T, recompute, gelu_fusion, 1);
     return m;
 }
@@ -91,13 +93,19 @@ static float *cuda_grads(GPT2Cuda *m) {
     return h;
 }
 
-static float *cuda_logits(GPT2Cuda *m, size_t count) {
-    float *h = (float *)mallocCheck(count * sizeof(float), "logits");
+/* All B*T positions' logits of the last forward (inference), head chunk by head chunk. */
+static float *cuda_logits(GPT2Cuda *m, int N) {
+    const int Vp = m->cfg.padded_vocab_size, R = m->head_rows;
+    float *h = (float *)mallocCheck((size_t)N * Vp * sizeof(float), "logits");
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        T *tmp = (T *)mallocCheck(count * sizeof(T), "logits staging");
-        cudaCheck(cudaMemcpy(tmp, m->acts.logits, count * sizeof(T), cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < count; i++) h[i] = to_float(tmp[i]);
+        T *tmp = (T *)mallocCheck((size_t)R * Vp * sizeof(T), "logits staging");
+        for (int r0 = 0; r0 < N; r0 += R) {
+            const int rows = R < N - r0 ? R : N - r0;
+            gpt2cuda_logits_rows(m, r0, rows);
+            cudaCheck(cudaMemcpy(tmp, m->acts.logits, (size_t)rows * Vp * sizeof(T), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < (size_t)rows * Vp; i++) h[(size_t)r0 * Vp + i] = to_float(tmp[i]);
+        }
         free(tmp);
     });
     return h;
@@ -134,7 +142,7 @@ static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
     /* logits (inference forward) */
     gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     gpt2cuda_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
-    float *lg = cuda_logits(m, (size_t)N * Vp);
+    float *lg = cuda_logits(m, N);
     snprintf(name, sizeof name, "logits [%s%s]", pn, s->tag);
     test_close(name, lg, cpu.acts.logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
     free(lg);
@@ -267,6 +275,7 @@ static void check_save_reload(const Setup *s, CudaContext *ctx, Precision p) {
     model_file_save(path, &a->cfg, a->host_params, a->num_parameters, MODEL_VERSION_FP32);
     GPT2Cuda *b = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
     gpt2cuda_build(b, path, 1, p, ctx, 1);
+    b->head_rows_request = s->head_rows;
     gpt2cuda_allocate(b, s->B, s->T, 0, 0, 1);
     memcpy(b->host_m, a->host_m, a->num_parameters * sizeof(float));
     memcpy(b->host_v, a->host_v, a->num_parameters * sizeof(float));
@@ -366,6 +375,7 @@ int main(int argc, char **argv) {
         s.cfg.max_seq_len = 32, s.cfg.vocab_size = 97, s.cfg.padded_vocab_size = 128, s.cfg.num_layers = 2;
         s.cfg.num_heads = 4, s.cfg.num_kv_heads = 4, s.cfg.channels = 64, s.cfg.ffn_hidden = 256;
         s.B = 2, s.T = 32;
+        s.head_rows = 23; /* the LM head and loss in 3 uneven chunks (23, 23, 18 positions) */
     }
     setup_init(&s, seed);
     CudaContext ctx;

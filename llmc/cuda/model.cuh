@@ -9,13 +9,19 @@
  *    (B, NH, T) fp32 instead of the (B, NH, T, T) probabilities;
  *  - optional GELU fusion into the matmul epilogues (-ge 1: forward, -ge 2: also backward);
  *  - recompute level 3 keeps only each block's input (residual3 per layer) and reruns the
- *    block's forward in the backward pass.
+ *    block's forward in the backward pass;
+ *  - the LM head and the loss run in chunks of head_rows positions, so the (B*T, Vp) logits are
+ *    never stored: the logits buffer holds one chunk (at most LLMC_HEAD_CHUNK_BYTES). In a
+ *    training forward each chunk's logits are computed, turned into losses and dlogits in place,
+ *    and the head's backward for those rows runs at once (dlnf rows into dbuf_c, dwte +=), while
+ *    they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence exactly.
  * Precision is chosen at run time; with_storage_type() in the public functions below is the
  * one point where it becomes the template argument T.
  *
- * Contract (as the CPU's): gpt2cuda_forward with targets and dloss != 0 leaves dlogits (scaled
- * by dloss) in the logits buffer, and gpt2cuda_backward must follow before the next forward;
- * the backward accumulates into the gradients (gpt2cuda_zero_grad per step).
+ * Contract: gpt2cuda_forward with targets and dloss != 0 also runs the head's backward (dlnf in
+ * dbuf_c, wte's gradient accumulated), and gpt2cuda_backward must follow before the next forward;
+ * the backward accumulates into the gradients (gpt2cuda_zero_grad per step). Without targets the
+ * forward stops at lnf; gpt2cuda_logits_rows computes the logits of up to head_rows positions.
  *
  * fp16 loss scaling: micro-steps scale dloss by loss_scale; gpt2cuda_grad_norm unscales the
  * norm and, when it is not finite (an overflow), halves loss_scale, counts a skipped step and
@@ -48,6 +54,8 @@ typedef struct {
     Precision precision;
     CudaContext *ctx;
     int recompute;    /* 0..3 */
+    int head_rows;    /* positions per LM-head chunk (the logits buffer's rows) */
+    int head_rows_request; /* set before gpt2cuda_allocate: > 0 fixes head_rows (tests); 0 = automatic */
     int gelu_fusion;  /* 0..2 */
     int use_master;   /* fp32 master weights (bf16/fp16 only) */
     uint64_t seed;    /* stochastic rounding */
@@ -92,10 +100,21 @@ typedef struct {
 
 /* ---- the activation table on the GPU ----------------------------------------------------- */
 
+/* The LM head's chunk: request > 0 (capped at N), else as many positions as fit in
+ * LLMC_HEAD_CHUNK_BYTES of logits, a multiple of 128 when that many fit (so every chunk's lnf
+ * rows keep the same alignment, hence the same matmul plan), and at least 1. */
+enum { LLMC_HEAD_CHUNK_BYTES = 1 << 30 };
+inline int gpt2cuda_head_rows(size_t N, int Vp, size_t elem, int request) {
+    size_t rows = request > 0 ? (size_t)request : (size_t)LLMC_HEAD_CHUNK_BYTES / ((size_t)Vp * elem);
+    if (request <= 0 && rows >= 128) rows -= rows % 128;
+    if (rows < 1) rows = 1;
+    return (int)(rows < N ? rows : N);
+}
+
 /* Is this activation fp32 whatever the precision? */
 inline int gpt2cuda_act_is_fp32(const TensorSpec *s) { return s->kind == ACT_STATS || strcmp(s->name, "att") == 0; }
 
-inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, int recompute, Precision prec,
+inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, int recompute, Precision prec, int head_rows,
                                         TensorSpec specs[NUM_ACTIVATION_TENSORS], size_t bytes[NUM_ACTIVATION_TENSORS]) {
     /* level 0 of the shared table gives every per-layer tensor with all L layers */
     gpt2_activation_specs(cfg, B, T, 0, specs);
@@ -105,6 +124,10 @@ inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, in
         TensorSpec *s = &specs[i];
         size_t unit = s->per_layer ? s->numel / L : s->numel;
         if (strcmp(s->name, "att") == 0) unit = (size_t)B * cfg->num_heads * T; /* logsumexp (B, NH, T) */
+        if (strcmp(s->name, "logits") == 0) { /* one LM-head chunk */
+            unit = (size_t)head_rows * cfg->padded_vocab_size;
+            s->shape = "(head_rows, Vp)";
+        }
         s->per_layer = s->per_layer && gpt2_activation_stored_per_layer(s->name, recompute);
         s->numel = s->per_layer ? unit * L : unit;
         bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s) ? sizeof(float) : precision_bytes(prec));
@@ -197,7 +220,9 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     m->T = T_;
     m->recompute = recompute;
     m->gelu_fusion = gelu_fusion;
-    m->acts_total_bytes = gpt2cuda_activation_specs(cfg, B, T_, recompute, m->precision, m->act_specs, m->act_bytes);
+    m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
+    m->acts_total_bytes =
+        gpt2cuda_activation_specs(cfg, B, T_, recompute, m->precision, m->head_rows, m->act_specs, m->act_bytes);
     cudaCheck(cudaMalloc(&m->acts_memory, m->acts_total_bytes));
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
     float **slots = (float **)&m->acts;
@@ -333,12 +358,21 @@ template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, cons
     LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
     layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
     for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
-    matmul_forward((T *)a->logits, (T *)a->lnf, (T *)p->wte, (const T *)NULL, N, C, Vp, m->ctx);
     if (!targets) {
         cudaCheck(cudaStreamSynchronize(s));
         return m->mean_loss = 0.0f;
     }
-    fused_classifier((T *)a->logits, (float *)a->losses, m->d_targets, dloss, N, V, Vp, dloss != 0.0f, s);
+    const int write = dloss != 0.0f, R = m->head_rows;
+    if (write && !m->grads_memory) llmc_die("gpt2cuda_forward: a training forward needs the training buffers");
+    for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
+        const int rows = R < N - r0 ? R : N - r0;
+        const T *x = (const T *)a->lnf + (size_t)r0 * C;
+        matmul_forward((T *)a->logits, x, (const T *)p->wte, (const T *)NULL, rows, C, Vp, m->ctx);
+        fused_classifier((T *)a->logits, (float *)a->losses + r0, m->d_targets + r0, dloss, rows, V, Vp, write, s);
+        if (write) /* logits = lnf @ wte^T: dlnf (these rows of dbuf_c) and wte's gradient, from the dlogits */
+            matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, (T *)m->grads.wte, (T *)NULL, (const T *)a->logits, x,
+                            (const T *)p->wte, rows, C, Vp, m->fscratch, m->ctx);
+    }
     cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     float sum = 0.0f; /* in position order, as the CPU */
@@ -366,7 +400,7 @@ inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets
 template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int B, int T_) {
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
-    const int Vp = cfg->padded_vocab_size, N = B * T_;
+    const int N = B * T_;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F;
     const ParameterTensors *p = &m->params, *g = &m->grads;
     ActivationTensors *a = &m->acts;
@@ -375,8 +409,7 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
     float *fs = m->fscratch;
     T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
 
-    /* logits = lnf @ wte^T (dlogits already in a->logits) */
-    matmul_backward(dbuf_c, (T *)g->wte, (T *)NULL, (T *)a->logits, (T *)a->lnf, (T *)p->wte, N, C, Vp, fs, ctx);
+    /* (the LM head's backward ran in the forward, chunk by chunk: dlnf is in dbuf_c) */
     /* lnf = layernorm(residual3[L-1]) */
     cudaCheck(cudaMemsetAsync(dres, 0, NC * sizeof(T), s));
     T *top = (T *)a->residual3 + (size_t)(L - 1) * NC;
@@ -488,14 +521,29 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
     }
 }
 
+/* Logits of positions row0 .. row0 + rows - 1 (rows <= head_rows) of the last forward, into the
+ * logits buffer (rows, Vp). */
+inline void gpt2cuda_logits_rows(GPT2Cuda *m, int row0, int rows) {
+    const int C = m->cfg.channels, Vp = m->cfg.padded_vocab_size;
+    if (rows < 1 || rows > m->head_rows || row0 < 0 || (size_t)row0 + rows > (size_t)m->B * m->T)
+        llmc_die("gpt2cuda_logits_rows: rows %d..%d do not fit the allocated batch or head chunk (%d)", row0, row0 + rows - 1,
+                 m->head_rows);
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        matmul_forward((T *)m->acts.logits, (const T *)m->acts.lnf + (size_t)row0 * C, (const T *)m->params.wte,
+                       (const T *)NULL, rows, C, Vp, m->ctx);
+    });
+}
+
 /* The logits (V floats, host) after tokens[0..n-1], for sampling. */
 inline const float *gpt2cuda_next_logits(GPT2Cuda *m, const int *tokens, int n) {
     gpt2cuda_forward(m, tokens, NULL, 1, n, 0.0f);
+    gpt2cuda_logits_rows(m, n - 1, 1);
     const int Vp = m->cfg.padded_vocab_size;
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
         T *stage = (T *)m->h_staging;
-        cudaCheck(cudaMemcpy(stage, (T *)m->acts.logits + (size_t)(n - 1) * Vp, (size_t)Vp * sizeof(T), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(stage, (T *)m->acts.logits, (size_t)Vp * sizeof(T), cudaMemcpyDeviceToHost));
         for (int i = 0; i < Vp; i++) m->host_logits[i] = to_float(stage[i]);
     });
     return m->host_logits;
