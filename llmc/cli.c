@@ -140,10 +140,12 @@ static int in_list(const Flag *f, const char *const *list) {
 }
 /* Changing one of these on resume changes the math of the steps already scheduled. */
 static const char *const math_flags[] = {
-    "--train-data", "--init", "--batch-size", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
-    "--master-weights", "--gelu-fusion", "--zero-stage", "--num-processes", NULL};
+    "--master-weights", "--gelu-fusion", NULL};
+/* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
+ * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
 static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
