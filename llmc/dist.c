@@ -59,6 +59,18 @@ Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_paral
         return d;
     }
 #if LLMC_HAVE_MPI
+    /* the launchers this build joins set a rank beside the size: OpenMPI's mpirun, Slurm's srun */
+    int joinable = (getenv("OMPI_COMM_WORLD_SIZE") && getenv("OMPI_COMM_WORLD_RANK")) ||
+                   (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID"));
+    if (env_size > 1 && !joinable) {
+        if (strcmp(var, "SLURM_NTASKS") == 0)
+            llmc_die("this process runs in a Slurm allocation of %d tasks (SLURM_NTASKS=%s) but was not started by "
+                     "srun: for data parallelism start the ranks with 'srun %s ...' (scripts/run_dist.sh), or run "
+                     "one process with 'srun -n 1'", env_size, getenv(var), (*argv)[0]);
+        llmc_die("this process was started as one of %d (%s=%s) by a launcher this build cannot join: data "
+                 "parallelism runs under OpenMPI's mpirun or Slurm's srun (they also set OMPI_COMM_WORLD_RANK or "
+                 "SLURM_PROCID). Start it with mpirun, or unset %s if it is stale", env_size, var, getenv(var), var);
+    }
     if (env_size <= 1)
         llmc_die("-pn %d asks for %d processes, but this one was started alone: start them with a launcher, e.g. "
                  "'mpirun -np %d %s ...' (one node), 'mpirun -np %d --hostfile hosts ...' or 'srun -n %d ...' "
@@ -87,10 +99,12 @@ Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_paral
 #else
     (void)argc, (void)flag_pr;
     int want = env_size > 1 ? env_size : flag_pn;
-    llmc_die("%s asks for %d processes, but this %s was built without MPI and runs one process. Install OpenMPI "
-             "(apt-get install openmpi-bin libopenmpi-dev), rebuild (make clean && make), then start it with "
-             "'mpirun -np %d %s ...'",
-             env_size > 1 ? "the launcher" : "-pn", want, (*argv)[0], want, (*argv)[0]);
+    char who[96];
+    if (env_size > 1) snprintf(who, sizeof who, "the launcher (%s=%d)", var, env_size);
+    else snprintf(who, sizeof who, "-pn %d", flag_pn);
+    llmc_die("%s asks for %d processes, but this %s was built without MPI and runs one process (data parallelism "
+             "needs MPI). Install OpenMPI (apt-get install openmpi-bin libopenmpi-dev), rebuild (make clean && make), "
+             "then start it with 'mpirun -np %d %s ...'", who, want, (*argv)[0], want, (*argv)[0]);
 #endif
     return d;
 }
@@ -169,7 +183,7 @@ void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n)
         shard_counts(d, n, counts, counts + d->size);
         COMM_BEGIN;
         MPI_Reduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        COMM_END(n * sizeof(float));
+        COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
         free(counts);
         return;
     }

@@ -62,7 +62,8 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
 }
 
 void optim_gather_state(Optimizer *o, float *m, float *v) {
-    if (o->zero == 0) {
+    if (o->zero == 0) { /* every rank has it all: rank 0's copy is the checkpoint's */
+        if (o->dist->rank != 0) return;
         memcpy(m, o->m, o->n * sizeof(float));
         memcpy(v, o->v, o->n * sizeof(float));
         return;
