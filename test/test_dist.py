@@ -99,6 +99,9 @@ def train(tmp, name, np, args):
 
 
 def main():
+    if not shutil.which("mpirun") or not shutil.which("mpicc"):
+        report(False, "OpenMPI is installed (mpirun, mpicc)", "apt-get install openmpi-bin libopenmpi-dev, then make")
+        return 1
     tmp = tempfile.mkdtemp(prefix="llmc_test_dist_")
     rng = random.Random(4321)
     pattern = [rng.randrange(50257) for _ in range(97)]
