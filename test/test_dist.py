@@ -65,8 +65,8 @@ def read_log(outdir):
         return [json.loads(line) for line in f]
 
 
-def losses(outdir):
-    return {r["step"]: r["train_loss"] for r in read_log(outdir) if "train_loss" in r}
+def losses(outdir, key="train_loss"):
+    return {r["step"]: r[key] for r in read_log(outdir) if key in r}
 
 
 def params(path):
@@ -118,22 +118,26 @@ def main():
     p, ref = train(tmp, "p1_b12", 0, base + ["-b", "12"])
     report(p.returncode == 0, "one process, -b 12: trains", p.stderr[-300:])
     ref_loss, ref_par = losses(ref), params(os.path.join(ref, final))
-    runs = [("p1_b6_accum2", 0, ["-b", "6"], "one process with accumulation 2 (-b 6)"),
-            ("p2_z0", 2, ["-b", "6", "-z", "0"], "2 ranks x -b 6, -z 0"),
-            ("p2_z1", 2, ["-b", "6", "-z", "1"], "2 ranks x -b 6, -z 1"),
-            ("p2_z2", 2, ["-b", "6", "-z", "2"], "2 ranks x -b 6, -z 2"),
-            ("p3_z2", 3, ["-b", "4", "-z", "2"], "3 ranks x -b 4, -z 2 (shards do not divide the parameters)"),
-            ("p4_z1_accum", 4, ["-b", "1", "-z", "1"], "4 ranks x -b 1 with accumulation 3, -z 1")]
-    for name, np, extra, what in runs:
+    ref_norm, ref_val = losses(ref, "grad_norm"), losses(ref, "val_loss")
+    # (the validation batches are B*ranks sequences: the same as -b 12's only where that is 12)
+    runs = [("p1_b6_accum2", 0, ["-b", "6"], "one process with accumulation 2 (-b 6)", False),
+            ("p2_z0", 2, ["-b", "6", "-z", "0"], "2 ranks x -b 6, -z 0", True),
+            ("p2_z1", 2, ["-b", "6", "-z", "1"], "2 ranks x -b 6, -z 1", True),
+            ("p2_z2", 2, ["-b", "6", "-z", "2"], "2 ranks x -b 6, -z 2", True),
+            ("p3_z2", 3, ["-b", "4", "-z", "2"], "3 ranks x -b 4, -z 2 (shards do not divide the parameters)", True),
+            ("p4_z1_accum", 4, ["-b", "1", "-z", "1"], "4 ranks x -b 1 with accumulation 3, -z 1", False)]
+    for name, np, extra, what, same_val in runs:
         p, out = train(tmp, name, np, base + extra)
         if p.returncode != 0:
             report(False, f"{what}: trains", p.stderr[-500:])
             continue
-        ld = loss_diff(losses(out), ref_loss)
-        report(ld is not None and ld <= LOSS_RTOL, f"{what}: losses equal one process with -b 12 (rel {LOSS_RTOL})",
-               f"largest relative difference {ld}")
+        # the gradient norm too: AdamW hides a wrongly scaled gradient, the norm does not
+        keys = (("train_loss", ref_loss), ("grad_norm", ref_norm)) + ((("val_loss", ref_val),) if same_val else ())
+        ld = max(loss_diff(losses(out, k), want) or float("inf") for k, want in keys)
+        report(ld <= LOSS_RTOL, f"{what}: {'train/val' if same_val else 'train'} losses and grad norms equal one process with -b 12 (rel {LOSS_RTOL}; "
+               f"largest {ld:.1e})", f"largest relative difference {ld}")
         pd = param_diff(params(os.path.join(out, final)), ref_par)
-        report(pd <= PARAM_ATOL, f"{what}: final parameters equal one process with -b 12 (abs {PARAM_ATOL})",
+        report(pd <= PARAM_ATOL, f"{what}: final parameters equal one process with -b 12 (abs {PARAM_ATOL}; largest {pd:.1e})",
                f"largest difference {pd}")
         if np:
             log = read_log(out)
@@ -182,11 +186,11 @@ def main():
             report(same and got == want_loss, f"resume {what}: bit-exact (losses and final model)", f"model same {same}")
             continue
         ld = loss_diff(got, want_loss)
-        report(ld is not None and ld <= LOSS_RTOL, f"resume {what}: losses equal the uninterrupted run's (rel {LOSS_RTOL})",
-               f"largest relative difference {ld}")
+        report(ld is not None and ld <= LOSS_RTOL, f"resume {what}: losses equal the uninterrupted run's (rel {LOSS_RTOL}; "
+               f"largest {ld:.1e})" if ld is not None else f"resume {what}: losses", f"largest relative difference {ld}")
         pd = param_diff(params(os.path.join(out, final)), want_par)
-        report(pd <= PARAM_ATOL, f"resume {what}: final parameters equal the uninterrupted run's (abs {PARAM_ATOL})",
-               f"largest difference {pd}")
+        report(pd <= PARAM_ATOL, f"resume {what}: final parameters equal the uninterrupted run's (abs {PARAM_ATOL}; "
+               f"largest {pd:.1e})", f"largest difference {pd}")
 
     # --- faults -------------------------------------------------------------------------------
     out = os.path.join(tmp, "killed")
