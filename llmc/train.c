@@ -446,7 +446,7 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     float vl = evaluate(be, val, batches, inputs, targets, B, T);
     printf("val loss %.6f (step %d)\n", vl, step);
     fflush(stdout);
-    if (tc->output_dir[0]) {
+    if (tc->output_dir[0] && dist_world()->rank == 0) { /* rank 0 writes the log */
         Logger lg; /* the directory was created and locked by train_resolve_init */
         logger_open(&lg, tc->output_dir, INT_MAX); /* keeps every existing line */
         log_begin(&lg);

@@ -156,6 +156,16 @@ def main():
             report(not any(f.startswith("state_") and not f.endswith("_00000.bin") for f in files),
                    "2 ranks: one checkpoint for the run (rank 0's files only)", files)
 
+    # --- -x 0 (evaluation only): the ranks' mean equals one process over the same batches -----
+    ev = ["-i", tr, "-j", va, "-e", os.path.join(ref, final), "-t", "16", "-v", "1", "-m", "2", "-x", "0", "--threads", "1"]
+    p1, p2 = mpirun(0, ev + ["-b", "12"]), mpirun(2, ev + ["-b", "6"])
+    v1 = [l for l in p1.stdout.splitlines() if l.startswith("val loss")]
+    v2 = [l for l in p2.stdout.splitlines() if l.startswith("val loss")]
+    vd = abs(float(v1[0].split()[2]) - float(v2[0].split()[2])) / float(v1[0].split()[2]) if v1 and v2 else None
+    report(p2.returncode == 0 and vd is not None and vd <= LOSS_RTOL,
+           f"-x 0 on 2 ranks x -b 6: the validation loss equals one process with -b 12 (rel {LOSS_RTOL})",
+           f"{v1} vs {v2}: {p2.stderr[-300:]}")
+
     # --- resume with another rank count ---------------------------------------------------------
     def resume(src, name, np, extra, zero):
         out = os.path.join(tmp, name)
