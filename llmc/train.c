@@ -243,7 +243,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
 }
 
 static void load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, DataLoader *loader, Rng *sampler_rng,
-                       int step) {
+                       int step, long long total_batch) {
     char state[4200], model[4200];
     /* every rank reads the one state file (-o must be shared by the ranks' nodes) and keeps its shard */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof state);
@@ -273,6 +273,11 @@ static void load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, 
         llmc_die("cannot resume from '%s': it was written with -t %d --shuffle %d --seed %llu, "
                  "this run has -t %d --shuffle %d --seed %llu (resume needs the same values)",
                  state, st.T, st.shuffle, (unsigned long long)st.seed, tc->T, tc->shuffle, (unsigned long long)tc->seed);
+    if (st.version < 3 && (long long)st.B * st.T * st.processes != total_batch)
+        llmc_die("training state '%s' is version %d, written before data parallelism: its data position counts "
+                 "micro-batches of B*T*processes = %d*%d*%d tokens, which this build can continue only when that "
+                 "is the whole step (-d %lld, no gradient accumulation)",
+                 state, st.version, st.B, st.T, st.processes, total_batch);
     if (st.processes != tc->num_processes || st.B != tc->B)
         printf("resume: the checkpoint was written by %d process(es) with -b %d; continuing with %d x -b %d\n",
                st.processes, st.B, tc->num_processes, tc->B);
@@ -520,7 +525,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     check_ranks_agree(dist, &rc, be, train);
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
-    if (resume_step >= 0) load_state(tc, be, &opt, train, &sampler_rng, resume_step);
+    if (resume_step >= 0) load_state(tc, be, &opt, train, &sampler_rng, resume_step, total_batch);
     if (tc->overwrite && dist->rank == 0) {
         char names[512];
         int n = rundir_run_files(tc->output_dir, names, sizeof names);

@@ -202,6 +202,27 @@ def main():
         report(pd <= PARAM_ATOL, f"resume {what}: final parameters equal the uninterrupted run's (abs {PARAM_ATOL}; "
                f"largest {pd:.1e})", f"largest difference {pd}")
 
+    # --- state files of version 2 (before data parallelism: the data position counted micro-batches)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from hardening_util import state_rewrite
+    for b, ok in ((12, True), (6, False)):
+        out = os.path.join(tmp, f"v2_b{b}")
+        shutil.copytree(u1, out)
+        for f in os.listdir(out):
+            if "00000010" in f:
+                os.remove(os.path.join(out, f))
+        def to_v2(h, b=b):
+            h[1], h[5] = 2, b  # written by an older llmc with -b b (accumulation 12 / b)
+        state_rewrite(os.path.join(out, "state_00000005_00000.bin"), to_v2)
+        p = mpirun(0, base + ["-b", str(b), "-n", "5", "-o", out, "-y", "1"])
+        if ok:
+            same = p.returncode == 0 and open(os.path.join(out, final), "rb").read() == open(os.path.join(u1, final), "rb").read()
+            report(same, "a version-2 state without accumulation resumes (bit-exact)", p.stderr[-300:])
+        else:
+            report(p.returncode == 1 and "version 2" in p.stderr and "micro-batches" in p.stderr,
+                   "a version-2 state written with accumulation: a clear error (its data position counts micro-batches)",
+                   f"exit {p.returncode}: {p.stderr[-300:]}")
+
     # --- faults -------------------------------------------------------------------------------
     out = os.path.join(tmp, "killed")
     proc = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "3", TRAINER] + base[:-2] + ["-b", "4", "-x", "100000", "-o", out],
