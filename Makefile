@@ -73,8 +73,10 @@ endif
 # CPU_SRCS:  the CPU backend (ops and model sequencing).
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
 CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c llmc/model.c llmc/cli.c llmc/checkpoint.c \
-             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c llmc/rundir.c
-CPU_SRCS  := $(wildcard llmc/cpu/*.c)
+             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c llmc/rundir.c \
+             llmc/dist.c llmc/optim.c llmc/cpu/adamw.c
+# (llmc/cpu/adamw.c is the core's: the loop's optimizer, llmc/optim.c, runs it)
+CPU_SRCS  := $(filter-out llmc/cpu/adamw.c,$(wildcard llmc/cpu/*.c))
 BINS      := train_gpt_cpu
 TEST_BINS :=
 PHONY     :=
@@ -104,7 +106,7 @@ features:
 	@echo "  $(if $(HAVE_NATIVE),✓,✗) -march=native"
 	@echo "  $(if $(HAVE_LIBMVEC),✓,✗) libmvec  $(if $(HAVE_LIBMVEC),(vector tanhf for GELU),(scalar tanhf))"
 	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
-	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),found (not used yet: data parallelism is not built),(not used yet: data parallelism is not built))"
+	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),(train_gpt_cpu runs data-parallel under mpirun/srun),(apt-get install openmpi-bin libopenmpi-dev; train_gpt_cpu runs one process))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt not built))"
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN    $(if $(HAVE_CUDNN),(used by make train_gpt USE_CUDNN=1),)"
 	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found ,)(not used yet: data parallelism is not built)"
@@ -137,9 +139,22 @@ $(BUILD)/libllmc_cpu.a: $(CPU_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
+# With MPI the CPU trainer links llmc/dist.c compiled against MPI (dist_mpi.o, ahead of the
+# archive's single-process dist.o) through mpicc, which wraps $(CC); every other program keeps the
+# single-process build.
+ifeq ($(HAVE_MPI),1)
+MPICC := OMPI_CC=$(CC) mpicc
+$(BUILD)/llmc/dist_mpi.o: llmc/dist.c $(BUILD)/.cflags
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DLLMC_HAVE_MPI=1 -c $< -o $@
+$(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/llmc/dist_mpi.o $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+else
 $(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+endif
 
 # `make test`: check dependencies (install them when root), build, run every suite.
 test:

@@ -12,6 +12,7 @@
 #include "llmc/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/model.h"
+#include "llmc/dist.h"
 #include "llmc/train.h"
 
 #ifdef _OPENMP
@@ -34,11 +35,6 @@ static float cpu_eval_loss(void *m, const int *inputs, const int *targets, int B
 }
 
 static void cpu_zero_grad(void *m) { gpt2_zero_grad((GPT2 *)m); }
-static float cpu_grad_norm(void *m) { return gpt2_grad_norm((GPT2 *)m); }
-
-static void cpu_update(void *m, const TrainConfig *tc, float lr, int t, float grad_scale) {
-    gpt2_update((GPT2 *)m, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
-}
 
 static const float *cpu_next_logits(void *m, const int *tokens, int n) {
     GPT2 *model = (GPT2 *)m;
@@ -66,8 +62,10 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
-    if (tc.num_processes > 1) llmc_die("-pn %d: multi-process training is not available yet in train_gpt_cpu", tc.num_processes);
-    if (tc.zero_stage != 0) llmc_die("-z %d: ZeRO sharding needs data parallelism, which is not available yet", tc.zero_stage);
+    /* the process group: mpirun/srun ranks (a build with MPI), or one process */
+    Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, 1);
+    tc.num_processes = dist->size;
+    tc.process_rank = dist->rank;
     if (tc.gpu_log_every > 0)
         printf("note: -lg %d: the CPU trainer has no GPU telemetry; continuing without it\n", tc.gpu_log_every);
 
@@ -97,17 +95,16 @@ int main(int argc, char **argv) {
     be.train_micro_step = cpu_train_micro_step;
     be.eval_loss = cpu_eval_loss;
     be.zero_grad = cpu_zero_grad;
-    be.grad_norm = cpu_grad_norm;
-    be.update = cpu_update;
     be.next_logits = cpu_next_logits;
     be.host_params = model.params_memory;
-    be.host_m = model.m_memory;
-    be.host_v = model.v_memory;
+    be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/optim.c) does the rest */
+    be.param_specs = model.param_specs;
     be.sync_to_host = cpu_sync_noop;
     be.sync_from_host = cpu_sync_noop;
     be.print_memory = cpu_print_memory;
 
     int status = train_run(&tc, &be, resume_step);
     gpt2_free(&model);
+    dist_finalize(dist);
     return status;
 }

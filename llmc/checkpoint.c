@@ -274,9 +274,10 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     int32_t h[256];
     if (fread(h, 4, 256, f) != 256) llmc_die("training state '%s' is truncated (shorter than its header)", path);
     if (h[0] != STATE_MAGIC) llmc_die("'%s' is not a training state file: magic %d, expected %d", path, h[0], STATE_MAGIC);
-    if (h[1] != STATE_VERSION && h[1] != 1)
-        llmc_die("training state '%s' has version %d; this build reads versions 1 and %d", path, h[1], STATE_VERSION);
+    if (h[1] < 1 || h[1] > STATE_VERSION)
+        llmc_die("training state '%s' has version %d; this build reads versions 1 to %d", path, h[1], STATE_VERSION);
     memset(st, 0, sizeof *st);
+    st->version = h[1];
     st->step = h[2];
     st->numel = (size_t)get64(h, 3);
     st->B = h[5];

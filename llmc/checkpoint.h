@@ -15,6 +15,11 @@
  *   (version 2) [40] CRC-32 of the model file of the same step, [41] 1 = [40] is set,
  *   [42] CRC-32 of this file (header with [42] = 0, then m and v)
  * then AdamW m[numel] and v[numel] in fp32. Version 1 files (no checksums) still load.
+ * Version 3 (the same layout): one file for the whole run (rank 0's, whatever the number of
+ * ranks: m and v whole), and the dataloader position counts optimizer steps (one batch = -d
+ * tokens, dataloader.h: data-parallel split); versions 1-2 counted micro-batches of B*T*processes
+ * tokens, so they resume only where that equals -d (no accumulation). [5] B and [7] processes
+ * record how the run was split, for the resume note.
  * Checksum file "<model>.sum" (ours, one line "llmc-sum 1 crc32 <8 hex> bytes <n>"): the CRC-32
  * (zlib's) of the whole model file, written beside every model file we save and verified on
  * every load when present (a plain llm.c file has none and loads unverified).
@@ -38,7 +43,7 @@ extern "C" {
 #define MODEL_VERSION_FP32 3
 #define MODEL_VERSION_BF16 5
 #define STATE_MAGIC 20261130
-#define STATE_VERSION 2
+#define STATE_VERSION 3
 
 /* Reads and validates a model file's header and size; dies with a message naming the file. */
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version);
@@ -64,6 +69,7 @@ typedef struct {
     int64_t backend[4];
     uint32_t model_crc;  /* CRC-32 of the model file saved with this state */
     int has_model_crc;   /* 0: unknown (version 1 file) */
+    int version;         /* as read */
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);

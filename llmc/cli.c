@@ -68,12 +68,12 @@ static const Flag flags[] = {
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
-    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (0 until data parallelism lands)"},
+    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
-    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (without MPI)"},
-    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (without MPI)"},
+    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given)"},
+    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it)"},
     {"-pg", "--gpus-per-node", F_INT, FIELD(gpus_per_node), "GPUs per node"},
     {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "NCCL init: mpi | tcp | fs"},
     {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp init: server IP"},
@@ -140,10 +140,12 @@ static int in_list(const Flag *f, const char *const *list) {
 }
 /* Changing one of these on resume changes the math of the steps already scheduled. */
 static const char *const math_flags[] = {
-    "--train-data", "--init", "--batch-size", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
-    "--master-weights", "--gelu-fusion", "--zero-stage", "--num-processes", NULL};
+    "--master-weights", "--gelu-fusion", NULL};
+/* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
+ * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
 static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",

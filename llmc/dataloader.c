@@ -383,8 +383,8 @@ static void shard_open(Shard *sh, const char *path, const char *pattern, size_t 
     if (shard_read_header(path, &info, err, sizeof err) != 0) llmc_die("%s", err);
     if (info.ntok < tokens_per_batch + 1)
         llmc_die("data shard '%s' has %zu tokens, too few for one global batch of B*T*nproc + 1 = "
-                 "%d*%d*%d + 1 = %zu tokens; use a smaller batch (-b), sequence length (-t) or "
-                 "fewer processes, or a larger shard",
+                 "%d*%d*%d + 1 = %zu tokens (for the training data, one optimizer step: -d tokens + 1); use a "
+                 "smaller batch (-d, -b), sequence length (-t) or fewer processes, or a larger shard",
                  path, info.ntok, B, T, nproc, tokens_per_batch + 1);
 
     size_t bytes = (size_t)SHARD_HEADER_BYTES + info.ntok * (size_t)info.token_bytes;

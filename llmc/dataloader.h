@@ -15,6 +15,14 @@
  * Every rank must use the same (pattern, B, T, nproc, shuffle, seed): they then walk the same
  * global batches in lock step, each taking its own slice.
  *
+ * Data-parallel split (the trainers, llmc/train.c). The training loader is opened with one whole
+ * optimizer step as its batch (B = d / T sequences, nproc = 1), so the data of step s depends on
+ * -d and -t only, never on the number of ranks P or on -b. With accumulation A = d / (B*T*P),
+ * sequence j of a step (0 <= j < d / T) goes to micro-step j / (P*B), rank (j / B) % P, row
+ * j % B: one process with -b P*B, or with -b B and accumulation P, sees the same sequences in
+ * each step as P ranks with -b B. The validation loader keeps the per-rank layout above (global
+ * batches of B*T*P tokens, the loss averaged over the ranks).
+ *
  * Prefetch. With prefetch = 1 a background pthread prepares the next batch while the caller
  * trains. Results (batches, positions, errors and when they are raised) are identical with
  * prefetch on and off.

@@ -23,14 +23,14 @@ void rundir_refuse_launcher(void) {
         const char *v = getenv(vars[i]);
         if (v && atoi(v) > 1)
             llmc_die("this process was started as one of %d by a launcher (%s=%s), but data parallelism is not "
-                     "built yet: the copies would train alone and write the same files. Run one process "
-                     "(without mpirun/srun), or unset %s if it is stale",
+                     "built yet in this trainer (./train_gpt_cpu built with MPI has it): the copies would train alone "
+                     "and write the same files. Run one process (without mpirun/srun), or unset %s if it is stale",
                      atoi(v), vars[i], v, vars[i]);
     }
     const char *n = getenv("SLURM_NTASKS"), *rank = getenv("SLURM_PROCID");
     if (n && rank && !getenv("SLURM_STEP_NUM_TASKS") && atoi(n) > 1)
         llmc_die("this process was started as one of %d Slurm tasks (SLURM_NTASKS=%s, SLURM_PROCID=%s), but data "
-                 "parallelism is not built yet. Run one task (srun -n 1)", atoi(n), n, rank);
+                 "parallelism is not built yet in this trainer. Run one task (srun -n 1)", atoi(n), n, rank);
 }
 
 static void make_dirs(const char *dir) {

@@ -15,8 +15,9 @@
 extern "C" {
 #endif
 
-/* Dies when a multi-process launcher (mpirun, srun, ...) started this process as one of several:
- * data parallelism is not built yet, so the copies would train alone and write the same files. */
+/* Dies when a multi-process launcher (mpirun, srun, ...) started this process as one of several
+ * and the trainer has no process group (dist.h) to join: the copies would train alone and write
+ * the same files. */
 void rundir_refuse_launcher(void);
 /* mkdir -p dir, then the exclusive lock (kept until the process exits); dies if another
  * process holds it, naming the directory and that process's PID. */

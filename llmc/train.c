@@ -3,6 +3,8 @@
 #include "check.h"
 #include "checkpoint.h"
 #include "dataloader.h"
+#include "dist.h"
+#include "optim.h"
 #include "rundir.h"
 #include "rng.h"
 #include "sampler.h"
@@ -17,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #if LLMC_HAVE_PCRE2
 #include "tokenizer.h"
@@ -136,8 +139,20 @@ static void generate(TrainBackend *be, const SampleText *st, Rng *rng, int T, in
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------ */
+static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len);
+
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
-    rundir_refuse_launcher();
+    Dist *d = dist_world();
+    if (d->size == 1) rundir_refuse_launcher(); /* a trainer that did not start a process group */
+    /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
+    int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
+    dist_bcast_bytes(d, &step, sizeof step);
+    if (step >= 0) checkpoint_paths(tc->output_dir, step, 0, init_path, NULL, NULL, len);
+    else snprintf(init_path, len, "%s", tc->init);
+    return step;
+}
+
+static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len) {
     snprintf(init_path, len, "%s", tc->init);
     if (!tc->output_dir[0]) return -1;
     rundir_lock(tc->output_dir);
@@ -172,16 +187,30 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
 /* Writes model, state and the DONE marker (which holds the resolved configuration rc).
  * healthy: the newest checkpoint step proven healthy (a later step trained from its weights
  * without diverging); pruning never deletes it. */
-static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, DataLoader *loader,
-                            const Rng *sampler_rng, int step, int healthy) {
+static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, Optimizer *opt,
+                            DataLoader *loader, const Rng *sampler_rng, int step, int healthy) {
     char model[4200], state[4200];
-    checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof model);
+    Dist *d = dist_world();
+    /* one checkpoint for the whole run, written by rank 0: the model, and a state file holding all
+     * of m and v (gathered from the ranks' shards), whatever the number of ranks */
+    checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
+    float *m = be->host_m, *v = be->host_v;
+    if (be->host_grads) {
+        size_t n = d->rank == 0 ? be->num_parameters : 1;
+        m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
+        v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
+        optim_gather_state(opt, m, v);
+    }
     for (size_t i = 0; i < be->num_parameters; i++)
         if (!isfinite(be->host_params[i]))
             llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
                      "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
                      i, (double)be->host_params[i], step, tc->output_dir);
+    if (d->rank != 0) {
+        if (be->host_grads) free(m), free(v);
+        return;
+    }
     TrainState st = {0};
     if (tc->process_rank == 0) {
         st.model_crc = model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
@@ -202,7 +231,8 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
     if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
-    state_file_save(state, &st, be->host_m, be->host_v);
+    state_file_save(state, &st, m, v);
+    if (be->host_grads) free(m), free(v);
     if (tc->process_rank == 0) {
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
@@ -212,11 +242,23 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     printf("checkpoint: %s\n", model);
 }
 
-static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *loader, Rng *sampler_rng, int step) {
+static void load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, DataLoader *loader, Rng *sampler_rng,
+                       int step, long long total_batch) {
     char state[4200], model[4200];
-    checkpoint_paths(tc->output_dir, step, tc->process_rank, model, state, NULL, sizeof state);
+    /* every rank reads the one state file (-o must be shared by the ranks' nodes) and keeps its shard */
+    checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof state);
     TrainState st;
-    state_file_load(state, &st, be->host_m, be->host_v, be->num_parameters);
+    float *m = be->host_m, *v = be->host_v;
+    if (be->host_grads) {
+        m = (float *)mallocCheck(be->num_parameters * sizeof(float), "AdamW m (checkpoint)");
+        v = (float *)mallocCheck(be->num_parameters * sizeof(float), "AdamW v (checkpoint)");
+    }
+    state_file_load(state, &st, m, v, be->num_parameters);
+    if (be->host_grads) {
+        optim_load_state(opt, m, v);
+        free(m);
+        free(v);
+    }
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {
         uint32_t crc = model_file_checksum(model);
@@ -225,12 +267,20 @@ static void load_state(const TrainConfig *tc, TrainBackend *be, DataLoader *load
                      "records %08x): the model and the state of step %d do not belong together",
                      state, model, (unsigned)crc, (unsigned)st.model_crc, step);
     }
-    if (st.B != tc->B || st.T != tc->T || st.processes != tc->num_processes || st.shuffle != tc->shuffle ||
-        st.seed != tc->seed)
-        llmc_die("cannot resume from '%s': it was written with -b %d -t %d -pn %d --shuffle %d --seed %llu, "
-                 "this run has -b %d -t %d -pn %d --shuffle %d --seed %llu (resume needs the same values)",
-                 state, st.B, st.T, st.processes, st.shuffle, (unsigned long long)st.seed, tc->B, tc->T,
-                 tc->num_processes, tc->shuffle, (unsigned long long)tc->seed);
+    /* -b and the number of processes may change: a step's data is fixed by -d (the loader's
+     * state checks that), and m and v are stored whole */
+    if (st.T != tc->T || st.shuffle != tc->shuffle || st.seed != tc->seed)
+        llmc_die("cannot resume from '%s': it was written with -t %d --shuffle %d --seed %llu, "
+                 "this run has -t %d --shuffle %d --seed %llu (resume needs the same values)",
+                 state, st.T, st.shuffle, (unsigned long long)st.seed, tc->T, tc->shuffle, (unsigned long long)tc->seed);
+    if (st.version < 3 && (long long)st.B * st.T * st.processes != total_batch)
+        llmc_die("training state '%s' is version %d, written before data parallelism: its data position counts "
+                 "micro-batches of B*T*processes = %d*%d*%d tokens, which this build can continue only when that "
+                 "is the whole step (-d %lld, no gradient accumulation)",
+                 state, st.version, st.B, st.T, st.processes, total_batch);
+    if (st.processes != tc->num_processes || st.B != tc->B)
+        printf("resume: the checkpoint was written by %d process(es) with -b %d; continuing with %d x -b %d\n",
+               st.processes, st.B, tc->num_processes, tc->B);
     DataLoaderState ds;
     memcpy(&ds, st.loader, sizeof ds);
     char err[4600];
@@ -249,7 +299,9 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
         dataloader_next(val, inputs, targets);
         sum += be->eval_loss(be->model, inputs, targets, B, T);
     }
-    return (float)(sum / batches);
+    Dist *d = dist_world();
+    dist_allreduce_f64(d, &sum, 1); /* every rank evaluated its slice of each global batch */
+    return (float)(sum / batches / d->size);
 }
 
 /* ---- what the run says about itself ------------------------------------------------------ */
@@ -327,6 +379,59 @@ static void log_run_record(Logger *lg, const TrainConfig *rc, const TrainBackend
     log_end(lg);
 }
 
+/* Faults: every rank must run the same configuration on the same data and model. Rank 0's
+ * description (resolved flags, training data size, parameter CRC) is sent to all; a rank whose
+ * own differs names the first differing line, and every rank stops. */
+static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train) {
+    if (d->size == 1) return;
+    TrainConfig c = *rc;
+    c.process_rank = 0;
+    enum { CAP = 32768 };
+    char *mine = (char *)mallocCheck(CAP, "configuration text"), *root = (char *)mallocCheck(CAP, "configuration text");
+    size_t n = train_config_to_text(&c, mine, CAP - 256);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    const unsigned char *p = (const unsigned char *)be->host_params;
+    for (size_t left = be->num_parameters * sizeof(float); left > 0;) {
+        uInt k = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        crc = crc32(crc, p, k);
+        p += k;
+        left -= k;
+    }
+    snprintf(mine + n, CAP - n, "training data: %zu tokens in %d shard(s)\ninitial parameters: %zu, crc32 %08lx\n",
+             dataloader_num_tokens(train), dataloader_num_shards(train), be->num_parameters, (unsigned long)crc);
+    memcpy(root, mine, CAP);
+    dist_bcast_bytes(d, root, CAP);
+    uint64_t ok = strcmp(mine, root) == 0, *all = (uint64_t *)mallocCheck((size_t)d->size * sizeof(uint64_t), "ranks");
+    if (!ok) {
+        const char *a = mine, *b = root;
+        while (*a && *b) { /* the first line that differs */
+            size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+            if (la != lb || memcmp(a, b, la) != 0) {
+                fprintf(stderr, "error: rank %d was started differently from rank 0: it has '%.*s' where rank 0 has "
+                        "'%.*s'\n", d->rank, (int)la, a, (int)lb, b);
+                break;
+            }
+            a += la + (a[la] == '\n');
+            b += lb + (b[lb] == '\n');
+        }
+    }
+    dist_allgather_u64(d, ok, all);
+    int bad = 0;
+    char ranks[256] = "";
+    for (int r = 0; r < d->size; r++)
+        if (!all[r]) {
+            size_t k = strlen(ranks);
+            if (k + 16 < sizeof ranks) snprintf(ranks + k, sizeof ranks - k, "%s%d", bad ? ", " : "", r);
+            bad++;
+        }
+    free(mine);
+    free(root);
+    free(all);
+    if (bad)
+        llmc_die("the %d ranks were not started alike: rank(s) %s differ from rank 0 in flags, data or model (each "
+                 "says how on stderr); start every rank with the same command and files", d->size, ranks);
+}
+
 /* -x 0: the validation loss of the loaded model (-e, or with -y 1 the latest checkpoint in -o),
  * over the batches a training run's evaluation uses; printed, and logged with "eval_only" when
  * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
@@ -346,7 +451,7 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     float vl = evaluate(be, val, batches, inputs, targets, B, T);
     printf("val loss %.6f (step %d)\n", vl, step);
     fflush(stdout);
-    if (tc->output_dir[0]) {
+    if (tc->output_dir[0] && dist_world()->rank == 0) { /* rank 0 writes the log */
         Logger lg; /* the directory was created and locked by train_resolve_init */
         logger_open(&lg, tc->output_dir, INT_MAX); /* keeps every existing line */
         log_begin(&lg);
@@ -376,11 +481,16 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         llmc_die("-d %lld needs %lld gradient accumulation steps of %lld tokens; at most %d are supported",
                  total_batch, total_batch / micro_tokens, micro_tokens, INT_MAX);
     const int accum = (int)(total_batch / micro_tokens);
+    Dist *dist = dist_world();
+    if (P != dist->size) llmc_die("internal: -pn %d but the process group has %d ranks", P, dist->size);
 
     char origin[4200];
-    if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, tc->process_rank, origin, NULL, NULL, sizeof origin);
+    if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, 0, origin, NULL, NULL, sizeof origin);
     else snprintf(origin, sizeof origin, "%s", tc->init);
-    DataLoader *train = dataloader_open_for_model(tc->train_pattern, B, T, tc->process_rank, P, tc->shuffle, tc->seed,
+    /* The training data's unit is a whole optimizer step, so its order never depends on the
+     * number of ranks or -b (dataloader.h: data-parallel split). */
+    const int step_rows = (int)(total_batch / T);
+    DataLoader *train = dataloader_open_for_model(tc->train_pattern, step_rows, T, 0, 1, tc->shuffle, tc->seed,
                                                   cfg->vocab_size, 1, origin);
     DataLoader *val = NULL;
     int val_batches = 0;
@@ -391,7 +501,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     }
     int max_steps = tc->max_steps;
     if (max_steps < 0) {
-        max_steps = (int)(dataloader_batches_per_epoch(train) / (size_t)accum);
+        max_steps = (int)dataloader_batches_per_epoch(train);
         if (max_steps < 1)
             llmc_die("one epoch of '%s' (%zu tokens) is shorter than one optimizer step of %lld tokens",
                      tc->train_pattern, dataloader_num_tokens(train), total_batch);
@@ -406,17 +516,24 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
 
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
+    int *step_inputs = (int *)mallocCheck((size_t)total_batch * sizeof(int), "step input tokens");
+    int *step_targets = (int *)mallocCheck((size_t)total_batch * sizeof(int), "step target tokens");
+    /* the loop's optimizer when the backend hands over host gradients; else the backend's own */
+    Optimizer opt = {0};
+    if (be->host_grads) optim_init(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs);
+    else if (tc->zero_stage != 0) llmc_die("-z %d: this backend keeps its own optimizer, which is not sharded", tc->zero_stage);
+    check_ranks_agree(dist, &rc, be, train);
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
-    if (resume_step >= 0) load_state(tc, be, train, &sampler_rng, resume_step);
-    if (tc->overwrite) {
+    if (resume_step >= 0) load_state(tc, be, &opt, train, &sampler_rng, resume_step, total_batch);
+    if (tc->overwrite && dist->rank == 0) {
         char names[512];
         int n = rundir_run_files(tc->output_dir, names, sizeof names);
         rundir_remove_run(tc->output_dir);
         if (n) printf("--overwrite 1: deleted the %d file(s) of the previous run in '%s' (%s)\n", n, tc->output_dir, names);
     }
     Logger lg;
-    logger_open(&lg, tc->output_dir, resume_step);
+    logger_open(&lg, dist->rank == 0 ? tc->output_dir : "", resume_step); /* rank 0 writes the log */
     log_run_record(&lg, &rc, be, resume_step);
     SampleText text = {0};
     if (tc->sample_every > 0) sample_text_open(&text, tc, cfg);
@@ -429,8 +546,10 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
            dataloader_num_shards(train), val_batches, micro_tokens);
     printf("batch: %lld tokens per step = %d x %d x %d processes x %d accumulation steps; %d steps%s\n", total_batch,
            B, T, P, accum, max_steps, resume_step >= 0 ? " (resuming)" : "");
+    if (P > 1) printf("processes: %d ranks started by %s\n", P, dist->launcher);
     if (resume_step >= 0) printf("resumed from step %d in '%s'\n", resume_step, tc->output_dir);
     be->print_memory(be->model, stdout);
+    if (be->host_grads) optim_print_memory(&opt, stdout);
     fflush(stdout);
 
     const int schedule = lr_schedule_parse(tc->schedule);
@@ -457,20 +576,29 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const double loop_start = wall_s();
     int last_step = first_step - 1; /* the last step done */
     for (int step = first_step; step <= max_steps; step++) {
-        double t0 = now_ms(), wait_ms = 0.0;
+        double t0 = now_ms(), wait_ms = 0.0, comm_ms;
+        long long comm_bytes;
+        dist_take_comm(dist, &comm_ms, &comm_bytes); /* counted from here */
         be->zero_grad(be->model);
         double loss_sum = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            if (!tc->overfit_batch || !have_overfit_batch) {
-                dataloader_next(train, inputs, targets);
-                wait_ms += dataloader_last_wait_ms(train);
-                have_overfit_batch = 1;
-            }
-            loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, 1.0f / accum);
+        if (!tc->overfit_batch || !have_overfit_batch) {
+            dataloader_next(train, step_inputs, step_targets);
+            wait_ms += dataloader_last_wait_ms(train);
+            have_overfit_batch = 1;
         }
-        float loss = (float)(loss_sum / accum);
+        const float loss_weight = be->host_grads ? optim_loss_weight(&opt, accum) : 1.0f / accum;
+        for (int micro = 0; micro < accum; micro++) {
+            /* this rank's rows of the step (dataloader.h: data-parallel split) */
+            size_t row = ((size_t)micro * P + (size_t)dist->rank) * (size_t)B;
+            memcpy(inputs, step_inputs + row * T, (size_t)B * T * sizeof(int));
+            memcpy(targets, step_targets + row * T, (size_t)B * T * sizeof(int));
+            loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
+        }
+        if (be->host_grads) optim_reduce(&opt, be->host_grads);
+        dist_allreduce_f64(dist, &loss_sum, 1);
+        float loss = (float)(loss_sum / accum / P);
         float lr = lr_at(schedule, step - 1, max_steps, tc->warmup, tc->lr, tc->final_frac);
-        float norm = be->grad_norm(be->model);
+        float norm = be->host_grads ? optim_grad_norm(&opt, be->host_grads) : be->grad_norm(be->model);
         /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a
          * uniform guess's ln V), means the weights are broken: the update is skipped, no checkpoint
          * is written and the value never enters the outlier windows. A non-finite gradient norm
@@ -487,7 +615,11 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                                                                           : NULL;
         if (!skip) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
-            be->update(be->model, tc, lr, step, scale);
+            if (be->host_grads)
+                optim_step(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
+                           step, scale);
+            else
+                be->update(be->model, tc, lr, step, scale);
         }
         if (!diverged && finite_norm) {
             outlier_push(&loss_hist, loss);
@@ -498,16 +630,18 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         if (!diverged) healthy_ckpt = last_ckpt;
         double step_ms = now_ms() - t0;
         double tok_s = total_batch / (step_ms / 1e3);
-        char extra[256] = "", elapsed[32], eta[32];
+        dist_take_comm(dist, &comm_ms, &comm_bytes);
+        char extra[256] = "", elapsed[32], eta[32], comm[96] = "";
+        if (P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", comm_ms, comm_bytes / 1e6);
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, extra, sizeof extra, NULL);
         /* ETA from this process's mean time per step so far, evaluation and checkpoints included */
         double now = wall_s();
         format_duration(elapsed, sizeof elapsed, now - run_start);
         format_duration(eta, sizeof eta, (now - loop_start) / (step - first_step + 1) * (max_steps - step));
         printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
-               " | epoch %.2f | %s, ETA %s%s%s%s\n",
+               " | epoch %.2f | %s, ETA %s%s%s%s%s\n",
                step, max_steps, loss, lr, norm, step_ms, tok_s, flops_per_step / (step_ms * 1e6), wait_ms,
-               (double)step * accum / batches_per_epoch, elapsed, eta, extra, skip ? " | SKIPPED: " : "", skip ? skip : "");
+               (double)step / batches_per_epoch, elapsed, eta, comm, extra, skip ? " | SKIPPED: " : "", skip ? skip : "");
         fflush(stdout);
         log_begin(&lg);
         log_int(&lg, "step", step);
@@ -517,6 +651,10 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         log_double(&lg, "step_ms", step_ms);
         log_double(&lg, "tokens_per_s", tok_s);
         log_double(&lg, "data_wait_ms", wait_ms);
+        if (P > 1) {
+            log_double(&lg, "comm_ms", comm_ms);
+            log_int(&lg, "comm_bytes", comm_bytes);
+        }
         if (skip) log_string(&lg, "skipped", skip);
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, NULL, 0, &lg);
         if (be->telemetry && tc->gpu_log_every > 0 && step % tc->gpu_log_every == 0) {
@@ -538,7 +676,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             log_float(&lg, "val_loss", vl);
             log_end(&lg);
         }
-        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
+        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && dist->rank == 0) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
         if (tc->max_skips > 0 && consecutive_skips >= tc->max_skips) {
             char where[4400] = "there is no healthy checkpoint";
             if (healthy_ckpt >= 0)
@@ -563,8 +701,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                 /* a diverged model is never written */
                 printf("note: no checkpoint at step %d: the step diverged (%s)\n", step, skip);
             } else {
-                save_checkpoint(tc, &rc, be, train, &sampler_rng, step, healthy_ckpt);
-                checkpoint_paths(tc->output_dir, step, tc->process_rank, saved_model, NULL, NULL, sizeof saved_model);
+                save_checkpoint(tc, &rc, be, &opt, train, &sampler_rng, step, healthy_ckpt);
+                checkpoint_paths(tc->output_dir, step, 0, saved_model, NULL, NULL, sizeof saved_model);
                 last_ckpt = step;
             }
         }
@@ -576,5 +714,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (val) dataloader_close(val);
     free(inputs);
     free(targets);
+    free(step_inputs);
+    free(step_targets);
+    if (be->host_grads) optim_free(&opt);
     return 0;
 }

@@ -39,6 +39,12 @@ typedef struct {
     /* Host copies of parameters and AdamW moments for checkpoints. sync_to_host fills them
      * from the device (no-op on CPU); sync_from_host pushes them back after a load. */
     float *host_params, *host_m, *host_v;
+    /* Host gradients (num_parameters floats, summed by train_micro_step, cleared by zero_grad):
+     * when set, the loop's optimizer (optim.h) owns AdamW, reduces these over the ranks and
+     * updates host_params itself; grad_norm, update, host_m and host_v are then unused. NULL:
+     * the backend's own optimizer (grad_norm, update, host_m/host_v for checkpoints), one rank. */
+    float *host_grads;
+    const TensorSpec *param_specs; /* with host_grads: the parameter table (offsets, decay) */
     void (*sync_to_host)(void *model);
     void (*sync_from_host)(void *model);
     void (*print_memory)(void *model, FILE *out);
@@ -54,7 +60,8 @@ typedef struct {
     void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
 } TrainBackend;
 
-/* Refuses multi-process launchers, locks -o for this process and decides where the parameters
+/* Refuses multi-process launchers unless the trainer started a process group (dist.h); rank 0
+ * locks -o and decides (every rank gets its answer) where the parameters
  * come from: the latest complete checkpoint in -o when -y 1 (its step is returned), else
  * tc->init (returns -1). Dies when -o holds another run and neither -y 1 nor --overwrite 1 says
  * what to do with it, and when -y 1 finds a run there with no complete checkpoint; -y 1 on a

@@ -52,7 +52,7 @@ def flip_bit(path, byte_offset, bit=0):
 
 
 def state_rewrite(path, edit):
-    """Applies edit(header ints list) to a version-2 state file and recomputes its CRC-32 ([42]),
+    """Applies edit(header ints list) to a version-2 or 3 state file and recomputes its CRC-32 ([42]),
     so that only the field checks (not the checksum) can catch the edit."""
     data = bytearray(open(path, "rb").read())
     h = list(struct.unpack("<256i", data[:1024]))

@@ -62,8 +62,6 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     model->dbuf_f2 = model->dbuf_f1 + N * F;
     size_t n = model->num_parameters;
     model->grads_memory = (float *)callocCheck(n, sizeof(float), "gradients");
-    model->m_memory = (float *)callocCheck(n, sizeof(float), "AdamW m");
-    model->v_memory = (float *)callocCheck(n, sizeof(float), "AdamW v");
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
 }
 
@@ -204,6 +202,10 @@ float gpt2_grad_norm(const GPT2 *model) {
 
 void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
+    if (!model->m_memory) { /* allocated on first use: a trainer's optimizer (llmc/optim.c) keeps its own */
+        model->m_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW m");
+        model->v_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW v");
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const TensorSpec *s = &model->param_specs[i];
         adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, model->m_memory + s->offset,
@@ -229,13 +231,16 @@ void gpt2_print_memory(const GPT2 *model, FILE *out) {
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
     int training = model->grads_memory != NULL;
-    double total = pbytes * (training ? 4 : 1) + model->num_activations * sizeof(float) + model->num_scratch * sizeof(float);
+    int moments = model->m_memory != NULL;
+    double total = pbytes * (1 + training + 2 * moments) + model->num_activations * sizeof(float) + model->num_scratch * sizeof(float);
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (CPU, fp32)                  |        MiB |\n");
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| parameters (%12zu)             | %10.1f |\n", model->num_parameters, pbytes / MiB);
     if (training) {
         fprintf(out, "| gradients                           | %10.1f |\n", pbytes / MiB);
+    }
+    if (moments) {
         fprintf(out, "| AdamW m                             | %10.1f |\n", pbytes / MiB);
         fprintf(out, "| AdamW v                             | %10.1f |\n", pbytes / MiB);
     }

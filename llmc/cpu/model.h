@@ -43,7 +43,7 @@ typedef struct {
  * projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
 void gpt2_build_from_checkpoint(GPT2 *model, const char *path);
 void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed);
-/* Activations for batches up to (B, T), plus gradients and AdamW moments if training. */
+/* Activations for batches up to (B, T), plus gradients if training. */
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
 /* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
  * acts.logits). B*T must not exceed the allocated B*T, T not the allocated T. */
@@ -52,11 +52,14 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T);
 void gpt2_zero_grad(GPT2 *model);
 /* The global L2 norm of the gradients. */
 float gpt2_grad_norm(const GPT2 *model);
-/* AdamW step t >= 1 on grads * grad_scale (the clipping factor), decay on the table's choice. */
+/* AdamW step t >= 1 on grads * grad_scale (the clipping factor), decay on the table's choice,
+ * with moments m_memory/v_memory allocated on the first call. The reference for tests; the
+ * trainers' optimizer (llmc/optim.c) keeps its own (possibly sharded) moments instead. */
 void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t);
 void gpt2_free(GPT2 *model);
-/* The startup memory table: parameters, gradients, m, v, activations by kind, scratch. */
+/* The startup memory table: parameters, gradients, m and v (when gpt2_update made them),
+ * activations by kind, scratch. */
 void gpt2_print_memory(const GPT2 *model, FILE *out);
 
 #ifdef __cplusplus

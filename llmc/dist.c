@@ -1,0 +1,263 @@
+#include "dist.h"
+#include "check.h"
+#include "rundir.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef LLMC_HAVE_MPI
+#define LLMC_HAVE_MPI 0
+#endif
+#if LLMC_HAVE_MPI
+#include <mpi.h>
+#endif
+
+/* The world size a launcher announced in the environment (0: none), and which variable. */
+static int launcher_size(const char **var) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", NULL};
+    for (int i = 0; vars[i]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && atoi(v) > 0) {
+            *var = vars[i];
+            return atoi(v);
+        }
+    }
+    const char *n = getenv("SLURM_NTASKS");
+    if (n && getenv("SLURM_PROCID") && atoi(n) > 0) {
+        *var = "SLURM_NTASKS";
+        return atoi(n);
+    }
+    *var = NULL;
+    return 0;
+}
+
+#if LLMC_HAVE_MPI
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+#endif
+
+int dist_have_mpi(void) { return LLMC_HAVE_MPI ? 1 : 0; }
+
+static Dist world = {0, 1, 0, 0, "one process", 0.0, 0};
+Dist *dist_world(void) { return &world; }
+
+Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_parallel) {
+    Dist *d = &world;
+    memset(d, 0, sizeof *d);
+    d->size = 1;
+    snprintf(d->launcher, sizeof d->launcher, "one process");
+    const char *var;
+    int env_size = launcher_size(&var);
+    if (!can_parallel || (env_size <= 1 && flag_pn <= 1)) {
+        if (!can_parallel) rundir_refuse_launcher();
+        (void)argc, (void)argv;
+        return d;
+    }
+#if LLMC_HAVE_MPI
+    /* the launchers this build joins set a rank beside the size: OpenMPI's mpirun, Slurm's srun */
+    int joinable = (getenv("OMPI_COMM_WORLD_SIZE") && getenv("OMPI_COMM_WORLD_RANK")) ||
+                   (getenv("SLURM_STEP_NUM_TASKS") && getenv("SLURM_PROCID"));
+    if (env_size > 1 && !joinable) {
+        if (strcmp(var, "SLURM_NTASKS") == 0)
+            llmc_die("this process runs in a Slurm allocation of %d tasks (SLURM_NTASKS=%s) but was not started by "
+                     "srun: for data parallelism start the ranks with 'srun %s ...' (scripts/run_dist.sh), or run "
+                     "one process with 'srun -n 1'", env_size, getenv(var), (*argv)[0]);
+        llmc_die("this process was started as one of %d (%s=%s) by a launcher this build cannot join: data "
+                 "parallelism runs under OpenMPI's mpirun or Slurm's srun (they also set OMPI_COMM_WORLD_RANK or "
+                 "SLURM_PROCID). Start it with mpirun, or unset %s if it is stale", env_size, var, getenv(var), var);
+    }
+    if (env_size <= 1)
+        llmc_die("-pn %d asks for %d processes, but this one was started alone: start them with a launcher, e.g. "
+                 "'mpirun -np %d %s ...' (one node), 'mpirun -np %d --hostfile hosts ...' or 'srun -n %d ...' "
+                 "(scripts/run_dist.sh)", flag_pn, flag_pn, flag_pn, (*argv)[0], flag_pn, flag_pn);
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        llmc_die("MPI_Init failed (%s=%d)", var, env_size);
+    d->mpi = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    MPI_Comm local;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local);
+    MPI_Comm_rank(local, &d->local_rank);
+    MPI_Comm_free(&local);
+    snprintf(d->launcher, sizeof d->launcher, "%s", getenv("OMPI_COMM_WORLD_SIZE") ? "mpirun" : var[0] == 'S' ? "srun" : "MPI launcher");
+    if (d->size != env_size)
+        llmc_die("rank %d: the launcher announced %d processes (%s) but MPI has %d", d->rank, env_size, var, d->size);
+    if (flag_pn > 1 && flag_pn != d->size)
+        llmc_die("-pn %d does not match the %d processes started by %s (drop -pn, or start %d)", flag_pn, d->size,
+                 d->launcher, flag_pn);
+    if (flag_pr != 0)
+        llmc_die("-pr %d: under %s each process takes its rank from the launcher; drop -pr", flag_pr, d->launcher);
+    /* one voice: the other ranks keep stderr (their errors) and lose stdout */
+    if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) llmc_die("rank %d: cannot silence stdout", d->rank);
+    return d;
+#else
+    (void)argc, (void)flag_pr;
+    int want = env_size > 1 ? env_size : flag_pn;
+    char who[96];
+    if (env_size > 1) snprintf(who, sizeof who, "the launcher (%s=%d)", var, env_size);
+    else snprintf(who, sizeof who, "-pn %d", flag_pn);
+    llmc_die("%s asks for %d processes, but this %s was built without MPI and runs one process (data parallelism "
+             "needs MPI). Install OpenMPI (apt-get install openmpi-bin libopenmpi-dev), rebuild (make clean && make), "
+             "then start it with 'mpirun -np %d %s ...'", who, want, (*argv)[0], want, (*argv)[0]);
+#endif
+    return d;
+}
+
+void dist_finalize(Dist *d) {
+#if LLMC_HAVE_MPI
+    if (d->mpi) MPI_Finalize();
+#endif
+    d->mpi = 0;
+}
+
+void dist_shard(size_t n, int P, int r, size_t *lo, size_t *hi) {
+    size_t s = (n + (size_t)P - 1) / (size_t)P;
+    size_t a = s * (size_t)r, b = a + s;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+#if LLMC_HAVE_MPI
+enum { CHUNK = 1 << 28 };
+static int count_of(size_t n) {
+    if (n > (size_t)CHUNK * 4) llmc_die("dist: a shard of %zu elements exceeds what one MPI call takes", n);
+    return (int)n;
+}
+static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
+    for (int r = 0; r < d->size; r++) {
+        size_t lo, hi;
+        dist_shard(n, d->size, r, &lo, &hi);
+        counts[r] = count_of(hi - lo);
+        displs[r] = count_of(lo);
+    }
+}
+#define COMM_BEGIN double t0_ = now_ms()
+#define COMM_END(bytes) (d->comm_ms += now_ms() - t0_, d->comm_bytes += (long long)(bytes))
+#endif
+
+/* MPI_Allreduce may round differently on different ranks (the standard only advises against it);
+ * a reduce-scatter (each element summed once, by its owner) then an all-gather gives every rank
+ * the same bits. */
+void dist_allreduce_f32(Dist *d, float *buf, size_t n) {
+    if (d->size == 1) return;
+    size_t lo, hi;
+    dist_shard(n, d->size, d->rank, &lo, &hi);
+    float *shard = (float *)mallocCheck((hi > lo ? hi - lo : 1) * sizeof(float), "gradient shard");
+    dist_reduce_scatter_f32(d, buf, shard, n);
+    memcpy(buf + lo, shard, (hi - lo) * sizeof(float));
+    free(shard);
+    dist_allgather_f32(d, buf, n);
+}
+
+/* every rank's values gathered, then summed in rank order: the same bits everywhere */
+void dist_allreduce_f64(Dist *d, double *buf, int n) {
+#if LLMC_HAVE_MPI
+    if (d->size == 1) return;
+    double *all = (double *)mallocCheck((size_t)n * (size_t)d->size * sizeof(double), "allreduce");
+    COMM_BEGIN;
+    MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD);
+    COMM_END((size_t)n * sizeof(double));
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int r = 0; r < d->size; r++) s += all[(size_t)r * n + i];
+        buf[i] = s;
+    }
+    free(all);
+#else
+    (void)d, (void)buf, (void)n;
+#endif
+}
+
+void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n) {
+    size_t lo, hi;
+    dist_shard(n, d->size, d->rank, &lo, &hi);
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
+        shard_counts(d, n, counts, counts + d->size);
+        COMM_BEGIN;
+        MPI_Reduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
+        free(counts);
+        return;
+    }
+#endif
+    memcpy(shard, full + lo, (hi - lo) * sizeof(float));
+}
+
+void dist_allgather_f32(Dist *d, float *full, size_t n) {
+#if LLMC_HAVE_MPI
+    if (d->size == 1) return;
+    int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
+    shard_counts(d, n, counts, counts + d->size);
+    COMM_BEGIN;
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, counts, counts + d->size, MPI_FLOAT, MPI_COMM_WORLD);
+    COMM_END((size_t)counts[d->rank] * sizeof(float) * (size_t)(d->size - 1));
+    free(counts);
+#else
+    (void)d, (void)full, (void)n;
+#endif
+}
+
+void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n) {
+    size_t lo, hi;
+    dist_shard(n, d->size, d->rank, &lo, &hi);
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
+        shard_counts(d, n, counts, counts + d->size);
+        COMM_BEGIN;
+        MPI_Gatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->size, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        COMM_END((hi - lo) * sizeof(float));
+        free(counts);
+        return;
+    }
+#endif
+    if (full + lo != shard) memmove(full + lo, shard, (hi - lo) * sizeof(float));
+}
+
+void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
+#if LLMC_HAVE_MPI
+    if (d->size == 1) return;
+    COMM_BEGIN;
+    for (size_t i = 0; i < bytes; i += CHUNK) {
+        int k = (int)(bytes - i < CHUNK ? bytes - i : CHUNK);
+        MPI_Bcast((char *)buf + i, k, MPI_BYTE, 0, MPI_COMM_WORLD);
+    }
+    COMM_END(bytes);
+#else
+    (void)d, (void)buf, (void)bytes;
+#endif
+}
+
+void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        MPI_Allgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+        return;
+    }
+#endif
+    (void)d;
+    out[0] = v;
+}
+
+void dist_barrier(Dist *d) {
+#if LLMC_HAVE_MPI
+    if (d->size > 1) MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)d;
+#endif
+}
+
+void dist_take_comm(Dist *d, double *ms, long long *bytes) {
+    *ms = d->comm_ms;
+    *bytes = d->comm_bytes;
+    d->comm_ms = 0.0;
+    d->comm_bytes = 0;
+}

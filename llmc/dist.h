@@ -1,0 +1,68 @@
+/*
+ * dist.h - the process group of a data-parallel run, shared by both trainers.
+ *
+ * Started by mpirun (OpenMPI: OMPI_COMM_WORLD_*), by Slurm's srun (SLURM_PROCID / SLURM_NTASKS /
+ * SLURM_LOCALID; MPI_Init picks the job up through PMI/PMIx), or as one process. llm.c's -pn/-pr
+ * must agree with the launcher when given. Only a build with MPI (LLMC_HAVE_MPI, the Makefile
+ * sets it for train_gpt_cpu when mpicc exists) runs more than one process; any other build asked
+ * for more (flags or launcher) stops and says how to build with MPI.
+ *
+ * Every collective is over fp32 host memory, blocking, and counts its bytes and time into
+ * comm_bytes / comm_ms (the loop logs them per step). A rank that dies makes the collectives of
+ * the others fail; OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL).
+ *
+ * Shards (ZeRO): N elements over P ranks, rank r owns [r*S, min((r+1)*S, N)) with
+ * S = ceil(N / P); ranks past the end own nothing. Any N on any P (no padding stored, the
+ * collectives take per-rank counts).
+ */
+#ifndef LLMC_DIST_H
+#define LLMC_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int rank, size, local_rank;
+    int mpi;                 /* 1: MPI was initialised (finalised by dist_finalize) */
+    char launcher[64];       /* "mpirun", "srun", "one process" */
+    double comm_ms;          /* time spent in collectives since dist_take_comm */
+    long long comm_bytes;    /* bytes this rank sent into collectives since dist_take_comm */
+} Dist;
+
+/* The process group of this run. flag_pn / flag_pr: llm.c's -pn / -pr (1 / 0 when not given).
+ * can_parallel: 0 for a trainer that cannot train data-parallel yet (it refuses launchers with
+ * P > 1 like rundir_refuse_launcher). Dies with a clear message on any mismatch. */
+Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_parallel);
+/* This process's group: dist_init's, or one process when dist_init was never called. */
+Dist *dist_world(void);
+void dist_finalize(Dist *d);
+/* 1 when this build can run several processes (compiled with MPI). */
+int dist_have_mpi(void);
+
+/* Shard of rank r: [*lo, *hi). */
+void dist_shard(size_t n, int P, int r, size_t *lo, size_t *hi);
+
+/* In-place sum over ranks. */
+void dist_allreduce_f32(Dist *d, float *buf, size_t n);
+void dist_allreduce_f64(Dist *d, double *buf, int n);
+/* full (n floats, every rank) summed over ranks; this rank's shard of the sum into shard. */
+void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n);
+/* Every rank's shard (in full at its offset) copied into every rank's full (in place). */
+void dist_allgather_f32(Dist *d, float *full, size_t n);
+/* Rank 0's full receives every rank's shard (shard: this rank's part, rank 0's may alias). */
+void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n);
+void dist_bcast_bytes(Dist *d, void *buf, size_t bytes);
+/* Every rank's value; out[P]. */
+void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out);
+void dist_barrier(Dist *d);
+/* Communication since the last call (then reset). */
+void dist_take_comm(Dist *d, double *ms, long long *bytes);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,12 @@
+# Data parallelism (llmc/dist.c, llmc/optim.c): the CPU trainer without MPI, for the test that a
+# build without MPI asked for several processes says how to get them (a link only: the core's
+# dist.o is the single-process build), and `make bench-dist`.
+TEST_BINS += $(BUILD)/test/train_gpt_cpu_nompi
+$(BUILD)/test/train_gpt_cpu_nompi: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# benchmark, not a test: 2 ranks x 1 thread against 1 rank x 2 threads (scripts/bench_dist.sh)
+PHONY += bench-dist
+bench-dist: train_gpt_cpu
+	scripts/bench_dist.sh

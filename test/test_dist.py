@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Data parallelism of ./train_gpt_cpu under mpirun (issue 10), on loopback with tiny models.
+
+Covers: P ranks with micro-batch B against one process with P*B and one with accumulation P,
+for -z 0, 1 and 2 (and 3 ranks, whose shards do not divide the parameter count); resume with
+another rank count (2->1, 1->2, 2->3; bit-exact 2->2); a rank killed with SIGKILL; ranks started
+with different flags; -z 3 refused; a build without MPI asked for 2 processes.
+Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
+
+Tolerances (float reordering only: the same math, sums taken in another order):
+  losses: relative 1e-5 (a loss is a mean over a few thousand fp32 log-probabilities; reordering
+          moves it by a few ulps, ~1e-7 relative).
+  parameters: absolute 1e-4 after 10 AdamW steps at lr 1e-3. AdamW moves a weight by at most
+          ~lr per step (m/sqrt(v) is about +-1), so 10 steps move it at most ~1e-2; a gradient
+          that differs in its last bits changes m/sqrt(v) by as much where the gradient is tiny
+          against eps, so 1% of the largest possible movement bounds reordering, while any real
+          difference (wrong data, scale or reduction) moves many weights by ~lr per step.
+"""
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+TRAINER = "./train_gpt_cpu"
+NOMPI = "build/test/train_gpt_cpu_nompi"
+ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+       "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+LOSS_RTOL = 1e-5
+PARAM_ATOL = 1e-4
+failures = 0
+
+
+def report(ok, name, detail=""):
+    global failures
+    if ok:
+        print(f"PASS: {name}")
+    else:
+        failures += 1
+        print(f"FAIL: {name}: {detail}")
+    sys.stdout.flush()
+
+
+def write_shard(path, tokens):
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def mpirun(np, args, trainer=TRAINER, timeout=300):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(np), trainer] + args if np else [trainer] + args
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
+    return p
+
+
+def read_log(outdir):
+    with open(os.path.join(outdir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(outdir, key="train_loss"):
+    return {r["step"]: r[key] for r in read_log(outdir) if key in r}
+
+
+def params(path):
+    with open(path, "rb") as f:
+        f.seek(1024)
+        data = f.read()
+    return struct.unpack(f"<{len(data) // 4}f", data)
+
+
+def loss_diff(a, b):
+    """largest relative loss difference over the steps both logs have, or None when the steps differ"""
+    if sorted(a) != sorted(b) or not a:
+        return None
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
+
+
+def param_diff(pa, pb):
+    if len(pa) != len(pb):
+        return float("inf")
+    return max(abs(x - y) for x, y in zip(pa, pb))
+
+
+def train(tmp, name, np, args):
+    out = os.path.join(tmp, name)
+    p = mpirun(np, args + ["-o", out])
+    if p.returncode != 0:
+        print(p.stdout[-2000:])
+        print(p.stderr[-2000:])
+    return p, out
+
+
+def main():
+    if not shutil.which("mpirun") or not shutil.which("mpicc"):
+        report(False, "OpenMPI is installed (mpirun, mpicc)", "apt-get install openmpi-bin libopenmpi-dev, then make")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="llmc_test_dist_")
+    rng = random.Random(4321)
+    pattern = [rng.randrange(50257) for _ in range(97)]
+    toks = [pattern[i % 97] if rng.random() < 0.8 else rng.randrange(50257) for i in range(12000)]
+    tr, va = os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin")
+    write_shard(tr, toks[:10000])
+    write_shard(va, toks[10000:])
+    # 12 sequences of 16 tokens per step: splits over 1, 2, 3 and 4 ranks
+    base = ["-i", tr, "-j", va, "-e", "d2", "-t", "16", "-d", "192", "-l", "1e-3", "-u", "2", "-v", "5", "-m", "2",
+            "-s", "0", "--seed", "7", "--threads", "1", "-x", "10"]
+    final = "model_00000010.bin"
+
+    # --- P ranks x B == 1 process x P*B == 1 process with accumulation ----------------------
+    p, ref = train(tmp, "p1_b12", 0, base + ["-b", "12"])
+    report(p.returncode == 0, "one process, -b 12: trains", p.stderr[-300:])
+    ref_loss, ref_par = losses(ref), params(os.path.join(ref, final))
+    ref_norm, ref_val = losses(ref, "grad_norm"), losses(ref, "val_loss")
+    # (the validation batches are B*ranks sequences: the same as -b 12's only where that is 12)
+    runs = [("p1_b6_accum2", 0, ["-b", "6"], "one process with accumulation 2 (-b 6)", False),
+            ("p2_z0", 2, ["-b", "6", "-z", "0"], "2 ranks x -b 6, -z 0", True),
+            ("p2_z1", 2, ["-b", "6", "-z", "1"], "2 ranks x -b 6, -z 1", True),
+            ("p2_z2", 2, ["-b", "6", "-z", "2"], "2 ranks x -b 6, -z 2", True),
+            ("p3_z2", 3, ["-b", "4", "-z", "2"], "3 ranks x -b 4, -z 2 (shards do not divide the parameters)", True),
+            ("p4_z1_accum", 4, ["-b", "1", "-z", "1"], "4 ranks x -b 1 with accumulation 3, -z 1", False)]
+    for name, np, extra, what, same_val in runs:
+        p, out = train(tmp, name, np, base + extra)
+        if p.returncode != 0:
+            report(False, f"{what}: trains", p.stderr[-500:])
+            continue
+        # the gradient norm too: AdamW hides a wrongly scaled gradient, the norm does not
+        keys = (("train_loss", ref_loss), ("grad_norm", ref_norm)) + ((("val_loss", ref_val),) if same_val else ())
+        ld = max(loss_diff(losses(out, k), want) or float("inf") for k, want in keys)
+        report(ld <= LOSS_RTOL, f"{what}: {'train/val' if same_val else 'train'} losses and grad norms equal one process with -b 12 (rel {LOSS_RTOL}; "
+               f"largest {ld:.1e})", f"largest relative difference {ld}")
+        pd = param_diff(params(os.path.join(out, final)), ref_par)
+        report(pd <= PARAM_ATOL, f"{what}: final parameters equal one process with -b 12 (abs {PARAM_ATOL}; largest {pd:.1e})",
+               f"largest difference {pd}")
+        if np:
+            log = read_log(out)
+            steps = [r for r in log if "train_loss" in r]
+            report(all(r.get("comm_bytes", 0) > 0 and "comm_ms" in r for r in steps) and "ranks started by mpirun" in p.stdout,
+                   f"{what}: the log has per-step communication time and bytes")
+        if name == "p3_z2":
+            # per-rank bytes of the sharded classes: ceil(numel / 3) floats each
+            numel = len(ref_par)
+            shard = (numel + 2) // 3 * 4
+            report(f"AdamW m {shard} bytes" in p.stdout and f"reduced gradient {shard} bytes" in p.stdout,
+                   "-z 2 on 3 ranks: the memory print shows ceil(numel / 3) floats per rank for m and the gradient",
+                   [l for l in p.stdout.splitlines() if l.startswith("optimizer")])
+        if name == "p2_z0":
+            files = sorted(os.listdir(out))
+            report(not any(f.startswith("state_") and not f.endswith("_00000.bin") for f in files),
+                   "2 ranks: one checkpoint for the run (rank 0's files only)", files)
+
+    # --- -x 0 (evaluation only): the ranks' mean equals one process over the same batches -----
+    ev = ["-i", tr, "-j", va, "-e", os.path.join(ref, final), "-t", "16", "-v", "1", "-m", "2", "-x", "0", "--threads", "1"]
+    p1, p2 = mpirun(0, ev + ["-b", "12"]), mpirun(2, ev + ["-b", "6"])
+    v1 = [l for l in p1.stdout.splitlines() if l.startswith("val loss")]
+    v2 = [l for l in p2.stdout.splitlines() if l.startswith("val loss")]
+    vd = abs(float(v1[0].split()[2]) - float(v2[0].split()[2])) / float(v1[0].split()[2]) if v1 and v2 else None
+    report(p2.returncode == 0 and vd is not None and vd <= LOSS_RTOL,
+           f"-x 0 on 2 ranks x -b 6: the validation loss equals one process with -b 12 (rel {LOSS_RTOL})",
+           f"{v1} vs {v2}: {p2.stderr[-300:]}")
+
+    # --- resume with another rank count ---------------------------------------------------------
+    def resume(src, name, np, extra, zero):
+        out = os.path.join(tmp, name)
+        shutil.copytree(src, out)
+        for f in os.listdir(out):  # back to the checkpoint at step 5
+            if "00000010" in f:
+                os.remove(os.path.join(out, f))
+        p = mpirun(np, base + extra + ["-z", zero, "-n", "5", "-o", out, "-y", "1"])
+        return p, out
+
+    p, u2 = train(tmp, "u2", 2, base + ["-b", "6", "-z", "1", "-n", "5"])
+    report(p.returncode == 0, "2 ranks with a checkpoint at step 5: trains", p.stderr[-300:])
+    p, u1 = train(tmp, "u1", 0, base + ["-b", "12", "-n", "5"])
+    u2_loss, u2_par = losses(u2), params(os.path.join(u2, final))
+    u1_loss, u1_par = losses(u1), params(os.path.join(u1, final))
+    cases = [(u2, "r2to2", 2, ["-b", "6"], "1", u2_loss, u2_par, "2 -> 2 ranks (-z 1)", True),
+             (u2, "r2to1", 0, ["-b", "12"], "0", u2_loss, u2_par, "2 ranks (-z 1) -> 1 process", False),
+             (u2, "r2to3", 3, ["-b", "4"], "2", u2_loss, u2_par, "2 ranks (-z 1) -> 3 ranks (-z 2)", False),
+             (u1, "r1to2", 2, ["-b", "6"], "2", u1_loss, u1_par, "1 process -> 2 ranks (-z 2)", False)]
+    for src, name, np, extra, zero, want_loss, want_par, what, exact in cases:
+        p, out = resume(src, name, np, extra, zero)
+        if p.returncode != 0 or "resumed from step 5" not in p.stdout:
+            report(False, f"resume {what}: resumes from step 5", p.stdout[-500:] + p.stderr[-500:])
+            continue
+        got = losses(out)
+        if exact:
+            same = open(os.path.join(out, final), "rb").read() == open(os.path.join(src, final), "rb").read()
+            report(same and got == want_loss, f"resume {what}: bit-exact (losses and final model)", f"model same {same}")
+            continue
+        ld = loss_diff(got, want_loss)
+        report(ld is not None and ld <= LOSS_RTOL, f"resume {what}: losses equal the uninterrupted run's (rel {LOSS_RTOL}; "
+               f"largest {ld:.1e})" if ld is not None else f"resume {what}: losses", f"largest relative difference {ld}")
+        pd = param_diff(params(os.path.join(out, final)), want_par)
+        report(pd <= PARAM_ATOL, f"resume {what}: final parameters equal the uninterrupted run's (abs {PARAM_ATOL}; "
+               f"largest {pd:.1e})", f"largest difference {pd}")
+
+    # --- state files of version 2 (before data parallelism: the data position counted micro-batches)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from hardening_util import state_rewrite
+    for b, ok in ((12, True), (6, False)):
+        out = os.path.join(tmp, f"v2_b{b}")
+        shutil.copytree(u1, out)
+        for f in os.listdir(out):
+            if "00000010" in f:
+                os.remove(os.path.join(out, f))
+        def to_v2(h, b=b):
+            h[1], h[5] = 2, b  # written by an older llmc with -b b (accumulation 12 / b)
+        state_rewrite(os.path.join(out, "state_00000005_00000.bin"), to_v2)
+        p = mpirun(0, base + ["-b", str(b), "-n", "5", "-o", out, "-y", "1"])
+        if ok:
+            same = p.returncode == 0 and open(os.path.join(out, final), "rb").read() == open(os.path.join(u1, final), "rb").read()
+            report(same, "a version-2 state without accumulation resumes (bit-exact)", p.stderr[-300:])
+        else:
+            report(p.returncode == 1 and "version 2" in p.stderr and "micro-batches" in p.stderr,
+                   "a version-2 state written with accumulation: a clear error (its data position counts micro-batches)",
+                   f"exit {p.returncode}: {p.stderr[-300:]}")
+
+    # --- faults -------------------------------------------------------------------------------
+    out = os.path.join(tmp, "killed")
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "3", TRAINER] + base[:-2] + ["-b", "4", "-x", "100000", "-o", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    ranks = []
+    for _ in range(600):  # until it trains (its first step is logged)
+        log = os.path.join(out, "log.jsonl")
+        if os.path.exists(log) and '"train_loss"' in open(log).read():
+            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
+            break
+        time.sleep(0.1)
+    if len(ranks) == 3:
+        os.kill(int(ranks[1]), signal.SIGKILL)
+        t0 = time.time()
+        try:
+            text, _ = proc.communicate(timeout=60)
+            took = time.time() - t0
+            report(proc.returncode != 0 and "signal 9" in text and proc.returncode is not None,
+                   f"a rank killed with SIGKILL: the others exit non-zero with a message ({took:.1f} s)",
+                   f"exit {proc.returncode}: {text[-400:]}")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            report(False, "a rank killed with SIGKILL: the others exit within 60 s", "still running after 60 s")
+    else:
+        proc.kill()
+        proc.communicate()
+        report(False, "a rank killed with SIGKILL: the job started 3 ranks", f"ranks {ranks}")
+
+    args = base + ["-b", "6", "-x", "2"]
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", TRAINER] + args + [":", "-np", "1", TRAINER] + args[:-4] + ["-l", "2e-3"] + args[-4:],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    report(p.returncode != 0 and "rank 1 was started differently from rank 0" in p.stderr and "lr" in p.stderr,
+           "ranks started with different flags: a startup error naming the rank and the flag", p.stderr[-600:])
+    bad = os.path.join(tmp, "other.bin")
+    write_shard(bad, toks[:9000])
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", TRAINER] + args + [":", "-np", "1", TRAINER, "-i", bad] + args[2:],
+                       capture_output=True, text=True, timeout=120, env=ENV)
+    report(p.returncode != 0 and "rank 1 was started differently" in p.stderr and ("train-data" in p.stderr or "training data" in p.stderr),
+           "ranks started with different training data: a startup error naming it", p.stderr[-600:])
+
+    p = mpirun(2, base + ["-b", "6", "-z", "3"])
+    report(p.returncode != 0 and "-z 3" in p.stderr and "not built" in p.stderr, "-z 3: refused, naming what is missing",
+           p.stderr[-300:])
+    p = mpirun(0, base + ["-b", "6", "-pn", "2"])
+    report(p.returncode == 1 and "mpirun -np 2" in p.stderr, "-pn 2 without a launcher: says how to start the ranks",
+           p.stderr[-300:])
+
+    cuda = "build/cudasim/train_gpt"  # ./train_gpt through the CUDA-on-CPU harness, when built
+    if os.path.exists(cuda):
+        out = os.path.join(tmp, "cuda")
+        p = mpirun(2, ["-i", tr, "-e", "d1", "-t", "16", "-b", "2", "-x", "1", "-o", out], trainer=cuda)
+        report(p.returncode != 0 and "data parallelism is not built yet in this trainer" in p.stderr and not os.path.exists(out),
+               "./train_gpt (cudasim) under mpirun -np 2: refused cleanly before touching -o", p.stderr[-300:])
+    else:
+        print(f"SKIP: ./train_gpt under mpirun: {cuda} is not built (make {cuda})")
+
+    # --- a build without MPI --------------------------------------------------------------------
+    out = os.path.join(tmp, "nompi")
+    p = mpirun(0, base + ["-b", "6", "-pn", "2", "-o", out], trainer=NOMPI)
+    report(p.returncode == 1 and "built without MPI" in p.stderr and "libopenmpi-dev" in p.stderr and not os.path.exists(out),
+           "a build without MPI asked for -pn 2: a clear error saying how to build with MPI", p.stderr[-300:])
+    p = mpirun(2, base + ["-b", "6", "-o", out], trainer=NOMPI)
+    report(p.returncode != 0 and "built without MPI" in p.stderr and not os.path.exists(out),
+           "a build without MPI started by mpirun -np 2: a clear error on each rank", p.stderr[-300:])
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
