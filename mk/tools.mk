@@ -1,12 +1,15 @@
 # tools.mk - ./generate (continue a prompt with a trained model, CPU) and its KV-cache test.
 # Read after tokenizer.mk (sorted order), whose TOK_PCRE2 says whether the tokenizer is built:
 # ./generate needs it to encode prompts and decode tokens.
+# The front end (llmc/generate.c: flags, prompt, sampling) is in the core library; generate.c
+# adds the CPU model, generate.cu the CUDA one (./generate_gpu, mk/cuda.mk), as the trainers.
 ifeq ($(TOK_PCRE2),1)
+CORE_SRCS += llmc/generate.c
 BINS      += generate
 TEST_BINS += $(BUILD)/test/test_decode
 
 generate: $(call obj,generate.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
-	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 endif
 
 $(BUILD)/test/test_decode: $(call obj,test/test_decode.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
