@@ -8,9 +8,28 @@ CORE_SRCS += llmc/generate.c
 BINS      += generate
 TEST_BINS += $(BUILD)/test/test_decode
 
-generate: $(call obj,generate.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+$(BIN_DIR)/generate: $(call obj,generate.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# ./generate_gpu (generate.cu; its nvcc rule is mk/cuda.mk's) where nvcc exists. In CI its
+# harness build build/cudasim/generate runs against ./generate (test/suite.d/17-generate.txt),
+# so `make test-cudasim` builds those three (SIM_TESTS).
+ifeq ($(HAVE_NVCC),1)
+  BINS += generate_gpu
 endif
+SIM_TESTS += $(BUILD)/cudasim/generate $(BIN_DIR)/generate $(BIN_DIR)/tokenizer
+ifeq ($(CUDASIM_OK),1)
+  TEST_BINS += $(BUILD)/cudasim/generate
+endif
+endif
+
+# the CUDA KV-cache decode (llmc/cuda/decode.cuh) against the CPU's, through the harness
+SIM_TESTS += $(BUILD)/cudasim/test/test_decode_cuda
+ifeq ($(CUDASIM_OK),1)
+  TEST_BINS += $(BUILD)/cudasim/test/test_decode_cuda
+endif
+$(BUILD)/cudasim/test/test_decode_cuda.cpp: $(CUDA_HDRS)
 
 $(BUILD)/test/test_decode: $(call obj,test/test_decode.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	$(CC) $(CFLAGS) $^ $(LDLIBS) -o $@
