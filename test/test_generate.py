@@ -30,21 +30,10 @@ sys.path.insert(0, os.path.join(ROOT, "test"))
 import torch  # noqa: E402
 import train_gpt2 as ref  # noqa: E402
 from test_tokenizer import make_encoding  # noqa: E402
+from testlib import failures, first_diff, report  # noqa: E402
 
 GEN = os.path.join(ROOT, "generate")
 EOT = 50256
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {detail}")
-    sys.stdout.flush()
-    return ok
 
 
 def make_model(path, version, seed=20241130):
@@ -62,11 +51,6 @@ def make_model(path, version, seed=20241130):
 
 def run(args, stdin=b""):
     return subprocess.run([GEN] + args, input=stdin, capture_output=True, cwd=ROOT)
-
-
-def first_diff(a, b):
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
 
 
 def check_greedy(name, model, enc, model_path, prompt, g, via_stdin=False):
@@ -141,8 +125,8 @@ def main_sim(sim):
             last = err.splitlines()[-1] if err else ""
             report(r.returncode == 1 and last.startswith("error:") and needle in last and r.stdout == b"",
                    f"bad_precision_{'generate_gpu' if prog == sim else 'generate'}", f"rc {r.returncode}; stderr {err[-300:]!r}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    print(f"{failures()} failure(s)")
+    return 1 if failures() else 0
 
 
 def main():
@@ -214,8 +198,8 @@ def main():
             last = err.strip().splitlines()[-1] if err.strip() else ""  # loader notes may come first
             report(r.returncode == 1 and last.startswith("error:") and needle in last and r.stdout == b"",
                    f"bad_input_{name}", f"rc {r.returncode}; stdout {r.stdout[:80]!r}; stderr {err[-300:]!r}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    print(f"{failures()} failure(s)")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":
