@@ -774,6 +774,16 @@ static long b64_decode(const unsigned char *s, size_t n, unsigned char *out) {
     return (long)w;
 }
 
+/* The line starting at *next in buf[0..n): returns its start, its length without "\n" or "\r\n"
+ * in *len, and moves *next past it. */
+static size_t next_line(const unsigned char *buf, size_t n, size_t *next, size_t *len) {
+    size_t i = *next, e = i;
+    while (e < n && buf[e] != '\n') e++;
+    *len = e - i - (e > i && buf[e - 1] == '\r');
+    *next = e + 1;
+    return i;
+}
+
 Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const TokenizerSpecial *specials,
                                    size_t nspecial, const char *delimiter, char *err, size_t errlen) {
     size_t n;
@@ -782,12 +792,9 @@ Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const 
     Tokenizer *t = NULL;
     /* pass 1: count lines, find the highest rank */
     size_t nranks = 0, max_rank = 0, line = 0;
-    for (size_t i = 0; i < n;) {
-        size_t e = i;
-        while (e < n && buf[e] != '\n') e++;
+    for (size_t next = 0, i, len; next < n;) {
+        i = next_line(buf, n, &next, &len);
         line++;
-        size_t len = e - i;
-        if (len && buf[i + len - 1] == '\r') len--;
         if (len) {
             const unsigned char *sp = memchr(buf + i, ' ', len);
             char *end;
@@ -805,7 +812,6 @@ Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const 
             nranks++;
             if (r > max_rank) max_rank = r;
         }
-        i = e + 1;
     }
     if (nranks == 0) {
         set_err(err, errlen, "tiktoken rank file '%s' has no tokens", path);
@@ -842,12 +848,9 @@ Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const 
     unsigned char *bytes = mallocCheck(n + 1, "token bytes"); /* decoded tokens are shorter than their base64 */
     size_t used = 0;
     line = 0;
-    for (size_t i = 0; i < n;) { /* pass 2: decode */
-        size_t e = i;
-        while (e < n && buf[e] != '\n') e++;
+    for (size_t next = 0, i, len; next < n;) { /* pass 2: decode */
+        i = next_line(buf, n, &next, &len);
         line++;
-        size_t len = e - i;
-        if (len && buf[i + len - 1] == '\r') len--;
         if (len) {
             const unsigned char *sp = memchr(buf + i, ' ', len);
             size_t r = (size_t)strtoull((const char *)sp + 1, NULL, 10);
@@ -865,7 +868,6 @@ Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const 
             starts[r] = bytes + used, lens[r] = (size_t)dl;
             used += (size_t)dl;
         }
-        i = e + 1;
     }
     for (size_t k = 0; k < nspecial; k++) {
         t->special[specials[k].id] = 2;
