@@ -775,9 +775,9 @@ static int cmd_decode(int argc, char **argv, Options *o) {
 static int cmd_export(int argc, char **argv, Options *o) {
     static const Command cmd = {"export", "OUT.bin",
                                 "Writes llm.c's tokenizer file (version 2, with the EOT id) to OUT.bin.", 1, 1};
-    const Flag *flags[] = {&FLAG_TOKENIZER};
+    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_PATTERN, &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &FLAG_DELIMITER};
     char *pos[1], err[1024];
-    parse_args(&cmd, flags, 1, argc, argv, o, pos);
+    parse_args(&cmd, flags, 5, argc, argv, o, pos);
     Tokenizer *t = load_tokenizer(o, 0);
     if (tokenizer_save_llmc(t, pos[0], err, sizeof err) != 0) llmc_die("%s", err);
     tokenizer_free(t);

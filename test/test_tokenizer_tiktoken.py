@@ -13,7 +13,7 @@ tiktoken.Encoding(pat_str=..., mergeable_ranks=..., special_tokens=...) is the r
     allowed_special="all"); without it the special names are ordinary text;
   - uint32 shards (magic 20240801): --token-bytes 4, and `shards` over a vocabulary above 65536
     ids; the shards decode back to the text; train_gpt_cpu refuses a uint32 shard whose ids
-    exceed the model's vocabulary with a clear error;
+    exceed the model's vocabulary with a clear error; `export` writes llm.c's tokenizer file;
   - bad rank files and flags (bad base64, a repeated rank, a missing rank, repeated token bytes,
     a missing byte, a malformed line, special ids among the ranks, no/unknown pattern, a bad
     regex, bad --specials, an unknown --delimiter) exit 1 with an error naming the problem.
@@ -218,6 +218,13 @@ def main():
         val_text = enc.decode([t for t in read_shard(f"{prefix}_val_000000.bin")[0] if t != 70000])
         report(r.returncode == 0 and r.stdout.decode().replace("<|doc|>", "") == val_text,
                "uint32_shard_decodes_back_to_the_text", r.stderr.decode(errors="replace")[-300:])
+
+        # llm.c's tokenizer file from a rank file (for decoding samples) decodes the same shard alike
+        exported = os.path.join(tmp, "exported.bin")
+        r1 = tool(["export", "--tokenizer", path, "--pattern", "llama3", "--specials", big, exported])
+        r2 = tool(["decode", "--tokenizer", exported, f"{prefix}_val_000000.bin"])
+        report(r1.returncode == 0 and r2.returncode == 0 and r2.stdout == r.stdout, "export_then_decode_equals_decode",
+               f"rc {r1.returncode}/{r2.returncode}: {(r1.stderr + r2.stderr).decode(errors='replace')[-300:]}")
 
         # the trainer refuses a uint32 shard with ids beyond its model's vocabulary
         if os.access(TRAINER, os.X_OK):
