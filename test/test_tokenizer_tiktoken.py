@@ -220,11 +220,15 @@ def main():
                "uint32_shard_decodes_back_to_the_text", r.stderr.decode(errors="replace")[-300:])
 
         # llm.c's tokenizer file from a rank file (for decoding samples) decodes the same shard alike
+        # (no unused ids: the format has no empty tokens; an unused id is refused, naming it)
         exported = os.path.join(tmp, "exported.bin")
-        r1 = tool(["export", "--tokenizer", path, "--pattern", "llama3", "--specials", big, exported])
-        r2 = tool(["decode", "--tokenizer", exported, f"{prefix}_val_000000.bin"])
-        report(r1.returncode == 0 and r2.returncode == 0 and r2.stdout == r.stdout, "export_then_decode_equals_decode",
-               f"rc {r1.returncode}/{r2.returncode}: {(r1.stderr + r2.stderr).decode(errors='replace')[-300:]}")
+        r1 = tool(["export", "--tokenizer", path, "--pattern", "llama3", exported])
+        r2 = tool(["decode", "--tokenizer", exported, os.path.join(tmp, "out.bin")])  # texts[0], uint32
+        r3 = tool(["export", "--tokenizer", path, "--pattern", "llama3", "--specials", big, exported + ".2"])
+        report(r1.returncode == 0 and r2.returncode == 0 and r2.stdout == texts[0].encode() and r3.returncode == 1
+               and b"is 0 bytes" in r3.stderr,
+               "export_writes_llmc_tokenizer_file_that_decodes_the_shard",
+               f"rc {r1.returncode}/{r2.returncode}/{r3.returncode}: {(r1.stderr + r2.stderr + r3.stderr).decode(errors='replace')[-300:]}")
 
         # the trainer refuses a uint32 shard with ids beyond its model's vocabulary
         if os.access(TRAINER, os.X_OK):
