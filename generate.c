@@ -1,30 +1,18 @@
 /*
- * generate.c - ./generate: continue a prompt with a trained model (CPU).
+ * generate.c - ./generate: continue a prompt with a trained model on the CPU (fp32), through
+ * the KV-cache forward of llmc/cpu/decode.h. Flags, prompt, sampling and output are the front
+ * end's (llmc/generate.c), shared with ./generate_gpu (generate.cu).
  *
  *   ./generate -e out/run1/model_00005000.bin --prompt "The king" -g 100 --temperature 0.8
- *   echo "The king" | ./generate -e model.bin --temperature 0
- *
- * stdout gets the prompt and its continuation as text, byte for byte, and nothing else;
- * everything else (what was loaded, speed) goes to stderr. Generation stops after -g tokens,
- * at end-of-text (not printed), or when the sequence fills the model's context (maxT).
- * Decoding runs the model on new tokens only, against a key/value cache (llmc/cpu/decode.h).
  */
-#include <errno.h>
-#include <limits.h>
-#include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "llmc/check.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/decode.h"
 #include "llmc/cpu/model.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
-#include "llmc/tokenizer.h"
+#include "llmc/generate.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -34,233 +22,43 @@
 #endif
 
 typedef struct {
-    const char *init;      /* -e */
-    const char *prompt;    /* --prompt; NULL = read stdin */
-    const char *tokenizer; /* --tokenizer; NULL = look in the usual places */
-    int gen_tokens;        /* -g */
-    float temperature;     /* --temperature; 0 = greedy */
-    int top_k;             /* --top-k; 0 = off */
-    float top_p;           /* --top-p; 1 = off */
-    unsigned long long seed;
-    int threads;           /* --threads; 0 = all cores */
-} GenConfig;
+    GPT2 model;
+    KVCache cache;
+    char blas[320];
+} CpuGenerator;
 
-static void usage(FILE *out) {
-    fprintf(out,
-            "usage: ./generate -e MODEL [--prompt TEXT] [flags]   (no --prompt: the prompt is read from stdin)\n\n"
-            "  -e PATH              model: an llm.c checkpoint (model_*.bin), or dN for a random GPT-2 of depth N\n"
-            "  --prompt TEXT        text to continue; empty: start from end-of-text\n"
-            "  -g N                 tokens to generate (default: 256); stops earlier at end-of-text or maxT\n"
-            "  --temperature X      0 = greedy (argmax); else sample softmax(logits / X) (default: 1)\n"
-            "  --top-k N            sample among the N most likely tokens; 0 = all (default: 0)\n"
-            "  --top-p X            sample among the most likely tokens holding probability X; 1 = all (default: 1)\n"
-            "  --seed N             sampling (and dN initialisation) seed (default: 1337)\n"
-            "  --tokenizer PATH     GPT-2 tokenizer: a directory with encoder.json + vocab.bpe (needed to encode\n"
-            "                       a prompt), or llm.c's gpt2_tokenizer.bin (decode only); default: $LLMC_DATA_DIR/gpt2,\n"
-            "                       data/gpt2, ../shared/data/gpt2, then data/gpt2_tokenizer.bin\n"
-            "  --threads N          CPU threads; 0 = all cores (default: 0)\n"
-            "  --help               print this help and exit\n");
+static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *num_parameters, char *desc, size_t len) {
+    CpuGenerator *cg = (CpuGenerator *)self;
+    if (g->precision && strcmp(g->precision, "fp32") != 0)
+        llmc_die("--precision %s: ./generate computes in fp32 on the CPU; bf16 and fp16 are ./generate_gpu's", g->precision);
+#if defined(_OPENMP) && LLMC_USE_OPENBLAS
+    openblas_set_num_threads(omp_get_max_threads());
+#endif
+    ModelConfig mc;
+    if (model_config_from_descriptor(&mc, g->init) == 0) gpt2_build_random(&cg->model, &mc, g->seed);
+    else gpt2_build_from_checkpoint(&cg->model, g->init);
+    kvcache_init(&cg->cache, &cg->model, GENERATE_CHUNK);
+    *cfg = cg->model.cfg;
+    *num_parameters = cg->model.num_parameters;
+    snprintf(desc, len, "CPU fp32, blas: %s", cg->blas);
 }
 
-static long long parse_integer(const char *flag, const char *v, long long lo, long long hi) {
-    char *end = NULL;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno) llmc_die("flag %s expects an integer, got '%s'", flag, v);
-    if (x < lo || x > hi) llmc_die("flag %s must be between %lld and %lld, got %lld", flag, lo, hi, x);
-    return x;
+static const float *cpu_forward(void *self, const int *tokens, int n) {
+    CpuGenerator *cg = (CpuGenerator *)self;
+    const float *logits = gpt2_forward_cached(&cg->model, &cg->cache, tokens, n);
+    return logits + (size_t)(n - 1) * cg->model.cfg.padded_vocab_size;
 }
 
-static float parse_number(const char *flag, const char *v) {
-    char *end = NULL;
-    errno = 0;
-    float x = strtof(v, &end);
-    if (end == v || *end || errno || !isfinite(x)) llmc_die("flag %s expects a number, got '%s'", flag, v);
-    return x;
-}
-
-static void parse_args(GenConfig *g, int argc, char **argv) {
-    *g = (GenConfig){NULL, NULL, NULL, 256, 1.0f, 0, 1.0f, 1337, 0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0) {
-            usage(stdout);
-            exit(0);
-        }
-        if (i + 1 >= argc) llmc_die("flag %s needs a value (see ./generate --help)", a);
-        const char *v = argv[++i];
-        if (strcmp(a, "-e") == 0) g->init = v;
-        else if (strcmp(a, "--prompt") == 0) g->prompt = v;
-        else if (strcmp(a, "--tokenizer") == 0) g->tokenizer = v;
-        else if (strcmp(a, "-g") == 0) g->gen_tokens = (int)parse_integer(a, v, 0, INT_MAX);
-        else if (strcmp(a, "--top-k") == 0) g->top_k = (int)parse_integer(a, v, 0, INT_MAX);
-        else if (strcmp(a, "--seed") == 0) g->seed = (unsigned long long)parse_integer(a, v, 0, LLONG_MAX);
-        else if (strcmp(a, "--threads") == 0) g->threads = (int)parse_integer(a, v, 0, 4096);
-        else if (strcmp(a, "--temperature") == 0) {
-            g->temperature = parse_number(a, v);
-            if (g->temperature < 0.0f) llmc_die("flag --temperature must be >= 0, got '%s'", v);
-        } else if (strcmp(a, "--top-p") == 0) {
-            g->top_p = parse_number(a, v);
-            if (!(g->top_p > 0.0f && g->top_p <= 1.0f)) llmc_die("flag --top-p must be in (0, 1], got '%s'", v);
-        } else llmc_die("unknown flag '%s' (see ./generate --help)", a);
-    }
-    if (!g->init) llmc_die("flag -e is required: the model to generate with (a model_*.bin checkpoint or dN)");
-}
-
-static char *read_all(FILE *f, size_t *len) {
-    size_t cap = 1 << 16, n = 0;
-    char *buf = (char *)mallocCheck(cap, "prompt");
-    for (;;) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (ferror(f)) llmc_die("cannot read the prompt from stdin: %s", strerror(errno));
-        if (feof(f)) break;
-        cap *= 2;
-        buf = (char *)realloc(buf, cap);
-        if (!buf) llmc_die("out of memory reading the prompt from stdin");
-    }
-    *len = n;
-    return buf;
-}
-
-/* The tokenizer to use: --tokenizer, else the GPT-2 directory (encodes), else llm.c's file. */
-static Tokenizer *open_tokenizer(const GenConfig *g, int need_encode, char *path, size_t len) {
-    char err[512];
-    if (g->tokenizer) snprintf(path, len, "%s", g->tokenizer);
-    else if (tokenizer_find_default(path, len) != 0) {
-        if (access("data/gpt2_tokenizer.bin", R_OK) != 0)
-            llmc_die("no GPT-2 tokenizer found: give --tokenizer PATH (a directory with encoder.json + vocab.bpe), "
-                     "or run 'make data'");
-        snprintf(path, len, "data/gpt2_tokenizer.bin");
-    }
-    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) llmc_die("--tokenizer: %s", err);
-    if (need_encode && !tokenizer_can_encode(tok))
-        llmc_die("--tokenizer %s can only decode (llm.c's file has no merges); encoding the prompt needs a "
-                 "directory with encoder.json + vocab.bpe", path);
-    return tok;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static void write_token(const Tokenizer *tok, int id) {
-    size_t len;
-    const unsigned char *bytes = tokenizer_token_bytes(tok, (uint32_t)id, &len);
-    if (!bytes) llmc_die("token id %d has no text in the tokenizer", id);
-    fwrite(bytes, 1, len, stdout);
-    fflush(stdout);
+static void cpu_free(void *self) {
+    CpuGenerator *cg = (CpuGenerator *)self;
+    kvcache_free(&cg->cache);
+    gpt2_free(&cg->model);
 }
 
 int main(int argc, char **argv) {
-    char blas[320]; /* first: may re-execute the program with better OpenBLAS kernels */
-    blas_choose_kernels(argv, blas, sizeof blas);
-    GenConfig g;
-    parse_args(&g, argc, argv);
-#ifdef _OPENMP
-    if (g.threads > 0) omp_set_num_threads(g.threads);
-#if LLMC_USE_OPENBLAS
-    openblas_set_num_threads(omp_get_max_threads());
-#endif
-#endif
-
-    size_t prompt_len;
-    char *prompt;
-    if (g.prompt) {
-        prompt_len = strlen(g.prompt);
-        prompt = (char *)mallocCheck(prompt_len + 1, "prompt");
-        memcpy(prompt, g.prompt, prompt_len + 1);
-    } else {
-        if (isatty(STDIN_FILENO)) fprintf(stderr, "reading the prompt from stdin (end it with Ctrl-D)\n");
-        prompt = read_all(stdin, &prompt_len);
-    }
-
-    /* stdout carries only the text: what the loaders print (notes on the checkpoint) goes to stderr */
-    fflush(stdout);
-    int saved_stdout = dup(STDOUT_FILENO);
-    if (saved_stdout < 0 || dup2(STDERR_FILENO, STDOUT_FILENO) < 0) llmc_die("cannot redirect stdout: %s", strerror(errno));
-    GPT2 model;
-    ModelConfig mc;
-    if (model_config_from_descriptor(&mc, g.init) == 0) gpt2_build_random(&model, &mc, g.seed);
-    else gpt2_build_from_checkpoint(&model, g.init);
-    fflush(stdout);
-    if (dup2(saved_stdout, STDOUT_FILENO) < 0) llmc_die("cannot restore stdout: %s", strerror(errno));
-    close(saved_stdout);
-    const ModelConfig *cfg = &model.cfg;
-    char tok_path[1100];
-    Tokenizer *tok = open_tokenizer(&g, prompt_len > 0, tok_path, sizeof tok_path);
-    if (tokenizer_vocab_size(tok) != (size_t)cfg->vocab_size)
-        llmc_die("-e %s has a vocabulary of %d tokens, the tokenizer %zu: they must match", g.init, cfg->vocab_size,
-                 tokenizer_vocab_size(tok));
-    const int eot = (int)tokenizer_eot(tok);
-
-    /* the prompt's tokens; an empty prompt starts from end-of-text, as training samples do */
-    TokenBuf ids = {0};
-    if (prompt_len > 0) {
-        char err[512];
-        TokenizerContext *ctx = tokenizer_context_new(tok, err, sizeof err);
-        if (!ctx) llmc_die("--tokenizer: %s", err);
-        if (tokenizer_encode(ctx, prompt, prompt_len, &ids, err, sizeof err) != 0) llmc_die("--prompt: %s", err);
-        tokenizer_context_free(ctx);
-    } else {
-        token_buf_push(&ids, (uint32_t)eot);
-    }
-    if (ids.n >= (size_t)cfg->max_seq_len)
-        llmc_die("--prompt is %zu tokens; the model's context is %d (maxT), so at most %d fit with room to generate",
-                 ids.n, cfg->max_seq_len, cfg->max_seq_len - 1);
-    fprintf(stderr, "model: %s: L %d, NH %d, C %d, maxT %d, V %d: %zu parameters\n", g.init, cfg->num_layers,
-            cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, model.num_parameters);
-    fprintf(stderr, "tokenizer: %s\nblas: %s\n", tok_path, blas);
-    fprintf(stderr, "prompt: %zu tokens; generating up to %d (temperature %g, top-k %d, top-p %g, seed %llu)\n",
-            prompt_len > 0 ? ids.n : 0, g.gen_tokens, (double)g.temperature, g.top_k, (double)g.top_p, g.seed);
-
-    fwrite(prompt, 1, prompt_len, stdout);
-    fflush(stdout);
-    enum { CHUNK = 64 }; /* prompt tokens per forward */
-    KVCache cache;
-    kvcache_init(&cache, &model, CHUNK);
-    int *seq = (int *)mallocCheck((size_t)cfg->max_seq_len * sizeof(int), "token sequence");
-    int n = (int)ids.n;
-    for (int i = 0; i < n; i++) seq[i] = (int)ids.ids[i];
-    Rng rng;
-    rng_seed(&rng, g.seed);
-
-    double t0 = now_s(), t_first = 0.0;
-    const float *logits = NULL;
-    for (int done = 0; done < n; done += CHUNK) {
-        int k = n - done < CHUNK ? n - done : CHUNK;
-        logits = gpt2_forward_cached(&model, &cache, seq + done, k) + (size_t)(k - 1) * cfg->padded_vocab_size;
-    }
-    int generated = 0;
-    const char *stop = "-g tokens";
-    for (;;) {
-        if (generated == g.gen_tokens) break;
-        if (n == cfg->max_seq_len) {
-            stop = "the model's context (maxT)";
-            break;
-        }
-        int next = sample_filtered(logits, cfg->vocab_size, g.temperature, g.top_k, g.top_p, rng_f32(&rng));
-        if (generated == 0) t_first = now_s();
-        generated++;
-        if (next == eot) {
-            stop = "end-of-text";
-            break;
-        }
-        write_token(tok, next);
-        seq[n++] = next;
-        if (n < cfg->max_seq_len) logits = gpt2_forward_cached(&model, &cache, &next, 1);
-    }
-    double t1 = now_s();
-    fprintf(stderr, "\ngenerated %d tokens (stopped at %s): prompt %.3f s, then %.1f tokens/s\n", generated, stop,
-            (t_first ? t_first : t1) - t0, generated > 1 ? (generated - 1) / (t1 - t_first) : 0.0);
-
-    free(seq);
-    kvcache_free(&cache);
-    token_buf_free(&ids);
-    tokenizer_free(tok);
-    gpt2_free(&model);
-    free(prompt);
-    return 0;
+    static CpuGenerator cg;
+    /* first: may re-execute the program with better OpenBLAS kernels */
+    blas_choose_kernels(argv, cg.blas, sizeof cg.blas);
+    GenerateBackend be = {"./generate", "fp32 only (bf16, fp16: ./generate_gpu)", &cg, cpu_load, cpu_forward, cpu_free};
+    return generate_main(argc, argv, &be);
 }

@@ -47,6 +47,11 @@ typedef struct {
     long long quiet;
     long long skip_bad_lines;
     long long overwrite;
+    const char *pattern;       /* a tiktoken rank file's pre-tokenizer: gpt2, cl100k, llama3 */
+    const char *pattern_regex; /* ... or a PCRE2 pattern */
+    const char *specials;      /* its special tokens: llama3, cl100k, none or NAME=ID,... */
+    const char *delimiter;     /* the special token put before each document */
+    long long allow_special;   /* encode: special tokens' text becomes the special token */
 } Options;
 
 typedef enum { FLAG_INT, FLAG_STR, FLAG_BOOL } FlagKind;
@@ -61,7 +66,19 @@ typedef struct {
 
 #define OPT(f) offsetof(Options, f)
 static const Flag FLAG_TOKENIZER = {"--tokenizer", "-t", FLAG_STR, OPT(tokenizer), 0, 0,
-                                    "encoder.json+vocab.bpe directory or llm.c tokenizer .bin (default: found)"};
+                                    "encoder.json+vocab.bpe directory, llm.c tokenizer .bin, or a tiktoken rank file "
+                                    "(with --pattern) (default: found)"};
+static const Flag FLAG_PATTERN = {"--pattern", NULL, FLAG_STR, OPT(pattern), 0, 0,
+                                  "tiktoken rank file: built-in pre-tokenizer pattern llama3, cl100k or gpt2"};
+static const Flag FLAG_PATTERN_REGEX = {"--pattern-regex", NULL, FLAG_STR, OPT(pattern_regex), 0, 0,
+                                        "tiktoken rank file: a custom pre-tokenizer pattern (PCRE2 syntax)"};
+static const Flag FLAG_SPECIALS = {"--specials", NULL, FLAG_STR, OPT(specials), 0, 0,
+                                   "tiktoken rank file: special tokens: llama3, cl100k or gpt2 (their sets, numbered "
+                                   "after the N ranks as in those vocabularies), none, or NAME=ID,NAME=ID,... "
+                                   "(default: --pattern's set, else none)"};
+static const Flag FLAG_DELIMITER = {"--delimiter", NULL, FLAG_STR, OPT(delimiter), 0, 0,
+                                    "tiktoken rank file: the special token before each document (default: llama3 "
+                                    "<|begin_of_text|>, cl100k <|endoftext|>, else the first)"};
 static const Flag FLAG_THREADS = {"--threads", "-j", FLAG_INT, OPT(threads), 1, 1024, "encoding threads"};
 static const Flag FLAG_QUIET = {"--quiet", "-q", FLAG_BOOL, OPT(quiet), 0, 1, "no progress line"};
 static const Flag FLAG_TOKEN_BYTES = {"--token-bytes", NULL, FLAG_INT, OPT(token_bytes), 0, 4,
@@ -156,6 +173,88 @@ static int parse_args(const Command *cmd, const Flag *const *flags, int nflags, 
     return npos;
 }
 
+/* Special tokens of --specials: a preset numbered after the n ranks, or NAME=ID,... (in spec). */
+static size_t parse_specials(const char *spec, size_t n, TokenizerSpecial *out, char *names, size_t names_len) {
+    size_t k = 0;
+    if (strcmp(spec, "none") == 0) return 0;
+    if (strcmp(spec, "llama3") == 0) { /* Llama 3.1's 256: 128000.. after its 128000 ranks */
+        static const char *const first[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                            "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+                                            "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
+                                            "<|python_tag|>"};
+        size_t used = 0;
+        for (; k < 256; k++) {
+            char *name = names + used;
+            int w = k < 11 ? snprintf(name, names_len - used, "%s", first[k])
+                           : snprintf(name, names_len - used, "<|reserved_special_token_%zu|>", k - 9);
+            used += (size_t)w + 1;
+            out[k] = (TokenizerSpecial){name, (uint32_t)(n + k)};
+        }
+        return k;
+    }
+    if (strcmp(spec, "gpt2") == 0) { /* 50256 after GPT-2's 50256 ranks */
+        out[0] = (TokenizerSpecial){"<|endoftext|>", (uint32_t)n};
+        return 1;
+    }
+    if (strcmp(spec, "cl100k") == 0) { /* cl100k_base: 100257.. after its 100256 ranks */
+        static const char *const name[] = {"<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>",
+                                           "<|endofprompt|>"};
+        static const unsigned after[] = {1, 2, 3, 4, 20};
+        for (; k < 5; k++) out[k] = (TokenizerSpecial){name[k], (uint32_t)(n + after[k])};
+        return k;
+    }
+    if (strlen(spec) + 1 > names_len) llmc_die("flag --specials: too long");
+    memcpy(names, spec, strlen(spec) + 1);
+    for (char *item = names; item && *item; k++) {
+        char *comma = strchr(item, ',');
+        if (comma) *comma = 0;
+        char *eq = strrchr(item, '='), *end;
+        if (k == 1024) llmc_die("flag --specials: more than 1024 special tokens");
+        errno = 0;
+        unsigned long id = eq ? strtoul(eq + 1, &end, 10) : 0;
+        if (!eq || eq == item || !eq[1] || *end || errno || id > UINT32_MAX - 1)
+            llmc_die("flag --specials: '%s' is not NAME=ID (or one of llama3, cl100k, none)", item);
+        *eq = 0;
+        out[k] = (TokenizerSpecial){item, (uint32_t)id};
+        item = comma ? comma + 1 : NULL;
+    }
+    return k;
+}
+
+/* The ranks in a tiktoken file: its non-empty lines (validated by the loader). */
+static size_t count_ranks(const char *path) {
+    FILE *f = fopenCheck(path, "rb");
+    size_t n = 0;
+    int c, last = '\n';
+    while ((c = fgetc(f)) != EOF) {
+        if (c == '\n' && last != '\n' && last != '\r') n++;
+        last = c;
+    }
+    if (last != '\n' && last != '\r') n++;
+    fclose(f);
+    return n;
+}
+
+static Tokenizer *load_tiktoken(const Options *o, const char *path) {
+    if (!o->pattern == !o->pattern_regex)
+        llmc_die("tokenizer '%s' is a tiktoken rank file: give its pre-tokenizer pattern with --pattern (llama3, "
+                 "cl100k or gpt2) or --pattern-regex REGEX (one of them)", path);
+    const char *pattern = o->pattern_regex;
+    if (o->pattern && !(pattern = tokenizer_builtin_pattern(o->pattern)))
+        llmc_die("flag --pattern: '%s' is not one of llama3, cl100k, gpt2 (a custom pattern: --pattern-regex)",
+                 o->pattern);
+    static TokenizerSpecial specials[1024];
+    static char names[1 << 16];
+    const char *spec = o->specials ? o->specials : o->pattern ? o->pattern : "none";
+    size_t ns = parse_specials(spec, count_ranks(path), specials, names, sizeof names);
+    const char *delim = o->delimiter;
+    if (!delim && ns && strcmp(spec, "llama3") == 0) delim = "<|begin_of_text|>";
+    char err[1024];
+    Tokenizer *t = tokenizer_load_tiktoken(path, pattern, specials, ns, delim, err, sizeof err);
+    if (!t) llmc_die("%s", err);
+    return t;
+}
+
 static Tokenizer *load_tokenizer(const Options *o, int need_encode) {
     char dir[4096], err[1024];
     const char *path = o->tokenizer;
@@ -165,6 +264,19 @@ static Tokenizer *load_tokenizer(const Options *o, int need_encode) {
                      "run 'make data' or pass --tokenizer DIR");
         path = dir;
     }
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) { /* llm.c's file starts with its magic; else tiktoken */
+        uint32_t magic = 0;
+        FILE *f = fopen(path, "rb");
+        if (f && fread(&magic, 4, 1, f) == 1 && magic != TOKENIZER_MAGIC) {
+            fclose(f);
+            return load_tiktoken(o, path);
+        }
+        if (f) fclose(f);
+    }
+    if (o->pattern || o->pattern_regex || o->specials || o->delimiter)
+        llmc_die("flags --pattern, --pattern-regex, --specials and --delimiter are for a tiktoken rank file; '%s' is "
+                 "GPT-2's files or llm.c's tokenizer file", path);
     Tokenizer *t = tokenizer_load(path, err, sizeof err);
     if (!t) llmc_die("%s", err);
     if (need_encode && !tokenizer_can_encode(t))
@@ -216,6 +328,7 @@ typedef struct {
     TokenBuf out;
     char err[512];          /* non-empty: the job failed */
     int skip_bad;           /* jsonl: skip bad lines instead of failing */
+    int allow_special;      /* special tokens' text becomes the special token */
     size_t skipped;         /* jsonl: lines skipped */
     char bad[512];          /* jsonl: the first skipped line's file, number and reason */
 } Job;
@@ -282,6 +395,7 @@ static size_t jsonl_job_end(const char *s, size_t n, size_t start) {
 }
 
 static int encode_range(TokenizerContext *ctx, Job *j, const char *p, size_t len) {
+    if (j->allow_special) return tokenizer_encode_special(ctx, p, len, &j->out, j->err, sizeof j->err);
     return tokenizer_encode(ctx, p, len, &j->out, j->err, sizeof j->err);
 }
 
@@ -504,6 +618,7 @@ typedef struct {
     Progress progress;
     int *shards_written; /* for the progress line */
     int skip_bad;        /* --skip-bad-lines */
+    int allow_special;   /* encode --allow-special */
     size_t skipped;      /* JSONL lines skipped, and the first of them */
     char first_bad[512];
 } Pipeline;
@@ -529,7 +644,7 @@ static void encode_inputs(Pipeline *pl, InputFile *ins, int nin, int text_eot, i
                 j->out = keep, j->out.n = 0;
                 j->in = in, j->start = pos, j->end = end, j->eot = tokenizer_eot(pl->tok);
                 j->eot_first = first && text_eot, j->doc_split = doc_split, j->field = field, j->first_line = line;
-                j->skip_bad = pl->skip_bad;
+                j->skip_bad = pl->skip_bad, j->allow_special = pl->allow_special;
                 if (in->jsonl) {
                     for (const char *q = in->data + pos; (q = memchr(q, '\n', (size_t)(in->data + end - q))); q++) line++;
                 }
@@ -592,15 +707,19 @@ static void sink_append(void *arg, const uint32_t *ids, size_t n) {
 static int cmd_encode(int argc, char **argv, Options *o) {
     static const Command cmd = {"encode", "IN OUT.bin",
                                 "Encodes the text file IN (no EOT added) into the data shard OUT.bin.", 2, 2};
-    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_THREADS, &FLAG_TOKEN_BYTES, &FLAG_QUIET};
+    static const Flag allow = {"--allow-special", NULL, FLAG_BOOL, OPT(allow_special), 0, 1,
+                               "tiktoken rank file: the text of a special token becomes that token"};
+    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_THREADS, &FLAG_TOKEN_BYTES, &FLAG_QUIET, &FLAG_PATTERN,
+                           &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &FLAG_DELIMITER, &allow};
     char *pos[2];
-    parse_args(&cmd, flags, 4, argc, argv, o, pos);
+    parse_args(&cmd, flags, 9, argc, argv, o, pos);
     Tokenizer *t = load_tokenizer(o, 1);
     int token_bytes = resolve_token_bytes(o, t);
     InputFile in;
     input_open(&in, pos[0], 0);
     Pipeline pl;
     pipeline_init(&pl, t, o, &in, 1);
+    pl.allow_special = (int)o->allow_special;
     TokenBuf all = {0};
     encode_inputs(&pl, &in, 1, 0, 0, NULL, sink_append, &all);
     shard_write(pos[1], all.ids, all.n, token_bytes);
@@ -614,9 +733,9 @@ static int cmd_encode(int argc, char **argv, Options *o) {
 
 static int cmd_decode(int argc, char **argv, Options *o) {
     static const Command cmd = {"decode", "IN.bin", "Writes the text of the data shard IN.bin to stdout.", 1, 1};
-    const Flag *flags[] = {&FLAG_TOKENIZER};
+    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_PATTERN, &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &FLAG_DELIMITER};
     char *pos[1];
-    parse_args(&cmd, flags, 1, argc, argv, o, pos);
+    parse_args(&cmd, flags, 5, argc, argv, o, pos);
     Tokenizer *t = load_tokenizer(o, 0);
     ShardInfo info;
     char err[1024];
@@ -656,9 +775,9 @@ static int cmd_decode(int argc, char **argv, Options *o) {
 static int cmd_export(int argc, char **argv, Options *o) {
     static const Command cmd = {"export", "OUT.bin",
                                 "Writes llm.c's tokenizer file (version 2, with the EOT id) to OUT.bin.", 1, 1};
-    const Flag *flags[] = {&FLAG_TOKENIZER};
+    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_PATTERN, &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &FLAG_DELIMITER};
     char *pos[1], err[1024];
-    parse_args(&cmd, flags, 1, argc, argv, o, pos);
+    parse_args(&cmd, flags, 5, argc, argv, o, pos);
     Tokenizer *t = load_tokenizer(o, 0);
     if (tokenizer_save_llmc(t, pos[0], err, sizeof err) != 0) llmc_die("%s", err);
     tokenizer_free(t);
@@ -826,8 +945,9 @@ static int cmd_shards(int argc, char **argv, Options *o) {
         "(or the first --val-tokens tokens) is validation, PREFIX_val_000000.bin; then PREFIX_train_NNNNNN.bin.\n"
         "A text file is one document (or many, with --doc-split blank-lines); a JSONL line is one.",
         1, -1};
-    const Flag *flags[16] = {&FLAG_TOKENIZER, &FLAG_THREADS, &FLAG_TOKEN_BYTES, &FLAG_QUIET};
-    int nflags = 4;
+    const Flag *flags[20] = {&FLAG_TOKENIZER, &FLAG_THREADS, &FLAG_TOKEN_BYTES, &FLAG_QUIET,
+                             &FLAG_PATTERN, &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &FLAG_DELIMITER};
+    int nflags = 8;
     for (size_t i = 0; i < sizeof SHARD_FLAGS / sizeof SHARD_FLAGS[0]; i++) flags[nflags++] = &SHARD_FLAGS[i];
     char **pos = mallocCheck((size_t)argc * sizeof *pos + 1, "arguments");
     int nin = parse_args(&cmd, flags, nflags, argc, argv, o, pos);
@@ -838,6 +958,8 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     if (strcmp(o->format, "auto") && strcmp(o->format, "text") && strcmp(o->format, "jsonl"))
         llmc_die("flag --format: '%s' is not one of auto, text, jsonl", o->format);
     Tokenizer *t = load_tokenizer(o, 1);
+    if (tokenizer_eot(t) >= tokenizer_vocab_size(t))
+        llmc_die("shards: the tokenizer has no special token to put before each document: give --specials");
     make_prefix_dir(o->prefix);
     clear_old_shards(o->prefix, (int)o->overwrite, 0);
     ShardSink sink = {.o = o, .token_bytes = resolve_token_bytes(o, t)};

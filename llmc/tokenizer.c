@@ -54,6 +54,23 @@ static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?[" LETTER "]++| ?[" NUMBER "]++| ?[^" WS LETTER NUMBER "]++"
     "|[" WS "]+(?![^" WS "])|[" WS "]++";
 
+/* cl100k_base's pattern as tiktoken 0.14 spells it ($ as \z: PCRE2's $ also matches before a
+ * final newline, Rust's only at the end) and Llama 3's (Meta's tokenizer.py), with the same
+ * spelled-out classes as GPT-2's. */
+static const char CL100K_PATTERN[] =
+    "'(?i:[sdmt]|ll|ve|re)|[^\\r\\n" LETTER NUMBER "]?+[" LETTER "]++|[" NUMBER "]{1,3}+"
+    "| ?[^" WS LETTER NUMBER "]++[\\r\\n]*+|[" WS "]++\\z|[" WS "]*[\\r\\n]|[" WS "]+(?![^" WS "])|[" WS "]";
+static const char LLAMA3_PATTERN[] =
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n" LETTER NUMBER "]?[" LETTER "]+|[" NUMBER "]{1,3}"
+    "| ?[^" WS LETTER NUMBER "]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+";
+
+const char *tokenizer_builtin_pattern(const char *name) {
+    if (strcmp(name, "gpt2") == 0) return GPT2_PATTERN;
+    if (strcmp(name, "cl100k") == 0) return CL100K_PATTERN;
+    if (strcmp(name, "llama3") == 0) return LLAMA3_PATTERN;
+    return NULL;
+}
+
 enum { CACHE_MAX_PIECE = 128, CACHE_MIN_SLOTS = 1 << 15, CACHE_MAX_SLOTS = 1 << 20 };
 
 typedef struct {
@@ -74,6 +91,9 @@ struct Tokenizer {
     size_t pair_mask;
     pcre2_code *re;
     int jit;               /* 1 if re was JIT-compiled */
+    unsigned char *special; /* (vocab_size) 1 = a special token (or an unused id): never made by BPE; NULL = only eot */
+    uint32_t *special_ids;  /* the special tokens, longest name first, for tokenizer_encode_special */
+    size_t nspecial;
 };
 
 typedef struct {
@@ -389,11 +409,13 @@ static uint32_t pair_lookup(const Tokenizer *t, uint32_t a, uint32_t b) {
 }
 
 /* Builds the vocab map, pair map and byte tokens from the token bytes. */
-static int build_encode_tables(Tokenizer *t, char *err, size_t errlen) {
+static int is_special(const Tokenizer *t, uint32_t id) { return t->special ? t->special[id] : id == t->eot; }
+
+static int build_encode_tables(Tokenizer *t, const char *pattern, char *err, size_t errlen) {
     t->vocab_mask = pow2_at_least(t->vocab_size * 2 + 16) - 1;
     t->vocab_slots = callocCheck(t->vocab_mask + 1, sizeof *t->vocab_slots, "vocab map");
     for (uint32_t id = 0; id < t->vocab_size; id++) {
-        if (id == t->eot) continue; /* special: never produced by BPE */
+        if (is_special(t, id)) continue; /* never produced by BPE */
         const unsigned char *p = t->blob + t->offsets[id];
         size_t n = t->offsets[id + 1] - t->offsets[id];
         uint64_t h = hash_bytes(p, n);
@@ -418,7 +440,7 @@ static int build_encode_tables(Tokenizer *t, char *err, size_t errlen) {
     uint64_t *keys = mallocCheck(cap * sizeof *keys, "pair list");
     uint32_t *vals = mallocCheck(cap * sizeof *vals, "pair list");
     for (uint32_t id = 0; id < t->vocab_size; id++) {
-        if (id == t->eot) continue;
+        if (is_special(t, id)) continue;
         const unsigned char *p = t->blob + t->offsets[id];
         size_t n = t->offsets[id + 1] - t->offsets[id];
         for (size_t k = 1; k < n; k++) {
@@ -446,12 +468,12 @@ static int build_encode_tables(Tokenizer *t, char *err, size_t errlen) {
 
     int code;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)GPT2_PATTERN, PCRE2_ZERO_TERMINATED,
+    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, &code, &at, NULL);
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        set_err(err, errlen, "PCRE2 cannot compile GPT-2's pattern at offset %zu: %s", (size_t)at, msg);
+        set_err(err, errlen, "PCRE2 cannot compile the pre-tokenizer pattern at offset %zu: %s", (size_t)at, msg);
         return -1;
     }
     t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
@@ -709,7 +731,7 @@ static Tokenizer *load_gpt2_dir(const char *dir, char *err, size_t errlen) {
     Tokenizer *t = load_encoder_json(enc_path, cp_to_byte, err, errlen);
     if (!t) return NULL;
     char why[512];
-    if (build_encode_tables(t, why, sizeof why) != 0) {
+    if (build_encode_tables(t, GPT2_PATTERN, why, sizeof why) != 0) {
         set_err(err, errlen, "'%s': %s", enc_path, why);
         tokenizer_free(t);
         return NULL;
@@ -719,6 +741,184 @@ static Tokenizer *load_gpt2_dir(const char *dir, char *err, size_t errlen) {
         return NULL;
     }
     return t;
+}
+
+/* ---- tiktoken rank files -------------------------------------------------------------- */
+
+static int b64_value(unsigned char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+}
+
+/* Standard base64 with padding, strictly: s[0..n) -> out (at least 3n/4 bytes). -1 if malformed. */
+static long b64_decode(const unsigned char *s, size_t n, unsigned char *out) {
+    if (n == 0 || n % 4) return -1;
+    size_t w = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int pad = (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=');
+        if (pad && i + 4 != n) return -1;
+        int v[4];
+        for (int k = 0; k < 4 - pad; k++)
+            if ((v[k] = b64_value(s[i + k])) < 0) return -1;
+        uint32_t x = (uint32_t)v[0] << 18 | (uint32_t)v[1] << 12 | (pad < 2 ? (uint32_t)v[2] << 6 : 0) |
+                     (pad < 1 ? (uint32_t)v[3] : 0);
+        out[w++] = (unsigned char)(x >> 16);
+        if (pad < 2) out[w++] = (unsigned char)(x >> 8);
+        if (pad < 1) out[w++] = (unsigned char)x;
+        if ((pad == 2 && (x & 0xFFFF)) || (pad == 1 && (x & 0xFF))) return -1; /* non-canonical trailing bits */
+    }
+    return (long)w;
+}
+
+/* The line starting at *next in buf[0..n): returns its start, its length without "\n" or "\r\n"
+ * in *len, and moves *next past it. */
+static size_t next_line(const unsigned char *buf, size_t n, size_t *next, size_t *len) {
+    size_t i = *next, e = i;
+    while (e < n && buf[e] != '\n') e++;
+    *len = e - i - (e > i && buf[e - 1] == '\r');
+    *next = e + 1;
+    return i;
+}
+
+Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const TokenizerSpecial *specials,
+                                   size_t nspecial, const char *delimiter, char *err, size_t errlen) {
+    size_t n;
+    unsigned char *buf = read_file(path, &n, err, errlen);
+    if (!buf) return NULL;
+    Tokenizer *t = NULL;
+    /* pass 1: count lines, find the highest rank */
+    size_t nranks = 0, max_rank = 0, line = 0;
+    for (size_t next = 0, i, len; next < n;) {
+        i = next_line(buf, n, &next, &len);
+        line++;
+        if (len) {
+            const unsigned char *sp = memchr(buf + i, ' ', len);
+            char *end;
+            errno = 0;
+            unsigned long long r = sp ? strtoull((const char *)sp + 1, &end, 10) : 0;
+            if (!sp || sp == buf + i || sp + 1 == buf + i + len || !(sp[1] >= '0' && sp[1] <= '9') || errno ||
+                (const unsigned char *)end != buf + i + len) {
+                set_err(err, errlen, "tiktoken rank file '%s', line %zu: expected 'BASE64TOKEN RANK'", path, line);
+                goto fail;
+            }
+            if (r >= (1u << 24)) {
+                set_err(err, errlen, "tiktoken rank file '%s', line %zu: rank %llu is implausibly large", path, line, r);
+                goto fail;
+            }
+            nranks++;
+            if (r > max_rank) max_rank = r;
+        }
+    }
+    if (nranks == 0) {
+        set_err(err, errlen, "tiktoken rank file '%s' has no tokens", path);
+        goto fail;
+    }
+    if (max_rank + 1 != nranks) {
+        set_err(err, errlen, "tiktoken rank file '%s': %zu tokens but ranks up to %zu: ranks must be 0..%zu, each once",
+                path, nranks, max_rank, nranks - 1);
+        goto fail;
+    }
+    size_t vocab = nranks;
+    for (size_t k = 0; k < nspecial; k++) {
+        if (!specials[k].name[0] || strlen(specials[k].name) > 255) {
+            set_err(err, errlen, "special token %zu: its name must be 1 to 255 bytes", k);
+            goto fail;
+        }
+        if (specials[k].id < nranks) {
+            set_err(err, errlen, "special token '%s' has id %u, which is a rank of '%s' (0..%zu): special ids must "
+                    "come after the ranks", specials[k].name, specials[k].id, path, nranks - 1);
+            goto fail;
+        }
+        for (size_t j = 0; j < k; j++)
+            if (specials[j].id == specials[k].id || strcmp(specials[j].name, specials[k].name) == 0) {
+                set_err(err, errlen, "special tokens '%s' and '%s' have the same %s", specials[j].name,
+                        specials[k].name, specials[j].id == specials[k].id ? "id" : "name");
+                goto fail;
+            }
+        if ((size_t)specials[k].id + 1 > vocab) vocab = (size_t)specials[k].id + 1;
+    }
+    t = tokenizer_alloc(vocab);
+    t->special = callocCheck(vocab, 1, "special token flags");
+    size_t *lens = callocCheck(vocab, sizeof *lens, "token lengths");
+    unsigned char **starts = callocCheck(vocab, sizeof *starts, "token starts");
+    unsigned char *bytes = mallocCheck(n + 1, "token bytes"); /* decoded tokens are shorter than their base64 */
+    size_t used = 0;
+    line = 0;
+    for (size_t next = 0, i, len; next < n;) { /* pass 2: decode */
+        i = next_line(buf, n, &next, &len);
+        line++;
+        if (len) {
+            const unsigned char *sp = memchr(buf + i, ' ', len);
+            size_t r = (size_t)strtoull((const char *)sp + 1, NULL, 10);
+            long dl = b64_decode(buf + i, (size_t)(sp - (buf + i)), bytes + used);
+            if (dl <= 0 || starts[r]) {
+                int w = (int)(sp - (buf + i) > 40 ? 40 : sp - (buf + i));
+                if (dl <= 0)
+                    set_err(err, errlen, "tiktoken rank file '%s', line %zu: token '%.*s' is not valid base64", path,
+                            line, w, (const char *)buf + i);
+                else
+                    set_err(err, errlen, "tiktoken rank file '%s', line %zu: rank %zu appears twice", path, line, r);
+                free(lens), free(starts), free(bytes);
+                goto fail;
+            }
+            starts[r] = bytes + used, lens[r] = (size_t)dl;
+            used += (size_t)dl;
+        }
+    }
+    for (size_t k = 0; k < nspecial; k++) {
+        t->special[specials[k].id] = 2;
+        lens[specials[k].id] = strlen(specials[k].name);
+    }
+    size_t total = used;
+    for (size_t k = 0; k < nspecial; k++) total += lens[specials[k].id];
+    t->blob = mallocCheck(total ? total : 1, "token bytes");
+    size_t off = 0;
+    for (size_t id = 0; id < vocab; id++) {
+        if (id >= nranks && !t->special[id]) t->special[id] = 1; /* an id no token uses */
+        const unsigned char *src = starts[id];
+        for (size_t k = 0; k < nspecial && !src; k++)
+            if (specials[k].id == id) src = (const unsigned char *)specials[k].name;
+        if (lens[id]) memcpy(t->blob + off, src, lens[id]);
+        off += lens[id];
+        t->offsets[id + 1] = off;
+    }
+    free(lens), free(starts), free(bytes);
+    /* the specials, longest name first (a longer name wins where two start at the same byte) */
+    t->nspecial = nspecial;
+    t->special_ids = mallocCheck((nspecial ? nspecial : 1) * sizeof *t->special_ids, "special tokens");
+    for (size_t k = 0; k < nspecial; k++) {
+        size_t j = k;
+        uint32_t id = specials[k].id;
+        size_t len = strlen(specials[k].name);
+        while (j > 0 && t->offsets[t->special_ids[j - 1] + 1] - t->offsets[t->special_ids[j - 1]] < len) {
+            t->special_ids[j] = t->special_ids[j - 1];
+            j--;
+        }
+        t->special_ids[j] = id;
+    }
+    t->eot = NO_TOKEN;
+    for (size_t k = 0; k < nspecial; k++)
+        if (delimiter && strcmp(specials[k].name, delimiter) == 0) t->eot = specials[k].id;
+    if (delimiter && t->eot == NO_TOKEN) {
+        set_err(err, errlen, "the document delimiter '%s' is not one of the %zu special tokens", delimiter, nspecial);
+        goto fail;
+    }
+    if (!delimiter) t->eot = nspecial ? specials[0].id : (uint32_t)vocab; /* vocab: none */
+    char why[512];
+    if (build_encode_tables(t, pattern, why, sizeof why) != 0) {
+        set_err(err, errlen, "tiktoken rank file '%s': %s", path, why);
+        goto fail;
+    }
+    free(buf);
+    return t;
+fail:
+    free(buf);
+    tokenizer_free(t);
+    return NULL;
 }
 
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
@@ -737,6 +937,8 @@ void tokenizer_free(Tokenizer *t) {
     free(t->offsets);
     free(t->vocab_slots);
     free(t->pair_slots);
+    free(t->special);
+    free(t->special_ids);
     if (t->re) pcre2_code_free(t->re);
     free(t);
 }
@@ -1022,4 +1224,33 @@ int tokenizer_encode(TokenizerContext *c, const char *text, size_t len, TokenBuf
         if (i < len) token_buf_push(out, c->tok->byte_token[s[i++]]); /* an invalid byte */
     }
     return 0;
+}
+
+/* The special token whose name starts at s[0..n), longest first; NO_TOKEN if none. */
+static uint32_t special_at(const Tokenizer *t, const unsigned char *s, size_t n) {
+    for (size_t k = 0; k < t->nspecial; k++) {
+        uint32_t id = t->special_ids[k];
+        size_t len = t->offsets[id + 1] - t->offsets[id];
+        if (len <= n && memcmp(s, t->blob + t->offsets[id], len) == 0) return id;
+    }
+    return NO_TOKEN;
+}
+
+int tokenizer_encode_special(TokenizerContext *c, const char *text, size_t len, TokenBuf *out, char *err,
+                             size_t errlen) {
+    const Tokenizer *t = c->tok;
+    unsigned char first[256] = {0}; /* first bytes of the special names */
+    for (size_t k = 0; k < t->nspecial; k++) first[t->blob[t->offsets[t->special_ids[k]]]] = 1;
+    const unsigned char *s = (const unsigned char *)text;
+    size_t start = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!first[s[i]]) continue;
+        uint32_t id = special_at(t, s + i, len - i);
+        if (id == NO_TOKEN) continue;
+        if (i > start && tokenizer_encode(c, text + start, i - start, out, err, errlen) != 0) return -1;
+        token_buf_push(out, id);
+        i += t->offsets[id + 1] - t->offsets[id] - 1;
+        start = i + 1;
+    }
+    return start < len ? tokenizer_encode(c, text + start, len - start, out, err, errlen) : 0;
 }

@@ -50,6 +50,28 @@ typedef struct {
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
 void tokenizer_free(Tokenizer *tok);
 
+/* A special token of a tiktoken-format tokenizer: its text and id. */
+typedef struct {
+    const char *name;
+    uint32_t id;
+} TokenizerSpecial;
+
+/* Loads a tiktoken rank file (one "BASE64BYTES RANK" per line, ranks 0..n-1 each once; the
+ * token's id is its rank, as in tiktoken) with a pre-tokenizer pattern (PCRE2 syntax, e.g.
+ * tokenizer_builtin_pattern("llama3")) and special tokens (ids >= n; ids below the largest that
+ * no token uses stay unused). delimiter names the special token that tokenizer_eot() returns
+ * (what ./tokenizer shards puts before each document); NULL: the first special token.
+ * Encoding then equals tiktoken's Encoding(pat_str, mergeable_ranks, special_tokens):
+ * tokenizer_encode is encode_ordinary, tokenizer_encode_special is encode(allowed_special="all").
+ * On failure (malformed line, bad base64, a repeated or missing rank, duplicate token bytes, a
+ * special id among the ranks, a bad pattern) returns NULL with a reason naming the file/line. */
+Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const TokenizerSpecial *specials,
+                                   size_t nspecial, const char *delimiter, char *err, size_t errlen);
+
+/* The built-in pre-tokenizer patterns by name: "gpt2", "cl100k" (cl100k_base) and "llama3";
+ * NULL for another name. */
+const char *tokenizer_builtin_pattern(const char *name);
+
 /* Finds a directory with the GPT-2 files: $LLMC_DATA_DIR/gpt2, data/gpt2, ../shared/data/gpt2
  * (in that order). Returns 0 and the directory in out, or -1 if none has both files. */
 int tokenizer_find_default(char *out, size_t outlen);
@@ -72,6 +94,11 @@ void tokenizer_context_free(TokenizerContext *ctx);
  * reason in err (out then holds an unspecified prefix). */
 int tokenizer_encode(TokenizerContext *ctx, const char *text, size_t len, TokenBuf *out,
                      char *err, size_t errlen);
+
+/* As tokenizer_encode, but the text of a special token (tokenizer_load_tiktoken) becomes that
+ * token wherever it appears (the longest name where two start at the same byte). */
+int tokenizer_encode_special(TokenizerContext *ctx, const char *text, size_t len, TokenBuf *out,
+                             char *err, size_t errlen);
 
 void token_buf_push(TokenBuf *buf, uint32_t id);
 void token_buf_free(TokenBuf *buf);

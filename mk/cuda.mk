@@ -43,6 +43,10 @@ $(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
 
+$(BIN_DIR)/generate_gpu: $(BUILD)/cuda/generate.o $(CUDA_LIBS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+
 $(BUILD)/test/test_cuda_ops: $(BUILD)/cuda/test/test_cuda_ops.o $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
@@ -75,9 +79,9 @@ $(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
 .PRECIOUS: $(BUILD)/cuda/dev/cuda/%.o
 
-# ./train_gpt itself through the harness (an end-to-end smoke run of the loop on the CPU)
-$(BUILD)/cudasim/train_gpt.cpp: $(CUDA_HDRS)
-$(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
+# ./train_gpt and ./generate_gpu themselves through the harness (end-to-end runs on the CPU)
+$(BUILD)/cudasim/train_gpt.cpp $(BUILD)/cudasim/generate.cpp: $(CUDA_HDRS)
+$(BUILD)/cudasim/train_gpt $(BUILD)/cudasim/generate: $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 
 # The harness compile and link lines, for scripts that build variants of a CUDA test

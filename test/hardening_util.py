@@ -10,6 +10,8 @@ import struct
 import subprocess
 import zlib
 
+from testlib import write_shard  # noqa: F401 (re-exported for the hardening tests)
+
 # one OpenMP thread per child: these runs are tiny, and spinning thread teams on a busy machine
 # cost 20x their work
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -33,14 +35,6 @@ def write_model(path, maxT=64, V=256, L=1, NH=1, C=32, Vp=256, seed=1, fill=None
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack(f"<{n}f", *vals))
     return n
-
-
-def write_shard(path, tokens, magic=20240520, version=1, ntok=None, width="H"):
-    header = [0] * 256
-    header[0], header[1], header[2] = magic, version, len(tokens) if ntok is None else ntok
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}{width}", *tokens))
 
 
 def flip_bit(path, byte_offset, bit=0):

@@ -1,8 +1,9 @@
 /* sass_kernels.cu - the memory-bound ops' host wrappers instantiated for every storage type, so
  * test/test_sass.sh can read their machine code (cuobjdump) and ptxas's resource report without
- * compiling a whole trainer. Compiled only by that test; never linked or run. */
+ * compiling a whole trainer (with ./generate_gpu's attention_decode, for the spill check). Compiled only by that test; never linked or run. */
 #include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/decode.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/residual.cuh"
@@ -14,7 +15,8 @@
     template void cast_copy<T, float>(T *, const float *, size_t, cudaStream_t);          \
     template void layernorm_backward<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
                                         int, int, float *, cudaStream_t);                          \
-    template void fused_classifier<T>(T *, float *, const int *, float, int, int, int, int, cudaStream_t);
+    template void fused_classifier<T>(T *, float *, const int *, float, int, int, int, int, cudaStream_t); \
+    template void attention_decode<T>(T *, float *, const T *, const T *, int, int, int, int, int, cudaStream_t);
 LLMC_SASS_INSTANTIATE(float)
 LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)

@@ -11,6 +11,12 @@ inputs (exit 1, "error:" naming the flag or file, nothing on stdout).
 The model is a random GPT-2 whose weights are scaled up (see make_model) so that greedy
 continuations change from token to token and attention is far from uniform: a KV-cache bug
 (wrong position, stale key) then changes the text.
+With --sim BINARY (build/cudasim/generate: ./generate_gpu through the cudasim harness) it checks
+the CUDA build instead: --precision fp32 greedy output byte-identical to the CPU ./generate's (and
+so to the reference) for 24 tokens, from a prompt and from end-of-text; --precision bf16 (the
+default) runs and continues with the reference's tokens up to the first step whose top-2 logit gap
+(in the fp32 reference) is not well separated, i.e. not above 2 x (0.06 + 0.02 |top logit|): the
+bf16 model tolerance of test/test_gpt.cu, so logits each within it cannot swap; bad --precision.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 """
 import os
@@ -24,21 +30,10 @@ sys.path.insert(0, os.path.join(ROOT, "test"))
 import torch  # noqa: E402
 import train_gpt2 as ref  # noqa: E402
 from test_tokenizer import make_encoding  # noqa: E402
+from testlib import failures, first_diff, report  # noqa: E402
 
 GEN = os.path.join(ROOT, "generate")
 EOT = 50256
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {detail}")
-    sys.stdout.flush()
-    return ok
 
 
 def make_model(path, version, seed=20241130):
@@ -58,11 +53,6 @@ def run(args, stdin=b""):
     return subprocess.run([GEN] + args, input=stdin, capture_output=True, cwd=ROOT)
 
 
-def first_diff(a, b):
-    n = min(len(a), len(b))
-    return next((i for i in range(n) if a[i] != b[i]), n)
-
-
 def check_greedy(name, model, enc, model_path, prompt, g, via_stdin=False):
     ids = enc.encode_ordinary(prompt) if prompt else [EOT]
     new, gap = ref.greedy_generate(model, ids, g, EOT)
@@ -78,7 +68,70 @@ def check_greedy(name, model, enc, model_path, prompt, g, via_stdin=False):
     return new, r
 
 
+def reference_gaps(model, ids, n):
+    """The fp32 reference's greedy tokens and (top logit, top-2 gap) at each of n steps."""
+    ids, out = list(ids), []
+    V = model.cfg.vocab_size
+    for _ in range(n):
+        logits, _ = model(torch.tensor([ids], dtype=torch.long))
+        top2 = torch.topk(logits[0, -1, :V], 2).values
+        out.append((int(torch.argmax(logits[0, -1, :V])), float(top2[0]), float(top2[0] - top2[1])))
+        ids.append(out[-1][0])
+    return out
+
+
+LNF_SCALE = 4.0
+
+
+def main_sim(sim):
+    """./generate_gpu (through cudasim) against ./generate and the reference."""
+    r = subprocess.run([os.path.join(ROOT, "tokenizer"), "find-gpt2"], capture_output=True, cwd=ROOT)
+    if not report(r.returncode == 0, "find_gpt2_files", r.stderr.decode(errors="replace")):
+        return 1
+    enc = make_encoding(os.path.join(ROOT, r.stdout.decode().strip()))
+    torch.set_num_threads(1)
+    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    with tempfile.TemporaryDirectory(prefix="llmc_test_gen_sim_") as tmp:
+        m3 = os.path.join(tmp, "model_v3.bin")
+        model3 = make_model(m3, 3)
+        prompt = "The quick brown fox jumps over"
+        for name, p in (("prompt", prompt), ("empty_prompt", "")):
+            args = ["-e", m3, "--prompt", p, "--temperature", "0", "-g", "24"]
+            cpu = subprocess.run([GEN] + args + ["--threads", "1"], capture_output=True, cwd=ROOT)
+            gpu = subprocess.run([sim] + args + ["--precision", "fp32"], capture_output=True, cwd=ROOT, env=env)
+            i = first_diff(gpu.stdout, cpu.stdout)
+            report(cpu.returncode == 0 and gpu.returncode == 0 and gpu.stdout == cpu.stdout and len(cpu.stdout) > len(p),
+                   f"cuda_fp32_greedy_equals_cpu_generate_{name}",
+                   f"rc cpu {cpu.returncode} gpu {gpu.returncode}; differ at byte {i}: gpu {gpu.stdout[i:i + 40]!r}, "
+                   f"cpu {cpu.stdout[i:i + 40]!r}; stderr {gpu.stderr.decode(errors='replace')[-300:]}")
+        ids = enc.encode_ordinary(prompt)
+        steps = reference_gaps(model3, ids, 24)
+        well = next((k for k, (_, top, gap) in enumerate(steps) if gap <= 2 * (0.06 + 0.02 * abs(top))), len(steps))
+        gpu = subprocess.run([sim, "-e", m3, "--prompt", prompt, "--temperature", "0", "-g", "24"],
+                             capture_output=True, cwd=ROOT, env=env)
+        want = prompt.encode() + enc.decode_bytes([t for t, _, _ in steps[:well]])
+        # (a random model over GPT-2's 50257 tokens has top-2 gaps of a few % of the top logit, about
+        # bf16's resolution, so few steps qualify; test/test_decode_cuda.cu checks every
+        # well-separated step with the CPU's sequence fed in)
+        report(gpu.returncode == 0 and b"CUDA bf16" in gpu.stderr and b"generated 24 tokens" in gpu.stderr and
+               gpu.stdout.startswith(want) and len(gpu.stdout) > len(want),
+               f"cuda_bf16_runs_and_its_first_{well}_well_separated_tokens_equal_reference",
+               f"rc {gpu.returncode}; stdout {gpu.stdout[:120]!r}, want a start {want!r}; "
+               f"stderr {gpu.stderr.decode(errors='replace')[-300:]}")
+        for prog, args, needle in ((sim, ["-e", m3, "--precision", "fp8"], "--precision fp8"),
+                                   (GEN, ["-e", m3, "--precision", "bf16"], "--precision bf16")):
+            r = subprocess.run([prog] + args + ["--prompt", "x"], capture_output=True, cwd=ROOT, env=env)
+            err = r.stderr.decode(errors="replace").strip()
+            last = err.splitlines()[-1] if err else ""
+            report(r.returncode == 1 and last.startswith("error:") and needle in last and r.stdout == b"",
+                   f"bad_precision_{'generate_gpu' if prog == sim else 'generate'}", f"rc {r.returncode}; stderr {err[-300:]!r}")
+    print(f"{failures()} failure(s)")
+    return 1 if failures() else 0
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--sim":
+        return main_sim(os.path.join(ROOT, sys.argv[2]))
     if not os.access(GEN, os.X_OK):
         report(False, "generate_built", f"{GEN} is missing: run 'make generate'")
         return 1
@@ -145,8 +198,8 @@ def main():
             last = err.strip().splitlines()[-1] if err.strip() else ""  # loader notes may come first
             report(r.returncode == 1 and last.startswith("error:") and needle in last and r.stdout == b"",
                    f"bad_input_{name}", f"rc {r.returncode}; stdout {r.stdout[:80]!r}; stderr {err[-300:]!r}")
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    print(f"{failures()} failure(s)")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

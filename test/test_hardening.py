@@ -18,18 +18,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hardening_util import (TOKENIZER, TRAINER, flip_bit, limit_file_size, numel, run, state_rewrite,  # noqa: E402
                             write_model, write_shard)
-
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {detail}")
-    sys.stdout.flush()
+from testlib import failures, report  # noqa: E402
 
 
 def expect_error(args, needles, name, timeout=60, preexec=None, binary=None):
@@ -251,8 +240,8 @@ def main():
         expect_error(base + ["-x", "1", flag, val], [flag], f"11: float flag {flag} {val} -> error (decimal only)")
 
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"(checks failed: {failures})")
-    return 1 if failures else 0
+    print(f"(checks failed: {failures()})")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

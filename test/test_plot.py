@@ -11,18 +11,11 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import failures, report  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PLOT = os.path.join(ROOT, "scripts", "plot")
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    print(f"PASS: {name}" if ok else f"FAIL: {name}: {detail}")
-    failures += 0 if ok else 1
-    sys.stdout.flush()
-
-
 def png_size(path):
     """(width, height) from a PNG's IHDR, or None if the file is not a PNG."""
     with open(path, "rb") as f:
@@ -106,8 +99,8 @@ def main():
                    f"plot_bad_input_{name}", f"rc {r.returncode}, stderr {r.stderr.strip()[-300:]!r}, png written: {os.path.exists(out)}")
         r = plot("-o", os.path.join(tmp, "x.jpg"), a)
         report(r.returncode == 1 and "error:" in r.stderr and ".png" in r.stderr, "plot_bad_input_output_not_png", r.stderr[-200:])
-    print(f"({failures} failed)")
-    return 1 if failures else 0
+    print(f"({failures()} failed)")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

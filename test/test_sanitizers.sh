@@ -75,6 +75,7 @@ else
 fi
 san_check train_gpt_cpu_end_to_end_and_bad_inputs env LLMC_TEST_TRAINER="$BIN/train_gpt_cpu" /usr/bin/python3 test/test_train_cpu.py
 san_check tokenizer_tool env LLMC_TEST_TOKENIZER="$PWD/$BIN/tokenizer" /usr/bin/python3 test/test_tokenizer.py --seed 20240520 --quick
+san_check tokenizer_tiktoken env LLMC_TEST_TOKENIZER="$PWD/$BIN/tokenizer" /usr/bin/python3 test/test_tokenizer_tiktoken.py
 
 # ---- the pass must catch planted bugs ----------------------------------------------------------
 # plant NAME SED_EXPRESSION EXPECTED_REPORT: test_dataloader linked with a scratch copy of

@@ -16,21 +16,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import failures, first_diff, report, write_shard  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the program under test; test/test_sanitizers.sh points this at its ASan+UBSan build
 TOOL = os.environ.get("LLMC_TEST_TOKENIZER", os.path.join(ROOT, "tokenizer"))
-failures = 0
-
-
-def report(ok, name, why=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {why}")
-    sys.stdout.flush()
-    return ok
 
 
 def run(args, **kw):
@@ -55,15 +46,6 @@ def read_shards(prefix):
             return out
         out += read_shard(path)
         i += 1
-
-
-def write_shard(path, tokens):
-    """llm.c's write_datafile (uint16 version)."""
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
 
 
 def make_encoding(gpt2_dir):
@@ -113,13 +95,6 @@ class Ctx:
             else:
                 cur.append(t)
         return out
-
-
-def first_diff(a, b):
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return min(len(a), len(b))
 
 
 def check_same(ctx, name, text):
@@ -489,8 +464,8 @@ def main():
         check_shard_traps(ctx)
         check_data(ctx, gpt2_dir, shakespeare)
         check_bad_inputs(ctx)
-    print(f"({failures} failed)")
-    return 1 if failures else 0
+    print(f"({failures()} failed)")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

@@ -19,27 +19,11 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import failures, report, write_shard  # noqa: E402
+
 # the program under test; test/test_sanitizers.sh points this at its ASan+UBSan build
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", "./train_gpt_cpu")
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {detail}")
-    sys.stdout.flush()
-
-
-def write_shard(path, tokens, magic=20240520, version=1, ntok=None, width="H"):
-    header = [0] * 256
-    header[0], header[1], header[2] = magic, version, len(tokens) if ntok is None else ntok
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}{width}", *tokens))
 
 
 def run(args, expect_ok=True, env=None):
@@ -286,8 +270,8 @@ def main():
     run_directory_tests(tmp, tr, va, train)
 
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"(checks failed: {failures})")
-    return 1 if failures else 0
+    print(f"(checks failed: {failures()})")
+    return 1 if failures() else 0
 
 
 def files_of(d):

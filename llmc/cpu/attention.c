@@ -7,6 +7,31 @@
 
 #include "../check.h"
 
+void attention_row(float *out, float *att, const float *q, const float *k, const float *v, size_t stride, int t, int HS,
+                   float scale) {
+    float maxval = -INFINITY;
+    for (int u = 0; u <= t; u++) {
+        const float *ku = k + (size_t)u * stride;
+        float s = 0.0f;
+        for (int i = 0; i < HS; i++) s += q[i] * ku[i];
+        s *= scale;
+        att[u] = s;
+        if (s > maxval) maxval = s;
+    }
+    float sum = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        att[u] = expf(att[u] - maxval);
+        sum += att[u];
+    }
+    float inv = 1.0f / sum;
+    for (int u = 0; u <= t; u++) att[u] *= inv;
+    for (int i = 0; i < HS; i++) out[i] = 0.0f;
+    for (int u = 0; u <= t; u++) {
+        const float *vu = v + (size_t)u * stride;
+        for (int i = 0; i < HS; i++) out[i] += att[u] * vu[i];
+    }
+}
+
 void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH) {
     const int C3 = 3 * C, HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -15,30 +40,10 @@ void attention_forward(float *out, float *att, const float *inp, int B, int T, i
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) {
                 const float *q = inp + ((size_t)b * T + t) * C3 + h * HS;
+                const float *k = inp + (size_t)b * T * C3 + C + h * HS;
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                float maxval = -INFINITY;
-                for (int u = 0; u <= t; u++) {
-                    const float *k = inp + ((size_t)b * T + u) * C3 + C + h * HS;
-                    float s = 0.0f;
-                    for (int i = 0; i < HS; i++) s += q[i] * k[i];
-                    s *= scale;
-                    a[u] = s;
-                    if (s > maxval) maxval = s;
-                }
-                float sum = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    a[u] = expf(a[u] - maxval);
-                    sum += a[u];
-                }
-                float inv = 1.0f / sum;
-                for (int u = 0; u <= t; u++) a[u] *= inv;
+                attention_row(out + ((size_t)b * T + t) * C + h * HS, a, q, k, k + C, C3, t, HS, scale);
                 for (int u = t + 1; u < T; u++) a[u] = 0.0f;
-                float *o = out + ((size_t)b * T + t) * C + h * HS;
-                for (int i = 0; i < HS; i++) o[i] = 0.0f;
-                for (int u = 0; u <= t; u++) {
-                    const float *v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
-                    for (int i = 0; i < HS; i++) o[i] += a[u] * v[i];
-                }
             }
         }
     }

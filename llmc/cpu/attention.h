@@ -10,10 +10,16 @@
  * Threads split the (b, h) pairs, which touch disjoint outputs: deterministic. */
 #ifndef LLMC_CPU_ATTENTION_H
 #define LLMC_CPU_ATTENTION_H
+#include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
 void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH);
+/* One query row of the forward (also the KV-cache decode's, llmc/cpu/decode.c): q (HS) against
+ * key u at k + u*stride and value u at v + u*stride, u = 0..t; att[0..t] gets the probabilities,
+ * out (HS) the weighted sum of values; scale = 1/sqrt(HS). */
+void attention_row(float *out, float *att, const float *q, const float *k, const float *v, size_t stride, int t, int HS,
+                   float scale);
 void attention_backward(float *dinp, const float *dout, const float *inp, const float *att,
                         int B, int T, int C, int NH);
 #ifdef __cplusplus

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../check.h"
+#include "attention.h"
 #include "gelu.h"
 #include "layernorm.h"
 #include "matmul.h"
@@ -40,39 +41,17 @@ void kvcache_reset(KVCache *cache) { cache->len = 0; }
 
 /* attention_forward (llmc/cpu/attention.c) for n new query rows at positions [pos, pos + n)
  * over the cached keys and values of layer kv (maxT, 2C) of positions [0, pos + n): the same
- * arithmetic in the same order, row by row. */
+ * row arithmetic (attention_row), with the cache's key stride. */
 static void attention_forward_cached(float *out, float *att, const float *qkv, const float *kv, int pos, int n,
                                      int C, int NH) {
     const int HS = C / NH;
     const float scale = 1.0f / sqrtf((float)HS);
     for (int i = 0; i < n; i++) {
-        const int t = pos + i;
 #pragma omp parallel for schedule(static)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)i * 3 * C + h * HS;
-            float *a = att + (size_t)h * (pos + n);
-            float maxval = -INFINITY;
-            for (int u = 0; u <= t; u++) {
-                const float *k = kv + (size_t)u * 2 * C + h * HS;
-                float s = 0.0f;
-                for (int j = 0; j < HS; j++) s += q[j] * k[j];
-                s *= scale;
-                a[u] = s;
-                if (s > maxval) maxval = s;
-            }
-            float sum = 0.0f;
-            for (int u = 0; u <= t; u++) {
-                a[u] = expf(a[u] - maxval);
-                sum += a[u];
-            }
-            float inv = 1.0f / sum;
-            for (int u = 0; u <= t; u++) a[u] *= inv;
-            float *o = out + (size_t)i * C + h * HS;
-            for (int j = 0; j < HS; j++) o[j] = 0.0f;
-            for (int u = 0; u <= t; u++) {
-                const float *v = kv + (size_t)u * 2 * C + C + h * HS;
-                for (int j = 0; j < HS; j++) o[j] += a[u] * v[j];
-            }
+            const float *k = kv + h * HS;
+            attention_row(out + (size_t)i * C + h * HS, att + (size_t)h * (pos + n), qkv + (size_t)i * 3 * C + h * HS, k,
+                          k + C, 2 * (size_t)C, pos + i, HS, scale);
         }
     }
 }
