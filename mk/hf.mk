@@ -15,3 +15,8 @@ endif
 $(BIN_DIR)/hf_convert: $(call obj,hf_convert.c) $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# test/test_cuda_trainer_sim.sh (a cudasim suite command) converts checkpoints with it
+ifeq ($(HAVE_CJSON),1)
+test-cudasim: $(BIN_DIR)/hf_convert
+endif
