@@ -363,15 +363,16 @@ static int is_buffer(const HfArchitecture *a, const char *prefix, const char *na
     return 0;
 }
 
-/* Reads an HF tensor into dst: transposed for Conv1D, rows beyond the file's left as they are. */
+/* Reads an HF tensor into dst: transposed for Conv1D, rows beyond the file's left as they are.
+ * Returns 0, or -1 with a message in err (a non-finite weight). */
 static int read_into(const char *dir, const Safetensors *st, const StTensor *t, const HfTensor *row, float *buf,
-                     float *dst) {
+                     float *dst, char *err, size_t errlen) {
     safetensors_read_f32(st, t, buf);
     const uint64_t n = safetensors_numel(t);
     for (uint64_t i = 0; i < n; i++)
         if (!isfinite(buf[i]))
-            llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') has a non-finite weight (%g) at index %llu", dir,
-                     t->name, st->files[t->file].path, (double)buf[i], (unsigned long long)i);
+            return fail(err, errlen, "Hugging Face directory '%s': tensor '%s' (in '%s') has a non-finite weight (%g) "
+                        "at index %llu", dir, t->name, st->files[t->file].path, (double)buf[i], (unsigned long long)i);
     if (row->conv1d) { /* file (in, out) -> ours (out, in) */
         const size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
         for (size_t i = 0; i < in; i++)
@@ -379,7 +380,7 @@ static int read_into(const char *dir, const Safetensors *st, const StTensor *t, 
     } else {
         memcpy(dst, buf, n * sizeof(float));
     }
-    return t->dtype == ST_BF16;
+    return 0;
 }
 
 int hf_load(const char *dir, float *params, size_t numel) {
@@ -415,33 +416,38 @@ int hf_load(const char *dir, float *params, size_t numel) {
     free(used);
     verify_checksums(dir, st);
 
+    /* errors found while reading are reported after the buffer is freed (no leak at the exit) */
     float *buf = (float *)mallocCheck((size_t)(largest ? largest : 1) * sizeof(float), "HF read buffer");
     memset(params, 0, numel * sizeof(float)); /* the padded vocabulary rows stay zero */
-    int all_bf16 = 1;
-    for (int r = 0; r < a->num_tensors; r++) {
+    int all_bf16 = 1, rc = 0;
+    char err[2048] = "";
+    for (int r = 0; r < a->num_tensors && rc == 0; r++) {
         const HfTensor *row = &a->tensors[r];
         const TensorSpec *s = param_spec(a, row, specs, &cfg);
         const int layers = per_layer(row) ? cfg.num_layers : 1;
         char name[512];
-        for (int l = 0; l < layers; l++) {
+        for (int l = 0; l < layers && rc == 0; l++) {
             key_name(row, prefix, l, name, sizeof name);
-            all_bf16 &= read_into(dir, st, safetensors_find(st, name), row, buf, params + s->offset + l * (s->numel / layers));
+            const StTensor *t = safetensors_find(st, name);
+            all_bf16 &= t->dtype == ST_BF16;
+            rc = read_into(dir, st, t, row, buf, params + s->offset + l * (s->numel / layers), err, sizeof err);
         }
     }
-    if (head) { /* tied: it must be the embedding, row for row */
+    if (rc == 0 && head) { /* tied: it must be the embedding, row for row */
         const TensorSpec *s = param_spec(a, &a->tensors[0], specs, &cfg);
         safetensors_read_f32(st, head, buf);
         all_bf16 &= head->dtype == ST_BF16;
         uint64_t n = safetensors_numel(head);
-        for (uint64_t i = 0; i < n; i++)
+        for (uint64_t i = 0; i < n && rc == 0; i++)
             if (buf[i] != params[s->offset + i])
-                llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') differs from the embedding at index %llu "
-                         "(%g, the embedding %g): an untied output head, which %s here cannot represent", dir, head->name,
-                         st->files[head->file].path, (unsigned long long)i, (double)buf[i],
-                         (double)params[s->offset + i], a->architecture);
+                rc = fail(err, sizeof err, "Hugging Face directory '%s': tensor '%s' (in '%s') differs from the "
+                          "embedding at index %llu (%g, the embedding %g): an untied output head, which %s here cannot "
+                          "represent", dir, head->name, st->files[head->file].path, (unsigned long long)i,
+                          (double)buf[i], (double)params[s->offset + i], a->architecture);
     }
     free(buf);
     safetensors_close(st);
+    if (rc) llmc_die("%s", err);
     return all_bf16;
 }
 

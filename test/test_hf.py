@@ -14,6 +14,8 @@ buffers), F32, BF16 and F16, one file and sharded with an index. Checks:
 - ./generate -e DIR equals -e model.bin (where a GPT-2 tokenizer is found);
 - every bad input (safetensors header, offsets, dtypes, shapes, keys, config.json, index,
   checksum) is an `error:` naming the file and tensor or field, exit 1, nothing written.
+--quick (the sanitizer pass, test/test_sanitizers.sh) leaves out the training runs and ./generate.
+LLMC_TEST_TRAINER and LLMC_TEST_HF_CONVERT name the programs under test.
 Prints PASS:/FAIL: lines; exits non-zero on any failure.
 """
 import json
@@ -28,7 +30,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", os.path.join(ROOT, "train_gpt_cpu"))
-CONVERT = os.path.join(ROOT, "hf_convert")
+CONVERT = os.environ.get("LLMC_TEST_HF_CONVERT", os.path.join(ROOT, "hf_convert"))
 GENERATE = os.path.join(ROOT, "generate")
 failures = 0
 
@@ -228,8 +230,9 @@ def main():
                 ("prefixed_bf16_sharded_lm_head", "transformer.", False, True, "BF16", 2),
                 ("bare_bf16_single_buffers", "", True, False, "BF16", 1),
                 ("prefixed_f16_single", "transformer.", False, False, "F16", 1)]
+    quick = "--quick" in sys.argv[1:]
     ref_losses = {}
-    for dtype in ("F32", "BF16", "F16"):
+    for dtype in ("F32", "BF16", "F16") if not quick else ():
         ref_losses[dtype], out = train_losses(files[dtype], data, P(f"run_ref_{dtype}"))
         if not report(ref_losses[dtype] is not None and len(ref_losses[dtype]) >= 4, f"reference_run_{dtype}", out):
             return 1
@@ -237,12 +240,14 @@ def main():
     for name, prefix, buffers, lm_head, dtype, shards in variants:
         d = hf_dirs[name] = P(f"hf_{name}")
         write_hf(d, hf_tensors(round_to(w, dtype), prefix, buffers, lm_head), dtype, shards)
+        if quick:
+            continue
         losses, out = train_losses(d, data, P(f"run_{name}"))
         report(losses == ref_losses[dtype], f"train_from_{name}_equals_llmc_file",
                f"{losses} vs {ref_losses[dtype]}: {out if losses is None else ''}")
     # the default (no checksum file) is said
-    _, out = train_losses(hf_dirs["prefixed_f32_single"], data, P("run_note"))
-    report("without verifying" in out, "unverified_hf_dir_is_noted", out[-500:])
+    r = run([CONVERT, hf_dirs["prefixed_f32_single"], P("note.bin")])
+    report(r.returncode == 0 and "without verifying" in r.stdout, "unverified_hf_dir_is_noted", r.stdout + r.stderr)
 
     # ---- llm.c file -> HF -> llm.c file ------------------------------------------------------
     for dtype in ("F32", "BF16"):
@@ -271,6 +276,16 @@ def main():
     else:
         report(False, "hf_convert_dtype_bf16_rounds_to_nearest_even", r.stderr)
 
+    if not quick:
+        train_checks(P, data, files, hf_dirs)
+    bad_inputs(P, data, files, hf_dirs, w)
+    if failures == 0:
+        shutil.rmtree(tmp)
+    print(f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+def train_checks(P, data, files, hf_dirs):
     # ---- HF -> train (--save-hf 1) -> HF ------------------------------------------------------
     run_dir = P("run_save")
     losses, out = train_losses(hf_dirs["bare_f32_sharded_with_buffers"], data, run_dir,
@@ -317,6 +332,17 @@ def main():
         report(a.returncode == 0 and a.stdout == b.stdout and len(a.stdout) > 13, "generate_from_hf_dir_equals_llmc_file",
                f"{a.stdout!r} vs {b.stdout!r} {a.stderr[-300:]}")
 
+    # a temporary directory of a killed run is removed when the next run starts in that -o
+    stale = os.path.join(run_dir, "model_00000009_hf.tmp.999999999")
+    os.makedirs(stale)
+    open(os.path.join(stale, "config.json"), "w").write("{}")
+    r = run([TRAINER, "-e", files["F32"], "-i", data[0], "-j", data[1], "-b", "2", "-t", "32", "-x", "1", "-v", "0",
+             "-s", "0", "-o", run_dir, "--overwrite", "1"])
+    report(r.returncode == 0 and not os.path.exists(stale) and "temporary directory" in r.stdout,
+           "stale_temporary_hf_directory_removed_at_start", r.stdout[-300:] + r.stderr[-300:])
+
+
+def bad_inputs(P, data, files, hf_dirs, w):
     # ---- bad inputs -----------------------------------------------------------------------------
     good = hf_dirs["prefixed_f32_single"]
     n_bad = [0]
@@ -481,17 +507,26 @@ def main():
     plain = P("plain_dir")
     os.makedirs(plain)
     expect_error("directory_without_config_json", plain, "is a directory, not a model file", tool="trainer")
+    # a full disk while the directory is written (files limited to 1 MB, as test_hardening.py
+    # simulates it): exit 1 naming the file, no directory, no temporary left behind
+    import resource
+    import signal
+
+    def limit_1mb():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))
+    full_dir = P("full_disk", "hf")
+    os.makedirs(os.path.dirname(full_dir))
+    r = subprocess.run([CONVERT, files["F32"], full_dir], capture_output=True, text=True, preexec_fn=limit_1mb)
+    left = os.listdir(os.path.dirname(full_dir))
+    report(r.returncode == 1 and "error:" in r.stderr and "model.safetensors" in r.stderr and left == [],
+           "full_disk_leaves_no_directory", f"rc {r.returncode}, left {left}, stderr {r.stderr[-300:]!r}")
     # the converter never replaces its output
     existing = P("existing.bin")
     open(existing, "wb").write(b"keep")
     r = run([CONVERT, good, existing])
     report(r.returncode == 1 and "already exists" in r.stderr and open(existing, "rb").read() == b"keep",
            "hf_convert_refuses_existing_output", r.stderr)
-
-    if failures == 0:
-        shutil.rmtree(tmp)
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
 
 
 if __name__ == "__main__":
