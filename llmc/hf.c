@@ -246,6 +246,39 @@ static char *read_text(const char *path, const char *what, size_t limit, size_t 
     return text;
 }
 
+/* The table row that config.json names ("architectures", else "model_type"); NULL with a message. */
+static const HfArchitecture *find_architecture(const cJSON *json, char *err, size_t errlen) {
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(json, "architectures");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(json, "model_type");
+    const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (archs && !(cJSON_IsString(first) && cJSON_GetArraySize(archs) == 1)) {
+        fail(err, errlen, "\"architectures\" is not a list of one name");
+        return NULL;
+    }
+    if (type && !cJSON_IsString(type)) {
+        fail(err, errlen, "\"model_type\" is not a string");
+        return NULL;
+    }
+    if (!archs && !type) {
+        fail(err, errlen, "names no architecture (neither \"architectures\" nor \"model_type\")");
+        return NULL;
+    }
+    const char *name = archs ? first->valuestring : type->valuestring;
+    for (int i = 0; i < NUM_ARCHITECTURES; i++) {
+        const HfArchitecture *a = &architectures[i];
+        if (strcmp(name, archs ? a->architecture : a->model_type) != 0) continue;
+        if (type && strcmp(type->valuestring, a->model_type) != 0) {
+            fail(err, errlen, "has model_type '%.60s' with architecture %s (expected model_type '%s')", type->valuestring,
+                 a->architecture, a->model_type);
+            return NULL;
+        }
+        return a;
+    }
+    fail(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s)", name,
+         architectures[0].architecture);
+    return NULL;
+}
+
 static const HfArchitecture *read_config(const char *dir, ModelConfig *cfg) {
     char path[4400];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -253,36 +286,11 @@ static const HfArchitecture *read_config(const char *dir, ModelConfig *cfg) {
     char *text = read_text(path, "Hugging Face config", 1 << 20, &len);
     cJSON *json = cJSON_ParseWithLength(text, len);
     free(text);
-    char err[1024] = "", arch_name[128] = "";
+    char err[1024] = "", why[900] = "";
     const HfArchitecture *arch = NULL;
-    if (!cJSON_IsObject(json)) {
-        snprintf(err, sizeof err, "is not a JSON object");
-    } else {
-        const cJSON *archs = cJSON_GetObjectItemCaseSensitive(json, "architectures");
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(json, "model_type");
-        const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
-        if (archs && !(cJSON_IsString(first) && cJSON_GetArraySize(archs) == 1))
-            snprintf(err, sizeof err, "\"architectures\" is not a list of one name");
-        else if (type && !cJSON_IsString(type))
-            snprintf(err, sizeof err, "\"model_type\" is not a string");
-        else if (!archs && !type)
-            snprintf(err, sizeof err, "names no architecture (neither \"architectures\" nor \"model_type\")");
-        snprintf(arch_name, sizeof arch_name, "%s", archs ? (first ? first->valuestring : "") : type ? type->valuestring : "");
-        for (int i = 0; i < NUM_ARCHITECTURES && !err[0] && !arch; i++)
-            if (archs ? strcmp(first->valuestring, architectures[i].architecture) == 0
-                      : strcmp(type->valuestring, architectures[i].model_type) == 0)
-                arch = &architectures[i];
-        if (!err[0] && !arch) {
-            snprintf(err, sizeof err, "names architecture '%.60s', which llmc does not support (supported: %s)",
-                     arch_name, architectures[0].architecture);
-        } else if (!err[0] && type && strcmp(type->valuestring, arch->model_type) != 0) {
-            snprintf(err, sizeof err, "has model_type '%.60s' with architecture %s (expected model_type '%s')",
-                     type->valuestring, arch->architecture, arch->model_type);
-        } else if (!err[0]) {
-            char why[900];
-            if (arch->read_config(json, cfg, why, sizeof why) != 0) snprintf(err, sizeof err, "(%s): %s", arch->architecture, why);
-        }
-    }
+    if (!cJSON_IsObject(json)) snprintf(err, sizeof err, "is not a JSON object");
+    else if ((arch = find_architecture(json, err, sizeof err)) && arch->read_config(json, cfg, why, sizeof why) != 0)
+        snprintf(err, sizeof err, "(%s): %s", arch->architecture, why);
     cJSON_Delete(json);
     if (err[0]) llmc_die("Hugging Face config '%s' %s", path, err);
     return arch;
