@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,7 +28,8 @@ static void remove_pending_at_exit(void) {
     size_t sl = strlen(suffix);
     for (int i = 0; i < MAX_PENDING; i++) {
         const char *p = pending[i];
-        if (p && strlen(p) >= sl && strcmp(p + strlen(p) - sl, suffix) == 0) unlink(p);
+        if (p && strlen(p) >= sl && strcmp(p + strlen(p) - sl, suffix) == 0 && unlink(p) != 0 && errno == EISDIR)
+            remove_tree(p); /* an atomic_dir_open directory */
     }
 }
 static void register_atexit(void) { atexit(remove_pending_at_exit); }
@@ -123,12 +125,86 @@ int atomic_remove_stale(const char *dir) {
         char path[8192];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         struct stat st;
-        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        if (unlink(path) == 0) {
-            printf("note: removed '%s', a temporary file left by process %ld, which no longer runs\n", path, pid);
+        if (lstat(path, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) continue;
+        if (S_ISDIR(st.st_mode) ? remove_tree(path) == 0 : unlink(path) == 0) {
+            printf("note: removed '%s', a temporary %s left by process %ld, which no longer runs\n", path,
+                   S_ISDIR(st.st_mode) ? "directory" : "file", pid);
             removed++;
         }
     }
     closedir(d);
     return removed;
+}
+
+/* ---- directories ---------------------------------------------------------------------------- */
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) == 0 || errno == ENOENT ? 0 : -1;
+}
+
+int remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return errno == ENOENT ? 0 : -1;
+    return nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+void atomic_dir_open(AtomicDir *ad, const char *path) {
+    if (strlen(path) >= sizeof ad->path) llmc_die("output path too long: '%s'", path);
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        llmc_die("output '%s' is %s; refusing to replace it with a directory", path, file_kind_name(st.st_mode));
+    snprintf(ad->path, sizeof ad->path, "%s", path);
+    snprintf(ad->tmp_path, sizeof ad->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    remove_tree(ad->tmp_path); /* this process's own leftover, if any */
+    if (mkdir(ad->tmp_path, 0755) != 0) llmc_die("cannot create directory '%s': %s", ad->tmp_path, strerror(errno));
+    pending_add(ad->tmp_path);
+}
+
+static void fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd); /* best effort, as for the parent directory of a file */
+        close(fd);
+    }
+}
+
+void atomic_dir_commit(AtomicDir *ad) {
+    fsync_path(ad->tmp_path);
+    struct stat st;
+    char old[sizeof ad->tmp_path + 8] = "";
+    if (lstat(ad->path, &st) == 0) {
+        if (!S_ISDIR(st.st_mode))
+            llmc_die("output '%s' is %s; refusing to replace it with a directory", ad->path, file_kind_name(st.st_mode));
+        if (renameat2(AT_FDCWD, ad->tmp_path, AT_FDCWD, ad->path, RENAME_EXCHANGE) == 0) {
+            snprintf(old, sizeof old, "%s", ad->tmp_path); /* now the old directory */
+        } else {
+            /* no RENAME_EXCHANGE here: move the old one aside (a ".tmp.<pid>" name, so that a crash
+             * leaves it to atomic_remove_stale), then rename the new one into place */
+            snprintf(old, sizeof old, "%s.old.tmp.%ld", ad->path, (long)getpid());
+            remove_tree(old);
+            if (rename(ad->path, old) != 0)
+                llmc_die("cannot move '%s' aside to replace it: %s", ad->path, strerror(errno));
+            if (rename(ad->tmp_path, ad->path) != 0) {
+                int err = errno;
+                rename(old, ad->path); /* put the old one back: nothing is lost */
+                llmc_die("cannot rename '%s' to '%s': %s", ad->tmp_path, ad->path, strerror(err));
+            }
+            pending_add(old);
+        }
+    } else if (rename(ad->tmp_path, ad->path) != 0) {
+        int err = errno;
+        remove_tree(ad->tmp_path);
+        pending_remove(ad->tmp_path);
+        llmc_die("cannot rename '%s' to '%s': %s", ad->tmp_path, ad->path, strerror(err));
+    }
+    fsync_parent_dir(ad->path);
+    if (old[0] && remove_tree(old) != 0)
+        printf("warning: could not remove the replaced directory '%s': %s\n", old, strerror(errno));
+    pending_remove(ad->tmp_path);
+    if (old[0]) pending_remove(old);
+}
+
+void atomic_dir_abort(AtomicDir *ad) {
+    remove_tree(ad->tmp_path);
+    pending_remove(ad->tmp_path);
 }

@@ -30,9 +30,28 @@ void atomic_open(AtomicFile *af, const char *path);   /* dies with a clear messa
 void atomic_commit(AtomicFile *af);                    /* dies with a clear message on failure */
 void atomic_abort(AtomicFile *af);
 
-/* Removes "*.tmp.<pid>" files in dir whose process <pid> no longer exists (left by a kill -9
- * or a crash of an earlier run). Returns how many were removed. */
+/* Removes "*.tmp.<pid>" files (and directories, atomic_dir_open's) in dir whose process <pid> no
+ * longer exists (left by a kill -9 or a crash of an earlier run). Returns how many were removed. */
 int atomic_remove_stale(const char *dir);
+
+/* The same for a directory of files (a Hugging Face model directory): atomic_dir_open() creates
+ * "<path>.tmp.<pid>/", which the caller fills (atomic_open inside it: each file fsynced);
+ * atomic_dir_commit() fsyncs it and renames it to <path>: an existing directory there is swapped
+ * out in one step (renameat2 RENAME_EXCHANGE; where the filesystem lacks it, moved aside first)
+ * and then removed. A reader sees the old directory or the new one, never a part. The temporary
+ * directory is removed when the process exits before committing it, like a temporary file.
+ * <path> must be a directory or not exist (atomic_dir_open dies otherwise). */
+typedef struct {
+    char path[4096];
+    char tmp_path[4096 + 32];
+} AtomicDir;
+
+void atomic_dir_open(AtomicDir *ad, const char *path);
+void atomic_dir_commit(AtomicDir *ad);
+void atomic_dir_abort(AtomicDir *ad);
+/* Removes path and everything under it; symbolic links are removed, never followed. A path that
+ * does not exist is not an error. Returns 0, or -1 with errno set. */
+int remove_tree(const char *path);
 
 #ifdef __cplusplus
 }

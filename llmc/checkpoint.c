@@ -1,6 +1,7 @@
 #include "checkpoint.h"
 #include "atomicfile.h"
 #include "check.h"
+#include "hf.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -46,8 +47,7 @@ static uint32_t crc_update(uint32_t crc, const void *p, size_t n) {
 
 void model_sum_path(const char *model_path, char *out, size_t len) { snprintf(out, len, "%s.sum", model_path); }
 
-/* Reads "<model>.sum"; 1 = found (crc, bytes set), 0 = none, dies if it exists but is malformed. */
-static int read_sum_file(const char *model_path, uint32_t *crc, long long *bytes) {
+int model_sum_read(const char *model_path, uint32_t *crc, long long *bytes) {
     char sum[4200];
     model_sum_path(model_path, sum, sizeof sum);
     struct stat st;
@@ -64,7 +64,7 @@ static int read_sum_file(const char *model_path, uint32_t *crc, long long *bytes
     return 1;
 }
 
-static void write_sum_file(const char *model_path, uint32_t crc, long long bytes) {
+void model_sum_write(const char *model_path, uint32_t crc, long long bytes) {
     char sum[4200];
     model_sum_path(model_path, sum, sizeof sum);
     AtomicFile af;
@@ -91,6 +91,11 @@ uint32_t model_file_checksum(const char *path) {
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (hf_is_model_dir(path)) { /* a Hugging Face model directory (hf.h) */
+            hf_read_config(path, cfg);
+            *version = MODEL_VERSION_FP32;
+            return;
+        }
         int step = checkpoint_latest_step(path);
         char hint[1200] = "";
         if (step >= 0) snprintf(hint, sizeof hint, " (its latest complete checkpoint is '%s/model_%08d.bin')", path, step);
@@ -131,6 +136,10 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
 }
 
 void model_file_load(const char *path, float *params, size_t numel) {
+    if (hf_is_model_dir(path)) {
+        hf_load(path, params, numel);
+        return;
+    }
     ModelConfig cfg;
     int version;
     model_file_read_header(path, &cfg, &version);
@@ -161,7 +170,7 @@ void model_file_load(const char *path, float *params, size_t numel) {
     long long want_bytes;
     char sum[4200];
     model_sum_path(path, sum, sizeof sum);
-    if (read_sum_file(path, &want_crc, &want_bytes)) {
+    if (model_sum_read(path, &want_crc, &want_bytes)) {
         if (want_crc != crc || want_bytes != bytes)
             llmc_die("model checkpoint '%s' does not match its checksum file '%s' (crc32 %08x, %lld bytes; recorded "
                      "%08x, %lld bytes): the file is damaged or was replaced",
@@ -215,7 +224,7 @@ uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *
     model_sum_path(path, sum, sizeof sum);
     unlink(sum); /* a crash between the two commits leaves a model without a sum, never a wrong sum */
     atomic_commit(&af);
-    write_sum_file(path, crc, 1024 + (long long)numel * (version == MODEL_VERSION_FP32 ? 4 : 2));
+    model_sum_write(path, crc, 1024 + (long long)numel * (version == MODEL_VERSION_FP32 ? 4 : 2));
     return crc;
 }
 
@@ -399,5 +408,8 @@ void checkpoint_prune(const char *dir, int keep, int major, int rank, int protec
         char sum[4300];
         model_sum_path(model, sum, sizeof sum);
         unlink(sum);
+        char hf[4300];
+        hf_checkpoint_dir(dir, steps[i], hf, sizeof hf);
+        remove_tree(hf); /* --save-hf's directory, if any */
     }
 }

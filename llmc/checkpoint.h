@@ -58,6 +58,11 @@ uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *
 /* CRC-32 of the whole file at path (dies if it cannot be read). */
 uint32_t model_file_checksum(const char *path);
 void model_sum_path(const char *model_path, char *out, size_t len);
+/* "<path>.sum" of any file we write (model files, safetensors files): model_sum_read returns 1
+ * with its crc and bytes, 0 when there is none, and dies if it exists but is malformed;
+ * model_sum_write writes it atomically. */
+int model_sum_read(const char *path, uint32_t *crc, long long *bytes);
+void model_sum_write(const char *path, uint32_t crc, long long bytes);
 
 typedef struct {
     int step;

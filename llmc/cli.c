@@ -27,7 +27,7 @@ typedef struct {
 static const Flag flags[] = {
     {"-i", "--train-data", F_STRING, FIELD(train_pattern), "training shards (glob pattern)"},
     {"-j", "--val-data", F_STRING, FIELD(val_pattern), "validation shards (glob pattern)"},
-    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, or dN / gpt2:dN for a random GPT-2 of depth N"},
+    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, Hugging Face GPT-2 directory (config.json + safetensors), or dN / gpt2:dN for a random GPT-2 of depth N"},
     {"-o", "--output-dir", F_STRING, FIELD(output_dir), "output directory for log.jsonl and checkpoints ('' = none)"},
     {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
     {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
@@ -57,6 +57,7 @@ static const Flag flags[] = {
     {"-nk", "--checkpoint-keep", F_INT, FIELD(ckpt_keep), "keep only the N newest checkpoints; 0 = keep all"},
     {"-nm", "--checkpoint-major", F_INT, FIELD(ckpt_major), "checkpoints at multiples of N are never deleted; 0 = none"},
     {NULL, "--checkpoint-bf16", F_INT, FIELD(ckpt_bf16), "1 = write model checkpoints as bf16 (llm.c version 5)"},
+    {NULL, "--save-hf", F_INT, FIELD(save_hf), "1 = also write each checkpoint as a Hugging Face directory model_NNNNNNNN_hf (config.json + model.safetensors, BF16 with --checkpoint-bf16 1)"},
     {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o (a new run when -o holds none)"},
     {NULL, "--overwrite", F_INT, FIELD(overwrite), "1 = delete the run in -o (log.jsonl, model_/state_/DONE_ files) and start a new one"},
     {NULL, "--allow-config-change", F_INT, FIELD(allow_config_change), "1 = resume even when flags that change the training math differ from the checkpoint's"},
@@ -397,6 +398,10 @@ static void validate(const TrainConfig *c) {
     if (c->gen_tokens < 1) llmc_die("flag -g (--gen-tokens) must be positive, got %d", c->gen_tokens);
     if (c->ckpt_every < 0 || c->ckpt_keep < 0 || c->ckpt_major < 0) llmc_die("flags -n, -nk, -nm must be >= 0");
     check_range("--checkpoint-bf16", c->ckpt_bf16, 0, 1);
+    check_range("--save-hf", c->save_hf, 0, 1);
+    if (c->save_hf && !LLMC_HAVE_CJSON)
+        llmc_die("--save-hf 1: this build has no Hugging Face support (cJSON was not found: apt-get install "
+                 "libcjson-dev, then make)");
     check_range("-y (--resume)", c->resume, 0, 1);
     check_range("--overwrite", c->overwrite, 0, 1);
     check_range("--allow-config-change", c->allow_config_change, 0, 1);

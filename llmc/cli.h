@@ -46,6 +46,7 @@ typedef struct {
     int sample_every, gen_tokens;      /* -s -g */
     int ckpt_every, ckpt_keep, ckpt_major; /* -n -nk -nm */
     int ckpt_bf16;                     /* --checkpoint-bf16 */
+    int save_hf;                       /* --save-hf: also write each checkpoint as an HF directory */
     int resume;                        /* -y */
     int overwrite;                     /* --overwrite: delete an old run's files in -o first */
     int allow_config_change;           /* --allow-config-change: resume with changed math */

@@ -1,4 +1,5 @@
 #include "rundir.h"
+#include "atomicfile.h"
 #include "check.h"
 
 #include <dirent.h>
@@ -110,7 +111,8 @@ static void remove_matching(const char *dir, int done_markers) {
         if (!is_run_file(e->d_name) || (strncmp(e->d_name, "DONE_", 5) == 0) != done_markers) continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) != 0 && errno != ENOENT) llmc_die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
+        if (unlink(path) == 0 || (errno == EISDIR && remove_tree(path) == 0)) continue; /* dirs: --save-hf's */
+        if (errno != ENOENT) llmc_die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
     }
     closedir(d);
 }

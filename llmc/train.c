@@ -4,6 +4,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "dist.h"
+#include "hf.h"
 #include "optim.h"
 #include "rundir.h"
 #include "rng.h"
@@ -216,6 +217,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
         st.model_crc = model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
         st.has_model_crc = 1;
+        if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, be->host_params, be->num_parameters, tc->ckpt_bf16);
     }
     st.step = step;
     st.numel = be->num_parameters;

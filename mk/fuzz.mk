@@ -16,10 +16,10 @@ FUZZ_CC      ?= clang
 FUZZ_DIR     := $(BUILD)/fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -g -O1 -std=c11 -Wall -Wextra -Wundef -D_GNU_SOURCE -I. -MMD -MP $(FUZZ_SAN) \
-                -DLLMC_USE_OPENBLAS=0 -DLLMC_HAVE_PCRE2=1 -DLLMC_HAVE_LIBMVEC=0
+                -DLLMC_USE_OPENBLAS=0 -DLLMC_HAVE_PCRE2=1 -DLLMC_HAVE_LIBMVEC=0 -DLLMC_HAVE_CJSON=1
 fuzz_comma   := ,
 FUZZ_WRAP    := $(addprefix -Wl$(fuzz_comma)--wrap=,exit malloc calloc realloc free fopen fclose open close mmap munmap glob globfree)
-FUZZ_LDLIBS  := -lpcre2-8 -lz -lm -lpthread
+FUZZ_LDLIBS  := -lpcre2-8 -lcjson -lz -lm -lpthread
 # the shared core (llmc/*.c, all of it: an archive member is linked only when a target needs it)
 FUZZ_CORE    := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(wildcard llmc/*.c))
 FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(FUZZ_DIR)/%,$(filter-out test/fuzz/fuzz_common.c,$(wildcard test/fuzz/fuzz_*.c)))

@@ -40,6 +40,26 @@ else
     echo "FAIL: train_gpt (harness) -x 0"; echo "$ev_sim" | tail -3; echo "$ev_cpu" | tail -3; FAILED=1
 fi
 
+# Hugging Face directories (llmc/hf.c) load through the same -e path: the step-6 checkpoint as an
+# HF directory (./hf_convert) evaluates to exactly the val loss of the llm.c file (same binary,
+# same weights), and --save-hf 1 writes a directory that converts back to the checkpoint's bytes
+if [ -x ./hf_convert ]; then
+    rm -rf "$W/hf6"
+    ./hf_convert "$W/out/model_00000006.bin" "$W/hf6" > /dev/null
+    hfeval="-i $W/none_*.bin -j $W/train.bin -b 2 -t 16 -m 2 -s 0 -x 0 --precision fp32"
+    v_hf=$($SIM -e "$W/hf6" $hfeval 2>&1 | sed -n 's/^val loss \([0-9.]*\) (step 0)$/\1/p')
+    v_bin=$($SIM -e "$W/out/model_00000006.bin" $hfeval 2>&1 | sed -n 's/^val loss \([0-9.]*\) (step 0)$/\1/p')
+    out=$($SIM -e "$W/hf6" -i $W/train.bin -b 2 -t 16 -v 0 -s 0 -x 1 --precision fp32 --save-hf 1 -o "$W/hfrun" 2>&1)
+    ./hf_convert "$W/hfrun/model_00000001_hf" "$W/hfrun_back.bin" > /dev/null 2>&1
+    if [ -n "$v_hf" ] && [ "$v_hf" = "$v_bin" ] && cmp -s "$W/hfrun_back.bin" "$W/hfrun/model_00000001.bin"; then
+        echo "PASS: train_gpt (harness) -e HF directory evaluates like the llm.c file ($v_hf) and --save-hf 1 round-trips"
+    else
+        echo "FAIL: train_gpt (harness) -e HF directory: val loss '$v_hf' vs '$v_bin'"; echo "$out" | tail -3; FAILED=1
+    fi
+else
+    echo "SKIP: train_gpt (harness) -e HF directory: ./hf_convert not built (cJSON missing)"
+fi
+
 # fp16 resume is bit-exact, loss scaler included: an uninterrupted run against one that stops
 # at the step-2 checkpoint (its later files removed) and resumes
 fp16="-e d1 -i $W/train.bin -b 2 -t 16 -v 0 -s 0 --precision fp16 -x 4 -n 2"

@@ -27,16 +27,17 @@ if printf '%s\n' "$dry" | grep -q "CUDA headers not found"; then
     echo "SKIP: no CUDA headers: make test-cudasim skips everything here"
     exit $FAILED
 fi
-# the binaries: build/cudasim/... and ./train_gpt_cpu in the cudasim suite commands and in the
+# the binaries: build/cudasim/..., ./train_gpt_cpu and ./hf_convert in the cudasim suite commands and in the
 # scripts those commands run
 cmds=$(cat test/suite.d/*.txt | sed 's/#.*//' | grep cudasim)
 scripts=$(printf '%s\n' "$cmds" | grep -oE '(test|scripts)/[A-Za-z0-9_./-]+\.sh' | sort -u)
 need=$( { printf '%s\n' "$cmds"; for s in $scripts; do cat "$s"; done; } |
-        grep -oE 'build/cudasim/[A-Za-z0-9_/.-]+|\./train_gpt_cpu' | grep -v '\.cpp$' | sort -u)
+        grep -oE 'build/cudasim/[A-Za-z0-9_/.-]+|\./train_gpt_cpu|\./hf_convert' | grep -v '\.cpp$' | sort -u)
 missing=()
 for bin in $need; do
     case $bin in
         ./train_gpt_cpu) out="-o train_gpt_cpu" ;;
+        ./hf_convert) out="-o hf_convert" ;;
         build/*) out="-o $W/b/${bin#build/}" ;;
     esac
     printf '%s\n' "$dry" | grep -qF -- "$out" || missing+=("$bin")

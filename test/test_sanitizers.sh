@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The sanitizer pass (issue 12): the CPU tests, ./train_gpt_cpu's end-to-end and bad-input tests
-# (test/test_train_cpu.py), ./tokenizer's tests (test/test_tokenizer.py --quick) and one cudasim
+# (test/test_train_cpu.py), ./tokenizer's tests (test/test_tokenizer.py --quick), the Hugging Face
+# directory conversions and bad inputs (test/test_hf.py --quick, ./hf_convert) and one cudasim
 # program (dev/cuda/gelu: a g++ link of ASan-built C objects, issue 12 defect 12), built with
 # gcc's ASan + UBSan into build/asan (programs in build/asan/bin; the normal build is untouched).
 # Every sanitizer report is written to a file of its own (log_path), and a check FAILs when one
@@ -56,6 +57,8 @@ targets=("${CHECKS[@]/#/$B/}" "$BIN/train_gpt_cpu" "$BIN/tokenizer")
 cudasim_ok=$(make -s print-CUDASIM_OK)
 # a kernel-lab program: its g++ link takes libllmc.a's ASan objects (what defect 12 broke)
 [ "$cudasim_ok" = 1 ] && targets+=("$B/cudasim/dev/cuda/gelu")
+have_cjson=$(make -s print-HAVE_CJSON)
+[ "$have_cjson" = 1 ] && targets+=("$BIN/hf_convert")
 if ! log=$(CFLAGS="$SAN" LDFLAGS="$SAN_LD" make -j2 --no-print-directory BUILD=$B BIN_DIR=$BIN "${targets[@]}" 2>&1); then
     echo "FAIL: sanitizers: the ASan+UBSan build failed:"
     printf '%s\n' "$log" | grep -E 'error|undefined reference' | head -20
@@ -76,6 +79,12 @@ fi
 san_check train_gpt_cpu_end_to_end_and_bad_inputs env LLMC_TEST_TRAINER="$BIN/train_gpt_cpu" /usr/bin/python3 test/test_train_cpu.py
 san_check tokenizer_tool env LLMC_TEST_TOKENIZER="$PWD/$BIN/tokenizer" /usr/bin/python3 test/test_tokenizer.py --seed 20240520 --quick
 san_check tokenizer_tiktoken env LLMC_TEST_TOKENIZER="$PWD/$BIN/tokenizer" /usr/bin/python3 test/test_tokenizer_tiktoken.py
+if [ "$have_cjson" = 1 ]; then
+    san_check hf_directories_and_bad_inputs env LLMC_TEST_TRAINER="$PWD/$BIN/train_gpt_cpu" \
+        LLMC_TEST_HF_CONVERT="$PWD/$BIN/hf_convert" /usr/bin/python3 test/test_hf.py --quick
+else
+    echo "SKIP: sanitizers: Hugging Face directories: cJSON not found (apt-get install libcjson-dev)"
+fi
 
 # ---- the pass must catch planted bugs ----------------------------------------------------------
 # plant NAME SED_EXPRESSION EXPECTED_REPORT: test_dataloader linked with a scratch copy of

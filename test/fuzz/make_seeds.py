@@ -124,8 +124,31 @@ def tokenizer_file(tokens, eot, version=2):
     return struct.pack("<256I", *h) + b"".join(bytes([len(t)]) + t for t in tokens)
 
 
+# ---- safetensors: u64 header length, JSON header, data ------------------------------------
+def safetensors_file(tensors, metadata=None, pad=True):
+    """tensors: [(name, dtype, shape, raw bytes)] laid out in order."""
+    h, data = {}, b""
+    if metadata is not None:
+        h["__metadata__"] = metadata
+    for name, dtype, shape, raw in tensors:
+        h[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    text = json.dumps(h).encode()
+    if pad:
+        text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data
+
+
 def main():
     # model files: the smallest config, and a slightly larger one in fp32 and bf16
+    f32 = struct.pack("<6f", 1.0, -2.5, 0.0, 3.25, -0.0, 1e-30)
+    write("safetensors", "f32_bf16_f16", safetensors_file(
+        [("transformer.h.0.attn.c_attn.weight", "F32", [2, 3], f32), ("wte.weight", "BF16", [2, 2], struct.pack("<4H", 0x3F80, 0xBF00, 0x0001, 0x7F80)),
+         ("ln_f.bias", "F16", [3], struct.pack("<3H", 0x3C00, 0x0001, 0xFC00)), ("scalar", "F32", [], struct.pack("<f", 7.0))],
+        metadata={"format": "pt"}))
+    write("safetensors", "other_dtypes_unpadded", safetensors_file(
+        [("h.0.attn.bias", "BOOL", [1, 1, 2, 2], b"\1\0\1\1"), ("ids", "I64", [2], struct.pack("<2q", 5, -1)),
+         ("empty", "F32", [0, 4], b"")], pad=False))
     write("model_file", "fp32_min", model_file(3, maxT=1, V=1, L=1, NH=1, C=1, Vp=1))
     write("model_file", "fp32_small", model_file(3, maxT=4, V=5, L=2, NH=2, C=4, Vp=8))
     write("model_file", "bf16_small", model_file(5, maxT=4, V=5, L=2, NH=2, C=4, Vp=8))

@@ -1,0 +1,102 @@
+/*
+ * hf_convert.c - ./hf_convert: llm.c model files <-> Hugging Face model directories (llmc/hf.h).
+ *
+ *   ./hf_convert out/run1/model_00005000.bin gpt2-hf     # llm.c file -> HF directory
+ *   ./hf_convert gpt2-hf model.bin                       # HF directory -> llm.c file (+ model.bin.sum)
+ *
+ * The direction follows the input: a directory with config.json is read as an HF directory,
+ * anything else as an llm.c model file. --dtype fp32|bf16 picks the output's precision; by
+ * default it is the input's (an llm.c bf16 file gives BF16 safetensors, an HF directory whose
+ * weights are all BF16 gives a bf16 file, F16 and F32 give fp32), so llm.c -> HF -> llm.c gives
+ * the same bytes. The output must not exist: nothing is ever replaced.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "llmc/check.h"
+#include "llmc/checkpoint.h"
+#include "llmc/hf.h"
+#include "llmc/model.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: ./hf_convert IN OUT [--dtype fp32|bf16]\n\n"
+            "  IN an llm.c model file (model_*.bin, fp32 or bf16): OUT is written as a Hugging Face directory\n"
+            "     (config.json, model.safetensors, model.safetensors.sum)\n"
+            "  IN a Hugging Face directory (config.json + model.safetensors or sharded safetensors with\n"
+            "     model.safetensors.index.json): OUT is written as an llm.c model file (and OUT.sum)\n"
+            "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
+            "OUT must not exist.\n");
+}
+
+int main(int argc, char **argv) {
+    const char *paths[2] = {NULL, NULL}, *dtype = NULL;
+    int npaths = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            usage(stdout);
+            return 0;
+        } else if (strcmp(argv[i], "--dtype") == 0 || strncmp(argv[i], "--dtype=", 8) == 0) {
+            if (argv[i][7] == '=') dtype = argv[i] + 8;
+            else if (i + 1 < argc) dtype = argv[++i];
+            else llmc_die("flag --dtype needs a value: fp32 or bf16");
+            if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0)
+                llmc_die("--dtype %s: the output's precision is fp32 or bf16", dtype);
+        } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
+            usage(stderr);
+            llmc_die("unknown flag '%s'", argv[i]);
+        } else if (npaths < 2) {
+            paths[npaths++] = argv[i];
+        } else {
+            usage(stderr);
+            llmc_die("too many arguments ('%s'): give IN and OUT", argv[i]);
+        }
+    }
+    if (npaths != 2) {
+        usage(stderr);
+        llmc_die("give IN and OUT");
+    }
+    const char *in = paths[0], *out = paths[1];
+    struct stat sb;
+    if (lstat(out, &sb) == 0) llmc_die("output '%s' already exists: remove it or give another path", out);
+
+    ModelConfig cfg;
+    int version, bf16;
+    model_file_read_header(in, &cfg, &version); /* either kind: checkpoint.c dispatches on hf_is_model_dir */
+    size_t numel = gpt2_parameter_specs(&cfg, NULL);
+    float *params = (float *)mallocCheck(numel * sizeof(float), "parameters");
+    const int from_hf = hf_is_model_dir(in);
+    if (from_hf) {
+        bf16 = hf_load(in, params, numel);
+    } else {
+        model_file_load(in, params, numel);
+        bf16 = version == MODEL_VERSION_BF16;
+    }
+    if (dtype) bf16 = strcmp(dtype, "bf16") == 0;
+    if (from_hf) {
+        model_file_save(out, &cfg, params, numel, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+    } else {
+        /* the padded vocabulary rows (Vp - V) are not part of an HF model */
+        TensorSpec specs[NUM_PARAMETER_TENSORS];
+        gpt2_parameter_specs(&cfg, specs);
+        ParameterTensors p;
+        gpt2_point_parameters(&p, params, specs);
+        size_t nonzero = 0;
+        for (size_t i = (size_t)cfg.vocab_size * cfg.channels; i < (size_t)cfg.padded_vocab_size * cfg.channels; i++)
+            nonzero += p.wte[i] != 0.0f;
+        if (nonzero)
+            printf("note: '%s' has %zu non-zero weights in wte's padded vocabulary rows (%d..%d), which an HF "
+                   "directory does not hold: they are dropped (no token reads them)\n",
+                   in, nonzero, cfg.vocab_size, cfg.padded_vocab_size - 1);
+        hf_save(out, &cfg, params, numel, bf16);
+    }
+    printf("%s (%s) -> %s (%s): L %d, NH %d, C %d, maxT %d, V %d: %zu parameters\n", in,
+           from_hf ? "Hugging Face directory" : "llm.c model file", out,
+           from_hf ? (bf16 ? "llm.c model file, bf16" : "llm.c model file, fp32")
+                   : (bf16 ? "Hugging Face directory, BF16" : "Hugging Face directory, F32"),
+           cfg.num_layers, cfg.num_heads, cfg.channels, cfg.max_seq_len, cfg.vocab_size, numel);
+    free(params);
+    return 0;
+}
