@@ -357,6 +357,31 @@ template <class T> static void test_matmul(Rng *r, const CudaContext *ctx, int N
     dev_free(scratch);
 }
 
+/* The reference logsumexp (B, NH, T) of causal attention over qkv (B, T, 3C), in double. */
+static float *attention_lse_ref(const float *qkv, int B, int T_, int C, int NH) {
+    const int HS = C / NH;
+    float *lse = (float *)malloc((size_t)B * NH * T_ * 4);
+    const double scale = 1.0 / sqrt((double)HS);
+    double *sc = (double *)malloc(T_ * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T_; t++) {
+                const float *q = qkv + ((size_t)b * T_ + t) * 3 * C + h * HS;
+                double mx = -INFINITY, sum = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    const float *k = qkv + ((size_t)b * T_ + u) * 3 * C + C + h * HS;
+                    double d = 0.0;
+                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i];
+                    sc[u] = d * scale;
+                    mx = sc[u] > mx ? sc[u] : mx;
+                }
+                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                lse[((size_t)b * NH + h) * T_ + t] = (float)(mx + log(sum));
+            }
+    free(sc);
+    return lse;
+}
+
 /* growing: keys scaled by 1 + u/8 at position u, so scores grow along the sequence and each
  * new key tile raises the row maxima by more than the forward's lazy-rescale threshold */
 template <class T> static void test_attention(Rng *r, const Shape &s, const char *sh_, bool growing = false) {
@@ -376,25 +401,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     attention_forward(dout.p, dlse.p, dqkv.p, B, T_, C, NH, (cudaStream_t)0);
     /* fp32: online vs two-pass softmax, order effects only; 16-bit: one rounding of O(1) */
     expect("attention_forward out", dout, out, pick<T>({{2e-5, 1e-4}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
-    float *lse = (float *)malloc((size_t)B * NH * T_ * 4);
-    const double scale = 1.0 / sqrt((double)HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T_; t++) {
-                const float *q = qkv + ((size_t)b * T_ + t) * 3 * C + h * HS;
-                double mx = -INFINITY, sum = 0.0;
-                double *sc = (double *)malloc((t + 1) * sizeof(double));
-                for (int u = 0; u <= t; u++) {
-                    const float *k = qkv + ((size_t)b * T_ + u) * 3 * C + C + h * HS;
-                    double d = 0.0;
-                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i];
-                    sc[u] = d * scale;
-                    mx = sc[u] > mx ? sc[u] : mx;
-                }
-                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
-                lse[((size_t)b * NH + h) * T_ + t] = (float)(mx + log(sum));
-                free(sc);
-            }
+    float *lse = attention_lse_ref(qkv, B, T_, C, NH);
     /* logsumexp in fp32 vs a double reference: O(1..10) values */
     expect("attention_forward logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
 
@@ -426,6 +433,45 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     }
     free(qkv), free(out), free(att), free(lse), free(dy), free(dinp), free(out_t);
     dev_free(dqkv), dev_free(dout), dev_free(dlse), dev_free(ddy), dev_free(ddinp), dev_free(scratch);
+}
+
+/* The FlashAttention-2-class forward (attention_fa2.cuh) called directly with NKV key/value heads
+ * (inp rows [q: NH heads | k: NKV | v: NKV] x HS), against the CPU attention on a copy of the
+ * input that expands each key/value head to the NH / NKV query heads that read it (test only).
+ * growing: keys scaled by 1 + u/8 at position u, so every key tile raises the row maxima and the
+ * running output must be rescaled. */
+template <class T>
+static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, bool growing = false) {
+    const int C = NH * HS, W = (NH + 2 * NKV) * HS, N = B * T_;
+    char sh[160];
+    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T_, NH, NKV, HS,
+             growing ? ", growing scores" : "");
+    float *inp = randn(r, (size_t)N * W, 0, 1), *full = (float *)malloc((size_t)N * 3 * C * 4);
+    if (growing)
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < NKV * HS; c++) inp[(size_t)i * W + C + c] *= 1.0f + (float)(i % T_) / 8.0f;
+    /* the reference sees the 16-bit inputs the kernel sees */
+    Dev<T> dinp = upload<T>(inp, (size_t)N * W);
+    float *rounded = download(dinp);
+    for (int i = 0; i < N; i++) {
+        memcpy(full + (size_t)i * 3 * C, rounded + (size_t)i * W, (size_t)C * 4);
+        for (int h = 0; h < NH; h++)
+            for (int kv = 0; kv < 2; kv++)
+                memcpy(full + (size_t)i * 3 * C + (1 + kv) * C + h * HS,
+                       rounded + (size_t)i * W + (NH + kv * NKV + h / (NH / NKV)) * HS, (size_t)HS * 4);
+    }
+    Dev<T> dout = dev_alloc<T>((size_t)N * C);
+    Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
+    float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
+    attention_forward(out, att, full, B, T_, C, NH);
+    attention_forward_fa2(dout.p, dlse.p, dinp.p, B, T_, NH, NKV, HS, (cudaStream_t)0);
+    /* the tolerances of test_attention's 16-bit forward: P and the output rounded to 16 bits */
+    expect("attention_forward_fa2 out", dout, out, pick<T>({{0, 0}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
+    float *lse = attention_lse_ref(full, B, T_, C, NH);
+    /* logsumexp in fp32 vs a double reference: O(1..10) values */
+    expect("attention_forward_fa2 logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
+    free(inp), free(full), free(rounded), free(out), free(att), free(lse);
+    dev_free(dinp), dev_free(dout), dev_free(dlse);
 }
 
 template <class T> static void test_gelu(Rng *r, size_t n, const char *sh) {
@@ -674,6 +720,15 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         rng_seed(&r, seed + 77 * k + StorageInfo<T>::cuda_type);
         test_attention<T>(&r, att[k], sh);
         if (k == 0) test_attention<T>(&r, att[k], sh, true);
+    }
+    if constexpr (sizeof(T) == 2) {
+        /* the FA2 forward: T within one tile, one past it, several tiles; GQA (NKV < NH) */
+        static const int fa2[][5] = {{1, 1, 2, 2, 64},  {2, 7, 4, 2, 128}, {1, 64, 2, 2, 64},
+                                     {1, 65, 4, 1, 64}, {1, 129, 4, 2, 128}, {1, 256, 2, 1, 64}};
+        Rng r;
+        rng_seed(&r, seed + 4242 + StorageInfo<T>::cuda_type);
+        for (const auto &f : fa2) test_attention_fa2<T>(&r, f[0], f[1], f[2], f[3], f[4]);
+        test_attention_fa2<T>(&r, 1, 200, 2, 2, 64, true);
     }
 }
 

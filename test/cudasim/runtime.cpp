@@ -822,10 +822,9 @@ void cp_async(void *dst, const void *src, size_t bytes, const char *file, int li
 void cp_async_commit() {
     Fiber *f = g_cur;
     if (!g_in_kernel || !f) fail(nullptr, "cp.async.commit_group called outside a kernel");
-    bool any = false;
     for (Fiber::CpAsync &c : f->cp_pending)
-        if (c.group < 0) c.group = f->cp_groups, any = true;
-    if (any) f->cp_groups++; /* an empty group is complete at once */
+        if (c.group < 0) c.group = f->cp_groups;
+    f->cp_groups++; /* an empty group is a group too (wait_group N counts it) */
 }
 
 void cp_async_wait(int pending, const char *file, int line) {
