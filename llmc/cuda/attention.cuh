@@ -334,10 +334,10 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
 #include "cudnn_att.h"
 #endif
 
-/* The bf16/fp16 forward without cuDNN: the FlashAttention-2-class kernel (attention_fa2.cuh)
- * on sm_80+ for head sizes 64 and 128, else the wmma kernels (attention_tc.cuh). The backward is
- * the wmma one in both cases. LLMC_ATTENTION=wmma in the environment selects the wmma forward
- * everywhere, LLMC_ATTENTION=fa2 (or unset) the default; any other value is an error. */
+/* bf16/fp16 attention without cuDNN: the FlashAttention-2-class kernels (attention_fa2.cuh)
+ * on sm_80+ for head sizes 64 and 128, else the wmma kernels (attention_tc.cuh).
+ * LLMC_ATTENTION=wmma in the environment selects the wmma kernels everywhere, LLMC_ATTENTION=fa2
+ * (or unset) the default; any other value is an error. */
 inline bool attention_use_fa2(int HS) {
     static int fa2 = -1; /* decided once per process */
     if (fa2 < 0) {
@@ -358,7 +358,7 @@ inline bool attention_use_fa2(int HS) {
 template <class T> inline const char *attention_impl_name(int HS) {
     if (sizeof(T) == 4) return "own flash attention, CUDA cores (fp32)";
     if (USE_CUDNN) return "cuDNN fused SDPA (USE_CUDNN=1)";
-    return attention_use_fa2(HS) ? "own FlashAttention-2-class forward (mma.sync, ldmatrix, cp.async), tensor-core (wmma) backward"
+    return attention_use_fa2(HS) ? "own FlashAttention-2-class attention, tensor cores (mma.sync, ldmatrix, cp.async)"
                                  : "own flash attention, tensor cores (wmma)";
 }
 
@@ -386,7 +386,9 @@ void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, cons
         (void)scratch;
         attention_backward_cudnn(dinp, dout, inp, out, lse, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
 #else
-        attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+        if (C % NH == 0 && attention_use_fa2(C / NH))
+            attention_backward_fa2(dinp, dout, inp, out, lse, B, T_, NH, NH, C / NH, scratch, stream);
+        else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
 #endif
     }
 }
