@@ -143,44 +143,51 @@ template <int N, bool TRANS> static void test_ldmatrix() {
 }
 
 // ---- cp.async: data lands at the wait that retires its group, not at issue.
-// obs[tid*6 + ...]: slot 0 before any wait, after wait_group 1 (slot 0, slot 1), after
-// wait_group 0 (slot 1), an uncommitted copy after wait_group 0, then after commit + wait 0.
+// obs[tid*7 + ...]: slot 0 before any wait, after wait_group 1 (slot 0, slot 1), after
+// wait_group 0 (slot 1), an uncommitted copy after wait_group 0, then after commit + wait 0;
+// a copy followed by an empty group, after wait_group 1 (empty groups count).
 __global__ void cp_async_kernel(int *obs, const int4 *src) {
     __shared__ int4 s[3 * 32];
     const int i = threadIdx.x;
     s[i] = s[32 + i] = s[64 + i] = make_int4(-1, -1, -1, -1);
     ptx_cp_async16(&s[i], &src[i]);
-    obs[i * 6 + 0] = s[i].x; /* -1: not landed */
+    obs[i * 7 + 0] = s[i].x; /* -1: not landed */
     ptx_cp_async_commit();
     ptx_cp_async16(&s[32 + i], &src[32 + i]);
     ptx_cp_async_commit();
     ptx_cp_async_wait<1>();
-    obs[i * 6 + 1] = s[i].x;      /* group 0 landed */
-    obs[i * 6 + 2] = s[32 + i].x; /* group 1 still pending: -1 */
+    obs[i * 7 + 1] = s[i].x;      /* group 0 landed */
+    obs[i * 7 + 2] = s[32 + i].x; /* group 1 still pending: -1 */
     ptx_cp_async_wait<0>();
-    obs[i * 6 + 3] = s[32 + i].w;
+    obs[i * 7 + 3] = s[32 + i].w;
     ptx_cp_async16(&s[64 + i], &src[64 + i]);
     ptx_cp_async_wait<0>();
-    obs[i * 6 + 4] = s[64 + i].x; /* never committed: still -1 */
+    obs[i * 7 + 4] = s[64 + i].x; /* never committed: still -1 */
     ptx_cp_async_commit();
     ptx_cp_async_wait<0>();
-    obs[i * 6 + 5] = s[64 + i].y;
+    obs[i * 7 + 5] = s[64 + i].y;
+    s[i] = make_int4(-1, -1, -1, -1);
+    ptx_cp_async16(&s[i], &src[i]);
+    ptx_cp_async_commit();
+    ptx_cp_async_commit(); /* an empty group: wait_group 1 may leave only it pending */
+    ptx_cp_async_wait<1>();
+    obs[i * 7 + 6] = s[i].z;
 }
 
 static void test_cp_async() {
     int4 *src;
     int *obs;
-    cudaMallocManaged(&src, 96 * sizeof(int4)), cudaMallocManaged(&obs, 32 * 6 * 4);
+    cudaMallocManaged(&src, 96 * sizeof(int4)), cudaMallocManaged(&obs, 32 * 7 * 4);
     for (int i = 0; i < 96; i++) src[i] = make_int4(100 + i, 200 + i, 300 + i, 400 + i);
     cp_async_kernel<<<1, 32>>>(obs, src);
     cudaDeviceSynchronize();
     int bad = 0;
     for (int i = 0; i < 32; i++) {
         const int want[6] = {-1, 100 + i, -1, 400 + 32 + i, -1, 200 + 64 + i};
-        for (int k = 0; k < 6; k++) bad += obs[i * 6 + k] != want[k];
+        for (int k = 0; k < 6; k++) bad += obs[i * 7 + k] != want[k];
     }
-    test_report(bad == 0, "cp.async: data lands at the wait_group retiring its group (not at issue; uncommitted copies wait for a commit)",
-                "%d of 192 observations wrong", bad);
+    test_report(bad == 0, "cp.async: data lands at the wait_group retiring its group (not at issue; uncommitted copies wait for a commit; empty groups count)",
+                "%d of 224 observations wrong", bad);
     cudaFree(src), cudaFree(obs);
 }
 
