@@ -22,3 +22,14 @@ LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)
 template void cast_copy<float, __nv_bfloat16>(float *, const __nv_bfloat16 *, size_t, cudaStream_t);
 template void cast_copy<float, __half>(float *, const __half *, size_t, cudaStream_t);
+
+/* the FlashAttention-2-class kernels (attention_fa2.cuh): HMMA, LDSM and LDGSTS, no spills */
+#include "llmc/cuda/attention.cuh"
+template void attention_forward_fa2<__nv_bfloat16>(__nv_bfloat16 *, float *, const __nv_bfloat16 *, int, int, int, int,
+                                                   int, cudaStream_t);
+template void attention_forward_fa2<__half>(__half *, float *, const __half *, int, int, int, int, int, cudaStream_t);
+template void attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16 *, const __nv_bfloat16 *, const __nv_bfloat16 *,
+                                                    const __nv_bfloat16 *, const float *, int, int, int, int, int,
+                                                    float *, cudaStream_t);
+template void attention_backward_fa2<__half>(__half *, const __half *, const __half *, const __half *, const float *,
+                                             int, int, int, int, int, float *, cudaStream_t);

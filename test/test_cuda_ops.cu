@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
@@ -357,10 +359,35 @@ template <class T> static void test_matmul(Rng *r, const CudaContext *ctx, int N
     dev_free(scratch);
 }
 
+/* The reference logsumexp (B, NH, T) of causal attention over qkv (B, T, 3C), in double. */
+static float *attention_lse_ref(const float *qkv, int B, int T_, int C, int NH) {
+    const int HS = C / NH;
+    float *lse = (float *)malloc((size_t)B * NH * T_ * 4);
+    const double scale = 1.0 / sqrt((double)HS);
+    double *sc = (double *)malloc(T_ * sizeof(double));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T_; t++) {
+                const float *q = qkv + ((size_t)b * T_ + t) * 3 * C + h * HS;
+                double mx = -INFINITY, sum = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    const float *k = qkv + ((size_t)b * T_ + u) * 3 * C + C + h * HS;
+                    double d = 0.0;
+                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i];
+                    sc[u] = d * scale;
+                    mx = sc[u] > mx ? sc[u] : mx;
+                }
+                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
+                lse[((size_t)b * NH + h) * T_ + t] = (float)(mx + log(sum));
+            }
+    free(sc);
+    return lse;
+}
+
 /* growing: keys scaled by 1 + u/8 at position u, so scores grow along the sequence and each
  * new key tile raises the row maxima by more than the forward's lazy-rescale threshold */
 template <class T> static void test_attention(Rng *r, const Shape &s, const char *sh_, bool growing = false) {
-    const int B = s.B, T_ = s.T, C = s.C, NH = s.NH, HS = C / NH, N = B * T_;
+    const int B = s.B, T_ = s.T, C = s.C, NH = s.NH, N = B * T_;
     const size_t N3 = (size_t)N * 3 * C;
     float *qkv = randn(r, N3, 0, 1);
     char sh[160];
@@ -376,25 +403,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     attention_forward(dout.p, dlse.p, dqkv.p, B, T_, C, NH, (cudaStream_t)0);
     /* fp32: online vs two-pass softmax, order effects only; 16-bit: one rounding of O(1) */
     expect("attention_forward out", dout, out, pick<T>({{2e-5, 1e-4}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
-    float *lse = (float *)malloc((size_t)B * NH * T_ * 4);
-    const double scale = 1.0 / sqrt((double)HS);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++)
-            for (int t = 0; t < T_; t++) {
-                const float *q = qkv + ((size_t)b * T_ + t) * 3 * C + h * HS;
-                double mx = -INFINITY, sum = 0.0;
-                double *sc = (double *)malloc((t + 1) * sizeof(double));
-                for (int u = 0; u <= t; u++) {
-                    const float *k = qkv + ((size_t)b * T_ + u) * 3 * C + C + h * HS;
-                    double d = 0.0;
-                    for (int i = 0; i < HS; i++) d += (double)q[i] * k[i];
-                    sc[u] = d * scale;
-                    mx = sc[u] > mx ? sc[u] : mx;
-                }
-                for (int u = 0; u <= t; u++) sum += exp(sc[u] - mx);
-                lse[((size_t)b * NH + h) * T_ + t] = (float)(mx + log(sum));
-                free(sc);
-            }
+    float *lse = attention_lse_ref(qkv, B, T_, C, NH);
     /* logsumexp in fp32 vs a double reference: O(1..10) values */
     expect("attention_forward logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
 
@@ -426,6 +435,74 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     }
     free(qkv), free(out), free(att), free(lse), free(dy), free(dinp), free(out_t);
     dev_free(dqkv), dev_free(dout), dev_free(dlse), dev_free(ddy), dev_free(ddinp), dev_free(scratch);
+}
+
+/* The FlashAttention-2-class forward (attention_fa2.cuh) called directly with NKV key/value heads
+ * (inp rows [q: NH heads | k: NKV | v: NKV] x HS), against the CPU attention on a copy of the
+ * input that expands each key/value head to the NH / NKV query heads that read it (test only).
+ * growing: keys scaled by 1 + u/8 at position u, so every key tile raises the row maxima and the
+ * running output must be rescaled. */
+template <class T>
+static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, bool growing = false) {
+    const int C = NH * HS, W = (NH + 2 * NKV) * HS, N = B * T_;
+    char sh[160];
+    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T_, NH, NKV, HS,
+             growing ? ", growing scores" : "");
+    float *inp = randn(r, (size_t)N * W, 0, 1), *full = (float *)malloc((size_t)N * 3 * C * 4);
+    if (growing)
+        for (int i = 0; i < N; i++)
+            for (int c = 0; c < NKV * HS; c++) inp[(size_t)i * W + C + c] *= 1.0f + (float)(i % T_) / 8.0f;
+    /* the reference sees the 16-bit inputs the kernel sees */
+    Dev<T> dinp = upload<T>(inp, (size_t)N * W);
+    float *rounded = download(dinp);
+    for (int i = 0; i < N; i++) {
+        memcpy(full + (size_t)i * 3 * C, rounded + (size_t)i * W, (size_t)C * 4);
+        for (int h = 0; h < NH; h++)
+            for (int kv = 0; kv < 2; kv++)
+                memcpy(full + (size_t)i * 3 * C + (1 + kv) * C + h * HS,
+                       rounded + (size_t)i * W + (NH + kv * NKV + h / (NH / NKV)) * HS, (size_t)HS * 4);
+    }
+    Dev<T> dout = dev_alloc<T>((size_t)N * C);
+    Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
+    float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
+    attention_forward(out, att, full, B, T_, C, NH);
+    attention_forward_fa2(dout.p, dlse.p, dinp.p, B, T_, NH, NKV, HS, (cudaStream_t)0);
+    /* the tolerances of test_attention's 16-bit forward: P and the output rounded to 16 bits */
+    expect("attention_forward_fa2 out", dout, out, pick<T>({{0, 0}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
+    float *lse = attention_lse_ref(full, B, T_, C, NH);
+    /* logsumexp in fp32 vs a double reference: O(1..10) values */
+    expect("attention_forward_fa2 logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
+
+    /* backward: the reference's dk, dv of the expanded heads summed over each group */
+    float *dy = randn(r, (size_t)N * C, 0, 1), *dfull = (float *)malloc((size_t)N * 3 * C * 4);
+    float *dref = (float *)calloc((size_t)N * W, 4);
+    Dev<T> ddy = upload<T>(dy, (size_t)N * C), ddinp = dev_alloc<T>((size_t)N * W);
+    Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
+    cudaCheck(cudaMemset(ddinp.p, 0x5A, (size_t)N * W * sizeof(T)));
+    attention_backward(dfull, dy, full, att, B, T_, C, NH);
+    for (int i = 0; i < N; i++) {
+        memcpy(dref + (size_t)i * W, dfull + (size_t)i * 3 * C, (size_t)C * 4);
+        for (int h = 0; h < NH; h++)
+            for (int kv = 0; kv < 2; kv++)
+                for (int c = 0; c < HS; c++)
+                    dref[(size_t)i * W + (NH + kv * NKV + h / (NH / NKV)) * HS + c] +=
+                        dfull[(size_t)i * 3 * C + (1 + kv) * C + h * HS + c];
+    }
+    attention_backward_fa2(ddinp.p, ddy.p, dinp.p, dout.p, dlse.p, B, T_, NH, NKV, HS, scratch.p, (cudaStream_t)0);
+    /* the tolerances of test_attention's 16-bit backward: out, P, dS and the result rounded to
+     * 16 bits, sums over up to T terms (growing scores: see test_attention, compared there) */
+    if (!growing) {
+        expect("attention_backward_fa2 dinp", ddinp, dref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
+    } else { /* NKV = NH here: the CUDA-core kernels read the same layout */
+        Dev<T> simt = dev_alloc<T>((size_t)N * W);
+        attention_backward_simt(simt.p, ddy.p, dinp.p, dout.p, dlse.p, B, T_, C, NH, scratch.p, (cudaStream_t)0);
+        float *ref = download(simt);
+        expect("attention_backward_fa2 dinp vs the CUDA-core kernels", ddinp, ref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
+        free(ref);
+        dev_free(simt);
+    }
+    free(inp), free(full), free(rounded), free(out), free(att), free(lse), free(dy), free(dfull), free(dref);
+    dev_free(dinp), dev_free(dout), dev_free(dlse), dev_free(ddy), dev_free(ddinp), dev_free(scratch);
 }
 
 template <class T> static void test_gelu(Rng *r, size_t n, const char *sh) {
@@ -675,6 +752,51 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_attention<T>(&r, att[k], sh);
         if (k == 0) test_attention<T>(&r, att[k], sh, true);
     }
+    if constexpr (sizeof(T) == 2) {
+        /* the FA2 forward: T within one tile, one past it, several tiles; GQA (NKV < NH) */
+        static const int fa2[][5] = {{1, 1, 2, 2, 64},  {2, 7, 4, 2, 128}, {1, 64, 2, 2, 64},
+                                     {1, 65, 4, 1, 64}, {1, 129, 4, 2, 128}, {1, 256, 2, 1, 64}};
+        Rng r;
+        rng_seed(&r, seed + 4242 + StorageInfo<T>::cuda_type);
+        for (const auto &f : fa2) test_attention_fa2<T>(&r, f[0], f[1], f[2], f[3], f[4]);
+        test_attention_fa2<T>(&r, 1, 150, 2, 2, 64, true); /* test_attention's growing shape */
+    }
+}
+
+/* LLMC_ATTENTION picks the bf16/fp16 kernels (attention.cuh); each case runs in a child process,
+ * since the choice is made once per process: exit status (0: FA2 at HS 64, 2: not), stderr. */
+static int attention_choice(const char *value, char *err, size_t len) {
+    int fds[2];
+    if (pipe(fds) != 0) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        if (value) setenv("LLMC_ATTENTION", value, 1);
+        else unsetenv("LLMC_ATTENTION");
+        _exit(attention_use_fa2(64) && !attention_use_fa2(32) ? 0 : 2);
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], err, len - 1);
+    err[n > 0 ? n : 0] = 0;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_attention_choice(void) {
+    char err[256];
+    int rc = attention_choice(NULL, err, sizeof err);
+    test_report(rc == 0, "attention: FA2 by default at head size 64 (sm_90), wmma at 32", "exit %d, stderr %s", rc, err);
+    rc = attention_choice("fa2", err, sizeof err);
+    test_report(rc == 0, "attention: LLMC_ATTENTION=fa2 is the default", "exit %d, stderr %s", rc, err);
+    rc = attention_choice("wmma", err, sizeof err);
+    test_report(rc == 2, "attention: LLMC_ATTENTION=wmma selects the wmma kernels", "exit %d, stderr %s", rc, err);
+    rc = attention_choice("flash", err, sizeof err);
+    test_report(rc == 1 && strstr(err, "error: LLMC_ATTENTION=flash") != NULL,
+                "attention: LLMC_ATTENTION=flash is an error naming the variable (exit 1)", "exit %d, stderr %s", rc, err);
 }
 
 int main(int argc, char **argv) {
@@ -689,6 +811,7 @@ int main(int argc, char **argv) {
     cuda_require_device();
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off: fp32 is compared tightly */
+    if (!big) test_attention_choice();
     /* B, T, C, NH, V, Vp, F: odd sizes on purpose; B*T = 1 in the first */
     static const Shape tiny[] = {{1, 1, 32, 2, 7, 16, 128}, {2, 13, 48, 3, 101, 128, 192}, {3, 33, 64, 1, 300, 384, 256}};
     static const Shape gpt2[] = {{4, 1024, 768, 12, 50257, 50304, 3072}, {1, 1, 768, 12, 50257, 50304, 3072}};

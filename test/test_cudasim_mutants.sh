@@ -76,5 +76,14 @@ mutant tc-missing-syncwarp-rescale attention_tc.cuh '/\*= corr;/{n;s/__syncwarp(
 # maxima jump between key tiles reach that branch (test_attention's "growing scores")
 mutant tc-no-rescale attention_tc.cuh 's/corr = expf(m - m_new); \/\* 0 while m = -inf \*\//corr = 1.0f;/'
 mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/'
+# the FlashAttention-2-class kernels (attention_fa2.cuh, through cudasim's PTX emulation): the
+# forward reading its first tiles without cp.async.wait_group (cudasim lands the data only at
+# the wait); the causal mask taking a lane's rows from the wrong accumulator elements (c0, c1:
+# row g, c2, c3: row g + 8); the running output not rescaled when a row max grows; the dk/dv
+# kernel's causal mask dropping the diagonal
+mutant fa2-missing-cp-async-wait attention_fa2.cuh '/attention_forward_fa2_kernel(T \*out/,/ptx_cp_async_wait<0>/s/ptx_cp_async_wait<1>();//'
+mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 2) \* 8, key = k0 + 8 \* j + 2 \* tq + i % 2;/const int row = row0 + (i % 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;/'
+mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/'
+mutant fa2-dkdv-causal-off-by-one attention_fa2.cuh 's/q >= key \&\& q < T_/q > key \&\& q < T_/'
 run_mutants
 exit $status

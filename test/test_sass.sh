@@ -4,8 +4,9 @@
 # the layernorm backward and the classifier, in
 # fp32, bf16 and fp16, must load and store with 128-bit accesses (LDG.E.128 / STG.E.128 in
 # cuobjdump's SASS for sm_90), and no bf16/fp16 kernel of the trainer may spill registers
-# (ptxas: "0 bytes spill stores, 0 bytes spill loads"). A planted scalar kernel must fail the
-# first check, so the check can fail.
+# (ptxas: "0 bytes spill stores, 0 bytes spill loads"); the FA2 attention kernels use HMMA,
+# LDSM and LDGSTS. A planted scalar kernel must fail the first and the last of these checks, so
+# the checks can fail.
 # Needs nvcc and cuobjdump + nvdisasm (the CUDA toolkit's, or the PyPI wheels
 # nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, which `make test` installs); SKIPs without nvcc.
 set -u
@@ -73,6 +74,32 @@ CU
 "$NVCC" -O3 -arch=sm_90 -c "$dir/planted.cu" -o "$dir/p.o" 2>/dev/null
 read -r pn pbad < <(check_packed "$dir/p.o" | tail -1)
 if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted 2-byte kernel16 is reported"; else echo "FAIL: the planted 2-byte kernel16 was not reported ($pn kernels, $pbad bad)"; fail=1; fi
+
+# the FlashAttention-2-class kernels (attention_fa2.cuh) run on tensor cores from registers:
+# every one must hold mma.sync (HMMA.16816), ldmatrix and ldmatrix.trans (LDSM.16.M88 /
+# LDSM.16.MT88) and cp.async (LDGSTS)
+check_tc() { # object, kernel-name regex -> "kernels missing-any"
+    local sass k n=0 bad=0 op miss
+    sass=$(cuobjdump --dump-sass "$1" | awk '/Function :/{f=$3} /(HMMA|LDSM|LDGSTS)[.]/{match($0,/(HMMA|LDSM|LDGSTS)[.A-Z0-9_]*/); print f, substr($0,RSTART,RLENGTH)}')
+    for k in $(cuobjdump --dump-sass "$1" | awk '/Function :/{print $3}' | grep -E "$2" | sort -u); do
+        n=$((n + 1)); miss=""
+        for op in 'HMMA\.16816' 'LDSM\.16\.M88' 'LDSM\.16\.MT88' 'LDGSTS'; do
+            printf '%s\n' "$sass" | grep -q "^$k $op" || miss="$miss $op"
+        done
+        if [ -n "$miss" ]; then echo "      $k lacks$miss"; bad=$((bad + 1)); fi
+    done
+    echo "$n $bad"
+}
+check_tc "$dir/k.o" fa2 | head -n -1
+read -r n bad < <(check_tc "$dir/k.o" fa2 | tail -1)
+# forward, dk/dv and dq kernels in bf16 and fp16 at head sizes 64 and 128
+if [ "$bad" = 0 ] && [ "$n" -ge 12 ]; then
+    echo "PASS: $n FA2 attention kernels use HMMA.16816, LDSM (+ .trans) and LDGSTS"
+else
+    echo "FAIL: FA2 attention kernels: $bad of $n lack HMMA/LDSM/LDGSTS (want at least 12, all with them)"; fail=1
+fi
+read -r pn pbad < <(check_tc "$dir/p.o" planted | tail -1)
+if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted kernel without HMMA/LDSM/LDGSTS is reported"; else echo "FAIL: the planted kernel was not reported by the tensor-core check ($pn kernels, $pbad bad)"; fail=1; fi
 
 # no bf16/fp16 kernel of the trainer spills: ptxas's report of train_gpt.cu (mk/cuda.mk keeps it
 # beside the object when it builds train_gpt)

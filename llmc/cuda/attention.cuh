@@ -26,6 +26,8 @@
 #define LLMC_CUDA_ATTENTION_CUH
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <type_traits>
 
@@ -318,6 +320,7 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
 }
 
 #include "attention_tc.cuh"
+#include "attention_fa2.cuh"
 
 /* `make USE_CUDNN=1` routes bf16/fp16 attention through cuDNN's fused SDPA (cudnn_att.h: same
  * tensors, same saved logsumexp). */
@@ -331,10 +334,32 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
 #include "cudnn_att.h"
 #endif
 
-/* What attention_forward/backward run for a storage type (for the startup print). */
-template <class T> inline const char *attention_impl_name() {
+/* bf16/fp16 attention without cuDNN: the FlashAttention-2-class kernels (attention_fa2.cuh)
+ * on sm_80+ for head sizes 64 and 128, else the wmma kernels (attention_tc.cuh).
+ * LLMC_ATTENTION=wmma in the environment selects the wmma kernels everywhere, LLMC_ATTENTION=fa2
+ * (or unset) the default; any other value is an error. */
+inline bool attention_use_fa2(int HS) {
+    static int fa2 = -1; /* decided once per process */
+    if (fa2 < 0) {
+        const char *e = getenv("LLMC_ATTENTION");
+        if (e && *e && strcmp(e, "fa2") != 0 && strcmp(e, "wmma") != 0) {
+            fprintf(stderr, "error: LLMC_ATTENTION=%s: expected fa2 (the default) or wmma\n", e);
+            exit(1);
+        }
+        int dev = 0, major = 0;
+        cudaCheck(cudaGetDevice(&dev));
+        cudaCheck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        fa2 = major >= 8 && !(e && strcmp(e, "wmma") == 0);
+    }
+    return fa2 && attention_fa2_supports(HS);
+}
+
+/* What attention_forward/backward run for a storage type and head size (for the startup print). */
+template <class T> inline const char *attention_impl_name(int HS) {
     if (sizeof(T) == 4) return "own flash attention, CUDA cores (fp32)";
-    return USE_CUDNN ? "cuDNN fused SDPA (USE_CUDNN=1)" : "own flash attention, tensor cores (wmma)";
+    if (USE_CUDNN) return "cuDNN fused SDPA (USE_CUDNN=1)";
+    return attention_use_fa2(HS) ? "own FlashAttention-2-class attention, tensor cores (mma.sync, ldmatrix, cp.async)"
+                                 : "own flash attention, tensor cores (wmma)";
 }
 
 /* fp32 runs on CUDA cores (the tight reference); bf16 and fp16 on tensor cores, or cuDNN. */
@@ -345,7 +370,8 @@ void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, i
 #if USE_CUDNN
         attention_forward_cudnn(out, lse, inp, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
 #else
-        attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
+        if (C % NH == 0 && attention_use_fa2(C / NH)) attention_forward_fa2(out, lse, inp, B, T_, NH, NH, C / NH, stream);
+        else attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
 #endif
     }
 }
@@ -360,7 +386,9 @@ void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, cons
         (void)scratch;
         attention_backward_cudnn(dinp, dout, inp, out, lse, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
 #else
-        attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+        if (C % NH == 0 && attention_use_fa2(C / NH))
+            attention_backward_fa2(dinp, dout, inp, out, lse, B, T_, NH, NH, C / NH, scratch, stream);
+        else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
 #endif
     }
 }

@@ -569,8 +569,9 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     }
     int training = m->grads_memory != NULL;
     double total = 0.0;
-    fprintf(out, "attention: %s\n", m->precision == PRECISION_FP32 ? attention_impl_name<float>()
-                                                                   : attention_impl_name<__nv_bfloat16>());
+    const int HS = m->cfg.channels / m->cfg.num_heads;
+    fprintf(out, "attention: %s\n", m->precision == PRECISION_FP32 ? attention_impl_name<float>(HS)
+                                                                   : attention_impl_name<__nv_bfloat16>(HS));
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (GPU, %-4s, -r %d)             |        MiB |\n", precision_name(m->precision), m->recompute);
     fprintf(out, "+-------------------------------------+------------+\n");

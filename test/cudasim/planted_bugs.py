@@ -39,6 +39,13 @@ CASES = {
     "wmma_bad_ldm": [r"kernel 'wmma_misuse_kernel'", r"thread \(0,0,0\)", r"leading dimension 12 elements",
                      r"not a multiple of 16 bytes"],
     "wmma_partial_warp": [r"kernel 'wmma_misuse_kernel'", r"block of 16 threads", r"whole warps"],
+    "ldmatrix_misaligned": [r"kernel 'ptx_misuse_kernel'", r"thread \(3,0,0\)", r"misaligned address",
+                            r"ldmatrix row address", r"16-byte alignment"],
+    "mma_partial_warp": [r"kernel 'ptx_misuse_kernel'", r"mma\.sync\.m16n8k16\.f32\.f16", r"warp of 16 threads",
+                         r"needs all 32 lanes"],
+    "cp_async_misaligned": [r"kernel 'ptx_misuse_kernel'", r"thread \(\d+,0,0\)", r"cp\.async global source",
+                            r"16-byte alignment"],
+    "cp_async_no_wait": [r"kernel 'ptx_misuse_kernel'", r"thread \(\d+,0,0\)", r"1 cp\.async copies not waited for"],
 }
 
 

@@ -82,6 +82,21 @@ struct Fiber : ThreadCtx {
     unsigned char val[16];
     void *out;
     bool is_signed;
+    /* WOP_COLLECTIVE: the instruction, its emulation and this lane's operands */
+    const char *coll_name;
+    void (*coll_fn)(void *const *);
+    void *coll_ctx;
+    /* cp.async copies issued and not yet waited for; group -1: not committed yet */
+    struct CpAsync {
+        void *dst;
+        unsigned char data[16];
+        size_t bytes;
+        long group;
+        const char *file;
+        int line;
+    };
+    std::vector<CpAsync> cp_pending;
+    long cp_groups; /* groups committed so far */
 };
 
 struct SharedAlloc {
@@ -162,7 +177,7 @@ const char *op_name(int op) {
         "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync",
         "__any_sync", "__all_sync", "__syncwarp", "__reduce_add_sync", "__reduce_min_sync",
         "__reduce_max_sync", "__reduce_and_sync", "__reduce_or_sync", "__reduce_xor_sync",
-        "__match_any_sync"};
+        "__match_any_sync", "warp-collective instruction"};
     return op >= 0 && op < WOP_COUNT ? names[op] : "?";
 }
 
@@ -286,6 +301,14 @@ int lanes_in_warp(int warp) {
 void complete_warp_op(Fiber *base, unsigned mask) {
     Fiber &first = base[__builtin_ctz(mask)];
     int op = first.op;
+    if (op == WOP_COLLECTIVE) { /* warp_collective: mask is always the whole warp */
+        void *ctx[32];
+        for (int l = 0; l < 32; l++) ctx[l] = base[l].coll_ctx;
+        first.coll_fn(ctx);
+        for (int l = 0; l < 32; l++) base[l].state = F_RUNNABLE;
+        g_stats.warp_ops++;
+        return;
+    }
     size_t size = first.size;
     uint64_t acc = 0;
     unsigned bits = 0;
@@ -358,6 +381,10 @@ bool check_warp_group(Fiber *f) {
                  "__ballot_sync before lanes leave, or keep all lanes alive.",
                  op_name(f->op), mask, f->file, f->line, l);
         if (g.state != F_WARP) return false; /* not there yet */
+        if (g.op == WOP_COLLECTIVE && f->op == WOP_COLLECTIVE && g.coll_fn != f->coll_fn)
+            fail(f, "%s (%s:%d) meets lane %d at %s (%s:%d): every lane of a warp must execute the same "
+                 "warp-collective instruction (.sync.aligned).", f->coll_name, f->file, f->line, l,
+                 g.coll_name, g.file, g.line);
         if (g.op != f->op || g.mask != mask || g.width != f->width || g.size != f->size)
             fail(f, "%s(mask=0x%08x, width %d) (%s:%d) meets lane %d at %s(mask=0x%08x, width %d) "
                  "(%s:%d): lanes named in one mask must execute the same primitive with the same mask.",
@@ -371,6 +398,11 @@ bool check_warp_group(Fiber *f) {
 /* ---- block scheduling --------------------------------------------------------------------- */
 void on_fiber_exit(Fiber *f) {
     Launch &L = g_launch;
+    if (!f->cp_pending.empty())
+        fail(f, "this thread returned from the kernel with %zu cp.async copies not waited for (the "
+             "first issued at %s:%d): their data may land at any time.\n  HINT: end with "
+             "cp.async.wait_group 0 (cp_async_wait<0>()).", f->cp_pending.size(),
+             f->cp_pending[0].file, f->cp_pending[0].line);
     f->state = F_DONE;
     L.ndone++;
     if (L.barrier_count > 0) {
@@ -445,6 +477,8 @@ void run_block() {
         f.state = F_RUNNABLE;
         f.started = false;
         f.stack_lo = stack_for(t);
+        f.cp_pending.clear();
+        f.cp_groups = 0;
     }
     while (L.ndone < n) {
         bool progressed = false;
@@ -753,6 +787,58 @@ void warp_exchange(int op, unsigned mask, const void *val, size_t size, int arg,
     memcpy(f->val, val, size);
     f->state = F_WARP;
     if (!check_warp_group(f)) block_current(); /* the last lane to arrive completes the group */
+}
+
+void warp_collective(const char *name, void (*fn)(void *const *), void *ctx, const char *file, int line) {
+    Fiber *f = g_cur;
+    if (!g_in_kernel || !f) fail(nullptr, "%s called outside a kernel (%s:%d)", name, file, line);
+    if (lanes_in_warp(f->warp) < 32)
+        fail(f, "%s (%s:%d) in a warp of %d threads (the block has %d): the instruction is "
+             ".sync.aligned and needs all 32 lanes.\n  HINT: use a block size that is a multiple of 32.",
+             name, file, line, lanes_in_warp(f->warp), g_launch.nthreads);
+    f->coll_name = name, f->coll_fn = fn, f->coll_ctx = ctx;
+    f->op = WOP_COLLECTIVE, f->mask = 0xffffffffu, f->arg = 0, f->width = 32, f->size = 0, f->out = nullptr;
+    f->file = file, f->line = line, f->is_signed = false;
+    f->state = F_WARP;
+    if (!check_warp_group(f)) block_current();
+}
+
+void cp_async(void *dst, const void *src, size_t bytes, const char *file, int line) {
+    Fiber *f = g_cur;
+    if (!g_in_kernel || !f) fail(nullptr, "cp.async called outside a kernel (%s:%d)", file, line);
+    if (bytes != 4 && bytes != 8 && bytes != 16)
+        fail(f, "cp.async (%s:%d) of %zu bytes: the copy size is 4, 8 or 16.", file, line, bytes);
+    check_aligned(dst, bytes, "cp.async shared destination", file, line);
+    check_aligned(src, bytes, "cp.async global source", file, line);
+    const unsigned char *a = g_launch.arena;
+    if ((const unsigned char *)dst < a || (const unsigned char *)dst + bytes > a + g_launch.arena_used)
+        fail(f, "cp.async (%s:%d): destination %p is not in the block's shared memory.", file, line, dst);
+    Fiber::CpAsync c;
+    c.dst = dst, c.bytes = bytes, c.group = -1, c.file = file, c.line = line;
+    memcpy(c.data, src, bytes); /* the source is read at issue (a fault names this thread) */
+    f->cp_pending.push_back(c);
+}
+
+void cp_async_commit() {
+    Fiber *f = g_cur;
+    if (!g_in_kernel || !f) fail(nullptr, "cp.async.commit_group called outside a kernel");
+    for (Fiber::CpAsync &c : f->cp_pending)
+        if (c.group < 0) c.group = f->cp_groups;
+    f->cp_groups++; /* an empty group is a group too (wait_group N counts it) */
+}
+
+void cp_async_wait(int pending, const char *file, int line) {
+    Fiber *f = g_cur;
+    if (!g_in_kernel || !f) fail(nullptr, "cp.async.wait_group called outside a kernel (%s:%d)", file, line);
+    if (pending < 0) fail(f, "cp.async.wait_group %d (%s:%d): N must be >= 0.", pending, file, line);
+    /* groups older than the `pending` most recent ones complete; uncommitted copies stay */
+    const long done_below = f->cp_groups - pending;
+    std::vector<Fiber::CpAsync> keep;
+    for (const Fiber::CpAsync &c : f->cp_pending) {
+        if (c.group >= 0 && c.group < done_below) memcpy(c.dst, c.data, c.bytes);
+        else keep.push_back(c);
+    }
+    f->cp_pending.swap(keep);
 }
 
 unsigned active_mask() {

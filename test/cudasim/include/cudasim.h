@@ -75,7 +75,7 @@ extern BlockCtx g_block;
 enum WarpOp {
     WOP_SHFL_IDX, WOP_SHFL_UP, WOP_SHFL_DOWN, WOP_SHFL_XOR, WOP_BALLOT, WOP_ANY, WOP_ALL,
     WOP_SYNCWARP, WOP_REDUCE_ADD, WOP_REDUCE_MIN, WOP_REDUCE_MAX, WOP_REDUCE_AND,
-    WOP_REDUCE_OR, WOP_REDUCE_XOR, WOP_MATCH_ANY, WOP_COUNT
+    WOP_REDUCE_OR, WOP_REDUCE_XOR, WOP_MATCH_ANY, WOP_COLLECTIVE, WOP_COUNT
 };
 enum BarrierOp { BAR_PLAIN, BAR_COUNT, BAR_AND, BAR_OR };
 
@@ -88,6 +88,15 @@ int barrier(int op, int pred, const char *file, int line);
 void warp_exchange(int op, unsigned mask, const void *val, size_t size, int arg, int width,
                    void *out, const char *file, int line, bool is_signed);
 unsigned active_mask();
+/* A warp-collective instruction (mma.sync, ldmatrix; see include/ptx_sim.h): every lane of a
+ * whole warp (32 threads) arrives with its own ctx at the same instruction (same fn); the last
+ * to arrive calls fn(ctx of lanes 0..31) once, before any lane continues. */
+void warp_collective(const char *name, void (*fn)(void *const *ctx), void *ctx, const char *file, int line);
+/* cp.async: `bytes` of src are read now, but reach dst only when the calling thread waits for
+ * the group they were committed in (cp_async_wait), so a read before the wait sees stale data. */
+void cp_async(void *dst, const void *src, size_t bytes, const char *file, int line);
+void cp_async_commit();
+void cp_async_wait(int pending, const char *file, int line);
 void *shared_alloc(const void *key, size_t size, size_t align, const char *name);
 void *dynamic_shared();
 [[noreturn]] void device_error(const char *file, int line, const char *fmt, ...)

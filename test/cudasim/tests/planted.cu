@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../../llmc/cuda/ptx.cuh"
+
 __global__ void early_return_barrier_kernel(float* out) {
     if (threadIdx.x == 5) return;  // BUG: thread 5 skips the barrier below
     __syncthreads();
@@ -78,6 +80,32 @@ __global__ void wmma_misuse_kernel(float* out, const __half* in, int shift, unsi
     out[threadIdx.x] = __half2float(a.x[0]);
 }
 
+// PTX misuse (llmc/cuda/ptx.cuh): ldmatrix rows must be 16-byte aligned; mma.sync and ldmatrix
+// need all 32 lanes; cp.async needs 16-byte aligned addresses and a wait before the thread exits
+__global__ void ptx_misuse_kernel(float* out, const float* in, int mode) {
+    __shared__ __align__(16) unsigned short s[8 * 16];
+    __shared__ __align__(16) float f[4 * 64];
+    s[threadIdx.x] = 0;
+    __syncthreads();
+    if (mode == 0) {
+        unsigned r[1];
+        ptx_ldmatrix<1, false>(r, s + (threadIdx.x % 8) * 16 + (threadIdx.x == 3));  // BUG: lane 3's row + 2 bytes
+        out[threadIdx.x] = (float)r[0];
+    } else if (mode == 1) {
+        unsigned a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+        float acc[4] = {0, 0, 0, 0};
+        ptx_mma_m16n8k16<__half>(acc, a, b);  // BUG (16-thread block): not a whole warp
+        out[threadIdx.x] = acc[0];
+    } else if (mode == 2) {
+        ptx_cp_async16(&f[threadIdx.x * 4], in + 1);  // BUG: the source is 4 bytes off 16
+        ptx_cp_async_commit();
+        ptx_cp_async_wait<0>();
+    } else {
+        ptx_cp_async16(&f[threadIdx.x * 4], in);  // BUG: no wait before returning
+        ptx_cp_async_commit();
+    }
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "";
     float *out, *in;
@@ -104,6 +132,10 @@ int main(int argc, char** argv) {
     else if (!strcmp(mode, "wmma_misaligned")) wmma_misuse_kernel<<<1, 32>>>(out, (const __half*)in, 8, 16);
     else if (!strcmp(mode, "wmma_bad_ldm")) wmma_misuse_kernel<<<1, 32>>>(out, (const __half*)in, 0, 12);
     else if (!strcmp(mode, "wmma_partial_warp")) wmma_misuse_kernel<<<1, 16>>>(out, (const __half*)in, 0, 16);
+    else if (!strcmp(mode, "ldmatrix_misaligned")) ptx_misuse_kernel<<<1, 32>>>(out, in, 0);
+    else if (!strcmp(mode, "mma_partial_warp")) ptx_misuse_kernel<<<1, 16>>>(out, in, 1);
+    else if (!strcmp(mode, "cp_async_misaligned")) ptx_misuse_kernel<<<1, 32>>>(out, in, 2);
+    else if (!strcmp(mode, "cp_async_no_wait")) ptx_misuse_kernel<<<1, 32>>>(out, in, 3);
     else {
         printf("usage: planted MODE\n");
         return 2;

@@ -1,0 +1,507 @@
+/*
+ * attention_fa2.cuh - FlashAttention-2-class causal attention forward for bf16/fp16 on sm_80+
+ * (included by attention.cuh, whose head comment gives the math and the saved logsumexp).
+ *
+ * Work: a block is 4 warps and owns 64 queries of one (batch, head), 16 per warp; key/value
+ * tiles of 64 rows stream through shared memory, double-buffered with cp.async (the next tile
+ * is in flight while the current one is multiplied). Everything between the global loads and
+ * the output stays in registers, in the PTX fragment layouts of mma.m16n8k16 (ptx.cuh):
+ *   - Q: the warp's 16 x HS rows as A fragments, loaded once with ldmatrix.x4;
+ *   - S = Q K^T: K rows are the "col" B operand as stored, ldmatrix.x4 (no .trans);
+ *   - online softmax on the S accumulators (a lane holds rows g and g+8, 2 columns per 8-key
+ *     tile; row max/sum over the 4 lanes of a group with shuffles), in log2 units (exp2);
+ *     O and the partial sums are rescaled by exp2(m_old - m_new) at every tile;
+ *   - P = the S accumulators rounded to 16 bits and re-packed as the A operand of P V (the C
+ *     layout of two 8-key tiles is the A layout of one 16-key step), no shared memory;
+ *   - V: the "col" B operand needs consecutive keys per register, V is stored key-major, so
+ *     ldmatrix.x4.trans.
+ * Only P is rounded to 16 bits (as in every flash attention); S, m, l and O are fp32.
+ * Shared memory: Q + 2 x (K, V) tiles of 64 rows, each row padded by 16 bytes (row stride
+ * HS + 8 elements: 144 or 272 bytes, 16 mod 128), so the 8 row addresses of one ldmatrix
+ * matrix fall in 8 different 16-byte bank groups: conflict-free without a swizzle.
+ * 46080 bytes at HS = 64, 87040 at HS = 128 (the launch raises the limit once).
+ *
+ * GQA-ready: inp rows are [q (NH heads) | k (NKV heads) | v (NKV heads)] x HS, query head h reads
+ * key/value head h / (NH / NKV) in place (GPT-2: NKV = NH, the (B, T, 3C) layout).
+ * Not run on a GPU yet: verified through cudasim's PTX emulation (test/cudasim/include/ptx_sim.h)
+ * against the CPU reference (test/test_cuda_ops.cu). Head sizes 64 and 128.
+ */
+#ifndef LLMC_CUDA_ATTENTION_FA2_CUH
+#define LLMC_CUDA_ATTENTION_FA2_CUH
+
+#include <stdio.h>
+
+#include "common.cuh"
+#include "ptx.cuh"
+
+template <class T, int HS> struct AttnFA2 {
+    static constexpr int WARPS = 4, BM = 64, BN = 64, LD = HS + 8;
+    static constexpr size_t TILE_ELEMS = (size_t)64 * LD;
+    static constexpr size_t SMEM_BYTES = 5 * TILE_ELEMS * sizeof(T); /* Q, K[2], V[2] */
+    static_assert(HS == 64 || HS == 128, "the FA2 kernel is compiled for head sizes 64 and 128");
+};
+
+/* cp.async rows [r0, r0 + ROWS) of columns [col0, col0 + HS) of a (T, stride) matrix into a
+ * [ROWS][HS + 8] tile; rows at or past T become zeros (plain stores: padded V rows must be 0,
+ * since P is 0 there and 0 * NaN would not be). */
+template <class T, int HS, int ROWS = 64>
+__device__ inline void fa2_load_rows(T *tile, const T *src, int stride, int col0, int r0, int T_) {
+    constexpr int LD = HS + 8, VEC = 16 / sizeof(T), PER_ROW = HS / VEC;
+    for (int idx = threadIdx.x; idx < ROWS * PER_ROW; idx += 128) {
+        const int r = idx / PER_ROW, c = (idx % PER_ROW) * VEC, t = r0 + r;
+        T *dst = tile + r * LD + c;
+        if (t < T_) ptx_cp_async16(dst, src + (size_t)t * stride + col0 + c);
+        else *reinterpret_cast<int4 *>(dst) = make_int4(0, 0, 0, 0);
+    }
+}
+
+/* Fragments from a row-major [rows][LD] shared tile with ldmatrix.x4 (lane l addresses row
+ * l%8 of matrix l/8):
+ *   fa2_load_a:  the A fragment (16 x 16) at (r0, c0)
+ *   fa2_load_b:  B fragments of two 8-wide n tiles whose n index is the tile's row (n0, n0+8),
+ *                k along the row (c0 .. c0+15): b[0..1] for n0, b[2..3] for n0+8
+ *   fa2_load_bt: B fragments with k along the tile's rows (r0 .. r0+15) and n along the row
+ *                (n0, n0+8), through .trans */
+template <int LD, class T> __device__ inline void fa2_load_a(unsigned (&a)[4], const T *tile, int r0, int c0) {
+    const int lane = threadIdx.x % 32;
+    ptx_ldmatrix<4, false>(a, tile + (r0 + lane % 8 + (lane / 8) % 2 * 8) * LD + c0 + lane / 16 * 8);
+}
+template <int LD, class T> __device__ inline void fa2_load_b(unsigned (&b)[4], const T *tile, int n0, int c0) {
+    const int lane = threadIdx.x % 32;
+    ptx_ldmatrix<4, false>(b, tile + (n0 + lane % 8 + lane / 16 * 8) * LD + c0 + (lane / 8) % 2 * 8);
+}
+template <int LD, class T> __device__ inline void fa2_load_bt(unsigned (&b)[4], const T *tile, int r0, int n0) {
+    const int lane = threadIdx.x % 32;
+    ptx_ldmatrix<4, true>(b, tile + (r0 + lane % 8 + (lane / 8) % 2 * 8) * LD + n0 + lane / 16 * 8);
+}
+/* acc[n], acc[n+1] += a * (the two n tiles of b) */
+template <class T> __device__ inline void fa2_mma2(float (&acc0)[4], float (&acc1)[4], const unsigned (&a)[4],
+                                                   const unsigned (&b)[4]) {
+    const unsigned b0[2] = {b[0], b[1]}, b1[2] = {b[2], b[3]};
+    ptx_mma_m16n8k16<T>(acc0, a, b0);
+    ptx_mma_m16n8k16<T>(acc1, a, b1);
+}
+/* The accumulators of 8-wide tiles 2kk and 2kk+1 (rows g, g+8) as the A fragment of k step kk */
+template <class T> __device__ inline void fa2_pack_a(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pack2<T>(c0[0], c0[1]), a[1] = pack2<T>(c0[2], c0[3]);
+    a[2] = pack2<T>(c1[0], c1[1]), a[3] = pack2<T>(c1[2], c1[3]);
+}
+
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_forward_fa2_kernel(T *out, float *lse, const T *inp, int T_, int NH, int NKV) {
+    typedef AttnFA2<T, HS> L;
+    constexpr int LD = L::LD, NT = HS / 8; /* 8-column tiles of O */
+    extern __shared__ __align__(128) unsigned char attn_fa2_smem[];
+    T *qs = (T *)attn_fa2_smem, *ks = qs + L::TILE_ELEMS, *vs = ks + 2 * L::TILE_ELEMS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
+    const int stride = (NH + 2 * NKV) * HS;
+    /* the last query blocks see the most keys: they go first, so the short ones fill the tail */
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * 64;
+    const int row0 = q0 + warp * 16 + g; /* this lane's rows: row0 and row0 + 8 */
+    const float scale_log2 = 1.4426950408889634f / sqrtf((float)HS);
+    const T *base = inp + (size_t)b * T_ * stride;
+    const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
+    const int ntiles = (min(q0 + 64, T_) + 63) / 64;
+
+    fa2_load_rows<T, HS>(qs, base, stride, h * HS, q0, T_);
+    fa2_load_rows<T, HS>(ks, base, stride, kcol, 0, T_);
+    fa2_load_rows<T, HS>(vs, base, stride, vcol, 0, T_);
+    ptx_cp_async_commit();
+
+    unsigned qf[HS / 16][4];
+    float o[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* per row; l: this lane's columns */
+
+    for (int it = 0; it < ntiles; it++) {
+        const int buf = it & 1, k0 = it * 64;
+        if (it + 1 < ntiles) { /* prefetch the next tile into the other buffer */
+            fa2_load_rows<T, HS>(ks + (buf ^ 1) * L::TILE_ELEMS, base, stride, kcol, k0 + 64, T_);
+            fa2_load_rows<T, HS>(vs + (buf ^ 1) * L::TILE_ELEMS, base, stride, vcol, k0 + 64, T_);
+            ptx_cp_async_commit();
+            ptx_cp_async_wait<1>(); /* all but the newest group: this tile (and Q) landed */
+        } else {
+            ptx_cp_async_wait<0>();
+        }
+        __syncthreads(); /* every thread's copies of this tile are visible */
+        if (it == 0) {
+#pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) fa2_load_a<LD>(qf[kk], qs, warp * 16, kk * 16);
+        }
+        const T *kt = ks + buf * L::TILE_ELEMS, *vt = vs + buf * L::TILE_ELEMS;
+        /* S = Q K^T: 16 x 64 as 8 tiles of 8 keys */
+        float s[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                unsigned r[4];
+                fa2_load_b<LD>(r, kt, np * 16, kk * 16);
+                fa2_mma2<T>(s[2 * np], s[2 * np + 1], qf[kk], r);
+            }
+        }
+        /* mask (key > query, key >= T), scale to log2 units, row max over the group's 4 lanes */
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = row0 + (i / 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;
+                s[j][i] = key <= row && key < T_ ? s[j][i] * scale_log2 : -INFINITY;
+                mx[i / 2] = fmaxf(mx[i / 2], s[j][i]);
+            }
+        float corr[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            /* key k0 <= q0 <= row is in every tile a row reaches, so the new max is finite */
+            const float m_new = fmaxf(m[r], mx[r]);
+            corr[r] = exp2f(m[r] - m_new); /* 0 on the first tile (m = -inf, O = l = 0) */
+            m[r] = m_new;
+            l[r] *= corr[r];
+        }
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            o[n][0] *= corr[0], o[n][1] *= corr[0];
+            o[n][2] *= corr[1], o[n][3] *= corr[1];
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s[j][i] = exp2f(s[j][i] - m[i / 2]);
+                l[i / 2] += s[j][i];
+            }
+        /* O += P V: the S accumulators of key tiles 2kk, 2kk+1 are the A fragment of step kk */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            unsigned pa[4];
+            fa2_pack_a<T>(pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                unsigned r[4];
+                fa2_load_bt<LD>(r, vt, kk * 16, dp * 16);
+                fa2_mma2<T>(o[2 * dp], o[2 * dp + 1], pa, r);
+            }
+        }
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    const int C = NH * HS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int row = row0 + r * 8;
+        if (row >= T_) continue;
+        const float inv = 1.0f / sum;
+        T *dst = out + ((size_t)b * T_ + row) * C + h * HS + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            *reinterpret_cast<unsigned *>(dst + 8 * n) = pack2<T>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        if (tq == 0) lse[(size_t)bh * T_ + row] = (m[r] + log2f(sum)) * 0.6931471805599453f;
+    }
+}
+
+/* ---- backward: 7 products in two kernels, deterministic (every output element is summed by
+ * one warp in a fixed order; no atomics) ----
+ *   dk/dv kernel: a block owns 64 keys of one key/value head (16 per warp) and streams the query
+ *     tiles of every query head of its group (cp.async, double-buffered, with lse and D):
+ *     S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D),
+ *     dV += P^T dO, dK += dS^T Q   (P^T and dS^T re-packed from accumulators as A operands)
+ *   dq kernel: a block owns 64 queries and streams key/value tiles:
+ *     S = Q K^T, dP = dO V^T, P, dS as above, dQ += dS K
+ * dQ by its own pass recomputes S and dP (2 of the 7 products) instead of accumulating dS K
+ * across key blocks with atomics, so the result is reproducible bit for bit.
+ * Query tiles in the dk/dv kernel are 64 rows at HS 64 and 32 at HS 128 (register budget). */
+template <class T, int HS> struct AttnFA2Bwd {
+    static constexpr int LD = HS + 8, BQ = HS == 128 ? 32 : 64;
+    static constexpr size_t KV_ELEMS = (size_t)64 * LD, Q_ELEMS = (size_t)BQ * LD;
+    /* K, V | Q[2], dO[2] | lse[2][BQ], D[2][BQ] */
+    static constexpr size_t DKDV_BYTES = (2 * KV_ELEMS + 4 * Q_ELEMS) * sizeof(T) + 4 * BQ * sizeof(float);
+    /* Q, dO | K[2], V[2] */
+    static constexpr size_t DQ_BYTES = 6 * KV_ELEMS * sizeof(T);
+};
+
+/* rows [r0, r0 + ROWS) of a (B*NH, T) fp32 vector scaled by `mul` into smem; 0 past T */
+template <int ROWS>
+__device__ inline void fa2_load_rowvec(float *dst, const float *src, int r0, int T_, float mul) {
+    for (int i = threadIdx.x; i < ROWS; i += 128) dst[i] = r0 + i < T_ ? src[r0 + i] * mul : 0.0f;
+}
+
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_backward_dkdv_fa2_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
+                                       int NH, int NKV) {
+    typedef AttnFA2Bwd<T, HS> L;
+    constexpr int LD = L::LD, BQ = L::BQ, NT = HS / 8, NQ = BQ / 8;
+    extern __shared__ __align__(128) unsigned char attn_fa2_dkdv_smem[];
+    T *ks = (T *)attn_fa2_dkdv_smem, *vs = ks + L::KV_ELEMS, *qs = vs + L::KV_ELEMS, *dos = qs + 2 * L::Q_ELEMS;
+    float *lses = (float *)(dos + 2 * L::Q_ELEMS), *Ds = lses + 2 * BQ;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV, G = NH / NKV;
+    const int stride = (NH + 2 * NKV) * HS, C = NH * HS;
+    const int k0 = blockIdx.x * 64, key0 = k0 + warp * 16 + g; /* this lane's keys: key0, key0 + 8 */
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = 1.4426950408889634f * scale;
+    const T *base = inp + (size_t)b * T_ * stride, *dbase = dout + (size_t)b * T_ * C;
+    const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
+    const int nq = (T_ - k0 + BQ - 1) / BQ, nit = G * nq; /* (query head, query tile) pairs */
+
+    /* the tile pair `it` (head kvh*G + it/nq, queries from k0 + (it%nq)*BQ) into buffer it&1 */
+    auto load = [&](int it) {
+        const int h = kvh * G + it / nq, t0 = k0 + it % nq * BQ, buf = it & 1;
+        fa2_load_rows<T, HS, BQ>(qs + buf * L::Q_ELEMS, base, stride, h * HS, t0, T_);
+        fa2_load_rows<T, HS, BQ>(dos + buf * L::Q_ELEMS, dbase, C, h * HS, t0, T_);
+        const size_t bh = (size_t)b * NH + h;
+        fa2_load_rowvec<BQ>(lses + buf * BQ, lse + bh * T_, t0, T_, 1.4426950408889634f);
+        fa2_load_rowvec<BQ>(Ds + buf * BQ, D + bh * T_, t0, T_, 1.0f);
+    };
+    fa2_load_rows<T, HS, 64>(ks, base, stride, kcol, k0, T_);
+    fa2_load_rows<T, HS, 64>(vs, base, stride, vcol, k0, T_);
+    load(0);
+    ptx_cp_async_commit();
+
+    float dk[NT][4], dv[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;
+    for (int it = 0; it < nit; it++) {
+        const int buf = it & 1, t0 = k0 + it % nq * BQ;
+        if (it + 1 < nit) {
+            load(it + 1);
+            ptx_cp_async_commit();
+            ptx_cp_async_wait<1>();
+        } else {
+            ptx_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *qt = qs + buf * L::Q_ELEMS, *dot = dos + buf * L::Q_ELEMS;
+        const float *lt = lses + buf * BQ, *dt = Ds + buf * BQ;
+        /* S^T = K Q^T and dP^T = V dO^T: 16 keys x BQ queries */
+        float st[NQ][4], dpt[NQ][4];
+#pragma unroll
+        for (int j = 0; j < NQ; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) st[j][i] = dpt[j][i] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            unsigned ka[4], va[4];
+            fa2_load_a<LD>(ka, ks, warp * 16, kk * 16);
+            fa2_load_a<LD>(va, vs, warp * 16, kk * 16);
+#pragma unroll
+            for (int np = 0; np < NQ / 2; np++) {
+                unsigned r[4];
+                fa2_load_b<LD>(r, qt, np * 16, kk * 16);
+                fa2_mma2<T>(st[2 * np], st[2 * np + 1], ka, r);
+                fa2_load_b<LD>(r, dot, np * 16, kk * 16);
+                fa2_mma2<T>(dpt[2 * np], dpt[2 * np + 1], va, r);
+            }
+        }
+        /* P^T and dS^T in place (query q valid when key <= q < T) */
+#pragma unroll
+        for (int j = 0; j < NQ; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int c = 8 * j + 2 * tq + i % 2, q = t0 + c, key = key0 + (i / 2) * 8;
+                const float p = q >= key && q < T_ ? exp2f(st[j][i] * scale_log2 - lt[c]) : 0.0f;
+                st[j][i] = p;
+                dpt[j][i] = p * (dpt[j][i] - dt[c]);
+            }
+        /* dV += P^T dO, dK += dS^T Q: k runs over the tile's queries */
+#pragma unroll
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            unsigned pa[4], da[4];
+            fa2_pack_a<T>(pa, st[2 * kk], st[2 * kk + 1]);
+            fa2_pack_a<T>(da, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+            for (int dp = 0; dp < HS / 16; dp++) {
+                unsigned r[4];
+                fa2_load_bt<LD>(r, dot, kk * 16, dp * 16);
+                fa2_mma2<T>(dv[2 * dp], dv[2 * dp + 1], pa, r);
+                fa2_load_bt<LD>(r, qt, kk * 16, dp * 16);
+                fa2_mma2<T>(dk[2 * dp], dk[2 * dp + 1], da, r);
+            }
+        }
+        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+    }
+    T *rows = dinp + (size_t)b * T_ * stride;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = key0 + r * 8;
+        if (key >= T_) continue;
+        T *dkr = rows + (size_t)key * stride + kcol + 2 * tq, *dvr = rows + (size_t)key * stride + vcol + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NT; n++) {
+            *reinterpret_cast<unsigned *>(dkr + 8 * n) = pack2<T>(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *reinterpret_cast<unsigned *>(dvr + 8 * n) = pack2<T>(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+template <class T, int HS>
+static __global__ void __launch_bounds__(128)
+    attention_backward_dq_fa2_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
+                                     int NH, int NKV) {
+    typedef AttnFA2Bwd<T, HS> L;
+    constexpr int LD = L::LD, NT = HS / 8;
+    extern __shared__ __align__(128) unsigned char attn_fa2_dq_smem[];
+    T *qs = (T *)attn_fa2_dq_smem, *dos = qs + L::KV_ELEMS, *ks = dos + L::KV_ELEMS, *vs = ks + 2 * L::KV_ELEMS;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
+    const int stride = (NH + 2 * NKV) * HS, C = NH * HS;
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, row0 = q0 + warp * 16 + g;
+    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = 1.4426950408889634f * scale;
+    const T *base = inp + (size_t)b * T_ * stride;
+    const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
+    const int ntiles = (min(q0 + 64, T_) + 63) / 64;
+    float lse2[2], Dr[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        lse2[r] = row < T_ ? lse[(size_t)bh * T_ + row] * 1.4426950408889634f : 0.0f;
+        Dr[r] = row < T_ ? D[(size_t)bh * T_ + row] : 0.0f;
+    }
+    fa2_load_rows<T, HS, 64>(qs, base, stride, h * HS, q0, T_);
+    fa2_load_rows<T, HS, 64>(dos, dout + (size_t)b * T_ * C, C, h * HS, q0, T_);
+    fa2_load_rows<T, HS, 64>(ks, base, stride, kcol, 0, T_);
+    fa2_load_rows<T, HS, 64>(vs, base, stride, vcol, 0, T_);
+    ptx_cp_async_commit();
+
+    float dq[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    for (int it = 0; it < ntiles; it++) {
+        const int buf = it & 1, k0 = it * 64;
+        if (it + 1 < ntiles) {
+            fa2_load_rows<T, HS, 64>(ks + (buf ^ 1) * L::KV_ELEMS, base, stride, kcol, k0 + 64, T_);
+            fa2_load_rows<T, HS, 64>(vs + (buf ^ 1) * L::KV_ELEMS, base, stride, vcol, k0 + 64, T_);
+            ptx_cp_async_commit();
+            ptx_cp_async_wait<1>();
+        } else {
+            ptx_cp_async_wait<0>();
+        }
+        __syncthreads();
+        const T *kt = ks + buf * L::KV_ELEMS, *vt = vs + buf * L::KV_ELEMS;
+        float s[8][4], dp[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HS / 16; kk++) {
+            unsigned qa[4], oa[4];
+            fa2_load_a<LD>(qa, qs, warp * 16, kk * 16);
+            fa2_load_a<LD>(oa, dos, warp * 16, kk * 16);
+#pragma unroll
+            for (int np = 0; np < 4; np++) {
+                unsigned r[4];
+                fa2_load_b<LD>(r, kt, np * 16, kk * 16);
+                fa2_mma2<T>(s[2 * np], s[2 * np + 1], qa, r);
+                fa2_load_b<LD>(r, vt, np * 16, kk * 16);
+                fa2_mma2<T>(dp[2 * np], dp[2 * np + 1], oa, r);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int row = row0 + (i / 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;
+                const float p = key <= row && row < T_ ? exp2f(s[j][i] * scale_log2 - lse2[i / 2]) : 0.0f;
+                dp[j][i] = p * (dp[j][i] - Dr[i / 2]);
+            }
+        /* dQ += dS K: k runs over the tile's keys, K rows through .trans */
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+            unsigned da[4];
+            fa2_pack_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+            for (int n = 0; n < HS / 16; n++) {
+                unsigned r[4];
+                fa2_load_bt<LD>(r, kt, kk * 16, n * 16);
+                fa2_mma2<T>(dq[2 * n], dq[2 * n + 1], da, r);
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + r * 8;
+        if (row >= T_) continue;
+        T *dst = dinp + ((size_t)b * T_ + row) * stride + h * HS + 2 * tq;
+#pragma unroll
+        for (int n = 0; n < NT; n++)
+            *reinterpret_cast<unsigned *>(dst + 8 * n) = pack2<T>(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+}
+
+template <class T, int HS>
+static void attention_forward_fa2_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV,
+                                     cudaStream_t stream) {
+    typedef AttnFA2<T, HS> L;
+    static bool ready = false;
+    attention_tc_smem(attention_forward_fa2_kernel<T, HS>, L::SMEM_BYTES, &ready);
+    attention_forward_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::SMEM_BYTES, stream>>>(
+        out, lse, inp, T_, NH, NKV);
+    kernelCheck();
+}
+
+inline void attention_fa2_check(const char *who, int B, int T_, int NH, int NKV, int HS) {
+    attention_check_sizes(who, B, T_, NH * HS, NH);
+    if ((HS != 64 && HS != 128) || NKV <= 0 || NH % NKV != 0)
+        llmc_check_failed(who, "head size must be 64 or 128 and NKV must divide NH",
+                          "HINT: a caller bug (attention_fa2_supports() says which shapes run here)", __func__,
+                          __FILE__, __LINE__);
+}
+
+/* out (B, T, NH*HS); lse (B, NH, T); inp (B, T, (NH + 2 NKV) * HS) as in the head comment.
+ * HS 64 or 128, NKV dividing NH; inp and out 16-byte aligned. */
+template <class T>
+void attention_forward_fa2(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV, int HS,
+                           cudaStream_t stream) {
+    static_assert(sizeof(T) == 2, "the FA2 attention is for bf16 and fp16");
+    attention_fa2_check("attention_forward_fa2", B, T_, NH, NKV, HS);
+    attention_tc_check_aligned("attention_forward_fa2", inp, "inp");
+    attention_tc_check_aligned("attention_forward_fa2", out, "out");
+    if (HS == 64) attention_forward_fa2_hs<T, 64>(out, lse, inp, B, T_, NH, NKV, stream);
+    else attention_forward_fa2_hs<T, 128>(out, lse, inp, B, T_, NH, NKV, stream);
+}
+
+template <class T, int HS>
+static void attention_backward_fa2_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
+                                      int T_, int NH, int NKV, cudaStream_t stream) {
+    typedef AttnFA2Bwd<T, HS> L;
+    static bool ready_kv = false, ready_q = false;
+    attention_tc_smem(attention_backward_dkdv_fa2_kernel<T, HS>, L::DKDV_BYTES, &ready_kv);
+    attention_tc_smem(attention_backward_dq_fa2_kernel<T, HS>, L::DQ_BYTES, &ready_q);
+    attention_backward_dkdv_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NKV), 128, L::DKDV_BYTES, stream>>>(
+        dinp, dout, inp, lse, D, T_, NH, NKV);
+    kernelCheck();
+    attention_backward_dq_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::DQ_BYTES, stream>>>(
+        dinp, dout, inp, lse, D, T_, NH, NKV);
+    kernelCheck();
+}
+
+/* dinp (same layout as inp, every element written); dout, out (B, T, NH*HS); lse from the
+ * forward; scratch: B*NH*T floats (D = rowsum(dout * out)). */
+template <class T>
+void attention_backward_fa2(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_,
+                            int NH, int NKV, int HS, float *scratch, cudaStream_t stream) {
+    static_assert(sizeof(T) == 2, "the FA2 attention is for bf16 and fp16");
+    attention_fa2_check("attention_backward_fa2", B, T_, NH, NKV, HS);
+    attention_tc_check_aligned("attention_backward_fa2", inp, "inp");
+    attention_tc_check_aligned("attention_backward_fa2", dinp, "dinp");
+    attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
+    if (HS == 64) attention_backward_fa2_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);
+    else attention_backward_fa2_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);
+}
+
+inline bool attention_fa2_supports(int HS) { return HS == 64 || HS == 128; }
+
+#endif
