@@ -1,27 +1,35 @@
 /* attention.cu - kernel lab for llmc/cuda/attention.cuh: checks the flash attention forward
  * (out) and backward (dinp, which also exercises the saved logsumexp) against
- * llmc/cpu/attention.h, then times them: bf16 on tensor cores (what the trainer runs), bf16 on
- * the CUDA-core kernels (for the ratio), and fp32.
+ * llmc/cpu/attention.h, then times them: bf16 on the FlashAttention-2-class kernels (what the
+ * trainer runs for head sizes 64 and 128), bf16 on the wmma tensor-core kernels and on the
+ * CUDA-core kernels (for the ratios), and fp32.
  * Usage: build/dev/cuda/attention [--small] [--B b] [--T t] [--C c] [--NH nh] [--reps R]
  *   default B=8 T=1024 C=768 NH=12 (GPT-2 124M); --small: B=2 T=67 C=128 NH=2 (HS 64). */
 #include "dev/cuda/common_lab.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cuda/attention.cuh"
 
+enum LabKernel { LAB_FA2, LAB_WMMA, LAB_SIMT };
+
 template <class T>
 static void lab_attention(const LabDevice *dev, const LabOptions *opt, float *qkv, float *dy, const float *out_ref,
-                          const float *dinp_ref, int B, int T_, int C, int NH, bool simt) {
-    const char *tn = sizeof(T) == 4 ? "fp32 (CUDA cores)" : simt ? "bf16 (CUDA cores)" : "bf16 (tensor cores)";
+                          const float *dinp_ref, int B, int T_, int C, int NH, LabKernel kernel) {
+    const char *tn = sizeof(T) == 4          ? "fp32 (CUDA cores)"
+                     : kernel == LAB_SIMT     ? "bf16 (CUDA cores)"
+                     : kernel == LAB_WMMA     ? "bf16 (wmma tensor cores)"
+                                              : "bf16 (FA2: mma.sync, ldmatrix, cp.async)";
     /* the kernels by name: with USE_CUDNN=1 the generic attention_forward would be cuDNN's */
     auto fwd_fn = [&](T *o, float *l, const T *in) {
         if constexpr (sizeof(T) == 2) {
-            if (!simt) return attention_forward_tc(o, l, in, B, T_, C, NH, 0);
+            if (kernel == LAB_FA2) return attention_forward_fa2(o, l, in, B, T_, NH, NH, C / NH, (cudaStream_t)0);
+            if (kernel == LAB_WMMA) return attention_forward_tc(o, l, in, B, T_, C, NH, 0);
         }
         attention_forward_simt(o, l, in, B, T_, C, NH, 0);
     };
     auto bwd_fn = [&](T *di, const T *dy_, const T *in, const T *o, const float *l, float *sc) {
         if constexpr (sizeof(T) == 2) {
-            if (!simt) return attention_backward_tc(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+            if (kernel == LAB_FA2) return attention_backward_fa2(di, dy_, in, o, l, B, T_, NH, NH, C / NH, sc, (cudaStream_t)0);
+            if (kernel == LAB_WMMA) return attention_backward_tc(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
         }
         attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
     };
@@ -78,9 +86,10 @@ int main(int argc, char **argv) {
     attention_forward(out, att, qkv, B, T, C, NH);
     attention_backward(dinp, dy, qkv, att, B, T, C, NH);
     free(att);
-    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, false);
-    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, true);
-    lab_attention<float>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, false);
+    if (attention_fa2_supports(C / NH)) lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_FA2);
+    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_WMMA);
+    lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_SIMT);
+    lab_attention<float>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_SIMT);
     free(qkv), free(dy), free(out), free(dinp);
     return test_exit_code();
 }
