@@ -11,6 +11,10 @@
  * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
  * own stream, ordered after the backward and before the norm by events, so every rank holds the
  * same gradients and agrees on the norm, the clip, the fp16 skip decision and the update.
+ * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
+ * shards), updates that shard, and the ranks then broadcast their shards to each other (one
+ * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
+ * rank count); checkpoints gather m and v over MPI.
  */
 #include <math.h>
 #include <stdio.h>
@@ -81,6 +85,27 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
     cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
 }
 
+/* -z 1, after the update: every rank's shard of the parameters to every rank. */
+static void nccl_gather_params(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    const size_t elem = precision_bytes(m->precision);
+    ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+    cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
+    cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < tr->dist->size; r++) {
+        size_t lo, hi;
+        dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+        char *p = (char *)m->params_memory + lo * elem;
+        if (hi > lo) nccl_check(ncclBroadcast(p, p, hi - lo, type, r, tr->comm, tr->comm_stream), "ncclBroadcast (parameters)");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    cudaCheck(cudaEventRecord(tr->reduced, tr->comm_stream));
+    cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
+    tr->dist->comm_bytes += (long long)((m->shard_hi - m->shard_lo) * elem);
+}
+
 static void nccl_stop(CudaTrainer *tr) {
     if (!tr->comm) return;
     ncclCommDestroy(tr->comm);
@@ -144,6 +169,9 @@ static float cuda_grad_norm(void *p) {
 static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float grad_scale) {
     CudaTrainer *tr = (CudaTrainer *)p;
     gpt2cuda_update(&tr->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+#if LLMC_HAVE_NCCL
+    nccl_gather_params(tr);
+#endif
     /* the step's time (and MFU) must include the optimizer kernels, and a fault in them must
      * surface at this step, not the next one */
     cudaCheck(cudaStreamSynchronize(tr->ctx.stream));
@@ -153,7 +181,21 @@ static const float *cuda_next_logits(void *p, const int *tokens, int n) {
     return gpt2cuda_next_logits(&((CudaTrainer *)p)->model, tokens, n);
 }
 
-static void cuda_sync_to_host(void *p) { gpt2cuda_sync_to_host(&((CudaTrainer *)p)->model); }
+/* -z 1: the model fills only its shard of host_m, host_v (and, with master weights, host_params);
+ * every rank gets the whole (the loop checks the parameters on every rank, rank 0 writes them),
+ * then the parameters are re-derived from the whole master copy as gpt2cuda_sync_to_host does. */
+static void cuda_sync_to_host(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    gpt2cuda_sync_to_host(m);
+    if (m->shard_hi - m->shard_lo == m->num_parameters) return;
+    dist_allgather_f32(tr->dist, m->host_m, m->num_parameters);
+    dist_allgather_f32(tr->dist, m->host_v, m->num_parameters);
+    if (m->master) {
+        dist_allgather_f32(tr->dist, m->host_params, m->num_parameters);
+        gpt2cuda_sync_from_host(m);
+    }
+}
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
@@ -221,7 +263,7 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
-    if (tc->zero_stage != 0) llmc_die("-z %d: ZeRO sharding is not built in train_gpt yet (use -z 0)", tc->zero_stage);
+    if (tc->zero_stage > 1) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
 }
 
 int main(int argc, char **argv) {
@@ -256,6 +298,11 @@ int main(int argc, char **argv) {
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
+    if (tc.zero_stage == 1) { /* this rank's optimizer state only */
+        size_t lo, hi;
+        dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
+        gpt2cuda_set_shard(m, lo, hi);
+    }
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
@@ -282,6 +329,7 @@ int main(int argc, char **argv) {
     be.host_params = m->host_params;
     be.host_m = m->host_m;
     be.host_v = m->host_v;
+    be.zero_max = 1;
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;
     be.print_memory = cuda_print_memory;

@@ -2,10 +2,12 @@
 """./train_gpt data-parallel through cudasim (its kernels on the CPU, its NCCL multi-process:
 test/cudasim/nccl.cpp), under mpirun --oversubscribe -np 2 on loopback with a tiny model.
 
-Covers: 2 ranks x B 2 against one process x B 2 with 2 accumulation steps in fp32 (-z 0: losses and
-the final weights); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
+Covers: 2 ranks x B 2 against one process x B 2 with 2 accumulation steps in fp32 (-z 0: losses
+and the final weights); -z 1 against -z 0 on 2 ranks in bf16 with fp32 master weights: the same
+bits (model and state file: the shards' updates, their stochastic rounding and the gathers lose
+nothing); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
 with SIGKILL (the other exits non-zero within 60 s); ranks started with different flags (a startup
-error naming the flag); -z 1 refused with a clear error. Prints PASS:/FAIL:; exits non-zero on any
+error naming the flag); -z 2 refused with a clear error. Prints PASS:/FAIL:; exits non-zero on any
 failure. Run from the repository root after `make build/cudasim/train_gpt`.
 
 Tolerances: the same as test/test_dist.py's and for the same reason: the two runs do the same math
@@ -56,6 +58,19 @@ def main():
     report(d is not None and d <= LOSS_RTOL, f"-z 0: 2 ranks x B 2 == one process with accumulation 2 (losses, rel diff {d})",
            f"{two_loss} vs {ref_loss}")
 
+    bf16 = base[:base.index("--precision")] + ["--precision", "bf16", "--seed", "5", "-x", "2"]
+    same = {}
+    for z in ("0", "1"):
+        out = os.path.join(tmp, "bf16_z" + z)
+        p = mpirun(2, bf16 + ["-z", z, "-o", out], trainer=SIM, timeout=600)
+        same[z] = p.returncode == 0 and ("AdamW m (fp32, shard)" in p.stdout) == (z == "1")
+        if not same[z]:
+            print(p.stdout[-300:] + p.stderr[-600:])
+    files = ["model_00000002.bin", "state_00000002_00000.bin"]
+    bits = same["0"] and same["1"] and all(
+        open(os.path.join(tmp, "bf16_z0", f), "rb").read() == open(os.path.join(tmp, "bf16_z1", f), "rb").read() for f in files)
+    report(bits, "-z 1 (m, v, master sharded; the table shows the shard) == -z 0 on 2 ranks, bf16: the same model and state bits")
+
     p = mpirun(0, base + ["-x", "3", "-y", "1", "--allow-config-change", "1", "-o", two], trainer=SIM, timeout=600)
     res_loss = losses(two) if p.returncode == 0 else {}
     d = loss_diff(ref_loss, res_loss)
@@ -97,10 +112,10 @@ def main():
                        capture_output=True, text=True, timeout=300, env=ENV)
     report(p.returncode != 0 and "rank 1 was started differently from rank 0" in p.stderr and "lr" in p.stderr,
            "train_gpt ranks started with different flags: a startup error naming the rank and the flag", p.stderr[-600:])
-    out = os.path.join(tmp, "z1")
-    p = mpirun(2, base + ["-x", "1", "-z", "1", "-o", out], trainer=SIM)
-    report(p.returncode == 1 and "error:" in p.stderr and "-z 1" in p.stderr and not os.path.exists(out),
-           "train_gpt -z 1: refused with a clear error before touching -o", p.stderr[-300:])
+    out = os.path.join(tmp, "z2")
+    p = mpirun(2, base + ["-x", "1", "-z", "2", "-o", out], trainer=SIM)
+    report(p.returncode == 1 and "error:" in p.stderr and "-z 2" in p.stderr and not os.path.exists(out),
+           "train_gpt -z 2: refused with a clear error before touching -o", p.stderr[-300:])
 
     import shutil
     shutil.rmtree(tmp, ignore_errors=True)
