@@ -110,7 +110,7 @@ features:
 	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),(train_gpt_cpu runs data-parallel under mpirun/srun),(apt-get install openmpi-bin libopenmpi-dev; train_gpt_cpu runs one process))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt and ./generate_gpu not built))"
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN    $(if $(HAVE_CUDNN),(used by make train_gpt USE_CUDNN=1),)"
-	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found ,)(not used yet: data parallelism is not built)"
+	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found (with MPI: ./train_gpt trains data-parallel),(./train_gpt runs one process))"
 
 # The git commit the binaries are built from (llmc_version(), logged in log.jsonl); only
 # rundir.o is rebuilt when it changes. "unknown" outside a git checkout.

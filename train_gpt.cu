@@ -3,6 +3,18 @@
  * ./train_gpt_cpu (llmc/train.c), with the CUDA model of llmc/cuda/model.cuh behind the
  * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
  * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
+ *
+ * Data parallelism (built with MPI and NCCL, LLMC_HAVE_NCCL): under mpirun/srun every rank drives
+ * the GPU of its local rank, joins llmc/dist.c's process group and an NCCL communicator whose
+ * unique id rank 0 broadcasts over MPI (-pi mpi). -z 0: each rank keeps the whole AdamW state; the
+ * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
+ * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
+ * own stream, ordered after the backward and before the norm by events, so every rank holds the
+ * same gradients and agrees on the norm, the clip, the fp16 skip decision and the update.
+ * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
+ * shards), updates that shard, and the ranks then broadcast their shards to each other (one
+ * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
+ * rank count); checkpoints gather m and v over MPI.
  */
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +24,14 @@
 #include "llmc/cli.h"
 #include "llmc/cuda/model.cuh"
 #include "llmc/cuda/telemetry.cuh"
+#include "llmc/dist.h"
 #include "llmc/train.h"
+#ifndef LLMC_HAVE_NCCL
+#define LLMC_HAVE_NCCL 0
+#endif
+#if LLMC_HAVE_NCCL
+#include <nccl.h>
+#endif
 
 typedef struct {
     GPT2Cuda model;
@@ -21,7 +40,81 @@ typedef struct {
     double flops_per_token;  /* 6N + 6LCT */
     double peak_used_bytes;  /* largest device use seen by step_extras */
     GpuTelemetry telemetry;  /* -lg; opened only when asked for */
+    Dist *dist;
+#if LLMC_HAVE_NCCL
+    ncclComm_t comm;          /* NULL with one rank */
+    cudaStream_t comm_stream; /* gradient reduction */
+    cudaEvent_t grads_done, reduced;
+#endif
 } CudaTrainer;
+
+#if LLMC_HAVE_NCCL
+static void nccl_check(ncclResult_t r, const char *what) {
+    if (r != ncclSuccess)
+        llmc_die("NCCL %s on rank %d: %s", what, dist_world()->rank, ncclGetErrorString(r));
+}
+
+/* The communicator of the process group: rank 0's unique id reaches the others over MPI. */
+static void nccl_start(CudaTrainer *tr, const char *method) {
+    Dist *d = tr->dist;
+    if (d->size == 1) return;
+    if (strcmp(method, "mpi") != 0)
+        llmc_die("-pi %s: only -pi mpi (the NCCL unique id broadcast over MPI) is built in train_gpt", method);
+    ncclUniqueId id;
+    memset(&id, 0, sizeof id);
+    if (d->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    dist_bcast_bytes(d, &id, sizeof id);
+    nccl_check(ncclCommInitRank(&tr->comm, d->size, id, d->rank), "ncclCommInitRank");
+    cudaCheck(cudaStreamCreateWithFlags(&tr->comm_stream, cudaStreamNonBlocking));
+    cudaCheck(cudaEventCreateWithFlags(&tr->grads_done, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&tr->reduced, cudaEventDisableTiming));
+}
+
+/* Gradients averaged over the ranks on comm_stream: after the compute stream's backward, before
+ * anything later on the compute stream. */
+static void nccl_reduce_grads(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    if (!tr->comm) return;
+    ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+    cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
+    cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
+    nccl_check(ncclAllReduce(m->grads_memory, m->grads_memory, m->num_parameters, type, ncclAvg, tr->comm, tr->comm_stream),
+               "ncclAllReduce (gradients)");
+    cudaCheck(cudaEventRecord(tr->reduced, tr->comm_stream));
+    tr->dist->comm_bytes += (long long)(m->num_parameters * precision_bytes(m->precision)); /* the step line's "comm" */
+    cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
+}
+
+/* -z 1, after the update: every rank's shard of the parameters to every rank. */
+static void nccl_gather_params(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    const size_t elem = precision_bytes(m->precision);
+    ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+    cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
+    cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < tr->dist->size; r++) {
+        size_t lo, hi;
+        dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+        char *p = (char *)m->params_memory + lo * elem;
+        if (hi > lo) nccl_check(ncclBroadcast(p, p, hi - lo, type, r, tr->comm, tr->comm_stream), "ncclBroadcast (parameters)");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    cudaCheck(cudaEventRecord(tr->reduced, tr->comm_stream));
+    cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
+    tr->dist->comm_bytes += (long long)((m->shard_hi - m->shard_lo) * elem);
+}
+
+static void nccl_stop(CudaTrainer *tr) {
+    if (!tr->comm) return;
+    ncclCommDestroy(tr->comm);
+    cudaStreamDestroy(tr->comm_stream);
+    cudaEventDestroy(tr->grads_done);
+    cudaEventDestroy(tr->reduced);
+    tr->comm = NULL;
+}
+#endif
 
 /* ---- peak throughput table (dense, per GPU, TFLOP/s) ---------------------------------------- */
 typedef struct {
@@ -63,11 +156,22 @@ static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int 
 }
 
 static void cuda_zero_grad(void *p) { gpt2cuda_zero_grad(&((CudaTrainer *)p)->model); }
-static float cuda_grad_norm(void *p) { return gpt2cuda_grad_norm(&((CudaTrainer *)p)->model); }
+/* The loop asks for the norm once per step, after the last micro-step: the gradients are reduced
+ * over the ranks first, so every rank computes the same norm. */
+static float cuda_grad_norm(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+#if LLMC_HAVE_NCCL
+    nccl_reduce_grads(tr);
+#endif
+    return gpt2cuda_grad_norm(&tr->model);
+}
 
 static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float grad_scale) {
     CudaTrainer *tr = (CudaTrainer *)p;
     gpt2cuda_update(&tr->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+#if LLMC_HAVE_NCCL
+    nccl_gather_params(tr);
+#endif
     /* the step's time (and MFU) must include the optimizer kernels, and a fault in them must
      * surface at this step, not the next one */
     cudaCheck(cudaStreamSynchronize(tr->ctx.stream));
@@ -77,7 +181,21 @@ static const float *cuda_next_logits(void *p, const int *tokens, int n) {
     return gpt2cuda_next_logits(&((CudaTrainer *)p)->model, tokens, n);
 }
 
-static void cuda_sync_to_host(void *p) { gpt2cuda_sync_to_host(&((CudaTrainer *)p)->model); }
+/* -z 1: the model fills only its shard of host_m, host_v (and, with master weights, host_params);
+ * every rank gets the whole (the loop checks the parameters on every rank, rank 0 writes them),
+ * then the parameters are re-derived from the whole master copy as gpt2cuda_sync_to_host does. */
+static void cuda_sync_to_host(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    gpt2cuda_sync_to_host(m);
+    if (m->shard_hi - m->shard_lo == m->num_parameters) return;
+    dist_allgather_f32(tr->dist, m->host_m, m->num_parameters);
+    dist_allgather_f32(tr->dist, m->host_v, m->num_parameters);
+    if (m->master) {
+        dist_allgather_f32(tr->dist, m->host_params, m->num_parameters);
+        gpt2cuda_sync_from_host(m);
+    }
+}
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
@@ -145,8 +263,7 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
-    if (tc->num_processes > 1) llmc_die("-pn %d: multi-GPU training is not available yet in train_gpt", tc->num_processes);
-    if (tc->zero_stage != 0) llmc_die("-z %d: ZeRO sharding needs data parallelism, which is not available yet", tc->zero_stage);
+    if (tc->zero_stage > 1) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
 }
 
 int main(int argc, char **argv) {
@@ -156,10 +273,20 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
+    Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
+    tc.num_processes = dist->size;
+    tc.process_rank = dist->rank;
     cuda_require_device();
 
     static CudaTrainer tr; /* large; one per process */
-    cuda_context_init(&tr.ctx, 0, tc.tf32);
+    tr.dist = dist;
+    int devices = 1;
+    cudaCheck(cudaGetDeviceCount(&devices));
+    cuda_context_init(&tr.ctx, dist->local_rank % devices, tc.tf32); /* one GPU per local rank */
+#if LLMC_HAVE_NCCL
+    nccl_start(&tr, tc.nccl_init);
+#endif
     tr.ctx.lt_algos = tc.matmul_algos;
     tr.ctx.lt_log = stdout;
     if (tc.matmul_cache[0] || tc.output_dir[0]) {
@@ -171,6 +298,11 @@ int main(int argc, char **argv) {
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
+    if (tc.zero_stage == 1) { /* this rank's optimizer state only */
+        size_t lo, hi;
+        dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
+        gpt2cuda_set_shard(m, lo, hi);
+    }
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
@@ -197,6 +329,7 @@ int main(int argc, char **argv) {
     be.host_params = m->host_params;
     be.host_m = m->host_m;
     be.host_v = m->host_v;
+    be.zero_max = 1;
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;
     be.print_memory = cuda_print_memory;
@@ -211,7 +344,11 @@ int main(int argc, char **argv) {
 
     int status = train_run(&tc, &be, resume_step);
     gpu_telemetry_close(&tr.telemetry);
+#if LLMC_HAVE_NCCL
+    nccl_stop(&tr);
+#endif
     gpt2cuda_free(m);
     cuda_context_free(&tr.ctx);
+    dist_finalize(dist);
     return status;
 }

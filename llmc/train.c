@@ -523,7 +523,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     /* the loop's optimizer when the backend hands over host gradients; else the backend's own */
     Optimizer opt = {0};
     if (be->host_grads) optim_init(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs);
-    else if (tc->zero_stage != 0) llmc_die("-z %d: this backend keeps its own optimizer, which is not sharded", tc->zero_stage);
+    else if (tc->zero_stage > be->zero_max)
+        llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
     check_ranks_agree(dist, &rc, be, train);
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);

@@ -45,6 +45,10 @@ typedef struct {
      * the backend's own optimizer (grad_norm, update, host_m/host_v for checkpoints), one rank. */
     float *host_grads;
     const TensorSpec *param_specs; /* with host_grads: the parameter table (offsets, decay) */
+    /* Without host_grads: the highest -z the backend's own optimizer shards (0: none; 1: m, v and
+     * master weights sharded, parameters gathered after its update, host_m/host_v whole after
+     * sync_to_host on every rank). */
+    int zero_max;
     void (*sync_to_host)(void *model);
     void (*sync_from_host)(void *model);
     void (*print_memory)(void *model, FILE *out);

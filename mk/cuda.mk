@@ -39,9 +39,15 @@ $(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
 	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas.tmp; rc=$$?; \
 	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas.tmp >&2; mv $@.ptxas.tmp $@.ptxas; exit $$rc
 
-$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(CUDA_LIBS)
+# Data parallelism needs MPI (llmc/dist.c's MPI build, dist_mpi.o, ahead of the archive's
+# single-process dist.o) and NCCL; without either ./train_gpt runs one process.
+TRAIN_GPT_DP := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),1,)
+ifeq ($(TRAIN_GPT_DP),1)
+$(BUILD)/cuda/train_gpt.o: NVCCFLAGS += -DLLMC_HAVE_NCCL=1
+endif
+$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(if $(TRAIN_GPT_DP),$(BUILD)/llmc/dist_mpi.o) $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) -o $@
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) $(if $(TRAIN_GPT_DP),$(shell mpicc --showme:link) -lnccl) -o $@
 
 $(BIN_DIR)/generate_gpu: $(BUILD)/cuda/generate.o $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
@@ -81,8 +87,13 @@ $(BUILD)/dev/cuda/%: $(BUILD)/cuda/dev/cuda/%.o $(CUDA_LIBS)
 
 # ./train_gpt and ./generate_gpu themselves through the harness (end-to-end runs on the CPU)
 $(BUILD)/cudasim/train_gpt.cpp $(BUILD)/cudasim/generate.cpp: $(CUDA_HDRS)
-$(BUILD)/cudasim/train_gpt $(BUILD)/cudasim/generate: $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
+$(BUILD)/cudasim/generate: $(BUILD)/cudasim/generate.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
+# (with MPI: data-parallel through cudasim's multi-rank NCCL, test/cudasim/nccl.cpp)
+$(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS) $(if $(HAVE_MPI),$(BUILD)/llmc/dist_mpi.o)
+	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) \
+	  $(if $(HAVE_MPI),-DLLMC_HAVE_NCCL=1) $< -o $@ $(if $(HAVE_MPI),$(BUILD)/llmc/dist_mpi.o $(shell mpicc --showme:link)) \
+	  $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 
 # The harness compile and link lines, for scripts that build variants of a CUDA test
 # (test/test_cudasim_mutants.sh).

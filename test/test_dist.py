@@ -270,14 +270,7 @@ def main():
     report(p.returncode == 1 and "mpirun -np 2" in p.stderr, "-pn 2 without a launcher: says how to start the ranks",
            p.stderr[-300:])
 
-    cuda = "build/cudasim/train_gpt"  # ./train_gpt through the CUDA-on-CPU harness, when built
-    if os.path.exists(cuda):
-        out = os.path.join(tmp, "cuda")
-        p = mpirun(2, ["-i", tr, "-e", "d1", "-t", "16", "-b", "2", "-x", "1", "-o", out], trainer=cuda)
-        report(p.returncode != 0 and "data parallelism is not built yet in this trainer" in p.stderr and not os.path.exists(out),
-               "./train_gpt (cudasim) under mpirun -np 2: refused cleanly before touching -o", p.stderr[-300:])
-    else:
-        print(f"SKIP: ./train_gpt under mpirun: {cuda} is not built (make {cuda})")
+    # ./train_gpt under mpirun (through cudasim): test/cudasim/test_train_gpt_ranks.py
 
     # --- a build without MPI --------------------------------------------------------------------
     out = os.path.join(tmp, "nompi")

@@ -10,7 +10,9 @@
  * w is the fp32 master copy when `master` != NULL (then params = round(master)), else params
  * read as fp32. Writing a bf16/fp16 param rounds stochastically (unbiased: the expected stored
  * value is the fp32 value), with random bits from a hash of (seed, index): reproducible.
- * Shapes: params, grads (n) in T; master, m, v (n) fp32.
+ * Shapes: params, grads (n) in T; master, m, v (n) fp32. idx0 (default 0): the index of element 0
+ * in the whole tensor, so that updating a tensor in pieces (a ZeRO shard) draws the same random
+ * bits as updating it at once.
  *
  * global_norm_squared: sum of grads^2 into out[0] (fp32, device). Each of up to NORM_BLOCKS
  * blocks (a count fixed by n) reduces a fixed grid-stride subset, then one thread adds the partials in order in double:
@@ -70,7 +72,7 @@ template <> __device__ inline __half stochastic_round<__half>(float x, uint32_t 
 template <class T>
 static __global__ void adamw_update_kernel(T *params, float *master, const T *grads, float *m, float *v, size_t n,
                                            float lr, float beta1, float beta2, float c1, float c2, float eps,
-                                           float weight_decay, float grad_scale, uint64_t seed) {
+                                           float weight_decay, float grad_scale, uint64_t seed, size_t idx0) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = to_float(grads[i]) * grad_scale;
@@ -82,19 +84,19 @@ static __global__ void adamw_update_kernel(T *params, float *master, const T *gr
     float mhat = mi / c1, vhat = vi / c2;
     w -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w);
     if (master) master[i] = w;
-    params[i] = stochastic_round<T>(w, llmc_hash32(seed, i));
+    params[i] = stochastic_round<T>(w, llmc_hash32(seed, idx0 + i));
 }
 
 template <class T>
 void adamw_update(T *params, float *master, const T *grads, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float weight_decay, int t, float grad_scale, uint64_t seed,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, size_t idx0 = 0) {
     llmcCheck(n > 0 && t >= 1, "adamw_update: need n > 0 and step t >= 1");
     const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
     const int block = 256;
     adamw_update_kernel<<<ceil_div((long long)n, block), block, 0, stream>>>(params, master, grads, m, v, n, lr, beta1,
                                                                             beta2, c1, c2, eps, weight_decay,
-                                                                            grad_scale, seed);
+                                                                            grad_scale, seed, idx0);
     kernelCheck();
 }
 

@@ -65,7 +65,12 @@ typedef struct {
      * order). The ParameterTensors members are untyped slots: cast to T * before use. */
     void *params_memory, *grads_memory;
     ParameterTensors params, grads;
-    float *master, *m, *v; /* fp32, n each; master NULL when not used */
+    float *master, *m, *v; /* fp32, parameters [shard_lo, shard_hi) each; master NULL when not used */
+    /* ZeRO-1: the range of parameters whose optimizer state (m, v, master) this rank keeps and
+     * updates (gpt2cuda_set_shard, before gpt2cuda_allocate); the whole [0, n) by default. The
+     * caller gathers the updated parameters from the ranks after gpt2cuda_update and gathers the
+     * host copies of m, v (and master) after gpt2cuda_sync_to_host, which fills only the shard. */
+    size_t shard_lo, shard_hi;
     /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
@@ -201,11 +206,20 @@ inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long see
     m->h_staging = mallocCheck(n * elem, "host staging");
     cudaCheck(cudaMalloc(&m->params_memory, n * elem));
     gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
+    m->shard_lo = 0;
+    m->shard_hi = n;
     m->loss_scale = prec == PRECISION_FP16 ? 65536.0f : 1.0f;
     m->loss_scale_window = 1000;
 }
 
 inline void gpt2cuda_sync_from_host(GPT2Cuda *m);
+
+/* Keep the optimizer state of parameters [lo, hi) only (ZeRO-1); before gpt2cuda_allocate. */
+inline void gpt2cuda_set_shard(GPT2Cuda *m, size_t lo, size_t hi) {
+    if (m->m || lo > hi || hi > m->num_parameters) llmc_die("gpt2cuda_set_shard: [%zu, %zu) after allocation or outside the parameters", lo, hi);
+    m->shard_lo = lo;
+    m->shard_hi = hi;
+}
 
 /* Activations for batches up to (B, T), plus gradients, moments and scratch if training. */
 inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gelu_fusion, int training) {
@@ -251,9 +265,10 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
         cudaCheck(cudaMalloc(&m->grads_memory, n * elem));
         cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
         gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
-        cudaCheck(cudaMalloc(&m->m, n * sizeof(float)));
-        cudaCheck(cudaMalloc(&m->v, n * sizeof(float)));
-        if (m->use_master) cudaCheck(cudaMalloc(&m->master, n * sizeof(float)));
+        const size_t ns = m->shard_hi - m->shard_lo + 1; /* + 1: an empty shard still gets a valid pointer */
+        cudaCheck(cudaMalloc(&m->m, ns * sizeof(float)));
+        cudaCheck(cudaMalloc(&m->v, ns * sizeof(float)));
+        if (m->use_master) cudaCheck(cudaMalloc(&m->master, ns * sizeof(float)));
         cudaCheck(cudaMalloc(&m->d_buckets, encoder_buckets_capacity((int)N) * sizeof(int)));
         m->h_buckets = (int *)mallocCheck(encoder_buckets_capacity((int)N) * sizeof(int), "encoder buckets");
         m->h_bucket_work = (int *)mallocCheck(N * sizeof(int), "encoder bucket work");
@@ -273,13 +288,13 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
  * run resumed from this checkpoint hold the same bits (a stochastic rounding cannot be
  * reproduced from the fp32 file). */
 inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
-    const size_t n = m->num_parameters;
+    const size_t n = m->num_parameters, lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
     cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-    if (m->master) {
-        cudaCheck(cudaMemcpy(m->host_params, m->master, n * sizeof(float), cudaMemcpyDeviceToHost));
+    if (m->master) { /* (sharded: only the shard's host_params and parameters) */
+        cudaCheck(cudaMemcpy(m->host_params + lo, m->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
-            cast_copy((T *)m->params_memory, m->master, n, m->ctx->stream);
+            if (ns) cast_copy((T *)m->params_memory + lo, m->master, ns, m->ctx->stream);
         });
         cudaCheck(cudaStreamSynchronize(m->ctx->stream));
     } else {
@@ -291,8 +306,8 @@ inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
         });
     }
     if (m->m) {
-        cudaCheck(cudaMemcpy(m->host_m, m->m, n * sizeof(float), cudaMemcpyDeviceToHost));
-        cudaCheck(cudaMemcpy(m->host_v, m->v, n * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(m->host_m + lo, m->m, ns * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(m->host_v + lo, m->v, ns * sizeof(float), cudaMemcpyDeviceToHost));
     }
 }
 
@@ -306,10 +321,11 @@ inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
         for (size_t i = 0; i < n; i++) stage[i] = from_float<T>(m->host_params[i]);
         cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
     });
-    if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+    const size_t lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
+    if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
     if (m->m) {
-        cudaCheck(cudaMemcpy(m->m, m->host_m, n * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaMemcpy(m->v, m->host_v, n * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->m, m->host_m + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(m->v, m->host_v + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
 }
 
@@ -501,7 +517,8 @@ inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
     return norm;
 }
 
-/* AdamW step t >= 1 on grads * grad_scale (the clip factor), decay as the table says. */
+/* AdamW step t >= 1 on grads * grad_scale (the clip factor), decay as the table says; only the
+ * parameters of the shard [shard_lo, shard_hi). */
 inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                             int t) {
     const float scale = grad_scale / m->loss_scale;
@@ -509,10 +526,14 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
         typedef decltype(tag) T;
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             const TensorSpec *s = &m->param_specs[i];
+            size_t a = s->offset > m->shard_lo ? s->offset : m->shard_lo;
+            size_t b = s->offset + s->numel < m->shard_hi ? s->offset + s->numel : m->shard_hi;
+            if (a >= b) continue;
+            const size_t k = a - m->shard_lo; /* into the shard's m, v, master */
             uint64_t seed = splitmix64(m->seed ^ ((uint64_t)t << 8) ^ (uint64_t)i);
-            adamw_update((T *)m->params_memory + s->offset, m->master ? m->master + s->offset : (float *)NULL,
-                         (const T *)m->grads_memory + s->offset, m->m + s->offset, m->v + s->offset, s->numel, lr, beta1,
-                         beta2, eps, s->decay ? weight_decay : 0.0f, t, scale, seed, m->ctx->stream);
+            adamw_update((T *)m->params_memory + a, m->master ? m->master + k : (float *)NULL,
+                         (const T *)m->grads_memory + a, m->m + k, m->v + k, b - a, lr, beta1, beta2, eps,
+                         s->decay ? weight_decay : 0.0f, t, scale, seed, m->ctx->stream, a - s->offset);
         }
     });
     if (m->precision == PRECISION_FP16 && ++m->clean_steps >= m->loss_scale_window) {
@@ -584,9 +605,14 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     snprintf(label, sizeof label, "parameters (%zu, %s)", n, precision_name(m->precision));
     LLMC_ROW(label, n * elem);
     if (training) {
-        if (m->master) LLMC_ROW("master weights (fp32)", n * sizeof(float));
-        LLMC_ROW("AdamW m (fp32)", n * sizeof(float));
-        LLMC_ROW("AdamW v (fp32)", n * sizeof(float));
+        const size_t ns = m->shard_hi - m->shard_lo; /* this rank's (ZeRO-1) */
+        const char *part = ns < n ? ", shard" : "";
+        snprintf(label, sizeof label, "master weights (fp32%s)", part);
+        if (m->master) LLMC_ROW(label, ns * sizeof(float));
+        snprintf(label, sizeof label, "AdamW m (fp32%s)", part);
+        LLMC_ROW(label, ns * sizeof(float));
+        snprintf(label, sizeof label, "AdamW v (fp32%s)", part);
+        LLMC_ROW(label, ns * sizeof(float));
         LLMC_ROW("gradients", n * elem);
     }
     for (int k = 0; k < ACT_NUM_KINDS; k++) {

@@ -242,8 +242,8 @@ int main(void) {
         host(got, recv, 4);
         test_close("nccl: single-rank AllGather / ReduceScatter", got, x, 4, 0, 0);
         ncclComm_t c2;
-        test_report(r == ncclSuccess && ncclCommInitRank(&c2, 2, id, 0) == ncclInvalidArgument && ncclCommDestroy(comm) == ncclSuccess,
-                    "nccl: init, multi-rank refused, destroy", "%s", ncclGetErrorString(r));
+        test_report(r == ncclSuccess && ncclCommInitRank(&c2, 2, id, 2) == ncclInvalidArgument && ncclCommDestroy(comm) == ncclSuccess,
+                    "nccl: init, rank outside 0..nranks-1 refused, destroy", "%s", ncclGetErrorString(r));
     }
     cublasLtDestroy(lt);
     return test_exit_code();

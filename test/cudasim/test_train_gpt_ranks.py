@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""./train_gpt data-parallel through cudasim (its kernels on the CPU, its NCCL multi-process:
+test/cudasim/nccl.cpp), under mpirun --oversubscribe -np 2 on loopback with a tiny model.
+
+Covers: 2 ranks x B 2 against one process x B 2 with 2 accumulation steps in fp32 (-z 0: losses
+and the final weights); -z 1 against -z 0 on 2 ranks in bf16 with fp32 master weights: the same
+bits (model and state file: the shards' updates, their stochastic rounding and the gathers lose
+nothing); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
+with SIGKILL (the other exits non-zero within 60 s); ranks started with different flags (a startup
+error naming the flag); -z 2 refused with a clear error. Prints PASS:/FAIL:; exits non-zero on any
+failure. Run from the repository root after `make build/cudasim/train_gpt`.
+
+Tolerances: the same as test/test_dist.py's and for the same reason: the two runs do the same math
+and differ only in the order of float additions (one process accumulates the two micro-batches'
+gradients in its backward kernels, two ranks average them in the reduction), a few ulps per sum,
+~1e-7 relative on a loss; 1e-5 relative on the losses and 1e-4 absolute on the weights after 3
+AdamW steps at lr 3e-4 bound that, while wrong data, a wrong scale or a missing reduction moves
+the loss in its 3rd-4th digit and the weights by ~lr.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from test_dist import ENV, LOSS_RTOL, PARAM_ATOL, loss_diff, losses, mpirun, param_diff, params, report, write_shard  # noqa: E402
+import test_dist  # noqa: E402
+
+SIM = "build/cudasim/train_gpt"
+
+
+def main():
+    if not os.path.exists(SIM):
+        report(False, f"{SIM} is built", f"make {SIM}")
+        return 1
+    env = {**ENV, "OMP_WAIT_POLICY": "passive"}
+    ENV.update(env)
+    tmp = tempfile.mkdtemp(prefix="llmc_test_sim_ranks_")
+    import random
+    rng = random.Random(99)
+    tr = os.path.join(tmp, "train.bin")
+    write_shard(tr, [rng.randrange(50257) for _ in range(4000)])
+    base = ["-i", tr, "-e", "d1", "-t", "16", "-b", "2", "-d", "64", "-v", "0", "-s", "0", "--precision", "fp32",
+            "--seed", "5"]
+
+    ref = os.path.join(tmp, "one")
+    p = mpirun(0, base + ["-x", "3", "-o", ref], trainer=SIM, timeout=600)
+    report(p.returncode == 0, "train_gpt (cudasim), one process, 2 accumulation steps: trains", p.stderr[-300:])
+    two = os.path.join(tmp, "two")
+    p = mpirun(2, base + ["-x", "2", "-n", "2", "-o", two], trainer=SIM, timeout=600)
+    report(p.returncode == 0 and "processes: 2 ranks" in p.stdout, "train_gpt (cudasim) under mpirun -np 2: trains",
+           p.stdout[-300:] + p.stderr[-600:])
+    ref_loss = losses(ref) if p.returncode == 0 else {}
+    two_loss = losses(two) if p.returncode == 0 else {}
+    d = loss_diff({s: ref_loss[s] for s in (1, 2) if s in ref_loss}, two_loss)
+    report(d is not None and d <= LOSS_RTOL, f"-z 0: 2 ranks x B 2 == one process with accumulation 2 (losses, rel diff {d})",
+           f"{two_loss} vs {ref_loss}")
+
+    bf16 = base[:base.index("--precision")] + ["--precision", "bf16", "--seed", "5", "-x", "2"]
+    same = {}
+    for z in ("0", "1"):
+        out = os.path.join(tmp, "bf16_z" + z)
+        p = mpirun(2, bf16 + ["-z", z, "-o", out], trainer=SIM, timeout=600)
+        same[z] = p.returncode == 0 and ("AdamW m (fp32, shard)" in p.stdout) == (z == "1")
+        if not same[z]:
+            print(p.stdout[-300:] + p.stderr[-600:])
+    files = ["model_00000002.bin", "state_00000002_00000.bin"]
+    bits = same["0"] and same["1"] and all(
+        open(os.path.join(tmp, "bf16_z0", f), "rb").read() == open(os.path.join(tmp, "bf16_z1", f), "rb").read() for f in files)
+    report(bits, "-z 1 (m, v, master sharded; the table shows the shard) == -z 0 on 2 ranks, bf16: the same model and state bits")
+
+    p = mpirun(0, base + ["-x", "3", "-y", "1", "--allow-config-change", "1", "-o", two], trainer=SIM, timeout=600)
+    res_loss = losses(two) if p.returncode == 0 else {}
+    d = loss_diff(ref_loss, res_loss)
+    pd = param_diff(params(os.path.join(two, "model_00000003.bin")), params(os.path.join(ref, "model_00000003.bin"))) \
+        if p.returncode == 0 else float("inf")
+    report(p.returncode == 0 and d is not None and d <= LOSS_RTOL and pd <= PARAM_ATOL,
+           f"a 2-rank checkpoint resumed by one process: losses and weights equal the one-process run's (rel {d}, abs {pd})",
+           p.stderr[-400:])
+
+    # a rank killed with SIGKILL: the other must not hang in the gradient reduction
+    out = os.path.join(tmp, "killed")
+    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", SIM] + base + ["-x", "100000", "-o", out],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    ranks = []
+    for _ in range(1200):  # until it trains (its first step is logged)
+        log = os.path.join(out, "log.jsonl")
+        if os.path.exists(log) and '"train_loss"' in open(log).read():
+            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
+            break
+        time.sleep(0.1)
+    if len(ranks) == 2:
+        os.kill(int(ranks[1]), signal.SIGKILL)
+        t0 = time.time()
+        try:
+            text, _ = proc.communicate(timeout=60)
+            report(proc.returncode != 0, f"a rank killed with SIGKILL: the other exits non-zero ({time.time() - t0:.1f} s)",
+                   f"exit {proc.returncode}: {text[-400:]}")
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            report(False, "a rank killed with SIGKILL: the other exits within 60 s", "still running after 60 s")
+    else:
+        proc.kill()
+        proc.communicate()
+        report(False, "a rank killed with SIGKILL: the job started 2 ranks", f"ranks {ranks}")
+
+    args = base + ["-x", "1"]
+    p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", SIM] + args + [":", "-np", "1", SIM] + args + ["-l", "2e-3"],
+                       capture_output=True, text=True, timeout=300, env=ENV)
+    report(p.returncode != 0 and "rank 1 was started differently from rank 0" in p.stderr and "lr" in p.stderr,
+           "train_gpt ranks started with different flags: a startup error naming the rank and the flag", p.stderr[-600:])
+    out = os.path.join(tmp, "z2")
+    p = mpirun(2, base + ["-x", "1", "-z", "2", "-o", out], trainer=SIM)
+    report(p.returncode == 1 and "error:" in p.stderr and "-z 2" in p.stderr and not os.path.exists(out),
+           "train_gpt -z 2: refused with a clear error before touching -o", p.stderr[-300:])
+
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{test_dist.failures} failure(s)")
+    return 1 if test_dist.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
