@@ -74,12 +74,14 @@ const char *model_config_validate(const ModelConfig *cfg) {
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     TensorSpec table[] = {
-#define LLMC_PARAM_SPEC(name, shape, numel, decay, init) {#name, shape, numel, 0, decay, init, 0, 0},
+#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, stacked, 0},
         GPT2_PARAMETERS(LLMC_PARAM_SPEC)
 #undef LLMC_PARAM_SPEC
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table[i].layer_numel = table[i].per_layer ? table[i].numel / L : 0;
+        table[i].per_layer = 0; /* the column means "stored per layer" for activations only */
         table[i].offset = offset;
         offset += table[i].numel;
     }
@@ -100,10 +102,12 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 }
 
 int gpt2_activation_stored_per_layer(const char *name, int recompute) {
-    if (recompute >= 3) return strcmp(name, "residual3") == 0; /* whole block: keep its input only */
-    if (recompute >= 1 && strcmp(name, "fch_gelu") == 0) return 0;
-    if (recompute >= 2 && (strcmp(name, "ln1") == 0 || strcmp(name, "ln2") == 0)) return 0;
-    return 1;
+#define LLMC_ACT_LEVEL(name, shape, numel, kind, keep_below) {#name, keep_below},
+    static const struct { const char *name; int keep_below; } levels[] = {GPT2_ACTIVATIONS(LLMC_ACT_LEVEL)};
+#undef LLMC_ACT_LEVEL
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (strcmp(levels[i].name, name) == 0) return recompute < levels[i].keep_below;
+    return 0;
 }
 
 size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompute,
@@ -111,16 +115,19 @@ size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompu
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
     TensorSpec table[] = {
-#define LLMC_ACT_SPEC(name, shape, numel, kind, per_layer) {#name, shape, numel, 0, 0, 0, kind, per_layer},
+#define LLMC_ACT_SPEC(name, shape, numel, kind, keep_below) {#name, shape, numel, 0, 0, 0, kind, keep_below, 0},
         GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
 #undef LLMC_ACT_SPEC
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (table[i].per_layer && gpt2_activation_stored_per_layer(table[i].name, recompute))
+        if (recompute < table[i].per_layer) { /* the column holds the level that drops per-layer storage */
+            table[i].layer_numel = table[i].numel;
             table[i].numel *= L;
-        else
+            table[i].per_layer = 1;
+        } else {
             table[i].per_layer = 0;
+        }
         table[i].offset = offset;
         offset += table[i].numel;
     }

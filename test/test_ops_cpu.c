@@ -351,18 +351,21 @@ static void test_matmul(uint64_t seed, int with_bias) {
 /* ---- attention ---------------------------------------------------------------------------- */
 
 typedef struct {
-    int B, T, C, NH;
-    double *inp, *w;   /* (B, T, 3C), (B, T, C) */
-    double *out, *att; /* (B, T, C), (B, NH, T, T) */
+    int B, T, NH, NKV, HS;
+    double *inp, *w;   /* (B, T, (NH + 2 NKV) HS), (B, T, NH HS) */
+    double *out, *att; /* (B, T, NH HS), (B, NH, T, T) */
 } AttentionRef;
 
 static double attention_ref_loss(void *ctx) {
     AttentionRef *a = (AttentionRef *)ctx;
-    const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    const int B = a->B, T = a->T, NH = a->NH, NKV = a->NKV, HS = a->HS, C = NH * HS;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HS;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = a->inp + ((size_t)b * T + t) * 3 * C + h * HS;
+                /* query head h shares key/value head h * NKV / NH (GQA) */
+                const int g = h * NKV / NH;
+                const double *q = a->inp + ((size_t)b * T + t) * QKV + h * HS;
                 double *row = a->att + (((size_t)b * NH + h) * T + t) * T;
                 double mx = -INFINITY, sum = 0.0;
                 for (int u = 0; u < T; u++) {
@@ -370,7 +373,7 @@ static double attention_ref_loss(void *ctx) {
                         row[u] = 0.0;
                         continue;
                     }
-                    const double *k = a->inp + ((size_t)b * T + u) * 3 * C + C + h * HS;
+                    const double *k = a->inp + ((size_t)b * T + u) * QKV + C + g * HS;
                     double s = 0.0;
                     for (int i = 0; i < HS; i++) s += q[i] * k[i];
                     row[u] = s / sqrt((double)HS);
@@ -380,35 +383,38 @@ static double attention_ref_loss(void *ctx) {
                 for (int u = 0; u <= t; u++) row[u] /= sum;
                 for (int i = 0; i < HS; i++) {
                     double o = 0.0;
-                    for (int u = 0; u <= t; u++) o += row[u] * a->inp[((size_t)b * T + u) * 3 * C + 2 * C + h * HS + i];
+                    for (int u = 0; u <= t; u++) o += row[u] * a->inp[((size_t)b * T + u) * QKV + C + (size_t)NKV * HS + g * HS + i];
                     a->out[((size_t)b * T + t) * C + h * HS + i] = o;
                 }
             }
     return dot_d(a->out, a->w, (size_t)B * T * C);
 }
 
-static void test_attention(uint64_t seed) {
-    const int B = 2, T = 5, C = 12, NH = 3;
-    printf("attention: B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
-    Rng r = rng_make("attention", seed);
-    const size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+static void test_attention_case(uint64_t seed, int NH, int NKV) {
+    const int B = 2, T = 5, HS = 4, C = NH * HS;
+    printf("attention: B=%d T=%d NH=%d NKV=%d HS=%d\n", B, T, NH, NKV, HS);
+    Rng r = rng_make("attention", seed + (uint64_t)(NH * 16 + NKV));
+    const size_t nin = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     /* |q.k|/sqrt(HS) up to ~6: peaked and flat softmax rows both occur */
     float *inp = frand(&r, nin, -2, 2), *w = frand(&r, nout, -1, 1);
     float *out = fnan(nout), *att = fnan(natt);
-    attention_forward(out, att, inp, B, T, C, NH);
+    attention_forward(out, att, inp, B, T, NH, NKV, HS);
 
-    AttentionRef a = {B, T, C, NH, to_double(inp, nin), to_double(w, nout), dalloc(nout), dalloc(natt)};
+    AttentionRef a = {B, T, NH, NKV, HS, to_double(inp, nin), to_double(w, nout), dalloc(nout), dalloc(natt)};
     attention_ref_loss(&a);
     /* softmax over <= 5 scores and a 5-term weighted sum of |v| <= 2, in float: ~1e-6 */
     check_close_d("attention_forward att (zeros above the diagonal)", att, a.att, natt, 2e-6, 1e-5);
     check_close_d("attention_forward out", out, a.out, nout, 1e-5, 1e-5);
 
     float *dinp = fnan(nin);
-    attention_backward(dinp, w, inp, att, B, T, C, NH);
+    attention_backward(dinp, w, inp, att, B, T, NH, NKV, HS);
     double *g_inp = dalloc(nin);
     fd_gradient(g_inp, a.inp, nin, attention_ref_loss, &a);
-    /* chains of HS=4 and T=5 products of O(1..4) values through the softmax Jacobian: ~1e-6 */
-    check_close_d("attention_backward dinp (= over NaN prefill, FD)", dinp, g_inp, nin, 2e-5, 1e-5);
+    /* chains of HS=4 and T=5 products of O(1..4) values through the softmax Jacobian, summed
+     * over up to 4 query heads per key/value head: ~1e-6 */
+    check_close_d(NKV < NH ? "attention_backward dinp, grouped K/V summed over the group (= over NaN prefill, FD)"
+                           : "attention_backward dinp (= over NaN prefill, FD)",
+                  dinp, g_inp, nin, 2e-5, 1e-5);
 
     free(inp), free(w), free(out), free(att), free(dinp), free(a.inp), free(a.w), free(a.out), free(a.att), free(g_inp);
 }
@@ -679,7 +685,9 @@ int main(int argc, char **argv) {
     test_layernorm(seed + 2);
     test_matmul(seed + 3, 0);
     test_matmul(seed + 4, 1);
-    test_attention(seed + 5);
+    test_attention_case(seed + 5, 3, 3); /* GPT-2: one key/value head per query head */
+    test_attention_case(seed + 5, 4, 2); /* grouped-query: two query heads per key/value head */
+    test_attention_case(seed + 5, 4, 1); /* multi-query: one key/value head */
     test_gelu(seed + 6);
     test_classifier(seed + 7);
     test_residual(seed + 8);
