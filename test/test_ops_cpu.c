@@ -25,6 +25,9 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 #include "test/testing.h"
 
 #include <errno.h>
@@ -458,6 +461,160 @@ static void test_gelu(uint64_t seed) {
     free(inp), free(w), free(out), free(dinp), free(g.inp), free(g.w), free(g.out), free(g_inp);
 }
 
+/* ---- rmsnorm (Llama) ---------------------------------------------------------------------- */
+
+typedef struct {
+    int N, C;
+    double eps;
+    double *inp, *weight, *w; /* (N, C), (C), (N, C) */
+    double *out, *rstd;       /* (N, C), (N) */
+} RmsnormRef;
+
+static double rmsnorm_ref_loss(void *ctx) {
+    RmsnormRef *r = (RmsnormRef *)ctx;
+    for (int i = 0; i < r->N; i++) {
+        const double *x = r->inp + (size_t)i * r->C;
+        double ss = 0.0;
+        for (int j = 0; j < r->C; j++) ss += x[j] * x[j];
+        r->rstd[i] = 1.0 / sqrt(ss / r->C + r->eps);
+        for (int j = 0; j < r->C; j++) r->out[(size_t)i * r->C + j] = x[j] * r->rstd[i] * r->weight[j];
+    }
+    return dot_d(r->out, r->w, (size_t)r->N * r->C);
+}
+
+static void test_rmsnorm(uint64_t seed) {
+    const int N = 70, C = 24; /* N > one 64-row dweight chunk */
+    const float eps = 1e-5f;
+    printf("rmsnorm: N=%d C=%d eps=%g (row 5 scaled by 1e-2)\n", N, C, eps);
+    Rng r = rng_make("rmsnorm", seed);
+    const size_t n = (size_t)N * C;
+    float *inp = frand(&r, n, -2, 2), *weight = frand(&r, C, 0.5f, 1.5f), *w = frand(&r, n, -1, 1);
+    for (int j = 0; j < C; j++) inp[5 * C + j] *= 1e-2f;
+    float *out = fnan(n), *rstd = fnan(N);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    RmsnormRef ref = {N, C, eps, to_double(inp, n), to_double(weight, C), to_double(w, n), dalloc(n), dalloc(N)};
+    rmsnorm_ref_loss(&ref);
+    /* a float sum of 24 squares and one sqrt: a few ulps of rstd (up to ~1e2 on the small row) */
+    check_close_d("rmsnorm_forward rstd", rstd, ref.rstd, N, 0, 1e-5);
+    check_close_d("rmsnorm_forward out", out, ref.out, n, 1e-5, 1e-5);
+
+    /* += contract: prefill the gradients with 1 and subtract it afterwards */
+    float *dinp = (float *)malloc(n * sizeof(float)), *dweight = (float *)malloc(C * sizeof(float));
+    for (size_t i = 0; i < n; i++) dinp[i] = 1.0f;
+    for (int j = 0; j < C; j++) dweight[j] = 1.0f;
+    rmsnorm_backward(dinp, dweight, w, inp, weight, rstd, N, C);
+    for (size_t i = 0; i < n; i++) dinp[i] -= 1.0f;
+    for (int j = 0; j < C; j++) dweight[j] -= 1.0f;
+    double *g_inp = dalloc(n), *g_weight = dalloc(C);
+    fd_gradient(g_inp, ref.inp, n, rmsnorm_ref_loss, &ref);
+    fd_gradient(g_weight, ref.weight, C, rmsnorm_ref_loss, &ref);
+    check_close_d("rmsnorm_backward dinp (+= onto prefill, FD)", dinp, g_inp, n, 1e-4, 1e-5);
+    check_close_d("rmsnorm_backward dweight (+= onto prefill, FD)", dweight, g_weight, C, 1e-5, 1e-5);
+    free(inp), free(weight), free(w), free(out), free(rstd), free(dinp), free(dweight);
+    free(ref.inp), free(ref.weight), free(ref.w), free(ref.out), free(ref.rstd), free(g_inp), free(g_weight);
+}
+
+/* ---- swiglu (Llama's MLP) ----------------------------------------------------------------- */
+
+typedef struct {
+    int N, F;
+    double *inp, *w, *out; /* (N, 2F), (N, F), (N, F) */
+} SwigluRef;
+
+static double swiglu_ref_loss(void *ctx) {
+    SwigluRef *s = (SwigluRef *)ctx;
+    for (int i = 0; i < s->N; i++)
+        for (int j = 0; j < s->F; j++) {
+            double g = s->inp[(size_t)i * 2 * s->F + j], u = s->inp[(size_t)i * 2 * s->F + s->F + j];
+            s->out[(size_t)i * s->F + j] = g / (1.0 + exp(-g)) * u;
+        }
+    return dot_d(s->out, s->w, (size_t)s->N * s->F);
+}
+
+static void test_swiglu(uint64_t seed) {
+    const int N = 7, F = 11;
+    printf("swiglu: N=%d F=%d, gate and up in [-6, 6]\n", N, F);
+    Rng r = rng_make("swiglu", seed);
+    const size_t nin = (size_t)N * 2 * F, nout = (size_t)N * F;
+    float *inp = frand(&r, nin, -6, 6), *w = frand(&r, nout, -1, 1), *out = fnan(nout);
+    swiglu_forward(out, inp, N, F);
+    SwigluRef ref = {N, F, to_double(inp, nin), to_double(w, nout), dalloc(nout)};
+    swiglu_ref_loss(&ref);
+    /* expf and two roundings on |out| <= 36 */
+    check_close_d("swiglu_forward out", out, ref.out, nout, 1e-5, 1e-6);
+    float *dinp = fnan(nin);
+    swiglu_backward(dinp, inp, w, N, F);
+    double *g_inp = dalloc(nin);
+    fd_gradient(g_inp, ref.inp, nin, swiglu_ref_loss, &ref);
+    check_close_d("swiglu_backward dinp, gate and up (= over NaN prefill, FD)", dinp, g_inp, nin, 1e-5, 1e-5);
+    free(inp), free(w), free(out), free(dinp), free(ref.inp), free(ref.w), free(ref.out), free(g_inp);
+}
+
+/* ---- rope (Llama) ------------------------------------------------------------------------- */
+
+typedef struct {
+    int B, T, NH, NKV, HS;
+    const double *inv_freq; /* (HS/2) */
+    double *inp, *w, *out;  /* (B, T, QKV) each */
+} RopeRef;
+
+static double rope_ref_loss(void *ctx) {
+    RopeRef *r = (RopeRef *)ctx;
+    const size_t QKV = (size_t)(r->NH + 2 * r->NKV) * r->HS;
+    for (int bt = 0; bt < r->B * r->T; bt++) {
+        const int t = bt % r->T;
+        const double *x = r->inp + (size_t)bt * QKV;
+        double *o = r->out + (size_t)bt * QKV;
+        for (size_t c = 0; c < QKV; c++) o[c] = x[c]; /* v passes through */
+        for (int h = 0; h < r->NH + r->NKV; h++)
+            for (int i = 0; i < r->HS / 2; i++) {
+                size_t c = (size_t)h * r->HS + 2 * i;
+                double a = t * r->inv_freq[i];
+                o[c] = x[c] * cos(a) - x[c + 1] * sin(a);
+                o[c + 1] = x[c] * sin(a) + x[c + 1] * cos(a);
+            }
+    }
+    return dot_d(r->out, r->w, (size_t)r->B * r->T * QKV);
+}
+
+static void test_rope_case(uint64_t seed, int scaled) {
+    const int B = 2, T = 6, NH = 4, NKV = 2, HS = 16;
+    /* theta 8 and an original context of 16 put the wavelengths 2 pi 8^(i/8) (6.3 .. 21) in all
+     * three of Llama 3.1's bands: kept (< 16/2), blended, divided by the factor (> 16/1) */
+    RopeConfig rc = {8.0f, scaled ? 8.0f : 0.0f, 1.0f, 2.0f, 16};
+    printf("rope: B=%d T=%d NH=%d NKV=%d HS=%d theta=%g%s\n", B, T, NH, NKV, HS, rc.theta,
+           scaled ? ", Llama 3.1 scaling (factor 8, low 1, high 2, original 16)" : "");
+    double inv_freq[HS / 2];
+    for (int i = 0; i < HS / 2; i++) {
+        double f = pow(8.0, -2.0 * i / HS), wavelen = 2 * M_PI / f;
+        if (scaled && wavelen > 16.0) f = f / 8.0;
+        else if (scaled && wavelen >= 8.0) {
+            double smooth = (16.0 / wavelen - 1.0) / (2.0 - 1.0);
+            f = (1 - smooth) * f / 8.0 + smooth * f;
+        }
+        inv_freq[i] = f;
+    }
+    Rng r = rng_make("rope", seed + (uint64_t)scaled);
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *inp = frand(&r, n, -2, 2), *w = frand(&r, n, -1, 1), *freqs = fnan((size_t)T * HS);
+    rope_freqs(freqs, T, HS, &rc);
+    float *out = (float *)malloc(n * sizeof(float));
+    memcpy(out, inp, n * sizeof(float));
+    rope_forward(out, freqs, B, T, NH, NKV, HS);
+    RopeRef ref = {B, T, NH, NKV, HS, inv_freq, to_double(inp, n), to_double(w, n), dalloc(n)};
+    rope_ref_loss(&ref);
+    /* cos/sin rounded to float once, then two products: a few ulps of |x| <= 2.8 */
+    check_close_d(scaled ? "rope_forward q, k rotated, v unchanged (Llama 3.1 scaled frequencies)"
+                         : "rope_forward q, k rotated, v unchanged", out, ref.out, n, 2e-6, 1e-6);
+    float *dinp = (float *)malloc(n * sizeof(float));
+    memcpy(dinp, w, n * sizeof(float));
+    rope_backward(dinp, freqs, B, T, NH, NKV, HS);
+    double *g = dalloc(n);
+    fd_gradient(g, ref.inp, n, rope_ref_loss, &ref);
+    check_close_d("rope_backward (in place, FD)", dinp, g, n, 1e-6, 1e-5);
+    free(inp), free(w), free(freqs), free(out), free(dinp), free(ref.inp), free(ref.w), free(ref.out), free(g);
+}
+
 /* ---- fused classifier --------------------------------------------------------------------- */
 
 typedef struct {
@@ -688,6 +845,10 @@ int main(int argc, char **argv) {
     test_attention_case(seed + 5, 3, 3); /* GPT-2: one key/value head per query head */
     test_attention_case(seed + 5, 4, 2); /* grouped-query: two query heads per key/value head */
     test_attention_case(seed + 5, 4, 1); /* multi-query: one key/value head */
+    test_rmsnorm(seed + 11);
+    test_swiglu(seed + 12);
+    test_rope_case(seed + 13, 0);
+    test_rope_case(seed + 13, 1);
     test_gelu(seed + 6);
     test_classifier(seed + 7);
     test_residual(seed + 8);
