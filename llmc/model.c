@@ -147,11 +147,10 @@ double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
     return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
 }
 
-void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
-                          unsigned long long seed) {
-    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed) {
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * num_layers);
     enum { CHUNK = 1 << 18 };
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < n; i++) {
         const TensorSpec *s = &specs[i];
         float *p = params + s->offset;
         if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
@@ -164,10 +163,15 @@ void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PAR
         for (long long k = 0; k < chunks; k++) {
             Rng rng;
             rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
-            size_t j0 = (size_t)k * CHUNK, n = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
-            rng_normal(&rng, p + j0, n, 0.0f, sd);
+            size_t j0 = (size_t)k * CHUNK, cnt = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
+            rng_normal(&rng, p + j0, cnt, 0.0f, sd);
         }
     }
+}
+
+void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
+                          unsigned long long seed) {
+    tensor_table_init(specs, NUM_PARAMETER_TENSORS, params, cfg->num_layers, seed);
     /* the padded vocabulary rows never take part: keep them zero (wte is the first tensor) */
     size_t C = (size_t)cfg->channels;
     memset(params + specs[0].offset + (size_t)cfg->vocab_size * C, 0,

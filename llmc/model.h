@@ -160,6 +160,10 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
                           unsigned long long seed);
 
+/* The random initialisation of any architecture's table (n tensors): N(0, 0.02), INIT_NORMAL_RESIDUAL
+ * N(0, 0.02/sqrt(2L)), INIT_ZEROS 0, INIT_ONES 1; each (tensor, chunk) draws from its own stream. */
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed);
+
 /* Training flops per token, the usual 6N + 6LCT (N = all parameters; forward + backward,
  * attention's two matmuls counted for the causal half): the basis of GFLOP/s and MFU. */
 double gpt2_flops_per_token(const ModelConfig *cfg, int T);
