@@ -74,12 +74,14 @@ const char *model_config_validate(const ModelConfig *cfg) {
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     TensorSpec table[] = {
-#define LLMC_PARAM_SPEC(name, shape, numel, decay, init) {#name, shape, numel, 0, decay, init, 0, 0},
+#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, stacked, 0},
         GPT2_PARAMETERS(LLMC_PARAM_SPEC)
 #undef LLMC_PARAM_SPEC
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table[i].layer_numel = table[i].per_layer ? table[i].numel / L : 0;
+        table[i].per_layer = 0; /* the column means "stored per layer" for activations only */
         table[i].offset = offset;
         offset += table[i].numel;
     }
@@ -100,10 +102,12 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 }
 
 int gpt2_activation_stored_per_layer(const char *name, int recompute) {
-    if (recompute >= 3) return strcmp(name, "residual3") == 0; /* whole block: keep its input only */
-    if (recompute >= 1 && strcmp(name, "fch_gelu") == 0) return 0;
-    if (recompute >= 2 && (strcmp(name, "ln1") == 0 || strcmp(name, "ln2") == 0)) return 0;
-    return 1;
+#define LLMC_ACT_LEVEL(name, shape, numel, kind, keep_below) {#name, keep_below},
+    static const struct { const char *name; int keep_below; } levels[] = {GPT2_ACTIVATIONS(LLMC_ACT_LEVEL)};
+#undef LLMC_ACT_LEVEL
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (strcmp(levels[i].name, name) == 0) return recompute < levels[i].keep_below;
+    return 0;
 }
 
 size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompute,
@@ -111,16 +115,19 @@ size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompu
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
     TensorSpec table[] = {
-#define LLMC_ACT_SPEC(name, shape, numel, kind, per_layer) {#name, shape, numel, 0, 0, 0, kind, per_layer},
+#define LLMC_ACT_SPEC(name, shape, numel, kind, keep_below) {#name, shape, numel, 0, 0, 0, kind, keep_below, 0},
         GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
 #undef LLMC_ACT_SPEC
     };
     size_t offset = 0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (table[i].per_layer && gpt2_activation_stored_per_layer(table[i].name, recompute))
+        if (recompute < table[i].per_layer) { /* the column holds the level that drops per-layer storage */
+            table[i].layer_numel = table[i].numel;
             table[i].numel *= L;
-        else
+            table[i].per_layer = 1;
+        } else {
             table[i].per_layer = 0;
+        }
         table[i].offset = offset;
         offset += table[i].numel;
     }
@@ -140,11 +147,10 @@ double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
     return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
 }
 
-void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
-                          unsigned long long seed) {
-    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * cfg->num_layers);
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed) {
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * num_layers);
     enum { CHUNK = 1 << 18 };
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < n; i++) {
         const TensorSpec *s = &specs[i];
         float *p = params + s->offset;
         if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
@@ -157,10 +163,15 @@ void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PAR
         for (long long k = 0; k < chunks; k++) {
             Rng rng;
             rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
-            size_t j0 = (size_t)k * CHUNK, n = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
-            rng_normal(&rng, p + j0, n, 0.0f, sd);
+            size_t j0 = (size_t)k * CHUNK, cnt = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
+            rng_normal(&rng, p + j0, cnt, 0.0f, sd);
         }
     }
+}
+
+void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
+                          unsigned long long seed) {
+    tensor_table_init(specs, NUM_PARAMETER_TENSORS, params, cfg->num_layers, seed);
     /* the padded vocabulary rows never take part: keep them zero (wte is the first tensor) */
     size_t C = (size_t)cfg->channels;
     memset(params + specs[0].offset + (size_t)cfg->vocab_size * C, 0,

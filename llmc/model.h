@@ -50,58 +50,62 @@ const char *model_config_validate(const ModelConfig *cfg);
 
 typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRule;
 
-/* X(name, shape comment, numel expression, weight decay?, init rule)
- * Expressions may use Vp, C, L, maxT, F, QKV (= (NH + 2*NKV) * HS). Order = checkpoint order. */
-#define GPT2_PARAMETERS(X)                                                   \
-    X(wte,      "(Vp, C)",     (size_t)Vp * C,        1, INIT_NORMAL)          \
-    X(wpe,      "(maxT, C)",   (size_t)maxT * C,      1, INIT_NORMAL)          \
-    X(ln1w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES)            \
-    X(ln1b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
-    X(qkvw,     "(L, 3C, C)",  (size_t)L * QKV * C,   1, INIT_NORMAL)          \
-    X(qkvb,     "(L, 3C)",     (size_t)L * QKV,       0, INIT_ZEROS)           \
-    X(attprojw, "(L, C, C)",   (size_t)L * C * C,     1, INIT_NORMAL_RESIDUAL) \
-    X(attprojb, "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
-    X(ln2w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES)            \
-    X(ln2b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
-    X(fcw,      "(L, F, C)",   (size_t)L * F * C,     1, INIT_NORMAL)          \
-    X(fcb,      "(L, F)",      (size_t)L * F,         0, INIT_ZEROS)           \
-    X(fcprojw,  "(L, C, F)",   (size_t)L * C * F,     1, INIT_NORMAL_RESIDUAL) \
-    X(fcprojb,  "(L, C)",      (size_t)L * C,         0, INIT_ZEROS)           \
-    X(lnfw,     "(C)",         (size_t)C,             0, INIT_ONES)            \
-    X(lnfb,     "(C)",         (size_t)C,             0, INIT_ZEROS)
+/* X(name, shape comment, numel expression, weight decay?, init rule, stacked over L?)
+ * Expressions may use Vp, C, L, maxT, F, QKV (= (NH + 2*NKV) * HS). Order = checkpoint order.
+ * A stacked tensor holds L equal slices, layer l at offset l * numel / L (tensor_layer). */
+#define GPT2_PARAMETERS(X)                                                      \
+    X(wte,      "(Vp, C)",     (size_t)Vp * C,        1, INIT_NORMAL, 0)          \
+    X(wpe,      "(maxT, C)",   (size_t)maxT * C,      1, INIT_NORMAL, 0)          \
+    X(ln1w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES, 1)            \
+    X(ln1b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS, 1)           \
+    X(qkvw,     "(L, QKV, C)", (size_t)L * QKV * C,   1, INIT_NORMAL, 1)          \
+    X(qkvb,     "(L, QKV)",    (size_t)L * QKV,       0, INIT_ZEROS, 1)           \
+    X(attprojw, "(L, C, C)",   (size_t)L * C * C,     1, INIT_NORMAL_RESIDUAL, 1) \
+    X(attprojb, "(L, C)",      (size_t)L * C,         0, INIT_ZEROS, 1)           \
+    X(ln2w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES, 1)            \
+    X(ln2b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS, 1)           \
+    X(fcw,      "(L, F, C)",   (size_t)L * F * C,     1, INIT_NORMAL, 1)          \
+    X(fcb,      "(L, F)",      (size_t)L * F,         0, INIT_ZEROS, 1)           \
+    X(fcprojw,  "(L, C, F)",   (size_t)L * C * F,     1, INIT_NORMAL_RESIDUAL, 1) \
+    X(fcprojb,  "(L, C)",      (size_t)L * C,         0, INIT_ZEROS, 1)           \
+    X(lnfw,     "(C)",         (size_t)C,             0, INIT_ONES, 0)            \
+    X(lnfb,     "(C)",         (size_t)C,             0, INIT_ZEROS, 0)
 
-#define LLMC_DECLARE_POINTER(name, shape, numel, decay, init) float *name;
+#define LLMC_DECLARE_POINTER(name, ...) float *name;
 typedef struct {
     GPT2_PARAMETERS(LLMC_DECLARE_POINTER)
 } ParameterTensors;
 #define LLMC_COUNT_ONE(...) +1
 enum { NUM_PARAMETER_TENSORS = 0 GPT2_PARAMETERS(LLMC_COUNT_ONE) };
+/* GPT2_P_wte, ...: each parameter's index in the table (for tensor_layer) */
+#define LLMC_PARAM_INDEX(name, ...) GPT2_P_##name,
+enum { GPT2_PARAMETERS(LLMC_PARAM_INDEX) };
 
-/* X(name, shape comment, numel expression, memory kind, per layer?)
- * Expressions may use B, T, C, L, NH, Vp, F, QKV. A tensor marked per-layer with kind
- * "recompute-1" or "recompute-2" is stored for every layer only when the recompute level
- * is below that number; otherwise one layer's worth is kept and recomputed in backward.
+/* X(name, shape comment, numel expression, memory kind, stored per layer below recompute level)
+ * Expressions may use B, T, C, L, NH, Vp, F, QKV. The last column is 0 for a tensor that is not
+ * per layer; otherwise R: the tensor is stored for every layer when the recompute level is below
+ * R, else one layer's worth is kept and recomputed in backward (R = 4: always per layer).
  * Aliasing: logits is overwritten in place by dlogits during the training forward pass. */
-#define GPT2_ACTIVATIONS(X)                                                        \
-    X(encoded,   "(B, T, C)",         (size_t)B * T * C,       ACT_RESIDUAL, 0)     \
-    X(ln1,       "(L, B, T, C)",      (size_t)B * T * C,       ACT_LAYERNORM, 1)    \
-    X(ln1_mean,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
-    X(ln1_rstd,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
-    X(qkv,       "(L, B, T, 3C)",     (size_t)B * T * QKV,     ACT_ATTENTION, 1)    \
-    X(atty,      "(L, B, T, C)",      (size_t)B * T * C,       ACT_ATTENTION, 1)    \
-    X(att,       "(L, B, NH, T, T)",  (size_t)B * NH * T * T,  ACT_ATTENTION, 1)    \
-    X(residual2, "(L, B, T, C)",      (size_t)B * T * C,       ACT_RESIDUAL, 1)     \
-    X(ln2,       "(L, B, T, C)",      (size_t)B * T * C,       ACT_LAYERNORM, 1)    \
-    X(ln2_mean,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
-    X(ln2_rstd,  "(L, B, T)",         (size_t)B * T,           ACT_STATS, 1)        \
-    X(fch,       "(L, B, T, F)",      (size_t)B * T * F,       ACT_MLP, 1)          \
-    X(fch_gelu,  "(L, B, T, F)",      (size_t)B * T * F,       ACT_GELU, 1)         \
-    X(residual3, "(L, B, T, C)",      (size_t)B * T * C,       ACT_RESIDUAL, 1)     \
-    X(lnf,       "(B, T, C)",         (size_t)B * T * C,       ACT_LAYERNORM, 0)    \
-    X(lnf_mean,  "(B, T)",            (size_t)B * T,           ACT_STATS, 0)        \
-    X(lnf_rstd,  "(B, T)",            (size_t)B * T,           ACT_STATS, 0)        \
-    X(logits,    "(B, T, Vp)",        (size_t)B * T * Vp,      ACT_LOGITS, 0)       \
-    X(losses,    "(B, T)",            (size_t)B * T,           ACT_STATS, 0)
+#define GPT2_ACTIVATIONS(X) \
+    X(encoded,  "(B, T, C)",        (size_t)B * T * C,       ACT_RESIDUAL,  0) \
+    X(ln1,      "(L, B, T, C)",     (size_t)B * T * C,       ACT_LAYERNORM, 2) \
+    X(ln1_mean, "(L, B, T)",        (size_t)B * T,           ACT_STATS,     3) \
+    X(ln1_rstd, "(L, B, T)",        (size_t)B * T,           ACT_STATS,     3) \
+    X(qkv,      "(L, B, T, QKV)",   (size_t)B * T * QKV,     ACT_ATTENTION, 3) \
+    X(atty,     "(L, B, T, C)",     (size_t)B * T * C,       ACT_ATTENTION, 3) \
+    X(att,      "(L, B, NH, T, T)", (size_t)B * NH * T * T,  ACT_ATTENTION, 3) \
+    X(residual2, "(L, B, T, C)",     (size_t)B * T * C,       ACT_RESIDUAL,  3) \
+    X(ln2,      "(L, B, T, C)",     (size_t)B * T * C,       ACT_LAYERNORM, 2) \
+    X(ln2_mean, "(L, B, T)",        (size_t)B * T,           ACT_STATS,     3) \
+    X(ln2_rstd, "(L, B, T)",        (size_t)B * T,           ACT_STATS,     3) \
+    X(fch,      "(L, B, T, F)",     (size_t)B * T * F,       ACT_MLP,       3) \
+    X(fch_gelu, "(L, B, T, F)",     (size_t)B * T * F,       ACT_GELU,      1) \
+    X(residual3, "(L, B, T, C)",     (size_t)B * T * C,       ACT_RESIDUAL,  4) \
+    X(lnf,      "(B, T, C)",        (size_t)B * T * C,       ACT_LAYERNORM, 0) \
+    X(lnf_mean, "(B, T)",           (size_t)B * T,           ACT_STATS,     0) \
+    X(lnf_rstd, "(B, T)",           (size_t)B * T,           ACT_STATS,     0) \
+    X(logits,   "(B, T, Vp)",       (size_t)B * T * Vp,      ACT_LOGITS,    0) \
+    X(losses,   "(B, T)",           (size_t)B * T,           ACT_STATS,     0)
 
 typedef enum { ACT_RESIDUAL, ACT_LAYERNORM, ACT_STATS, ACT_ATTENTION, ACT_MLP, ACT_GELU, ACT_LOGITS,
                ACT_NUM_KINDS } ActivationKind;
@@ -111,6 +115,9 @@ typedef struct {
     GPT2_ACTIVATIONS(LLMC_DECLARE_POINTER)
 } ActivationTensors;
 enum { NUM_ACTIVATION_TENSORS = 0 GPT2_ACTIVATIONS(LLMC_COUNT_ONE) };
+/* GPT2_A_encoded, ...: each activation's index in the table */
+#define LLMC_ACT_INDEX(name, ...) GPT2_A_##name,
+enum { GPT2_ACTIVATIONS(LLMC_ACT_INDEX) };
 
 typedef struct {
     const char *name;
@@ -121,7 +128,14 @@ typedef struct {
     int init;       /* parameters: an InitRule */
     int kind;       /* activations: an ActivationKind */
     int per_layer;  /* activations: numel counts all stored layers */
+    size_t layer_numel; /* elements between layer l and l + 1 (0: one copy shared by every layer) */
 } TensorSpec;
+
+/* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
+ * never from hand-written shape products. */
+static inline float *tensor_layer(float *arena, const TensorSpec *s, int l) {
+    return arena + s->offset + (size_t)l * s->layer_numel;
+}
 
 /* The parameter table for cfg; returns the total element count. specs may be NULL. */
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]);
@@ -130,20 +144,25 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 /* The tensor pointers in table order (for loops over all parameters). */
 float **gpt2_parameter_slots(ParameterTensors *p);
 
+/* Does each layer of the named activation have its own storage at this recompute level? (the
+ * table's last column; for backends that look tensors up by name) */
+int gpt2_activation_stored_per_layer(const char *name, int recompute);
+
 /* Recompute levels: 0 none, 1 GELU output, 2 also the LayerNorm outputs, 3 (GPU) everything
  * but each block's input (residual3), the block is rerun in backward. */
 size_t gpt2_activation_specs(const ModelConfig *cfg, int B, int T, int recompute,
                              TensorSpec specs[NUM_ACTIVATION_TENSORS]);
 void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]);
 
-/* Does layer l of this activation tensor have its own storage at this recompute level? */
-int gpt2_activation_stored_per_layer(const char *name, int recompute);
-
 /* GPT-2's random initialisation into params (laid out by specs): N(0, 0.02), residual
  * projections N(0, 0.02/sqrt(2L)), biases 0, norm gains 1, padded vocabulary rows 0. Each
  * (tensor, chunk) draws from its own stream, so the result depends only on the seed. */
 void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
                           unsigned long long seed);
+
+/* The random initialisation of any architecture's table (n tensors): N(0, 0.02), INIT_NORMAL_RESIDUAL
+ * N(0, 0.02/sqrt(2L)), INIT_ZEROS 0, INIT_ONES 1; each (tensor, chunk) draws from its own stream. */
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed);
 
 /* Training flops per token, the usual 6N + 6LCT (N = all parameters; forward + backward,
  * attention's two matmuls counted for the causal half): the basis of GFLOP/s and MFU. */

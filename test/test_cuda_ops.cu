@@ -399,7 +399,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     Dev<T> dout = dev_alloc<T>((size_t)N * C);
     Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
     float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
-    attention_forward(out, att, qkv, B, T_, C, NH);
+    attention_forward(out, att, qkv, B, T_, NH, NH, C / NH);
     attention_forward(dout.p, dlse.p, dqkv.p, B, T_, C, NH, (cudaStream_t)0);
     /* fp32: online vs two-pass softmax, order effects only; 16-bit: one rounding of O(1) */
     expect("attention_forward out", dout, out, pick<T>({{2e-5, 1e-4}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
@@ -415,7 +415,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
     float *dinp = (float *)malloc(N3 * 4);
     float *out_t = download(dout); /* the GPU's out (in T) is what its backward uses */
-    attention_backward(dinp, dy, qkv, att, B, T_, C, NH);
+    attention_backward(dinp, dy, qkv, att, B, T_, NH, NH, C / NH);
     attention_backward(ddinp.p, ddy.p, dqkv.p, dout.p, dlse.p, B, T_, C, NH, scratch.p, (cudaStream_t)0);
     /* fp32: recomputed probabilities, other order; 16-bit: out and the result rounded to T
      * (D = dout . out uses the rounded out), sums over up to T terms */
@@ -465,7 +465,7 @@ static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, b
     Dev<T> dout = dev_alloc<T>((size_t)N * C);
     Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
     float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
-    attention_forward(out, att, full, B, T_, C, NH);
+    attention_forward(out, att, full, B, T_, NH, NH, C / NH);
     attention_forward_fa2(dout.p, dlse.p, dinp.p, B, T_, NH, NKV, HS, (cudaStream_t)0);
     /* the tolerances of test_attention's 16-bit forward: P and the output rounded to 16 bits */
     expect("attention_forward_fa2 out", dout, out, pick<T>({{0, 0}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
@@ -479,7 +479,7 @@ static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, b
     Dev<T> ddy = upload<T>(dy, (size_t)N * C), ddinp = dev_alloc<T>((size_t)N * W);
     Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
     cudaCheck(cudaMemset(ddinp.p, 0x5A, (size_t)N * W * sizeof(T)));
-    attention_backward(dfull, dy, full, att, B, T_, C, NH);
+    attention_backward(dfull, dy, full, att, B, T_, NH, NH, C / NH);
     for (int i = 0; i < N; i++) {
         memcpy(dref + (size_t)i * W, dfull + (size_t)i * 3 * C, (size_t)C * 4);
         for (int h = 0; h < NH; h++)

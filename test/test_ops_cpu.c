@@ -25,6 +25,9 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 #include "test/testing.h"
 
 #include <errno.h>
@@ -351,18 +354,21 @@ static void test_matmul(uint64_t seed, int with_bias) {
 /* ---- attention ---------------------------------------------------------------------------- */
 
 typedef struct {
-    int B, T, C, NH;
-    double *inp, *w;   /* (B, T, 3C), (B, T, C) */
-    double *out, *att; /* (B, T, C), (B, NH, T, T) */
+    int B, T, NH, NKV, HS;
+    double *inp, *w;   /* (B, T, (NH + 2 NKV) HS), (B, T, NH HS) */
+    double *out, *att; /* (B, T, NH HS), (B, NH, T, T) */
 } AttentionRef;
 
 static double attention_ref_loss(void *ctx) {
     AttentionRef *a = (AttentionRef *)ctx;
-    const int B = a->B, T = a->T, C = a->C, NH = a->NH, HS = C / NH;
+    const int B = a->B, T = a->T, NH = a->NH, NKV = a->NKV, HS = a->HS, C = NH * HS;
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HS;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T; t++) {
-                const double *q = a->inp + ((size_t)b * T + t) * 3 * C + h * HS;
+                /* query head h shares key/value head h * NKV / NH (GQA) */
+                const int g = h * NKV / NH;
+                const double *q = a->inp + ((size_t)b * T + t) * QKV + h * HS;
                 double *row = a->att + (((size_t)b * NH + h) * T + t) * T;
                 double mx = -INFINITY, sum = 0.0;
                 for (int u = 0; u < T; u++) {
@@ -370,7 +376,7 @@ static double attention_ref_loss(void *ctx) {
                         row[u] = 0.0;
                         continue;
                     }
-                    const double *k = a->inp + ((size_t)b * T + u) * 3 * C + C + h * HS;
+                    const double *k = a->inp + ((size_t)b * T + u) * QKV + C + g * HS;
                     double s = 0.0;
                     for (int i = 0; i < HS; i++) s += q[i] * k[i];
                     row[u] = s / sqrt((double)HS);
@@ -380,35 +386,38 @@ static double attention_ref_loss(void *ctx) {
                 for (int u = 0; u <= t; u++) row[u] /= sum;
                 for (int i = 0; i < HS; i++) {
                     double o = 0.0;
-                    for (int u = 0; u <= t; u++) o += row[u] * a->inp[((size_t)b * T + u) * 3 * C + 2 * C + h * HS + i];
+                    for (int u = 0; u <= t; u++) o += row[u] * a->inp[((size_t)b * T + u) * QKV + C + (size_t)NKV * HS + g * HS + i];
                     a->out[((size_t)b * T + t) * C + h * HS + i] = o;
                 }
             }
     return dot_d(a->out, a->w, (size_t)B * T * C);
 }
 
-static void test_attention(uint64_t seed) {
-    const int B = 2, T = 5, C = 12, NH = 3;
-    printf("attention: B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
-    Rng r = rng_make("attention", seed);
-    const size_t nin = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
+static void test_attention_case(uint64_t seed, int NH, int NKV) {
+    const int B = 2, T = 5, HS = 4, C = NH * HS;
+    printf("attention: B=%d T=%d NH=%d NKV=%d HS=%d\n", B, T, NH, NKV, HS);
+    Rng r = rng_make("attention", seed + (uint64_t)(NH * 16 + NKV));
+    const size_t nin = (size_t)B * T * (NH + 2 * NKV) * HS, nout = (size_t)B * T * C, natt = (size_t)B * NH * T * T;
     /* |q.k|/sqrt(HS) up to ~6: peaked and flat softmax rows both occur */
     float *inp = frand(&r, nin, -2, 2), *w = frand(&r, nout, -1, 1);
     float *out = fnan(nout), *att = fnan(natt);
-    attention_forward(out, att, inp, B, T, C, NH);
+    attention_forward(out, att, inp, B, T, NH, NKV, HS);
 
-    AttentionRef a = {B, T, C, NH, to_double(inp, nin), to_double(w, nout), dalloc(nout), dalloc(natt)};
+    AttentionRef a = {B, T, NH, NKV, HS, to_double(inp, nin), to_double(w, nout), dalloc(nout), dalloc(natt)};
     attention_ref_loss(&a);
     /* softmax over <= 5 scores and a 5-term weighted sum of |v| <= 2, in float: ~1e-6 */
     check_close_d("attention_forward att (zeros above the diagonal)", att, a.att, natt, 2e-6, 1e-5);
     check_close_d("attention_forward out", out, a.out, nout, 1e-5, 1e-5);
 
     float *dinp = fnan(nin);
-    attention_backward(dinp, w, inp, att, B, T, C, NH);
+    attention_backward(dinp, w, inp, att, B, T, NH, NKV, HS);
     double *g_inp = dalloc(nin);
     fd_gradient(g_inp, a.inp, nin, attention_ref_loss, &a);
-    /* chains of HS=4 and T=5 products of O(1..4) values through the softmax Jacobian: ~1e-6 */
-    check_close_d("attention_backward dinp (= over NaN prefill, FD)", dinp, g_inp, nin, 2e-5, 1e-5);
+    /* chains of HS=4 and T=5 products of O(1..4) values through the softmax Jacobian, summed
+     * over up to 4 query heads per key/value head: ~1e-6 */
+    check_close_d(NKV < NH ? "attention_backward dinp, grouped K/V summed over the group (= over NaN prefill, FD)"
+                           : "attention_backward dinp (= over NaN prefill, FD)",
+                  dinp, g_inp, nin, 2e-5, 1e-5);
 
     free(inp), free(w), free(out), free(att), free(dinp), free(a.inp), free(a.w), free(a.out), free(a.att), free(g_inp);
 }
@@ -450,6 +459,160 @@ static void test_gelu(uint64_t seed) {
     check_close_d("gelu_backward dinp (= over NaN prefill, FD)", dinp, g_inp, N, 1e-6, 1e-5);
 
     free(inp), free(w), free(out), free(dinp), free(g.inp), free(g.w), free(g.out), free(g_inp);
+}
+
+/* ---- rmsnorm (Llama) ---------------------------------------------------------------------- */
+
+typedef struct {
+    int N, C;
+    double eps;
+    double *inp, *weight, *w; /* (N, C), (C), (N, C) */
+    double *out, *rstd;       /* (N, C), (N) */
+} RmsnormRef;
+
+static double rmsnorm_ref_loss(void *ctx) {
+    RmsnormRef *r = (RmsnormRef *)ctx;
+    for (int i = 0; i < r->N; i++) {
+        const double *x = r->inp + (size_t)i * r->C;
+        double ss = 0.0;
+        for (int j = 0; j < r->C; j++) ss += x[j] * x[j];
+        r->rstd[i] = 1.0 / sqrt(ss / r->C + r->eps);
+        for (int j = 0; j < r->C; j++) r->out[(size_t)i * r->C + j] = x[j] * r->rstd[i] * r->weight[j];
+    }
+    return dot_d(r->out, r->w, (size_t)r->N * r->C);
+}
+
+static void test_rmsnorm(uint64_t seed) {
+    const int N = 70, C = 24; /* N > one 64-row dweight chunk */
+    const float eps = 1e-5f;
+    printf("rmsnorm: N=%d C=%d eps=%g (row 5 scaled by 1e-2)\n", N, C, eps);
+    Rng r = rng_make("rmsnorm", seed);
+    const size_t n = (size_t)N * C;
+    float *inp = frand(&r, n, -2, 2), *weight = frand(&r, C, 0.5f, 1.5f), *w = frand(&r, n, -1, 1);
+    for (int j = 0; j < C; j++) inp[5 * C + j] *= 1e-2f;
+    float *out = fnan(n), *rstd = fnan(N);
+    rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    RmsnormRef ref = {N, C, eps, to_double(inp, n), to_double(weight, C), to_double(w, n), dalloc(n), dalloc(N)};
+    rmsnorm_ref_loss(&ref);
+    /* a float sum of 24 squares and one sqrt: a few ulps of rstd (up to ~1e2 on the small row) */
+    check_close_d("rmsnorm_forward rstd", rstd, ref.rstd, N, 0, 1e-5);
+    check_close_d("rmsnorm_forward out", out, ref.out, n, 1e-5, 1e-5);
+
+    /* += contract: prefill the gradients with 1 and subtract it afterwards */
+    float *dinp = (float *)malloc(n * sizeof(float)), *dweight = (float *)malloc(C * sizeof(float));
+    for (size_t i = 0; i < n; i++) dinp[i] = 1.0f;
+    for (int j = 0; j < C; j++) dweight[j] = 1.0f;
+    rmsnorm_backward(dinp, dweight, w, inp, weight, rstd, N, C);
+    for (size_t i = 0; i < n; i++) dinp[i] -= 1.0f;
+    for (int j = 0; j < C; j++) dweight[j] -= 1.0f;
+    double *g_inp = dalloc(n), *g_weight = dalloc(C);
+    fd_gradient(g_inp, ref.inp, n, rmsnorm_ref_loss, &ref);
+    fd_gradient(g_weight, ref.weight, C, rmsnorm_ref_loss, &ref);
+    check_close_d("rmsnorm_backward dinp (+= onto prefill, FD)", dinp, g_inp, n, 1e-4, 1e-5);
+    check_close_d("rmsnorm_backward dweight (+= onto prefill, FD)", dweight, g_weight, C, 1e-5, 1e-5);
+    free(inp), free(weight), free(w), free(out), free(rstd), free(dinp), free(dweight);
+    free(ref.inp), free(ref.weight), free(ref.w), free(ref.out), free(ref.rstd), free(g_inp), free(g_weight);
+}
+
+/* ---- swiglu (Llama's MLP) ----------------------------------------------------------------- */
+
+typedef struct {
+    int N, F;
+    double *inp, *w, *out; /* (N, 2F), (N, F), (N, F) */
+} SwigluRef;
+
+static double swiglu_ref_loss(void *ctx) {
+    SwigluRef *s = (SwigluRef *)ctx;
+    for (int i = 0; i < s->N; i++)
+        for (int j = 0; j < s->F; j++) {
+            double g = s->inp[(size_t)i * 2 * s->F + j], u = s->inp[(size_t)i * 2 * s->F + s->F + j];
+            s->out[(size_t)i * s->F + j] = g / (1.0 + exp(-g)) * u;
+        }
+    return dot_d(s->out, s->w, (size_t)s->N * s->F);
+}
+
+static void test_swiglu(uint64_t seed) {
+    const int N = 7, F = 11;
+    printf("swiglu: N=%d F=%d, gate and up in [-6, 6]\n", N, F);
+    Rng r = rng_make("swiglu", seed);
+    const size_t nin = (size_t)N * 2 * F, nout = (size_t)N * F;
+    float *inp = frand(&r, nin, -6, 6), *w = frand(&r, nout, -1, 1), *out = fnan(nout);
+    swiglu_forward(out, inp, N, F);
+    SwigluRef ref = {N, F, to_double(inp, nin), to_double(w, nout), dalloc(nout)};
+    swiglu_ref_loss(&ref);
+    /* expf and two roundings on |out| <= 36 */
+    check_close_d("swiglu_forward out", out, ref.out, nout, 1e-5, 1e-6);
+    float *dinp = fnan(nin);
+    swiglu_backward(dinp, inp, w, N, F);
+    double *g_inp = dalloc(nin);
+    fd_gradient(g_inp, ref.inp, nin, swiglu_ref_loss, &ref);
+    check_close_d("swiglu_backward dinp, gate and up (= over NaN prefill, FD)", dinp, g_inp, nin, 1e-5, 1e-5);
+    free(inp), free(w), free(out), free(dinp), free(ref.inp), free(ref.w), free(ref.out), free(g_inp);
+}
+
+/* ---- rope (Llama) ------------------------------------------------------------------------- */
+
+typedef struct {
+    int B, T, NH, NKV, HS;
+    const double *inv_freq; /* (HS/2) */
+    double *inp, *w, *out;  /* (B, T, QKV) each */
+} RopeRef;
+
+static double rope_ref_loss(void *ctx) {
+    RopeRef *r = (RopeRef *)ctx;
+    const size_t QKV = (size_t)(r->NH + 2 * r->NKV) * r->HS;
+    for (int bt = 0; bt < r->B * r->T; bt++) {
+        const int t = bt % r->T;
+        const double *x = r->inp + (size_t)bt * QKV;
+        double *o = r->out + (size_t)bt * QKV;
+        for (size_t c = 0; c < QKV; c++) o[c] = x[c]; /* v passes through */
+        for (int h = 0; h < r->NH + r->NKV; h++)
+            for (int i = 0; i < r->HS / 2; i++) {
+                size_t c = (size_t)h * r->HS + 2 * i;
+                double a = t * r->inv_freq[i];
+                o[c] = x[c] * cos(a) - x[c + 1] * sin(a);
+                o[c + 1] = x[c] * sin(a) + x[c + 1] * cos(a);
+            }
+    }
+    return dot_d(r->out, r->w, (size_t)r->B * r->T * QKV);
+}
+
+static void test_rope_case(uint64_t seed, int scaled) {
+    const int B = 2, T = 6, NH = 4, NKV = 2, HS = 16;
+    /* theta 8 and an original context of 16 put the wavelengths 2 pi 8^(i/8) (6.3 .. 21) in all
+     * three of Llama 3.1's bands: kept (< 16/2), blended, divided by the factor (> 16/1) */
+    RopeConfig rc = {8.0f, scaled ? 8.0f : 0.0f, 1.0f, 2.0f, 16};
+    printf("rope: B=%d T=%d NH=%d NKV=%d HS=%d theta=%g%s\n", B, T, NH, NKV, HS, rc.theta,
+           scaled ? ", Llama 3.1 scaling (factor 8, low 1, high 2, original 16)" : "");
+    double inv_freq[HS / 2];
+    for (int i = 0; i < HS / 2; i++) {
+        double f = pow(8.0, -2.0 * i / HS), wavelen = 2 * M_PI / f;
+        if (scaled && wavelen > 16.0) f = f / 8.0;
+        else if (scaled && wavelen >= 8.0) {
+            double smooth = (16.0 / wavelen - 1.0) / (2.0 - 1.0);
+            f = (1 - smooth) * f / 8.0 + smooth * f;
+        }
+        inv_freq[i] = f;
+    }
+    Rng r = rng_make("rope", seed + (uint64_t)scaled);
+    const size_t n = (size_t)B * T * (NH + 2 * NKV) * HS;
+    float *inp = frand(&r, n, -2, 2), *w = frand(&r, n, -1, 1), *freqs = fnan((size_t)T * HS);
+    rope_freqs(freqs, T, HS, &rc);
+    float *out = (float *)malloc(n * sizeof(float));
+    memcpy(out, inp, n * sizeof(float));
+    rope_forward(out, freqs, B, T, NH, NKV, HS);
+    RopeRef ref = {B, T, NH, NKV, HS, inv_freq, to_double(inp, n), to_double(w, n), dalloc(n)};
+    rope_ref_loss(&ref);
+    /* cos/sin rounded to float once, then two products: a few ulps of |x| <= 2.8 */
+    check_close_d(scaled ? "rope_forward q, k rotated, v unchanged (Llama 3.1 scaled frequencies)"
+                         : "rope_forward q, k rotated, v unchanged", out, ref.out, n, 2e-6, 1e-6);
+    float *dinp = (float *)malloc(n * sizeof(float));
+    memcpy(dinp, w, n * sizeof(float));
+    rope_backward(dinp, freqs, B, T, NH, NKV, HS);
+    double *g = dalloc(n);
+    fd_gradient(g, ref.inp, n, rope_ref_loss, &ref);
+    check_close_d("rope_backward (in place, FD)", dinp, g, n, 1e-6, 1e-5);
+    free(inp), free(w), free(freqs), free(out), free(dinp), free(ref.inp), free(ref.w), free(ref.out), free(g);
 }
 
 /* ---- fused classifier --------------------------------------------------------------------- */
@@ -679,7 +842,13 @@ int main(int argc, char **argv) {
     test_layernorm(seed + 2);
     test_matmul(seed + 3, 0);
     test_matmul(seed + 4, 1);
-    test_attention(seed + 5);
+    test_attention_case(seed + 5, 3, 3); /* GPT-2: one key/value head per query head */
+    test_attention_case(seed + 5, 4, 2); /* grouped-query: two query heads per key/value head */
+    test_attention_case(seed + 5, 4, 1); /* multi-query: one key/value head */
+    test_rmsnorm(seed + 11);
+    test_swiglu(seed + 12);
+    test_rope_case(seed + 13, 0);
+    test_rope_case(seed + 13, 1);
     test_gelu(seed + 6);
     test_classifier(seed + 7);
     test_residual(seed + 8);

@@ -83,8 +83,8 @@ int main(int argc, char **argv) {
     lab_round<__nv_bfloat16>(dy, N * C);
     float *out = lab_host_floats(N * C), *dinp = lab_host_floats(N * 3 * C);
     float *att = lab_host_floats((size_t)B * NH * T * T);
-    attention_forward(out, att, qkv, B, T, C, NH);
-    attention_backward(dinp, dy, qkv, att, B, T, C, NH);
+    attention_forward(out, att, qkv, B, T, NH, NH, C / NH); /* GPT-2: NKV == NH */
+    attention_backward(dinp, dy, qkv, att, B, T, NH, NH, C / NH);
     free(att);
     if (attention_fa2_supports(C / NH)) lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_FA2);
     lab_attention<__nv_bfloat16>(&dev, &opt, qkv, dy, out, dinp, B, T, C, NH, LAB_WMMA);

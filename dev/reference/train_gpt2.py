@@ -417,8 +417,9 @@ class AdamW:
     def __init__(self, model, hp):
         self.hp = hp
         self.params = model.params()
-        decay = {name: d for name, _, d, _ in param_table(model.cfg)}
-        self.decay = [decay[name] for name in PARAM_NAMES]
+        # the model's own table when it has one (train_llama3.py), else GPT-2's
+        table = model.param_table() if hasattr(model, "param_table") else param_table(model.cfg)
+        self.decay = [decay for _, _, decay, _ in table]
         self.m = [torch.zeros_like(p) for p in self.params]
         self.v = [torch.zeros_like(p) for p in self.params]
         biggest = max(p.numel() for p in self.params)

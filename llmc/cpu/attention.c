@@ -7,6 +7,11 @@
 
 #include "../check.h"
 
+/* Offsets within one position's packed row: query head h, key and value head g. */
+#define Q_AT(h) ((size_t)(h) * HS)
+#define K_AT(g) ((size_t)NH * HS + (size_t)(g) * HS)
+#define V_AT(g) ((size_t)(NH + NKV) * HS + (size_t)(g) * HS)
+
 void attention_row(float *out, float *att, const float *q, const float *k, const float *v, size_t stride, int t, int HS,
                    float scale) {
     float maxval = -INFINITY;
@@ -32,17 +37,19 @@ void attention_row(float *out, float *att, const float *q, const float *k, const
     }
 }
 
-void attention_forward(float *out, float *att, const float *inp, int B, int T, int C, int NH) {
-    const int C3 = 3 * C, HS = C / NH;
+void attention_forward(float *out, float *att, const float *inp, int B, int T, int NH, int NKV, int HS) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS;
+    const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
+            const int g = h / group;
             for (int t = 0; t < T; t++) {
-                const float *q = inp + ((size_t)b * T + t) * C3 + h * HS;
-                const float *k = inp + (size_t)b * T * C3 + C + h * HS;
+                const float *q = inp + ((size_t)b * T + t) * QKV + Q_AT(h);
+                const float *k = inp + (size_t)b * T * QKV + K_AT(g), *v = inp + (size_t)b * T * QKV + V_AT(g);
                 float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                attention_row(out + ((size_t)b * T + t) * C + h * HS, a, q, k, k + C, C3, t, HS, scale);
+                attention_row(out + ((size_t)b * T + t) * C + Q_AT(h), a, q, k, v, QKV, t, HS, scale);
                 for (int u = t + 1; u < T; u++) a[u] = 0.0f;
             }
         }
@@ -50,42 +57,46 @@ void attention_forward(float *out, float *att, const float *inp, int B, int T, i
 }
 
 void attention_backward(float *dinp, const float *dout, const float *inp, const float *att,
-                        int B, int T, int C, int NH) {
-    const int C3 = 3 * C, HS = C / NH;
+                        int B, int T, int NH, int NKV, int HS) {
+    const size_t QKV = (size_t)(NH + 2 * NKV) * HS, C = (size_t)NH * HS;
+    const int group = NH / NKV;
     const float scale = 1.0f / sqrtf((float)HS);
-    memset(dinp, 0, (size_t)B * T * C3 * sizeof(float));
+    memset(dinp, 0, (size_t)B * T * QKV * sizeof(float));
 #pragma omp parallel
     {
         float *datt = (float *)mallocCheck((size_t)T * sizeof(float), "attention backward row");
 #pragma omp for collapse(2) schedule(static)
         for (int b = 0; b < B; b++) {
-            for (int h = 0; h < NH; h++) {
-                for (int t = 0; t < T; t++) {
-                    const float *a = att + (((size_t)b * NH + h) * T + t) * T;
-                    const float *d = dout + ((size_t)b * T + t) * C + h * HS;
-                    const float *q = inp + ((size_t)b * T + t) * C3 + h * HS;
-                    float *dq = dinp + ((size_t)b * T + t) * C3 + h * HS;
-                    /* out[t] = sum_u att[t,u] v_u */
-                    float dot = 0.0f;
-                    for (int u = 0; u <= t; u++) {
-                        const float *v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
-                        float *dv = dinp + ((size_t)b * T + u) * C3 + 2 * C + h * HS;
-                        float s = 0.0f;
-                        for (int i = 0; i < HS; i++) {
-                            s += d[i] * v[i];
-                            dv[i] += a[u] * d[i];
+            for (int g = 0; g < NKV; g++) {
+                /* the group's query heads in order: each adds into the shared dk, dv */
+                for (int h = g * group; h < (g + 1) * group; h++) {
+                    for (int t = 0; t < T; t++) {
+                        const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+                        const float *d = dout + ((size_t)b * T + t) * C + Q_AT(h);
+                        const float *q = inp + ((size_t)b * T + t) * QKV + Q_AT(h);
+                        float *dq = dinp + ((size_t)b * T + t) * QKV + Q_AT(h);
+                        /* out[t] = sum_u att[t,u] v_u */
+                        float dot = 0.0f;
+                        for (int u = 0; u <= t; u++) {
+                            const float *v = inp + ((size_t)b * T + u) * QKV + V_AT(g);
+                            float *dv = dinp + ((size_t)b * T + u) * QKV + V_AT(g);
+                            float s = 0.0f;
+                            for (int i = 0; i < HS; i++) {
+                                s += d[i] * v[i];
+                                dv[i] += a[u] * d[i];
+                            }
+                            datt[u] = s;
+                            dot += a[u] * s;
                         }
-                        datt[u] = s;
-                        dot += a[u] * s;
-                    }
-                    /* att = softmax(s): ds = att * (datt - sum(att * datt)); s = q.k * scale */
-                    for (int u = 0; u <= t; u++) {
-                        const float *k = inp + ((size_t)b * T + u) * C3 + C + h * HS;
-                        float *dk = dinp + ((size_t)b * T + u) * C3 + C + h * HS;
-                        float ds = a[u] * (datt[u] - dot) * scale;
-                        for (int i = 0; i < HS; i++) {
-                            dq[i] += ds * k[i];
-                            dk[i] += ds * q[i];
+                        /* att = softmax(s): ds = att * (datt - sum(att * datt)); s = q.k * scale */
+                        for (int u = 0; u <= t; u++) {
+                            const float *k = inp + ((size_t)b * T + u) * QKV + K_AT(g);
+                            float *dk = dinp + ((size_t)b * T + u) * QKV + K_AT(g);
+                            float ds = a[u] * (datt[u] - dot) * scale;
+                            for (int i = 0; i < HS; i++) {
+                                dq[i] += ds * k[i];
+                                dk[i] += ds * q[i];
+                            }
                         }
                     }
                 }

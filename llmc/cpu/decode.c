@@ -56,7 +56,8 @@ static void attention_forward_cached(float *out, float *att, const float *qkv, c
     }
 }
 
-#define LAYER(p, l, per) ((p) + (size_t)(l) * (per))
+/* Layer l's view of a parameter, from the tensor table. */
+#define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[GPT2_P_##name], l)
 
 const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *tokens, int n) {
     const ModelConfig *cfg = &model->cfg;
@@ -75,17 +76,17 @@ const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *token
     }
     for (int l = 0; l < L; l++) {
         float *kv = c->kv + (size_t)l * c->max_len * 2 * C;
-        layernorm_forward(c->ln, c->mean, c->rstd, c->residual, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), n, C);
-        matmul_forward(c->qkv, c->ln, LAYER(p->qkvw, l, 3 * C * C), LAYER(p->qkvb, l, 3 * C), n, C, 3 * C);
+        layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln1w, l), PARAM(ln1b, l), n, C);
+        matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), PARAM(qkvb, l), n, C, 3 * C);
         for (int i = 0; i < n; i++) /* cache this position's key and value */
             memcpy(kv + (size_t)(pos + i) * 2 * C, c->qkv + (size_t)i * 3 * C + C, 2 * (size_t)C * sizeof(float));
         attention_forward_cached(c->atty, c->att, c->qkv, kv, pos, n, C, NH);
-        matmul_forward(c->proj, c->atty, LAYER(p->attprojw, l, C * C), LAYER(p->attprojb, l, C), n, C, C);
+        matmul_forward(c->proj, c->atty, PARAM(attprojw, l), PARAM(attprojb, l), n, C, C);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
-        layernorm_forward(c->ln, c->mean, c->rstd, c->residual, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), n, C);
-        matmul_forward(c->fch, c->ln, LAYER(p->fcw, l, (size_t)F * C), LAYER(p->fcb, l, F), n, C, F);
+        layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln2w, l), PARAM(ln2b, l), n, C);
+        matmul_forward(c->fch, c->ln, PARAM(fcw, l), PARAM(fcb, l), n, C, F);
         gelu_forward(c->fch_gelu, c->fch, (size_t)n * F);
-        matmul_forward(c->proj, c->fch_gelu, LAYER(p->fcprojw, l, (size_t)C * F), LAYER(p->fcprojb, l, C), n, F, C);
+        matmul_forward(c->proj, c->fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), n, F, C);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
     }
     layernorm_forward(c->ln, c->mean, c->rstd, c->residual, p->lnfw, p->lnfb, n, C);

@@ -54,48 +54,26 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);
     if (!training) return;
     size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
-    model->num_scratch = N * (2 * C + 2 * F);
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
+    size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) */
+    model->num_scratch = N * (2 * C + F1 + F);
     model->scratch_memory = (float *)mallocCheck(model->num_scratch * sizeof(float), "backward scratch");
     model->dresidual = model->scratch_memory;
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * F;
+    model->dbuf_f2 = model->dbuf_f1 + N * F1;
     size_t n = model->num_parameters;
     model->grads_memory = (float *)callocCheck(n, sizeof(float), "gradients");
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
 }
 
-/* Pointers to layer l of the activations (one shared copy when recomputed). */
-typedef struct {
-    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *att, *residual2, *ln2, *ln2_mean,
-        *ln2_rstd, *fch, *fch_gelu, *residual3;
-} LayerActs;
-
-static LayerActs layer_acts(const GPT2 *m, int l, int B, int T) {
-    const ActivationTensors *a = &m->acts;
-    size_t N = (size_t)B * T, C = (size_t)m->cfg.channels, F = (size_t)m->cfg.ffn_hidden;
-    size_t NH = (size_t)m->cfg.num_heads;
-    int r = m->recompute;
-    LayerActs x;
-    x.residual = l == 0 ? a->encoded : a->residual3 + (size_t)(l - 1) * N * C;
-    x.ln1 = a->ln1 + (gpt2_activation_stored_per_layer("ln1", r) ? (size_t)l * N * C : 0);
-    x.ln1_mean = a->ln1_mean + (size_t)l * N;
-    x.ln1_rstd = a->ln1_rstd + (size_t)l * N;
-    x.qkv = a->qkv + (size_t)l * N * 3 * C;
-    x.atty = a->atty + (size_t)l * N * C;
-    x.att = a->att + (size_t)l * B * NH * T * T;
-    x.residual2 = a->residual2 + (size_t)l * N * C;
-    x.ln2 = a->ln2 + (gpt2_activation_stored_per_layer("ln2", r) ? (size_t)l * N * C : 0);
-    x.ln2_mean = a->ln2_mean + (size_t)l * N;
-    x.ln2_rstd = a->ln2_rstd + (size_t)l * N;
-    x.fch = a->fch + (size_t)l * N * F;
-    x.fch_gelu = a->fch_gelu + (gpt2_activation_stored_per_layer("fch_gelu", r) ? (size_t)l * N * F : 0);
-    x.residual3 = a->residual3 + (size_t)l * N * C;
-    return x;
-}
-
-/* Layer l's slice of a stacked (L, ...) parameter or gradient tensor. */
-#define LAYER(p, l, per) ((p) + (size_t)(l) * (per))
+/* Layer l's view of a parameter, gradient or activation, derived from the tensor table (one
+ * shared copy for every l when the table keeps a single layer). */
+#define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[GPT2_P_##name], l)
+#define GRAD(name, l) tensor_layer(model->grads_memory, &model->param_specs[GPT2_P_##name], l)
+#define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[GPT2_A_##name], l)
+/* the residual stream entering block l */
+#define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
 
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
     const ModelConfig *cfg = &model->cfg;
@@ -111,21 +89,24 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     const ParameterTensors *p = &model->params;
     ActivationTensors *a = &model->acts;
 
+    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        LayerActs x = layer_acts(model, l, B, T);
-        layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), N, C);
-        matmul_forward(x.qkv, x.ln1, LAYER(p->qkvw, l, 3 * C * C), LAYER(p->qkvb, l, 3 * C), N, C, 3 * C);
-        attention_forward(x.atty, x.att, x.qkv, B, T, C, NH);
-        matmul_forward(x.residual2, x.atty, LAYER(p->attprojw, l, C * C), LAYER(p->attprojb, l, C), N, C, C);
-        residual_forward(x.residual2, x.residual2, x.residual, (size_t)N * C);
-        layernorm_forward(x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), N, C);
-        matmul_forward(x.fch, x.ln2, LAYER(p->fcw, l, (size_t)F * C), LAYER(p->fcb, l, F), N, C, F);
-        gelu_forward(x.fch_gelu, x.fch, (size_t)N * F);
-        matmul_forward(x.residual3, x.fch_gelu, LAYER(p->fcprojw, l, (size_t)C * F), LAYER(p->fcprojb, l, C), N, F, C);
-        residual_forward(x.residual3, x.residual3, x.residual2, (size_t)N * C);
+        float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
+        float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
+        float *residual3 = ACT(residual3, l);
+        layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
+        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
+        attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
+        matmul_forward(residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
+        residual_forward(residual2, residual2, residual, (size_t)N * C);
+        layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
+        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
+        gelu_forward(fch_gelu, fch, (size_t)N * F);
+        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
+        residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
-    const float *top = a->residual3 + (size_t)(L - 1) * N * C;
+    const float *top = ACT(residual3, L - 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
     matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
     if (!targets) return model->mean_loss = 0.0f;
@@ -150,43 +131,42 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
     /* lnf = layernorm(residual3[L-1]) */
     zero(dres, NC);
-    const float *top = a->residual3 + (size_t)(L - 1) * NC;
+    const float *top = ACT(residual3, L - 1);
     layernorm_backward(dres, g->lnfw, g->lnfb, model->dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
 
+    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     for (int l = L - 1; l >= 0; l--) {
-        LayerActs x = layer_acts(model, l, B, T);
+        float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
+        float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         /* recompute what the forward did not keep, with the forward's own code */
-        if (model->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, NF);
+        if (model->recompute >= 1) gelu_forward(fch_gelu, fch, NF);
         if (model->recompute >= 2)
-            layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, LAYER(p->ln2w, l, C), LAYER(p->ln2b, l, C), N, C);
+            layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
-        matmul_backward(dfch_gelu, LAYER(g->fcprojw, l, (size_t)C * F), LAYER(g->fcprojb, l, C), dres, x.fch_gelu,
-                        LAYER(p->fcprojw, l, (size_t)C * F), N, F, C);
+        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
         /* fch_gelu = gelu(fch) */
-        gelu_backward(dfch, x.fch, dfch_gelu, NF);
+        gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->dbuf_c;
-        matmul_backward(dln2, LAYER(g->fcw, l, (size_t)F * C), LAYER(g->fcb, l, F), dfch, x.ln2, LAYER(p->fcw, l, (size_t)F * C), N, C, F);
+        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
         /* ln2 = layernorm(residual2) */
-        layernorm_backward(dres, LAYER(g->ln2w, l, C), LAYER(g->ln2b, l, C), dln2, x.residual2, LAYER(p->ln2w, l, C),
-                           x.ln2_mean, x.ln2_rstd, N, C);
+        layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
+                           ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->dbuf_c;
-        matmul_backward(datty, LAYER(g->attprojw, l, (size_t)C * C), LAYER(g->attprojb, l, C), dres, x.atty,
-                        LAYER(p->attprojw, l, (size_t)C * C), N, C, C);
+        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
         /* atty = attention(qkv) */
         float *dqkv = model->dbuf_f1;
-        attention_backward(dqkv, datty, x.qkv, x.att, B, T, C, NH);
+        attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
         /* qkv = ln1 @ qkvw^T + qkvb */
         if (model->recompute >= 2)
-            layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, LAYER(p->ln1w, l, C), LAYER(p->ln1b, l, C), N, C);
+            layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         float *dln1 = model->dbuf_c;
-        matmul_backward(dln1, LAYER(g->qkvw, l, (size_t)3 * C * C), LAYER(g->qkvb, l, 3 * C), dqkv, x.ln1,
-                        LAYER(p->qkvw, l, (size_t)3 * C * C), N, C, 3 * C);
+        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         /* ln1 = layernorm(residual) */
-        layernorm_backward(dres, LAYER(g->ln1w, l, C), LAYER(g->ln1b, l, C), dln1, x.residual, LAYER(p->ln1w, l, C),
-                           x.ln1_mean, x.ln1_rstd, N, C);
+        layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
+                           ACT(ln1_rstd, l), N, C);
     }
     /* encoded = wte[inputs] + wpe */
     encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C);

@@ -32,7 +32,7 @@ typedef struct {
     /* backward scratch, one layer's worth, reused by every layer:
      * dresidual (B,T,C): gradient of the residual stream, flows from the top down;
      * dbuf_c (B,T,C): dln2, then datty, then dln1 (each dead before the next is written);
-     * dbuf_f1 (B,T,F): dfch_gelu, later reused as dqkv (B,T,3C fits since F >= 3C);
+     * dbuf_f1 (B,T,max(F,QKV)): dfch_gelu, later reused as dqkv (B,T,QKV);
      * dbuf_f2 (B,T,F): dfch. */
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
     size_t num_scratch;

@@ -27,7 +27,7 @@ static long double exact_numel(const ModelConfig *cfg) {
                       QKV = (long double)(cfg->num_heads + 2.0L * cfg->num_kv_heads) * (C / cfg->num_heads);
     (void)Vp, (void)C, (void)L, (void)maxT, (void)F, (void)QKV;
     long double total = 0;
-#define ADD_NUMEL(name, shape, numel, decay, init) total += (numel);
+#define ADD_NUMEL(name, shape, numel, ...) total += (numel);
     GPT2_PARAMETERS(ADD_NUMEL)
 #undef ADD_NUMEL
     return total;

@@ -1,0 +1,181 @@
+/*
+ * test_llama_cpu.c - the CPU Llama model (llmc/cpu/llama.c) against the PyTorch reference
+ * (dev/reference/train_llama3.py), and the Llama tables and checkpoint header.
+ *
+ * usage: test_llama_cpu MODEL.bin DEBUG_STATE.bin   (files from train_llama3.py)
+ *        test_llama_cpu --shapes                     (the released models' sizes, no allocation)
+ * Checks, as test_gpt2_cpu.c does for GPT-2 (same tolerances, same reasons): logits, loss, every
+ * gradient tensor, a 10-step loss/grad-norm trajectory under the reference's AdamW and the
+ * parameters after it; and that writing the loaded model back gives the reference's file byte
+ * for byte (the header records NKV, F, eps, RoPE theta and scaling).
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/check.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/llama.h"
+#include "test/testing.h"
+
+typedef struct {
+    int B, T, V, Vp, nsteps, L, NH, C, maxT, NKV, F;
+    float lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int *x, *y;
+    float *logits, loss, *grads, *losses, *norms, *params_after;
+} DebugState;
+
+static void read_debug_state(const char *path, DebugState *d, size_t num_params) {
+    FILE *f = fopenCheck(path, "rb");
+    int32_t h[256];
+    freadCheck(h, 4, 256, f, path);
+    if (h[0] != 20240327 || h[1] != 3) llmc_die("'%s' is not a version-3 debug state", path);
+    d->B = h[2], d->T = h[3], d->V = h[4], d->Vp = h[5], d->nsteps = h[6];
+    d->L = h[7], d->NH = h[8], d->C = h[9], d->maxT = h[10], d->NKV = h[11], d->F = h[12];
+    float hp[6];
+    memcpy(hp, h + 16, sizeof hp);
+    d->lr = hp[0], d->beta1 = hp[1], d->beta2 = hp[2], d->eps = hp[3], d->weight_decay = hp[4], d->grad_clip = hp[5];
+    size_t BT = (size_t)d->B * d->T;
+    d->x = (int *)mallocCheck(BT * sizeof(int), "x");
+    d->y = (int *)mallocCheck(BT * sizeof(int), "y");
+    d->logits = (float *)mallocCheck(BT * d->V * sizeof(float), "logits");
+    d->grads = (float *)mallocCheck(num_params * sizeof(float), "grads");
+    d->losses = (float *)mallocCheck(d->nsteps * sizeof(float), "losses");
+    d->norms = (float *)mallocCheck(d->nsteps * sizeof(float), "norms");
+    d->params_after = (float *)mallocCheck(num_params * sizeof(float), "params");
+    freadCheck(d->x, sizeof(int), BT, f, path);
+    freadCheck(d->y, sizeof(int), BT, f, path);
+    freadCheck(d->logits, sizeof(float), BT * d->V, f, path);
+    freadCheck(&d->loss, sizeof(float), 1, f, path);
+    freadCheck(d->grads, sizeof(float), num_params, f, path);
+    freadCheck(d->losses, sizeof(float), d->nsteps, f, path);
+    freadCheck(d->norms, sizeof(float), d->nsteps, f, path);
+    freadCheck(d->params_after, sizeof(float), num_params, f, path);
+    char extra;
+    if (fread(&extra, 1, 1, f) != 0) llmc_die("debug state '%s' is longer than its header says", path);
+    fclose(f);
+}
+
+static float max_abs(const float *a, size_t n) {
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
+    return m;
+}
+
+static void load(LlamaModel *m, const char *path) {
+    LlamaConfig cfg;
+    llama_file_read_header(path, &cfg);
+    llama_build(m, &cfg);
+    llama_file_load(path, m->params_memory, m->num_parameters);
+}
+
+/* The released shapes by name: F from ffn_dim_multiplier/multiple_of and the parameter counts
+ * published with the models (1B and 3B tie the head to wte; 8B does not). */
+static void test_shapes(void) {
+    static const struct { const char *name; int F; size_t params; } known[] = {
+        {"llama3.2-1b", 8192, 1235814400}, {"llama3.2-3b", 8192, 3212749824}, {"llama3.1-8b", 14336, 8030261248}};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++) {
+        LlamaConfig cfg;
+        int rc = llama_config_from_name(&cfg, known[i].name);
+        size_t n = rc == 0 ? llama_parameter_specs(&cfg, NULL) : 0;
+        const char *bad = rc == 0 ? llama_config_validate(&cfg) : "not a name";
+        printf("%s: L %d C %d NH %d NKV %d F %d V %d tied %d: %zu parameters (%.2f GiB in fp32)\n", known[i].name,
+               cfg.base.num_layers, cfg.base.channels, cfg.base.num_heads, cfg.base.num_kv_heads, cfg.base.ffn_hidden,
+               cfg.base.vocab_size, cfg.tied, n, n * 4.0 / (1 << 30));
+        test_report(!bad && cfg.base.ffn_hidden == known[i].F && n == known[i].params, known[i].name,
+                    "F %d (expected %d), %zu parameters (expected %zu)%s%s", cfg.base.ffn_hidden, known[i].F, n,
+                    known[i].params, bad ? ": " : "", bad ? bad : "");
+    }
+    LlamaConfig d;
+    int rc = llama_config_from_name(&d, "llama3:d8");
+    test_report(rc == 0 && !llama_config_validate(&d) && d.base.channels == 512 && d.base.num_heads == 8 &&
+                    d.base.num_kv_heads == 2 && !d.tied,
+                "llama3:d8 is C 512, NH 8, NKV 2, untied", "C %d NH %d NKV %d", d.base.channels, d.base.num_heads,
+                d.base.num_kv_heads);
+    test_report(llama_config_from_name(&d, "llama3:x") == -1 && llama_config_from_name(&d, "llama4-1b") == -1,
+                "unknown Llama names are refused", "");
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "--shapes") == 0) {
+        test_shapes();
+        return test_exit_code();
+    }
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s MODEL.bin DEBUG_STATE.bin | --shapes\n", argv[0]);
+        return 2;
+    }
+    LlamaModel model;
+    load(&model, argv[1]);
+    DebugState d;
+    read_debug_state(argv[2], &d, model.num_parameters);
+    const ModelConfig *cfg = &model.cfg.base;
+    test_report(d.V == cfg->vocab_size && d.L == cfg->num_layers && d.C == cfg->channels && d.NH == cfg->num_heads &&
+                    d.NKV == cfg->num_kv_heads && d.F == cfg->ffn_hidden,
+                "debug state matches the checkpoint's config", "");
+    printf("config: L %d NH %d NKV %d C %d F %d V %d, batch B %d T %d, %d steps, theta %g, rope factor %g\n", d.L,
+           d.NH, d.NKV, d.C, d.F, d.V, d.B, d.T, d.nsteps, model.cfg.rope_theta, model.cfg.rope_factor);
+
+    /* the header round trip: the loaded model written back is the reference's file */
+    char path[4200];
+    snprintf(path, sizeof path, "%s.rewritten", argv[2]);
+    llama_file_write(path, &model.cfg, model.params_memory, model.num_parameters);
+    FILE *a = fopenCheck(argv[1], "rb"), *b = fopenCheck(path, "rb");
+    int same = 1, ca, cb;
+    do {
+        ca = fgetc(a), cb = fgetc(b);
+        same &= ca == cb;
+    } while (ca != EOF && cb != EOF);
+    fclose(a), fclose(b), remove(path);
+    test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
+
+    const int B = d.B, T = d.T, V = d.V, Vp = d.Vp;
+    llama_allocate(&model, B, T);
+    float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
+    llama_forward(&model, d.x, NULL, B, T, 0.0f);
+    float *logits = (float *)mallocCheck((size_t)B * T * V * sizeof(float), "logits copy");
+    for (int i = 0; i < B * T; i++) memcpy(logits + (size_t)i * V, act_logits + (size_t)i * Vp, V * sizeof(float));
+    test_close("forward logits", logits, d.logits, (size_t)B * T * V, 1e-4, 1e-4);
+    float loss = llama_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
+    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
+    llama_backward(&model, d.x, B, T);
+    for (int i = 0; i < LLAMA3_NUM_PARAMETERS; i++) {
+        const TensorSpec *s = &model.param_specs[i];
+        char name[64];
+        snprintf(name, sizeof name, "gradient %s %s", s->name, s->shape);
+        const float *ref = d.grads + s->offset;
+        test_close(name, model.grads_memory + s->offset, ref, s->numel, 1e-3 * max_abs(ref, s->numel), 1e-3);
+    }
+
+    /* the N-step trajectory on the same batch, with the reference's AdamW settings */
+    llama_free(&model);
+    load(&model, argv[1]);
+    llama_allocate(&model, B, T);
+    const size_t n = model.num_parameters;
+    float *m = (float *)callocCheck(n, sizeof(float), "m"), *v = (float *)callocCheck(n, sizeof(float), "v");
+    int traj_ok = 1;
+    for (int step = 0; step < d.nsteps; step++) {
+        memset(model.grads_memory, 0, n * sizeof(float));
+        float l = llama_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
+        llama_backward(&model, d.x, B, T);
+        float norm = (float)sqrt(global_norm_squared(model.grads_memory, n));
+        float scale = d.grad_clip > 0 && norm > d.grad_clip ? d.grad_clip / norm : 1.0f;
+        for (int i = 0; i < LLAMA3_NUM_PARAMETERS; i++) {
+            const TensorSpec *s = &model.param_specs[i];
+            adamw_update(model.params_memory + s->offset, model.grads_memory + s->offset, m + s->offset, v + s->offset,
+                         s->numel, d.lr, d.beta1, d.beta2, d.eps, s->decay ? d.weight_decay : 0.0f, step + 1, scale);
+        }
+        int ok = fabsf(l - d.losses[step]) <= 1e-4f * fabsf(d.losses[step]) &&
+                 fabsf(norm - d.norms[step]) <= 1e-3f * fabsf(d.norms[step]);
+        printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d.losses[step], norm,
+               d.norms[step], ok ? "" : "  <-- out of tolerance");
+        traj_ok &= ok;
+    }
+    test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
+    test_close("parameters after the trajectory", model.params_memory, d.params_after, n, 1e-5, 1e-4);
+    llama_free(&model);
+    free(logits), free(m), free(v);
+    return test_exit_code();
+}
