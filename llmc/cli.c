@@ -73,7 +73,7 @@ static const Flag flags[] = {
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
-    {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration and exit; allocates no model"},
+    {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
     {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
     {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given)"},

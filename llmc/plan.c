@@ -9,33 +9,31 @@
 
 const char *const mem_class_names[MEM_NUM_CLASSES] = {
     "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "activations",
-    "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "checkpoint_gather",
+    "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "blas_packing", "checkpoint_gather",
     "test_leak"};
-const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1};
+const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1};
 
 void mem_plan_init(MemPlan *p, const char *device) {
     memset(p, 0, sizeof *p);
     p->device = device;
-    p->act_elem_bytes = sizeof(float);
     p->ranks = 1;
 }
 
-void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int zero, int host_optimizer,
-                       int checkpoints, int validation) {
+void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int rank, int zero,
+                       int host_optimizer, int checkpoints, int validation) {
     const long long micro = (long long)B * T * ranks;
     if (total_batch == 0) total_batch = micro;
     if (total_batch % micro != 0)
         llmc_die("-d %lld is not a multiple of B*T*processes = %d*%d*%d = %lld tokens", total_batch, B, T, ranks, micro);
-    p->B = B, p->T = T, p->ranks = ranks, p->zero = zero, p->total_batch = total_batch;
+    p->B = B, p->T = T, p->ranks = ranks, p->rank = rank, p->zero = zero, p->total_batch = total_batch;
     p->accum = (int)(total_batch / micro);
     const size_t n = p->num_parameters;
     if (host_optimizer) {
-        /* rank 0 owns the first (largest) shard: the peak over the ranks */
-        size_t k = optim_shard_floats(n, zero, ranks, 0);
+        size_t k = optim_shard_floats(n, zero, ranks, rank); /* rank 0's is the largest */
         p->host[MEM_ADAM_M] = k * sizeof(float);
         p->host[MEM_ADAM_V] = k * sizeof(float);
         if (zero == 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);
-        if (checkpoints) p->transient[MEM_CHECKPOINT] = 2 * n * sizeof(float);
+        if (checkpoints && rank == 0) p->transient[MEM_CHECKPOINT] = 2 * n * sizeof(float);
     }
     p->host[MEM_TOKENS] = train_token_buffer_bytes(B, T, total_batch);
     /* the train loader's prefetch slot (inputs, targets) and read buffer; the val loader's read buffer */
@@ -62,8 +60,8 @@ static double mib(size_t b) { return (double)b / 1048576.0; }
 
 void mem_plan_print(const MemPlan *p, FILE *out) {
     int gpu = strcmp(p->device, "GPU") == 0;
-    fprintf(out, "memory plan (%s): %zu parameters, B %d, T %d, -r %d, %d rank%s, -z %d, -d %lld (%d accumulation steps)%s%s\n",
-            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->ranks == 1 ? "" : "s", p->zero,
+    fprintf(out, "memory plan (%s, rank %d): %zu parameters, B %d, T %d, -r %d, %d rank%s, -z %d, -d %lld (%d accumulation steps)%s%s\n",
+            p->device, p->rank, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->ranks == 1 ? "" : "s", p->zero,
             p->total_batch, p->accum, p->config[0] ? ", " : "", p->config);
     fprintf(out, "  %-20s %16s %12s%s\n", "class", "bytes", "MiB", gpu ? "   (device)       host bytes" : "");
     for (int c = 0; c < MEM_NUM_CLASSES; c++) {
@@ -75,13 +73,13 @@ void mem_plan_print(const MemPlan *p, FILE *out) {
             fprintf(out, "  %-20s %16zu %12.1f   (checkpoint save only)\n", mem_class_names[c], p->transient[c],
                     mib(p->transient[c]));
         else fprintf(out, "  %-20s %16zu %12.1f%s\n", mem_class_names[c], b, mib(b),
-                     mem_class_accounted[c] ? "" : "   (allocated by the dataloader, not accounted)");
+                     mem_class_accounted[c] ? "" : "   (allocated by a library, planned, not accounted)");
     }
-    fprintf(out, "  activations by tensor (%zu bytes per element):\n", p->act_elem_bytes);
+    fprintf(out, "  activations by tensor (x L: one per layer; x 1: one copy):\n");
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         const TensorSpec *s = &p->act[i];
         fprintf(out, "    %-10s %-18s %s %16zu %12.1f\n", s->name, s->shape, s->per_layer ? "x L" : "x 1",
-                s->numel * p->act_elem_bytes, mib(s->numel * p->act_elem_bytes));
+                p->act_bytes[i], mib(p->act_bytes[i]));
     }
     const char *phase;
     size_t step = mem_plan_peak(p, 1, NULL), peak = mem_plan_peak(p, 0, &phase);
@@ -94,10 +92,10 @@ void mem_plan_print_json(const MemPlan *p, FILE *out) {
     int gpu = strcmp(p->device, "GPU") == 0;
     const char *phase;
     size_t peak = mem_plan_peak(p, 0, &phase);
-    fprintf(out, "{\"device\": \"%s\", \"parameters\": %zu, \"B\": %d, \"T\": %d, \"recompute\": %d, \"ranks\": %d, "
+    fprintf(out, "{\"device\": \"%s\", \"parameters\": %zu, \"B\": %d, \"T\": %d, \"recompute\": %d, \"ranks\": %d, \"rank\": %d, "
                  "\"zero\": %d, \"total_batch\": %lld, \"accum\": %d, \"peak_bytes\": %zu, \"step_peak_bytes\": %zu, "
                  "\"peak_phase\": \"%s\", \"classes\": {",
-            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->zero, p->total_batch, p->accum, peak,
+            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->rank, p->zero, p->total_batch, p->accum, peak,
             mem_plan_peak(p, 1, NULL), phase);
     int first = 1;
     for (int c = 0; c < MEM_NUM_CLASSES; c++) {
@@ -110,7 +108,7 @@ void mem_plan_print_json(const MemPlan *p, FILE *out) {
     for (int c = 0; c < MEM_TEST_LEAK; c++) fprintf(out, "%s\"%s\": %zu", c ? ", " : "", mem_class_names[c], p->host[c]);
     fprintf(out, "}, \"activations\": {");
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
-        fprintf(out, "%s\"%s\": %zu", i ? ", " : "", p->act[i].name, p->act[i].numel * p->act_elem_bytes);
+        fprintf(out, "%s\"%s\": %zu", i ? ", " : "", p->act[i].name, p->act_bytes[i]);
     fprintf(out, "}}\n");
 }
 

@@ -37,6 +37,7 @@ typedef enum {
     MEM_TOKENS,         /* the loop's input/target buffers (micro-batch and whole step) */
     MEM_STAGING,        /* host copies and staging buffers of a device backend */
     MEM_DATA,           /* dataloader prefetch buffers (planned, allocated by the dataloader) */
+    MEM_BLAS_PACKING,   /* CPU: the sgemm's transient copy of its largest operand (planned, the BLAS allocates it) */
     MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0) */
     MEM_TEST_LEAK,      /* only the planted leak of LLMC_TEST_LEAK */
     MEM_NUM_CLASSES
@@ -52,9 +53,9 @@ typedef struct {
     size_t device_bytes[MEM_NUM_CLASSES];  /* device bytes by class (GPU backend) */
     size_t transient[MEM_NUM_CLASSES];     /* host bytes live only in one phase (checkpoint save) */
     TensorSpec act[NUM_ACTIVATION_TENSORS];
-    size_t act_elem_bytes;                 /* bytes per activation element */
+    size_t act_bytes[NUM_ACTIVATION_TENSORS]; /* bytes of each activation tensor */
     size_t num_parameters;
-    int B, T, recompute, zero, ranks, accum;
+    int B, T, recompute, zero, ranks, rank, accum;
     long long total_batch;
     char config[256];                      /* precision and backend knobs, as text */
 } MemPlan;
@@ -63,8 +64,8 @@ void mem_plan_init(MemPlan *p, const char *device);
 /* The loop's part, the same for every backend: optimizer moments (when the loop owns the
  * optimizer: host_optimizer), token buffers, dataloader buffers, checkpoint gather buffers.
  * Dies with a message when -d is not a multiple of B*T*ranks. */
-void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int zero, int host_optimizer,
-                       int checkpoints, int validation);
+void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int rank, int zero,
+                       int host_optimizer, int checkpoints, int validation);
 /* The planned peak: of the process (host) for the CPU, of the device for the GPU; phase names
  * the phase that reaches it. step_only leaves out the checkpoint phase. */
 size_t mem_plan_peak(const MemPlan *p, int step_only, const char **phase);

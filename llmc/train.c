@@ -479,7 +479,7 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
     mem_plan_init(p, device);
     backend_plan(tc, cfg, p);
-    mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->zero_stage, host_optimizer,
+    mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
 }
 
@@ -594,14 +594,10 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     Optimizer opt = {0};
     if (be->host_grads) optim_init(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs);
     else if (tc->zero_stage != 0) llmc_die("-z %d: this backend keeps its own optimizer, which is not sharded", tc->zero_stage);
-    /* what is allocated now must be the plan, class by class (for this rank: the plan is rank 0's,
-     * so the check runs on rank 0, whose shard is the largest) */
+    /* what is allocated now must be this rank's plan, class by class */
     MemPlan plan;
-    {
-        TrainConfig pc = rc;
-        train_memory_plan(&pc, cfg, be->plan, be->host_grads != NULL, be->gpu ? "GPU" : "CPU", &plan);
-        if (dist->rank == 0) mem_check_plan(&plan);
-    }
+    train_memory_plan(&rc, cfg, be->plan, be->host_grads != NULL, be->gpu ? "GPU" : "CPU", &plan);
+    mem_check_plan(&plan);
     const int leak_class = planted_leak_class();
     size_t leak_base[2][MEM_NUM_CLASSES] = {{0}};
     check_ranks_agree(dist, &rc, be, train);

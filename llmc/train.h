@@ -68,7 +68,7 @@ typedef void (*TrainPlanFn)(const TrainConfig *tc, const ModelConfig *cfg, MemPl
 /* Bytes of the loop's token buffers (micro-batch inputs/targets, the whole step's). */
 size_t train_token_buffer_bytes(int B, int T, long long total_batch);
 /* The whole plan: the backend's part plus the loop's (optimizer when host_optimizer, tokens,
- * data, checkpoint buffers), for rank 0 of tc->num_processes. */
+ * data, checkpoint buffers), for rank tc->process_rank of tc->num_processes. */
 void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
                        const char *device, MemPlan *p);
 /* --plan [--json]: the model's shape from tc->init (a dN descriptor, or only the header of a

@@ -46,12 +46,15 @@ void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training
     p->recompute = recompute;
     p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
     p->host[MEM_ACTIVATIONS] = gpt2_activation_specs(cfg, B, T, recompute, p->act) * sizeof(float);
-    p->act_elem_bytes = sizeof(float);
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) p->act_bytes[i] = p->act[i].numel * sizeof(float);
     if (!training) return;
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     /* dresidual, dbuf_c (B,T,C each); dbuf_f1, dbuf_f2 (B,T,F each): see GPT2 */
     size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     p->host[MEM_BWD_SCRATCH] = N * (2 * C + 2 * F) * sizeof(float);
+    /* the sgemm packs op(A) of its largest call: the LM head's weight gradient, dlogits^T (Vp, N)
+     * (llmc/cpu/matmul.c's fallback does so; OpenBLAS was measured to do the same) */
+    p->host[MEM_BLAS_PACKING] = N * (size_t)cfg->padded_vocab_size * sizeof(float);
 }
 
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
