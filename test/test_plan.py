@@ -172,6 +172,36 @@ def main():
                and "after step 2 to" in p.stderr and "after step 3" in p.stderr,
                f"a planted leak in '{cls}' is named after step 3", p.stderr[-500:])
 
+    # --- the CUDA trainer through cudasim ------------------------------------------------------
+    sim = "build/cudasim/train_gpt"
+    if not os.path.exists(sim):
+        report(False, f"{sim} is built (make {sim})")
+    else:
+        global TRAINER
+        cpu_trainer, TRAINER = TRAINER, sim
+        N, _, _ = gpt2_closed_form(48, 1600, 25, 16, 1024, 1)
+        for prec, elem, master in (("bf16", 2, 1), ("fp16", 2, 1), ("fp32", 4, 0)):
+            j, err = plan_json(["-e", "d48", "-b", "16", "-t", "1024", "--precision", prec, "-o", os.path.join(tmp, "none")])
+            c = j["classes"] if j else {}
+            want = {"parameters": elem * N, "gradients": elem * N, "master_weights": 4 * N * master, "adamw_m": 4 * N,
+                    "adamw_v": 4 * N, "token_buffers": 2 * 4 * 16 * 1024, "workspaces": 32 << 20}
+            bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
+            report(j is not None and not bad and j["device"] == "GPU" and j["peak_bytes"] == sum(
+                v for k, v in c.items() if k not in ("dataloader", "checkpoint_gather")) and
+                   c["activations"] >= sum(j["activations"].values()),
+                   f"cudasim --plan d48 B 16 T 1024 {prec}: GPT-2's closed form, device peak = the sum", bad or err)
+        for prec, r in (("fp32", 0), ("bf16", 1), ("fp16", 2), ("bf16", 3)):
+            full = ["-i", tr, "-e", "d2", "-b", "2", "-t", "16", "-x", "1", "-v", "0", "-s", "0", "--precision", prec, "-r", str(r)]
+            p = run(full)
+            m = re.findall(r"memory plan: (\d+) bytes accounted = the plan", p.stdout)
+            j, err = plan_json(full)
+            planned = j and sum(v for k, v in j["classes"].items() if k not in ("dataloader", "checkpoint_gather"))
+            ratio = re.search(r"planned / measured (\d+\.\d+)", p.stdout)
+            report(p.returncode == 0 and len(m) == 1 and int(m[0]) == planned and ratio is not None,
+                   f"cudasim {prec} -r {r}: device bytes allocated == plan class by class, planned / measured printed",
+                   f"rc {p.returncode} {m} vs {planned} {p.stderr[-400:]}")
+        TRAINER = cpu_trainer
+
     # --- bad flags ----------------------------------------------------------------------------
     for args, want in ((["--json"], "--json goes with --plan"), (["--plan", "-d", "100"], "-d 100 is not a multiple"),
                        (["--plan", "-e", os.path.join(tmp, "missing.bin")], "missing.bin"),

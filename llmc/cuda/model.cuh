@@ -125,7 +125,10 @@ inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, in
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         TensorSpec *s = &specs[i];
         size_t unit = s->per_layer ? s->numel / L : s->numel;
-        if (strcmp(s->name, "att") == 0) unit = (size_t)B * cfg->num_heads * T; /* logsumexp (B, NH, T) */
+        if (strcmp(s->name, "att") == 0) { /* logsumexp (B, NH, T) */
+            unit = (size_t)B * cfg->num_heads * T;
+            s->shape = "(L, B, NH, T) lse";
+        }
         if (strcmp(s->name, "logits") == 0) { /* one LM-head chunk */
             unit = (size_t)head_rows * cfg->padded_vocab_size;
             s->shape = "(head_rows, Vp)";
