@@ -192,6 +192,11 @@ inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
     return fs;
 }
 
+/* gpt2cuda_build's host copies: parameters, m, v (fp32), a logits row, the staging buffer (T). */
+inline size_t gpt2cuda_build_host_bytes(size_t n, int Vp, size_t elem) {
+    return 3 * n * sizeof(float) + (size_t)Vp * sizeof(float) + n * elem;
+}
+
 /* The CUDA backend's memory plan: device bytes by class (gpt2cuda_build and gpt2cuda_allocate
  * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
 inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
@@ -207,7 +212,7 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
     p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 1) * sizeof(float); /* + the norm */
     p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
-    p->host[MEM_STAGING] = 3 * n * sizeof(float) + (size_t)cfg->padded_vocab_size * sizeof(float) + n * elem + N * sizeof(float);
+    p->host[MEM_STAGING] = gpt2cuda_build_host_bytes(n, cfg->padded_vocab_size, elem) + N * sizeof(float);
     snprintf(p->config, sizeof p->config, "%s, master weights %d, LM-head chunk %d rows, cuBLASLt workspace %d MiB%s",
              precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
              USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention workspace not planned" : "");
@@ -606,11 +611,16 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
-    /* the accounting: everything the plan allocated is gone */
-    for (int c = 0; c < MEM_NUM_CLASSES; c++) {
-        if (c == MEM_WORKSPACE) continue; /* the context's */
-        mem_account((MemClass)c, -(long long)mem_live((MemClass)c, 1), 1);
-        if (c == MEM_STAGING) mem_account((MemClass)c, -(long long)mem_live((MemClass)c, 0), 0);
+    /* the accounting: what gpt2cuda_allocate allocated is its plan (with gpt2cuda_build's part);
+     * a model built but never allocated holds only the parameters and the host copies */
+    const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
+    if (m->acts_memory) {
+        for (int c = 0; c < MEM_NUM_CLASSES; c++)
+            if (c != MEM_WORKSPACE) mem_account((MemClass)c, -(long long)m->plan.device_bytes[c], 1); /* the context's */
+        mem_account(MEM_STAGING, -(long long)m->plan.host[MEM_STAGING], 0);
+    } else if (m->params_memory) {
+        mem_account(MEM_PARAMETERS, -(long long)(n * elem), 1);
+        mem_account(MEM_STAGING, -(long long)gpt2cuda_build_host_bytes(n, m->cfg.padded_vocab_size, elem), 0);
     }
     memset(m, 0, sizeof *m);
 }
