@@ -528,16 +528,13 @@ static void print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
     size_t planned = mem_plan_peak(plan, 1, NULL), hwm = mem_process_hwm(), base = mem_process_start_rss();
     if (strcmp(plan->device, "CPU") != 0 || !hwm) return;
     double measured = (double)hwm - (double)base;
-    printf("memory: planned step peak %.1f MiB; measured VmHWM %.1f MiB = runtime overhead %.1f MiB (VmRSS at start) "
+    printf("memory: planned peak %.1f MiB; measured VmHWM %.1f MiB = runtime overhead %.1f MiB (VmRSS at start) "
            "+ %.1f MiB; planned / measured %.4f\n",
            planned / 1048576.0, hwm / 1048576.0, base / 1048576.0, measured / 1048576.0, planned / measured);
-    log_begin(lg);
-    log_int(lg, "step", 1);
     log_int(lg, "mem_planned_peak", (long long)planned);
     log_int(lg, "mem_measured_hwm", (long long)hwm);
     log_int(lg, "mem_runtime_overhead", (long long)base);
     log_double(lg, "mem_planned_over_measured", planned / measured);
-    log_end(lg);
 }
 
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
@@ -753,8 +750,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             printf("gpu  %5d/%d%s\n", step, max_steps, gpu);
             fflush(stdout);
         }
+        if (step == first_step && dist->rank == 0) print_planned_vs_measured(&plan, &lg); /* fields of this record */
         log_end(&lg);
-        if (step == first_step && dist->rank == 0) print_planned_vs_measured(&plan, &lg);
 
         last_step = step;
         int last = step == max_steps;
