@@ -45,6 +45,10 @@ static const float *cpu_next_logits(void *m, const int *tokens, int n) {
 static void cpu_sync_noop(void *m) { (void)m; }
 static void cpu_print_memory(void *m, FILE *out) { gpt2_print_memory((GPT2 *)m, out); }
 
+static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
+    gpt2_plan(cfg, tc->B, tc->T, tc->recompute, 1, p);
+}
+
 static void build_model(GPT2 *model, const char *init, unsigned long long seed) {
     ModelConfig cfg;
     if (model_config_from_descriptor(&cfg, init) == 0) gpt2_build_random(model, &cfg, seed);
@@ -62,6 +66,8 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
+    /* --plan: before any process group, run directory or model (-pn gives the rank count) */
+    if (tc.plan) return train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, 1);
     tc.num_processes = dist->size;
@@ -102,6 +108,7 @@ int main(int argc, char **argv) {
     be.sync_to_host = cpu_sync_noop;
     be.sync_from_host = cpu_sync_noop;
     be.print_memory = cpu_print_memory;
+    be.plan = cpu_plan;
 
     int status = train_run(&tc, &be, resume_step);
     gpt2_free(&model);

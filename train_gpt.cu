@@ -39,6 +39,9 @@ typedef struct {
     double peak_flops;       /* for MFU; 0 = unknown device */
     double flops_per_token;  /* 6N + 6LCT */
     double peak_used_bytes;  /* largest device use seen by step_extras */
+    double context_bytes;    /* device use before llmc allocated anything but the cuBLASLt workspace */
+    int steps_seen;
+    TrainConfig tc;
     GpuTelemetry telemetry;  /* -lg; opened only when asked for */
     Dist *dist;
 #if LLMC_HAVE_NCCL
@@ -199,6 +202,8 @@ static void cuda_sync_to_host(void *p) {
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
+static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
+
 /* MFU, device memory (current and the peak seen) and, in fp16, the loss scale. */
 static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg) {
     CudaTrainer *tr = (CudaTrainer *)p;
@@ -207,6 +212,7 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     double used = (double)(total_b - free_b);
     if (used > tr->peak_used_bytes) tr->peak_used_bytes = used;
+    if (text && tr->steps_seen++ == 0) cuda_print_planned_vs_measured(tr, &tr->tc);
     double mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_s / tr->peak_flops : -1.0;
     const double GiB = 1073741824.0;
     const GPT2Cuda *m = &tr->model;
@@ -258,6 +264,28 @@ static void cuda_load_backend_state(void *p, const int64_t words[4]) {
     m->skipped_steps = words[2];
 }
 
+/* The backend's part of the memory plan (train_memory_plan adds the loop's). */
+static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
+    size_t lo = 0, hi = gpt2_parameter_specs(cfg, NULL);
+    if (tc->zero_stage == 1) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
+    gpt2cuda_plan(cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights, 0,
+                  hi - lo, 1, p);
+}
+
+/* Planned against measured device memory after the first step: cudaMemGetInfo's use less what the
+ * CUDA context held before llmc allocated anything (the runtime's fixed overhead). */
+static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc) {
+    MemPlan plan;
+    train_memory_plan(tc, &tr->model.cfg, cuda_plan, 0, "GPU", &plan);
+    size_t free_b = 0, total_b = 0;
+    cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+    double used = (double)(total_b - free_b), planned = (double)mem_plan_peak(&plan, 1, NULL);
+    double overhead = tr->context_bytes, measured = used - overhead;
+    printf("memory: planned device peak %.1f MiB; measured (cudaMemGetInfo) %.1f MiB = CUDA context overhead %.1f MiB "
+           "+ %.1f MiB; planned / measured %.4f\n",
+           planned / 1048576.0, used / 1048576.0, overhead / 1048576.0, measured / 1048576.0, planned / measured);
+}
+
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
@@ -273,6 +301,8 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    /* --plan: no device, no process group, no run directory, no model */
+    if (tc.plan) return train_plan_main(&tc, cuda_plan, 0, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
@@ -284,6 +314,12 @@ int main(int argc, char **argv) {
     int devices = 1;
     cudaCheck(cudaGetDeviceCount(&devices));
     cuda_context_init(&tr.ctx, dist->local_rank % devices, tc.tf32); /* one GPU per local rank */
+    mem_account(MEM_WORKSPACE, (long long)tr.ctx.lt_workspace_bytes, 1); /* the context's cuBLASLt workspace */
+    {
+        size_t free_b = 0, total_b = 0;
+        cudaCheck(cudaMemGetInfo(&free_b, &total_b));
+        tr.context_bytes = (double)(total_b - free_b) - (double)tr.ctx.lt_workspace_bytes;
+    }
 #if LLMC_HAVE_NCCL
     nccl_start(&tr, tc.nccl_init);
 #endif
@@ -296,6 +332,7 @@ int main(int argc, char **argv) {
     }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
     if (tc.zero_stage == 1) { /* this rank's optimizer state only */
@@ -336,6 +373,7 @@ int main(int argc, char **argv) {
     be.step_extras = cuda_step_extras;
     be.save_backend_state = cuda_save_backend_state;
     be.load_backend_state = cuda_load_backend_state;
+    be.plan = cuda_plan;
     if (tc.gpu_log_every > 0) {
         gpu_telemetry_open(&tr.telemetry, tr.ctx.device, LLMC_NVML_LIBRARY);
         gpu_telemetry_print_source(&tr.telemetry, tc.gpu_log_every);

@@ -14,7 +14,8 @@ enum { MAX_GEN_TOKENS = 1 << 20 };
 
 #include "logger.h"
 
-typedef enum { F_INT, F_LLONG, F_ULLONG, F_FLOAT, F_STRING } FlagType;
+/* F_SWITCH: an int that a bare flag sets to 1 ("--plan"); "--plan=0" gives the value. */
+typedef enum { F_INT, F_LLONG, F_ULLONG, F_FLOAT, F_STRING, F_SWITCH } FlagType;
 
 typedef struct {
     const char *short_name, *long_name;
@@ -72,6 +73,8 @@ static const Flag flags[] = {
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
+    {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
+    {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
     {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given)"},
     {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it)"},
@@ -120,7 +123,8 @@ void train_config_defaults(TrainConfig *c) {
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
     const char *p = (const char *)c + f->offset;
     switch (f->type) {
-    case F_INT: snprintf(buf, len, "%d", *(const int *)p); break;
+    case F_INT:
+    case F_SWITCH: snprintf(buf, len, "%d", *(const int *)p); break;
     case F_LLONG: snprintf(buf, len, "%lld", *(const long long *)p); break;
     case F_ULLONG: snprintf(buf, len, "%llu", *(const unsigned long long *)p); break;
     case F_FLOAT: {
@@ -148,7 +152,7 @@ static const char *const math_flags[] = {
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
-static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", NULL};
+static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -160,7 +164,7 @@ static void flag_label(const Flag *f, char *buf, size_t len) {
 }
 
 void train_config_help(const TrainConfig *defaults, const char *program, FILE *out) {
-    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4'.\n\n", program);
+    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4' (--plan and --json need none).\n\n", program);
     for (int i = 0; i < NUM_FLAGS; i++) {
         char val[1100];
         format_value(&flags[i], defaults, val, sizeof val);
@@ -287,7 +291,8 @@ void train_config_log(const TrainConfig *c, Logger *lg) {
             if (*k == '-') *k = '_';
         const char *p = (const char *)c + f->offset;
         switch (f->type) {
-        case F_INT: log_int(lg, key, *(const int *)p); break;
+        case F_INT:
+        case F_SWITCH: log_int(lg, key, *(const int *)p); break;
         case F_LLONG: log_int(lg, key, *(const long long *)p); break;
         case F_ULLONG: {
             unsigned long long v = *(const unsigned long long *)p;
@@ -319,7 +324,8 @@ static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const
     char *p = (char *)c + f->offset, *end = NULL;
     errno = 0;
     switch (f->type) {
-    case F_INT: {
+    case F_INT:
+    case F_SWITCH: {
         long v = strtol(value, &end, 10);
         if (end == value || *end || errno || v < INT_MIN || v > INT_MAX)
             llmc_die("flag %s expects an integer, got '%s'", flagname, value);
@@ -405,6 +411,9 @@ static void validate(const TrainConfig *c) {
     check_range("-y (--resume)", c->resume, 0, 1);
     check_range("--overwrite", c->overwrite, 0, 1);
     check_range("--allow-config-change", c->allow_config_change, 0, 1);
+    check_range("--plan", c->plan, 0, 1);
+    check_range("--json", c->json, 0, 1);
+    if (c->json && !c->plan) llmc_die("flag --json goes with --plan (print the memory plan as JSON)");
     if (c->overwrite && c->resume)
         llmc_die("flags -y 1 (resume the run in -o) and --overwrite 1 (delete it and start anew) contradict each other; give one");
     if (c->overwrite && !c->output_dir[0]) llmc_die("flag --overwrite 1 needs an output directory (-o)");
@@ -454,6 +463,8 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
             llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0); for help use --help");
         if (eq) {
             value = eq + 1;
+        } else if (f->type == F_SWITCH) {
+            value = "1";
         } else {
             if (i + 1 >= argc) llmc_die("flag %s needs a value", arg);
             value = argv[++i];

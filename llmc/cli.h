@@ -60,6 +60,7 @@ typedef struct {
     int gpu_log_every;          /* -lg; 0 or -1 = off */
     float peak_tflops;          /* --peak-tflops */
     int threads;                /* --threads, CPU; 0 = all cores */
+    int plan, json;             /* --plan [--json]: print the memory plan and exit */
     /* processes */
     int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
     char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */

@@ -1,6 +1,7 @@
 #include "optim.h"
 #include "check.h"
 #include "cpu/adamw.h"
+#include "plan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -18,17 +19,24 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
     o->lo = 0;
     o->hi = n;
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
-    size_t k = o->hi - o->lo;
+    size_t k = optim_shard_floats(n, zero, d->size, d->rank);
+    o->m = (float *)mem_calloc(MEM_ADAM_M, k, sizeof(float), "AdamW m");
+    o->v = (float *)mem_calloc(MEM_ADAM_V, k, sizeof(float), "AdamW v");
+    if (zero == 2) o->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, k, sizeof(float), "gradient shard");
+}
+
+size_t optim_shard_floats(size_t n, int zero, int ranks, int rank) {
+    size_t lo = 0, hi = n;
+    if (zero >= 1) dist_shard(n, ranks, rank, &lo, &hi);
     /* at least one float each, so that a rank past the end (owning nothing) still has buffers */
-    o->m = (float *)callocCheck(k ? k : 1, sizeof(float), "AdamW m");
-    o->v = (float *)callocCheck(k ? k : 1, sizeof(float), "AdamW v");
-    if (zero == 2) o->gshard = (float *)callocCheck(k ? k : 1, sizeof(float), "gradient shard");
+    return hi - lo ? hi - lo : 1;
 }
 
 void optim_free(Optimizer *o) {
-    free(o->m);
-    free(o->v);
-    free(o->gshard);
+    size_t k = optim_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float);
+    mem_free(MEM_ADAM_M, o->m, k);
+    mem_free(MEM_ADAM_V, o->v, k);
+    mem_free(MEM_GRAD_SHARD, o->gshard, k);
     memset(o, 0, sizeof *o);
 }
 

@@ -45,6 +45,9 @@ typedef struct {
 /* Dies on -z 3 (not built) with a message. */
 void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs);
 void optim_free(Optimizer *o);
+/* Floats of m (and of v, and of the -z 2 gradient shard) that rank allocates: the plan's and
+ * optim_init's one rule. */
+size_t optim_shard_floats(size_t n, int zero, int ranks, int rank);
 float optim_loss_weight(const Optimizer *o, int accum);
 /* Sums grads over the ranks (all of them, or this rank's shard for -z 2). */
 void optim_reduce(Optimizer *o, float *grads);

@@ -470,6 +470,73 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     return 0;
 }
 
+size_t train_token_buffer_bytes(int B, int T, long long total_batch) {
+    return (2 * (size_t)B * T + 2 * (size_t)total_batch) * sizeof(int);
+}
+
+void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
+                       const char *device, MemPlan *p) {
+    if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
+    mem_plan_init(p, device);
+    backend_plan(tc, cfg, p);
+    mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
+                      tc->output_dir[0] != 0, tc->val_every > 0);
+}
+
+int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
+    ModelConfig cfg;
+    if (model_config_from_descriptor(&cfg, tc->init) == 0) {
+        const char *bad = model_config_validate(&cfg);
+        if (bad) llmc_die("invalid model configuration: %s", bad);
+    } else {
+        int version;
+        model_file_read_header(tc->init, &cfg, &version); /* the header only: no parameters read */
+    }
+    MemPlan p;
+    train_memory_plan(tc, &cfg, backend_plan, host_optimizer, device, &p);
+    if (tc->json) mem_plan_print_json(&p, stdout);
+    else mem_plan_print(&p, stdout);
+    return 0;
+}
+
+/* LLMC_TEST_LEAK=<class name>: every step allocates 4 KiB of that class and never frees it (a
+ * planted leak that the leak check must name). Returns -1 when unset. */
+static int planted_leak_class(void) {
+    const char *e = getenv("LLMC_TEST_LEAK");
+    if (!e || !e[0]) return -1;
+    for (int c = 0; c < MEM_NUM_CLASSES; c++)
+        if (strcmp(e, mem_class_names[c]) == 0) return c;
+    llmc_die("LLMC_TEST_LEAK=%s: not a memory class name", e);
+}
+
+/* The leak check: live accounted bytes after every step after base_step (this run's second step)
+ * equal those after base_step. */
+static void check_leaks(int step, int base_step, size_t base[2][MEM_NUM_CLASSES]) {
+    for (int device = 0; device < 2; device++)
+        for (int c = 0; c < MEM_NUM_CLASSES; c++) {
+            size_t now = mem_live((MemClass)c, device);
+            if (step == base_step) base[device][c] = now;
+            else if (step > base_step && now != base[device][c])
+                llmc_die("memory leak: %s memory class '%s' grew from %zu bytes after step %d to %zu bytes after step %d",
+                         device ? "device" : "host", mem_class_names[c], base[device][c], base_step, now, step);
+        }
+}
+
+/* Planned against measured, after the first step: CPU the process's VmHWM less the runtime's
+ * fixed overhead (VmRSS at process start); GPU from the backend's own figure (step_extras). */
+static void print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
+    size_t planned = mem_plan_peak(plan, 1, NULL), hwm = mem_process_hwm(), base = mem_process_start_rss();
+    if (strcmp(plan->device, "CPU") != 0 || !hwm) return;
+    double measured = (double)hwm - (double)base;
+    printf("memory: planned peak %.1f MiB; measured VmHWM %.1f MiB = runtime overhead %.1f MiB (VmRSS at start) "
+           "+ %.1f MiB; planned / measured %.4f\n",
+           planned / 1048576.0, hwm / 1048576.0, base / 1048576.0, measured / 1048576.0, planned / measured);
+    log_int(lg, "mem_planned_peak", (long long)planned);
+    log_int(lg, "mem_measured_hwm", (long long)hwm);
+    log_int(lg, "mem_runtime_overhead", (long long)base);
+    log_double(lg, "mem_planned_over_measured", planned / measured);
+}
+
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (tc->max_steps == 0) return evaluate_only(tc, be, resume_step);
     const ModelConfig *cfg = &be->cfg;
@@ -516,15 +583,21 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (resume_step >= 0) resume_check_config(&rc, resume_step);
     const double run_start = wall_s();
 
-    int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
-    int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
-    int *step_inputs = (int *)mallocCheck((size_t)total_batch * sizeof(int), "step input tokens");
-    int *step_targets = (int *)mallocCheck((size_t)total_batch * sizeof(int), "step target tokens");
+    int *inputs = (int *)mem_calloc(MEM_TOKENS, (size_t)B * T, sizeof(int), "input tokens");
+    int *targets = (int *)mem_calloc(MEM_TOKENS, (size_t)B * T, sizeof(int), "target tokens");
+    int *step_inputs = (int *)mem_calloc(MEM_TOKENS, (size_t)total_batch, sizeof(int), "step input tokens");
+    int *step_targets = (int *)mem_calloc(MEM_TOKENS, (size_t)total_batch, sizeof(int), "step target tokens");
     /* the loop's optimizer when the backend hands over host gradients; else the backend's own */
     Optimizer opt = {0};
     if (be->host_grads) optim_init(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs);
     else if (tc->zero_stage > be->zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
+    /* what is allocated now must be this rank's plan, class by class */
+    MemPlan plan;
+    train_memory_plan(&rc, cfg, be->plan, be->host_grads != NULL, be->gpu ? "GPU" : "CPU", &plan);
+    mem_check_plan(&plan);
+    const int leak_class = planted_leak_class();
+    size_t leak_base[2][MEM_NUM_CLASSES] = {{0}};
     check_ranks_agree(dist, &rc, be, train);
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
@@ -553,6 +626,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (resume_step >= 0) printf("resumed from step %d in '%s'\n", resume_step, tc->output_dir);
     be->print_memory(be->model, stdout);
     if (be->host_grads) optim_print_memory(&opt, stdout);
+    printf("memory plan: %zu bytes accounted = the plan, class by class (--plan prints it)\n", mem_live_total(be->gpu));
     fflush(stdout);
 
     const int schedule = lr_schedule_parse(tc->schedule);
@@ -634,9 +708,14 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         double step_ms = now_ms() - t0;
         double tok_s = total_batch / (step_ms / 1e3);
         dist_take_comm(dist, &comm_ms, &comm_bytes);
+        if (leak_class >= 0) mem_calloc((MemClass)leak_class, 4096, 1, "planted leak (LLMC_TEST_LEAK)");
+        check_leaks(step, first_step + 1, leak_base);
         char extra[256] = "", elapsed[32], eta[32], comm[96] = "";
         if (P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", comm_ms, comm_bytes / 1e6);
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, extra, sizeof extra, NULL);
+        else
+            snprintf(extra, sizeof extra, " | mem %.2f GiB (peak %.2f)", mem_live_total(0) / 1073741824.0,
+                     mem_peak_total(0) / 1073741824.0);
         /* ETA from this process's mean time per step so far, evaluation and checkpoints included */
         double now = wall_s();
         format_duration(elapsed, sizeof elapsed, now - run_start);
@@ -660,12 +739,19 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         }
         if (skip) log_string(&lg, "skipped", skip);
         if (be->step_extras) be->step_extras(be->model, step_ms, tok_s, NULL, 0, &lg);
+        log_int(&lg, "mem_bytes", (long long)mem_live_total(be->gpu));
+        log_int(&lg, "mem_peak_bytes", (long long)mem_peak_total(be->gpu));
+        log_object_begin(&lg, "mem_by_class");
+        for (int c = 0; c < MEM_NUM_CLASSES; c++)
+            if (mem_live((MemClass)c, be->gpu)) log_int(&lg, mem_class_names[c], (long long)mem_live((MemClass)c, be->gpu));
+        log_object_end(&lg);
         if (be->telemetry && tc->gpu_log_every > 0 && step % tc->gpu_log_every == 0) {
             char gpu[512];
             be->telemetry(be->model, gpu, sizeof gpu, &lg);
             printf("gpu  %5d/%d%s\n", step, max_steps, gpu);
             fflush(stdout);
         }
+        if (step == first_step && dist->rank == 0) print_planned_vs_measured(&plan, &lg); /* fields of this record */
         log_end(&lg);
 
         last_step = step;
@@ -715,10 +801,10 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     logger_close(&lg);
     dataloader_close(train);
     if (val) dataloader_close(val);
-    free(inputs);
-    free(targets);
-    free(step_inputs);
-    free(step_targets);
+    mem_free(MEM_TOKENS, inputs, (size_t)B * T * sizeof(int));
+    mem_free(MEM_TOKENS, targets, (size_t)B * T * sizeof(int));
+    mem_free(MEM_TOKENS, step_inputs, (size_t)total_batch * sizeof(int));
+    mem_free(MEM_TOKENS, step_targets, (size_t)total_batch * sizeof(int));
     if (be->host_grads) optim_free(&opt);
     return 0;
 }

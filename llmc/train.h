@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "logger.h"
 #include "model.h"
+#include "plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -62,7 +63,21 @@ typedef struct {
      * (printed on its own line after the step line) and as fields of the step's open log
      * record. Called every tc->gpu_log_every steps when that is > 0. NULL: no telemetry (CPU). */
     void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
+    /* The backend's part of the memory plan for tc on cfg (model states, activations, scratch,
+     * workspaces): the same function its allocation code takes its sizes from. */
+    void (*plan)(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p);
 } TrainBackend;
+
+typedef void (*TrainPlanFn)(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p);
+/* Bytes of the loop's token buffers (micro-batch inputs/targets, the whole step's). */
+size_t train_token_buffer_bytes(int B, int T, long long total_batch);
+/* The whole plan: the backend's part plus the loop's (optimizer when host_optimizer, tokens,
+ * data, checkpoint buffers), for rank tc->process_rank of tc->num_processes. */
+void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
+                       const char *device, MemPlan *p);
+/* --plan [--json]: the model's shape from tc->init (a dN descriptor, or only the header of a
+ * checkpoint file), the plan printed; allocates no model, touches no run directory. Returns 0. */
+int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device);
 
 /* Refuses multi-process launchers unless the trainer started a process group (dist.h); rank 0
  * locks -o and decides (every rank gets its answer) where the parameters

@@ -388,7 +388,7 @@ def run_directory_tests(tmp, tr, va, train):
             time.sleep(0.005)
     text = open(out_path).read()
     report(early, "the step-0 validation line is written out before step 1 runs", text[-300:])
-    m = re.search(r"^step +1/1 \|.* \d+ tok/s \|.*\| epoch (\d+\.\d\d) \| (\S+), ETA (\S+)$", text, re.M)
+    m = re.search(r"^step +1/1 \|.* \d+ tok/s \|.*\| epoch (\d+\.\d\d) \| (\S+), ETA (\S+) \| mem \d+\.\d\d GiB \(peak \d+\.\d\d\)$", text, re.M)
     report(m is not None and float(m.group(1)) > 0, "step line shows tok/s, epoch, elapsed time and ETA", text[-400:])
     model = os.path.join(d6, "model_00000001.bin")
     m = re.search(r"^done: steps 1-1 of 1 \((\d+) tokens\) in \S+ \| val loss best (\S+) \(step (\d)\), last (\S+) "

@@ -6,6 +6,7 @@
 
 #include "../check.h"
 #include "../checkpoint.h"
+#include "../plan.h"
 #include "adamw.h"
 #include "attention.h"
 #include "classifier.h"
@@ -21,7 +22,7 @@ static void build_common(GPT2 *model, const ModelConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = gpt2_parameter_specs(cfg, model->param_specs);
-    model->params_memory = (float *)mallocCheck(model->num_parameters * sizeof(float), "parameters");
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
     gpt2_point_parameters(&model->params, model->params_memory, model->param_specs);
 }
 
@@ -40,6 +41,23 @@ void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long s
     gpt2_init_parameters(cfg, model->param_specs, model->params_memory, seed);
 }
 
+void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
+    p->num_parameters = gpt2_parameter_specs(cfg, NULL);
+    p->recompute = recompute;
+    p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
+    p->host[MEM_ACTIVATIONS] = gpt2_activation_specs(cfg, B, T, recompute, p->act) * sizeof(float);
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) p->act_bytes[i] = p->act[i].numel * sizeof(float);
+    if (!training) return;
+    p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
+    /* dresidual, dbuf_c (B,T,C each); dbuf_f1 (B,T,max(F,QKV)), dbuf_f2 (B,T,F): see GPT2 */
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
+    p->host[MEM_BWD_SCRATCH] = N * (2 * C + (F > QKV ? F : QKV) + F) * sizeof(float);
+    /* the sgemm packs op(A) of its largest call: the LM head's weight gradient, dlogits^T (Vp, N)
+     * (llmc/cpu/matmul.c's fallback does so; OpenBLAS was measured to do the same) */
+    p->host[MEM_BLAS_PACKING] = N * (size_t)cfg->padded_vocab_size * sizeof(float);
+}
+
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     const ModelConfig *cfg = &model->cfg;
     if (T > cfg->max_seq_len)
@@ -49,21 +67,25 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     model->B = B;
     model->T = T;
     model->recompute = recompute;
-    model->num_activations = gpt2_activation_specs(cfg, B, T, recompute, model->act_specs);
-    model->acts_memory = (float *)mallocCheck(model->num_activations * sizeof(float), "activations");
+    MemPlan plan;
+    mem_plan_init(&plan, "CPU");
+    gpt2_plan(cfg, B, T, recompute, training, &plan);
+    memcpy(model->act_specs, plan.act, sizeof plan.act);
+    model->num_activations = plan.host[MEM_ACTIVATIONS] / sizeof(float);
+    model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
     gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);
     if (!training) return;
     size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
     size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) */
-    model->num_scratch = N * (2 * C + F1 + F);
-    model->scratch_memory = (float *)mallocCheck(model->num_scratch * sizeof(float), "backward scratch");
+    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
     model->dresidual = model->scratch_memory;
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
     model->dbuf_f2 = model->dbuf_f1 + N * F1;
-    size_t n = model->num_parameters;
-    model->grads_memory = (float *)callocCheck(n, sizeof(float), "gradients");
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, plan.host[MEM_GRADIENTS] / sizeof(float), sizeof(float),
+                                              "gradients");
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
 }
 
@@ -195,12 +217,13 @@ void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, flo
 }
 
 void gpt2_free(GPT2 *model) {
-    free(model->params_memory);
-    free(model->grads_memory);
+    size_t pbytes = model->num_parameters * sizeof(float);
+    mem_free(MEM_PARAMETERS, model->params_memory, pbytes);
+    mem_free(MEM_GRADIENTS, model->grads_memory, pbytes);
     free(model->m_memory);
     free(model->v_memory);
-    free(model->acts_memory);
-    free(model->scratch_memory);
+    mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
 }
 

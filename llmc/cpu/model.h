@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "../model.h"
+#include "../plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -43,6 +44,9 @@ typedef struct {
  * projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
 void gpt2_build_from_checkpoint(GPT2 *model, const char *path);
 void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed);
+/* The CPU backend's memory plan for (B, T, recompute, training): parameters, gradients,
+ * activations by tensor, backward scratch. gpt2_allocate allocates exactly these sizes. */
+void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p);
 /* Activations for batches up to (B, T), plus gradients if training. */
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
 /* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in

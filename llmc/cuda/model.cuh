@@ -39,6 +39,7 @@
 #include "../checkpoint.h"
 #include "../rng.h"
 #include "../model.h"
+#include "../plan.h"
 #include "adamw.cuh"
 #include "attention.cuh"
 #include "cast.cuh"
@@ -97,6 +98,7 @@ typedef struct {
     /* host views for checkpoints (TrainBackend host_params/m/v) and next_logits */
     float *host_params, *host_m, *host_v, *host_logits;
     float mean_loss;
+    MemPlan plan; /* what gpt2cuda_allocate allocated (gpt2cuda_plan) */
     /* fp16 dynamic loss scaling (1 and unused in fp32/bf16) */
     float loss_scale;
     int loss_scale_window, clean_steps;
@@ -128,7 +130,10 @@ inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, in
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         TensorSpec *s = &specs[i];
         size_t unit = s->per_layer ? s->numel / L : s->numel;
-        if (strcmp(s->name, "att") == 0) unit = (size_t)B * cfg->num_heads * T; /* logsumexp (B, NH, T) */
+        if (strcmp(s->name, "att") == 0) { /* logsumexp (B, NH, T) */
+            unit = (size_t)B * cfg->num_heads * T;
+            s->shape = "(L, B, NH, T) lse";
+        }
         if (strcmp(s->name, "logits") == 0) { /* one LM-head chunk */
             unit = (size_t)head_rows * cfg->padded_vocab_size;
             s->shape = "(head_rows, Vp)";
@@ -182,6 +187,61 @@ inline void gpt2cuda_point_parameters(ParameterTensors *p, void *arena, const Te
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = (float *)((char *)arena + specs[i].offset * elem);
 }
 
+/* The fp32 op scratch: its largest user (also serves inference: the classifier needs none). */
+inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    size_t fs = NORM_BLOCKS;
+    size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
+                      matmul_backward_scratch_floats((int)N, 3 * (int)C), N * (size_t)cfg->num_heads};
+    for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
+    return fs;
+}
+
+/* gpt2cuda_build's host copies: parameters, m, v (fp32), a logits row, the staging buffer (T). */
+inline size_t gpt2cuda_build_host_bytes(size_t n, int Vp, size_t elem) {
+    return 3 * n * sizeof(float) + (size_t)Vp * sizeof(float) + n * elem;
+}
+
+/* The CUDA backend's memory plan: device bytes by class (gpt2cuda_build and gpt2cuda_allocate
+ * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
+/* opt_elems: the parameters whose AdamW state (m, v, master) this rank keeps (all n, or its ZeRO-1
+ * shard; at least 1 is allocated, so that an empty shard still has valid pointers). */
+inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
+                          int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
+    const size_t n = gpt2_parameter_specs(cfg, NULL), elem = precision_bytes(prec), N = (size_t)B * T_;
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    use_master = use_master && prec != PRECISION_FP32;
+    p->num_parameters = n;
+    p->recompute = recompute;
+    p->device_bytes[MEM_PARAMETERS] = n * elem;
+    int head_rows = gpt2cuda_head_rows(N, cfg->padded_vocab_size, elem, head_rows_request);
+    p->device_bytes[MEM_ACTIVATIONS] = gpt2cuda_activation_specs(cfg, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
+    p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
+    p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 1) * sizeof(float); /* + the norm */
+    p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
+    p->host[MEM_STAGING] = gpt2cuda_build_host_bytes(n, cfg->padded_vocab_size, elem) + N * sizeof(float);
+    snprintf(p->config, sizeof p->config, "%s, master weights %d, LM-head chunk %d rows, cuBLASLt workspace %d MiB%s",
+             precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
+             USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention workspace not planned" : "");
+    if (!training) return;
+    p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + 2 * N * F) * elem;
+    p->device_bytes[MEM_GRADIENTS] = n * elem;
+    const size_t ns = opt_elems ? opt_elems : 1;
+    p->device_bytes[MEM_ADAM_M] = ns * sizeof(float);
+    p->device_bytes[MEM_ADAM_V] = ns * sizeof(float);
+    if (use_master) p->device_bytes[MEM_MASTER] = ns * sizeof(float);
+    p->device_bytes[MEM_OP_SCRATCH] += encoder_buckets_capacity((int)N) * sizeof(int);
+    p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
+}
+
+/* cudaMalloc counted to class c (the device column of the accounting allocator). */
+inline void *gpt2cuda_malloc(MemClass c, size_t bytes) {
+    void *p = NULL;
+    cudaCheck(cudaMalloc(&p, bytes));
+    mem_account(c, (long long)bytes, 1);
+    return p;
+}
+
 /* Parameters from a checkpoint path or a dN descriptor (random init: the shared
  * gpt2_init_parameters, so both trainers start from the same weights), into host_params. */
 inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
@@ -197,14 +257,14 @@ inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long see
     m->use_master = use_master && prec != PRECISION_FP32;
     m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
     const size_t n = m->num_parameters, elem = precision_bytes(prec);
-    m->host_params = (float *)mallocCheck(n * sizeof(float), "host parameters");
+    m->host_params = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host parameters");
     if (random_init) gpt2_init_parameters(&cfg, m->param_specs, m->host_params, seed);
     else model_file_load(init, m->host_params, n);
-    m->host_m = (float *)callocCheck(n, sizeof(float), "host AdamW m");
-    m->host_v = (float *)callocCheck(n, sizeof(float), "host AdamW v");
-    m->host_logits = (float *)mallocCheck((size_t)cfg.padded_vocab_size * sizeof(float), "host logits row");
-    m->h_staging = mallocCheck(n * elem, "host staging");
-    cudaCheck(cudaMalloc(&m->params_memory, n * elem));
+    m->host_m = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW m");
+    m->host_v = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW v");
+    m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)cfg.padded_vocab_size, sizeof(float), "host logits row");
+    m->h_staging = mem_calloc(MEM_STAGING, n, elem, "host staging");
+    m->params_memory = gpt2cuda_malloc(MEM_PARAMETERS, n * elem);
     gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
     m->shard_lo = 0;
     m->shard_hi = n;
@@ -234,44 +294,43 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     m->T = T_;
     m->recompute = recompute;
     m->gelu_fusion = gelu_fusion;
+    MemPlan *plan = &m->plan;
+    mem_plan_init(plan, "GPU");
+    gpt2cuda_plan(cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request, m->shard_hi - m->shard_lo,
+                  training, plan);
     m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
-    m->acts_total_bytes =
-        gpt2cuda_activation_specs(cfg, B, T_, recompute, m->precision, m->head_rows, m->act_specs, m->act_bytes);
-    cudaCheck(cudaMalloc(&m->acts_memory, m->acts_total_bytes));
+    memcpy(m->act_specs, plan->act, sizeof plan->act);
+    memcpy(m->act_bytes, plan->act_bytes, sizeof plan->act_bytes);
+    m->acts_total_bytes = plan->device_bytes[MEM_ACTIVATIONS];
+    m->acts_memory = gpt2cuda_malloc(MEM_ACTIVATIONS, m->acts_total_bytes);
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
     float **slots = (float **)&m->acts;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) slots[i] = (float *)((char *)m->acts_memory + m->act_specs[i].offset);
     const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, n = m->num_parameters;
     const size_t elem = precision_bytes(m->precision);
-    cudaCheck(cudaMalloc(&m->d_inputs, N * sizeof(int)));
-    cudaCheck(cudaMalloc(&m->d_targets, N * sizeof(int)));
-    m->h_losses = (float *)mallocCheck(N * sizeof(float), "host losses");
-    /* fp32 scratch: the largest user (also serves inference: the classifier needs none) */
-    size_t fs = NORM_BLOCKS;
-    size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
-                      matmul_backward_scratch_floats((int)N, 3 * (int)C), N * (size_t)cfg->num_heads};
-    for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
-    m->fscratch_floats = fs;
-    cudaCheck(cudaMalloc(&m->fscratch, fs * sizeof(float)));
-    cudaCheck(cudaMalloc(&m->d_norm, sizeof(float)));
+    m->d_inputs = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
+    m->d_targets = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
+    m->h_losses = (float *)mem_calloc(MEM_STAGING, N, sizeof(float), "host losses");
+    m->fscratch_floats = gpt2cuda_fscratch_floats(cfg, N);
+    m->fscratch = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
+    m->d_norm = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(float));
     if (training) {
         if (F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
-        m->scratch_bytes = (2 * N * C + 2 * N * F) * elem;
-        cudaCheck(cudaMalloc(&m->scratch_memory, m->scratch_bytes));
+        m->scratch_bytes = plan->device_bytes[MEM_BWD_SCRATCH];
+        m->scratch_memory = gpt2cuda_malloc(MEM_BWD_SCRATCH, m->scratch_bytes);
         m->dresidual = m->scratch_memory;
         m->dbuf_c = (char *)m->dresidual + N * C * elem;
         m->dbuf_f1 = (char *)m->dbuf_c + N * C * elem;
         m->dbuf_f2 = (char *)m->dbuf_f1 + N * F * elem;
-        cudaCheck(cudaMalloc(&m->grads_memory, n * elem));
+        m->grads_memory = gpt2cuda_malloc(MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
         cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
         gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
-        const size_t ns = m->shard_hi - m->shard_lo + 1; /* + 1: an empty shard still gets a valid pointer */
-        cudaCheck(cudaMalloc(&m->m, ns * sizeof(float)));
-        cudaCheck(cudaMalloc(&m->v, ns * sizeof(float)));
-        if (m->use_master) cudaCheck(cudaMalloc(&m->master, ns * sizeof(float)));
-        cudaCheck(cudaMalloc(&m->d_buckets, encoder_buckets_capacity((int)N) * sizeof(int)));
-        m->h_buckets = (int *)mallocCheck(encoder_buckets_capacity((int)N) * sizeof(int), "encoder buckets");
-        m->h_bucket_work = (int *)mallocCheck(N * sizeof(int), "encoder bucket work");
+        m->m = (float *)gpt2cuda_malloc(MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
+        m->v = (float *)gpt2cuda_malloc(MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
+        if (m->use_master) m->master = (float *)gpt2cuda_malloc(MEM_MASTER, plan->device_bytes[MEM_MASTER]);
+        m->d_buckets = (int *)gpt2cuda_malloc(MEM_OP_SCRATCH, encoder_buckets_capacity((int)N) * sizeof(int));
+        m->h_buckets = (int *)mem_calloc(MEM_STAGING, encoder_buckets_capacity((int)N), sizeof(int), "encoder buckets");
+        m->h_bucket_work = (int *)mem_calloc(MEM_STAGING, N, sizeof(int), "encoder bucket work");
     }
 #if USE_CUDNN
     /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
@@ -576,6 +635,17 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    /* the accounting: what gpt2cuda_allocate allocated is its plan (with gpt2cuda_build's part);
+     * a model built but never allocated holds only the parameters and the host copies */
+    const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
+    if (m->acts_memory) {
+        for (int c = 0; c < MEM_NUM_CLASSES; c++)
+            if (c != MEM_WORKSPACE) mem_account((MemClass)c, -(long long)m->plan.device_bytes[c], 1); /* the context's */
+        mem_account(MEM_STAGING, -(long long)m->plan.host[MEM_STAGING], 0);
+    } else if (m->params_memory) {
+        mem_account(MEM_PARAMETERS, -(long long)(n * elem), 1);
+        mem_account(MEM_STAGING, -(long long)gpt2cuda_build_host_bytes(n, m->cfg.padded_vocab_size, elem), 0);
+    }
     memset(m, 0, sizeof *m);
 }
 
