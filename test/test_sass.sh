@@ -60,8 +60,12 @@ if [ "$bad" = 0 ] && [ "$n" -ge 29 ]; then
 else
     echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 29, all 128-bit)"; fail=1
 fi
-spills=$(grep -B1 'spill' "$dir/ptxas.txt" | grep -E '[1-9][0-9]* bytes spill' | head -5)
-if [ -z "$spills" ]; then echo "PASS: the memory-bound kernels and attention_decode (./generate_gpu) do not spill"; else echo "FAIL: spills: $spills"; fail=1; fi
+# spills of the kernels this file is about: the packed memory-bound ones and attention_decode in
+# every precision, and any bf16/fp16 kernel (FA2). The fp32 CUDA-core attention kernels that
+# attention.cuh brings in are the tight reference path and may spill (as in train_gpt's check below).
+spills=$(awk '/Compiling entry function/{f=$0} /spill stores/{ if (($5 > 0 || $9 > 0) && f ~ /(kernel16|fused16|attention_decode|13__nv_bfloat16|6__half)/) print f " -> " $0 }' "$dir/ptxas.txt" | head -5)
+nentries=$(grep -c 'Compiling entry function' "$dir/ptxas.txt")
+if [ -z "$spills" ] && [ "$nentries" -gt 0 ]; then echo "PASS: the memory-bound kernels, attention_decode (./generate_gpu) and the bf16/fp16 kernels do not spill ($nentries entry functions)"; else echo "FAIL: spills ($nentries entries): $spills"; fail=1; fi
 
 # the check can fail: a kernel16 with 2-byte accesses (the old form) must be reported
 cat > "$dir/planted.cu" <<'CU'
