@@ -18,51 +18,8 @@
 #include "llmc/check.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
+#include "test/debug_state.h"
 #include "test/testing.h"
-
-typedef struct {
-    int B, T, V, Vp, nsteps, L, NH, C, maxT, NKV, F;
-    float lr, beta1, beta2, eps, weight_decay, grad_clip;
-    int *x, *y;
-    float *logits, loss, *grads, *losses, *norms, *params_after;
-} DebugState;
-
-static void read_debug_state(const char *path, DebugState *d, size_t num_params) {
-    FILE *f = fopenCheck(path, "rb");
-    int32_t h[256];
-    freadCheck(h, 4, 256, f, path);
-    if (h[0] != 20240327 || h[1] != 3) llmc_die("'%s' is not a version-3 debug state", path);
-    d->B = h[2], d->T = h[3], d->V = h[4], d->Vp = h[5], d->nsteps = h[6];
-    d->L = h[7], d->NH = h[8], d->C = h[9], d->maxT = h[10], d->NKV = h[11], d->F = h[12];
-    float hp[6];
-    memcpy(hp, h + 16, sizeof hp);
-    d->lr = hp[0], d->beta1 = hp[1], d->beta2 = hp[2], d->eps = hp[3], d->weight_decay = hp[4], d->grad_clip = hp[5];
-    size_t BT = (size_t)d->B * d->T;
-    d->x = (int *)mallocCheck(BT * sizeof(int), "x");
-    d->y = (int *)mallocCheck(BT * sizeof(int), "y");
-    d->logits = (float *)mallocCheck(BT * d->V * sizeof(float), "logits");
-    d->grads = (float *)mallocCheck(num_params * sizeof(float), "grads");
-    d->losses = (float *)mallocCheck(d->nsteps * sizeof(float), "losses");
-    d->norms = (float *)mallocCheck(d->nsteps * sizeof(float), "norms");
-    d->params_after = (float *)mallocCheck(num_params * sizeof(float), "params");
-    freadCheck(d->x, sizeof(int), BT, f, path);
-    freadCheck(d->y, sizeof(int), BT, f, path);
-    freadCheck(d->logits, sizeof(float), BT * d->V, f, path);
-    freadCheck(&d->loss, sizeof(float), 1, f, path);
-    freadCheck(d->grads, sizeof(float), num_params, f, path);
-    freadCheck(d->losses, sizeof(float), d->nsteps, f, path);
-    freadCheck(d->norms, sizeof(float), d->nsteps, f, path);
-    freadCheck(d->params_after, sizeof(float), num_params, f, path);
-    char extra;
-    if (fread(&extra, 1, 1, f) != 0) llmc_die("debug state '%s' is longer than its header says", path);
-    fclose(f);
-}
-
-static float max_abs(const float *a, size_t n) {
-    float m = 0.0f;
-    for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
-    return m;
-}
 
 static void load(LlamaModel *m, const char *path) {
     LlamaConfig cfg;
