@@ -242,14 +242,18 @@ class GPT2(nn.Module):
             x = x + linear(h, fcprojw[l], fcprojb[l])
         x = layernorm(x, self.lnfw, self.lnfb)
         logits = x @ self.wte.t()                                        # (B, T, Vp)
-        loss = None
-        if targets is not None:
-            real = logits[..., :V].reshape(B * T, V)
-            real = real if real.dtype in (torch.float32, torch.float64) else real.float()
-            picked = real.gather(1, targets.reshape(B * T, 1)).squeeze(1)
-            loss = (torch.logsumexp(real, dim=1) - picked).mean()
-        return logits, loss
+        return logits, None if targets is None else cross_entropy(logits, targets, V)
 
+
+
+def cross_entropy(logits, targets, V):
+    """Mean cross-entropy over the real vocabulary (padded columns never enter it), in fp32 at
+    least: logits (B, T, Vp), targets (B, T). Shared by the GPT-2 and Llama references."""
+    B, T = targets.shape
+    real = logits[..., :V].reshape(B * T, V)
+    real = real if real.dtype in (torch.float32, torch.float64) else real.float()
+    picked = real.gather(1, targets.reshape(B * T, 1)).squeeze(1)
+    return (torch.logsumexp(real, dim=1) - picked).mean()
 
 def init_tensors(cfg, seed):
     """GPT-2 random init from a seeded CPU generator (same seed -> same fp32 values anywhere)."""
