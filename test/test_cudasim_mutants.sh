@@ -10,8 +10,8 @@ tmp=$(mktemp -d /tmp/llmc_mutants.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 status=0
 
-# Each mutant is prepared and built in the background (at most $JOBS at a time: the builds are
-# most of the time), then the built mutants run one after another.
+# Each mutant is prepared, built and run in the background (at most $JOBS at a time: the builds
+# are most of the time); the run stops at its first FAIL (LLMC_TEST_FAIL_FAST, test/testing.h).
 JOBS=${JOBS:-$(nproc)}
 names=()
 mutant() {  # name file sed-expression
@@ -29,8 +29,10 @@ mutant() {  # name file sed-expression
         return
     fi
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
-    { /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
-        ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]}; } > "$dir/build.log" 2>&1 &
+    { { /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
+        ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]}; } > "$dir/build.log" 2>&1 || exit
+      LLMC_TEST_FAIL_FAST=1 OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
+      echo $? > "$dir/rc"; } &
     names+=("$name")
 }
 run_mutants() {
@@ -43,8 +45,12 @@ run_mutants() {
             status=1
             continue
         fi
-        OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
-        rc=$?
+        rc=$(cat "$dir/rc" 2>/dev/null)
+        if [ -z "$rc" ]; then
+            echo "FAIL: mutant '$name' built but did not run"
+            status=1
+            continue
+        fi
         fails=$(grep -c '^FAIL' "$dir/run.log")
         if [ $rc -ne 0 ]; then
             echo "PASS: mutant '$name' is caught (exit $rc, $fails FAIL lines); first report:"

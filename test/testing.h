@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int test_failures = 0;
 static int test_passes = 0;
@@ -29,6 +30,7 @@ static inline void test_report(int ok, const char *name, const char *fmt, ...) {
     va_end(ap);
     printf("\n");
     fflush(stdout);
+    if (getenv("LLMC_TEST_FAIL_FAST")) exit(1); /* a planted bug's first failure is enough */
     test_failures++;
 }
 

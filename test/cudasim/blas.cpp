@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdarg>
 #include <cstdlib>
+#include <thread>
 #include <unistd.h>
 #include <vector>
 
@@ -105,40 +106,85 @@ struct Epilogue {
     int64_t aux_ld = 0;
 };
 
-/* The reference GEMM shared by every entry point. */
+/* op(X) as `rows` contiguous rows of k doubles (exact: every supported type widens exactly):
+ * element (r, l) of op(X) is at off + r * rs + l * ls. */
+std::vector<double> pack_rows(const Operand &X, int64_t off, int64_t rows, int64_t k, int64_t rs, int64_t ls) {
+    std::vector<double> out((size_t)(rows * k));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t l = 0; l < k; l++) out[(size_t)(r * k + l)] = load(X.type, X.p, off + r * rs + l * ls);
+    return out;
+}
+
+/* The reference GEMM shared by every entry point. Each element's products are summed in
+ * double in the order l = 0, 1, ..., k-1 (one accumulator per element, so the result does not
+ * depend on the blocking below, which only interleaves independent elements and splits rows of
+ * D over threads; the bias gradient of D sums each row's elements in column order). */
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, Operand A, Operand B,
           float beta, Operand C, void *D, int d_type, int64_t ldd, int64_t d_stride, int batch,
           const Epilogue &ep) {
     std::vector<double> bgrad;
     for (int b = 0; b < batch; b++) {
-        const void *a = A.p, *bp = B.p, *c = C.p;
+        const void *c = C.p;
         int64_t ao = b * A.stride, bo = b * B.stride, co = b * C.stride, dof = b * d_stride;
         if (ep.bgrad_a || ep.bgrad_d) bgrad.assign(m, 0.0);
         if (ep.bgrad_b) bgrad.assign(n, 0.0);
-        for (int64_t j = 0; j < n; j++) {
-            for (int64_t i = 0; i < m; i++) {
-                double acc = 0.0;
-                for (int64_t l = 0; l < k; l++) {
-                    double x = load(A.type, a, ao + (ta ? l + i * A.ld : i + l * A.ld));
-                    double y = load(B.type, bp, bo + (tb ? j + l * B.ld : l + j * B.ld));
-                    acc += x * y;
+        /* op(A) row i and op(B) column j, each k contiguous doubles */
+        const std::vector<double> Ar = pack_rows(A, ao, m, k, ta ? A.ld : 1, ta ? 1 : A.ld);
+        const std::vector<double> Bc = pack_rows(B, bo, n, k, tb ? 1 : B.ld, tb ? B.ld : 1);
+        const int64_t IB = 8; /* rows of D computed together: 8 independent sums in flight */
+        auto rows = [&](int64_t i_begin, int64_t i_end) {
+            for (int64_t i0 = i_begin; i0 < i_end; i0 += IB) {
+                const int64_t ni = std::min(IB, i_end - i0);
+                for (int64_t j = 0; j < n; j++) {
+                    const double *y = &Bc[(size_t)(j * k)];
+                    double acc[IB] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    if (ni == IB) {
+                        const double *x = &Ar[(size_t)(i0 * k)];
+                        for (int64_t l = 0; l < k; l++)
+                            for (int64_t r = 0; r < IB; r++) acc[r] += x[r * k + l] * y[l];
+                    } else {
+                        for (int64_t r = 0; r < ni; r++) {
+                            const double *x = &Ar[(size_t)((i0 + r) * k)];
+                            for (int64_t l = 0; l < k; l++) acc[r] += x[l] * y[l];
+                        }
+                    }
+                    for (int64_t r = 0; r < ni; r++) {
+                        const int64_t i = i0 + r;
+                        float v = (float)((double)alpha * acc[r]);
+                        if (beta != 0.0f) v = (float)((double)v + (double)beta * load(C.type, c, co + i + j * C.ld));
+                        if (ep.bias) v += load(ep.bias_type, ep.bias_ptr, i);
+                        if (ep.aux_out) store(ep.aux_type, ep.aux, i + j * ep.aux_ld, v);
+                        if (ep.gelu) v = gelu(v);
+                        if (ep.dgelu) v = v * gelu_grad(load(ep.aux_type, ep.aux, i + j * ep.aux_ld));
+                        if (ep.bgrad_d) bgrad[i] += v;
+                        store(d_type, D, dof + i + j * ldd, v);
+                    }
                 }
-                float v = (float)((double)alpha * acc);
-                if (beta != 0.0f) v = (float)((double)v + (double)beta * load(C.type, c, co + i + j * C.ld));
-                if (ep.bias) v += load(ep.bias_type, ep.bias_ptr, i);
-                if (ep.aux_out) store(ep.aux_type, ep.aux, i + j * ep.aux_ld, v);
-                if (ep.gelu) v = gelu(v);
-                if (ep.dgelu) v = v * gelu_grad(load(ep.aux_type, ep.aux, i + j * ep.aux_ld));
-                if (ep.bgrad_d) bgrad[i] += v;
-                store(d_type, D, dof + i + j * ldd, v);
             }
+        };
+        /* large products: rows of D split over threads in blocks of IB (each element is still
+         * one thread's ordered sum, so the result is the same for any thread count) */
+        const int64_t work = m * n * k;
+        unsigned nt = std::thread::hardware_concurrency();
+        nt = std::max(1u, std::min(nt, 8u));
+        const int64_t blocks = (m + IB - 1) / IB;
+        if (work < (int64_t)1 << 22 || nt == 1 || blocks < 2) {
+            rows(0, m);
+        } else {
+            nt = (unsigned)std::min<int64_t>(nt, blocks);
+            std::vector<std::thread> pool;
+            for (unsigned t = 0; t < nt; t++) {
+                const int64_t lo = std::min(m, blocks * t / nt * IB), hi = std::min(m, blocks * (t + 1) / nt * IB);
+                if (lo < hi) pool.emplace_back(rows, lo, hi);
+            }
+            for (auto &th : pool) th.join();
         }
         if (ep.bgrad_a)
             for (int64_t i = 0; i < m; i++)
-                for (int64_t l = 0; l < k; l++) bgrad[i] += load(A.type, a, ao + (ta ? l + i * A.ld : i + l * A.ld));
+                for (int64_t l = 0; l < k; l++) bgrad[i] += Ar[(size_t)(i * k + l)];
         if (ep.bgrad_b)
             for (int64_t j = 0; j < n; j++)
-                for (int64_t l = 0; l < k; l++) bgrad[j] += load(B.type, bp, bo + (tb ? j + l * B.ld : l + j * B.ld));
+                for (int64_t l = 0; l < k; l++) bgrad[j] += Bc[(size_t)(j * k + l)];
         for (size_t i = 0; i < bgrad.size(); i++) store(ep.bias_type, ep.bias_ptr, (int64_t)i, (float)bgrad[i]);
     }
 }
