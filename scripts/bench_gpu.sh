@@ -57,6 +57,9 @@ PY
 run_train() { # extra flags...; prints the output
     "$TRAIN" -e $MODEL -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
 }
+plan_mib() { # flags...; the planned device peak in MiB (--plan --json's peak_bytes)
+    "$TRAIN" -e $MODEL --plan --json "$@" 2>/dev/null | sed -n 's/.*"peak_bytes": *\([0-9]*\).*/\1/p' | awk '{ printf "%.1f", $1 / 1048576 }'
+}
 mean_after_warmup() { # field regex; averages the step lines' values after the first 3 steps
     awk -v re="$1" '/^step /{ if (match($0, re)) { s = substr($0, RSTART, RLENGTH); gsub(/[^0-9.]/, "", s); n++; if (n > 3) { sum += s; k++ } } } END { if (k) printf "%.1f", sum / k; else print "n/a" }'
 }
@@ -114,10 +117,14 @@ if [ "$DRY" = 1 ]; then # the device total from train_gpt's startup table
 else
     total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 fi
-for r in 0 1 2 3; do
+RS="0 1 2 3"
+[ "$DRY" = 1 ] && RS="0 3" # the rehearsal checks the plumbing; test_gpt covers every -r through cudasim
+for r in $RS; do
     peak=$(run_train -b "$B" -t "$T" -x 2 --precision bf16 -r $r | sed -n 's/.*(peak \([0-9.]*\)).*/\1/p' | tail -1)
-    m1=$(run_train -b 1 -t "$T" -x 1 --precision bf16 -r $r | sed -n 's/^| total allocated by llmc *| *\([0-9.]*\).*/\1/p')
-    m2=$(run_train -b 2 -t "$T" -x 1 --precision bf16 -r $r | sed -n 's/^| total allocated by llmc *| *\([0-9.]*\).*/\1/p')
+    # the device bytes at B=1 and B=2 from the plan (--plan: no allocation, no step; the trainer
+    # checks at startup that what it allocates equals the plan), in MiB
+    m1=$(plan_mib -b 1 -t "$T" --precision bf16 -r $r)
+    m2=$(plan_mib -b 2 -t "$T" --precision bf16 -r $r)
     # 95% of the device, less the CUDA context (~600 MiB)
     bmax=$(awk -v a="$m1" -v b="$m2" -v t="$total_mib" 'BEGIN{ per = b - a; if (per <= 0) { print "n/a"; exit } printf "%d", (0.95 * t - 600 - (a - per)) / per }')
     note=estimate

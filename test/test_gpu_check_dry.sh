@@ -2,7 +2,7 @@
 # scripts/gpu_check.sh rehearsed without a GPU (LLMC_GPU_DRY=1: cudasim binaries, tiny shapes, the
 # NVML stub), so that a lent GPU machine's few minutes are not lost to a bug in the script itself.
 # PASS when every step is ok (or skipped as a dry run) and the summary is printed; also checks the
-# per-step logs (GPU_CHECK_LOGS) and the step selection (GPU_CHECK_ONLY). About 3 min.
+# per-step logs (GPU_CHECK_LOGS) and the step selection (GPU_CHECK_ONLY).
 set -u
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d /tmp/llmc_gpucheck_logs.XXXXXX)
