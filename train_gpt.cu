@@ -79,6 +79,7 @@ static void nccl_start(CudaTrainer *tr, const char *method) {
 static void nccl_reduce_grads(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
     if (!tr->comm) return;
+    NVTX_RANGE("all-reduce gradients");
     ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
     cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
     cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
@@ -93,6 +94,7 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
 static void nccl_gather_params(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
     if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
     ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
     cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
