@@ -351,6 +351,7 @@ int main(int argc, char **argv) {
         if (note) fprintf(note, "memory: the plan exceeds the device's free memory; searching with that as the budget\n");
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);
     }
+    budget_agree(dist, &tc);
     tr.tc = tc;
     if (tc.zero_stage == 1) { /* this rank's optimizer state only */
         size_t lo, hi;

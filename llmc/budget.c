@@ -1,5 +1,6 @@
 #include "budget.h"
 #include "check.h"
+#include "dist.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -102,12 +103,12 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
     if (out) fprintf(out, "%s %.3f GiB: the requested configuration (-r %d, -b %d, -z %d) needs %.3f GiB; chose -r %d, -b %d, -z %d, "
                  "-d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% step time (recompute %+.0f%%, "
-                 "micro-batch %+.0f%%, ZeRO %+.0f%%)%s\n",
+                 "micro-batch %+.0f%%, ZeRO %+.0f%%)\n",
             why, gib(budget), base.recompute, base.B, base.zero_stage, gib(need), best.recompute, best.B, best.zero_stage,
             best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
             100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage),
             100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage),
-            100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage), best.B == base.B ? no_batch : "");
+            100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage));
     *tc = best;
     return 1;
 }
@@ -174,4 +175,10 @@ int budget_plan_main(TrainConfig *tc, const BudgetSpace *s) {
     if (tc->json) mem_plan_print_json(&p, stdout);
     else mem_plan_print(&p, stdout);
     return 0;
+}
+
+void budget_agree(Dist *d, TrainConfig *tc) {
+    long long knobs[4] = {tc->B, tc->recompute, tc->zero_stage, tc->total_batch};
+    dist_bcast_bytes(d, knobs, sizeof knobs);
+    tc->B = (int)knobs[0], tc->recompute = (int)knobs[1], tc->zero_stage = (int)knobs[2], tc->total_batch = knobs[3];
 }

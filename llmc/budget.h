@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "dist.h"
 #include "model.h"
 #include "train.h"
 
@@ -48,6 +49,10 @@ size_t budget_peak(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSp
  * on out (unless NULL) saying what was chosen and its predicted cost; why names where the budget came from.
  * Dies naming the smallest peak found when nothing fits. Returns 1 when tc changed. */
 int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, size_t budget, const char *why, FILE *out);
+
+/* Every rank takes rank 0's -b, -r, -z and -d: the searches of the ranks may differ at the margin
+ * (each counts its own start-up VmRSS, or its own device's free memory). */
+void budget_agree(Dist *d, TrainConfig *tc);
 
 /* The largest micro-batch B whose plan fits the budget at tc's -r, -t, -z (with -d given: only
  * B that keep it exact); 0 when not even B = 1 fits. peak (of B) and next (of B + 1, or 0 when

@@ -90,6 +90,23 @@ def main():
            "a budget nothing fits in: exit 1 naming the smallest peak found", p.stderr[-400:])
     p = run(CPU, ["--plan", "-e", "d2", "-b", "1", "-t", "32", "-r", "2", "--memory-budget", "20M"])
     report(p.returncode == 1 and "-b is 1 already" in p.stderr, "when -b is 1 already, the error says so", p.stderr[-400:])
+    # several ranks (planned for rank 0 of -pn 2): with -b 1 and -r 2 already, only ZeRO-1 helps
+    zcfg = ["-e", "d4", "-b", "1", "-t", "32", "-r", "2", "-pn", "2"]
+    z0, z1 = plan(CPU, zcfg)[0], plan(CPU, zcfg + ["-z", "1"])[0]
+    zsize = f"{(z0['peak_bytes'] + z1['peak_bytes']) // 2 // 1024}K"  # m and v halve: 32 MiB between them
+    got, p = plan(CPU, zcfg + ["--memory-budget", zsize])
+    report(got is not None and got["zero"] == 1 and got["B"] == 1 and "ZeRO +5%" in p.stderr,
+           f"-pn 2 --memory-budget {zsize}: -z 1 is chosen when -b and -r have nothing left", (got, p.stderr[-300:]))
+    # two ranks train with rank 0's choice (each rank's own start-up RSS could tip its search)
+    if shutil.which("mpirun"):
+        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,tcp"}
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", CPU] + cfg + ["-i", tr, "-x", "1", "-v", "0", "-s", "0",
+                           "--threads", "1", "--memory-budget", size], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **env})
+        report(p.returncode == 0 and p.stdout.count("chose -r") == 1 and re.search(r"= [1-4] x 32 x 2 processes", p.stdout),
+               f"mpirun -np 2 --memory-budget {size}: one choice, trained by both ranks", p.stdout[-500:] + p.stderr[-500:])
+    else:
+        report(False, "mpirun for the two-rank budget run", "OpenMPI is not installed")
     for bad in ("12x", "-5", "0", "1.5Q", "G", "0x10", "inf"):
         p = run(CPU, ["--plan", "--memory-budget", bad])
         report(p.returncode == 1 and "error: flag --memory-budget expects a size" in p.stderr and f"'{bad}'" in p.stderr,
