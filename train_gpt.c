@@ -8,11 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "llmc/budget.h"
 #include "llmc/check.h"
 #include "llmc/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/model.h"
 #include "llmc/dist.h"
+#include "llmc/optim.h"
 #include "llmc/train.h"
 
 #ifdef _OPENMP
@@ -66,8 +68,10 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
+    /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
+    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, mem_process_start_rss()};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
-    if (tc.plan) return train_plan_main(&tc, cpu_plan, 1, "CPU");
+    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, 1);
     tc.num_processes = dist->size;
@@ -89,6 +93,10 @@ int main(int argc, char **argv) {
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     GPT2 model;
     build_model(&model, init, tc.seed);
+    if (tc.memory_budget[0]) {
+        budget_fit(&tc, &model.cfg, &space, budget_parse_size(tc.memory_budget), "--memory-budget", dist->rank == 0 ? stdout : NULL);
+        budget_agree(dist, &tc);
+    }
     gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
 
     char name[512];

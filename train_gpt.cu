@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "llmc/budget.h"
 #include "llmc/check.h"
 #include "llmc/cli.h"
 #include "llmc/cuda/model.cuh"
@@ -78,6 +79,7 @@ static void nccl_start(CudaTrainer *tr, const char *method) {
 static void nccl_reduce_grads(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
     if (!tr->comm) return;
+    NVTX_RANGE("all-reduce gradients");
     ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
     cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
     cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
@@ -92,6 +94,7 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
 static void nccl_gather_params(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
     if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
     ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
     cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
@@ -286,12 +289,15 @@ static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainCon
            planned / 1048576.0, used / 1048576.0, overhead / 1048576.0, measured / 1048576.0, planned / measured);
 }
 
+/* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights). */
+enum { CUDA_MAX_ZERO = 1 };
+
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
-    if (tc->zero_stage > 1) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
+    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
 }
 
 int main(int argc, char **argv) {
@@ -301,8 +307,10 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
+    const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, 0};
     /* --plan: no device, no process group, no run directory, no model */
-    if (tc.plan) return train_plan_main(&tc, cuda_plan, 0, "GPU");
+    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, 0, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
@@ -314,11 +322,13 @@ int main(int argc, char **argv) {
     int devices = 1;
     cudaCheck(cudaGetDeviceCount(&devices));
     cuda_context_init(&tr.ctx, dist->local_rank % devices, tc.tf32); /* one GPU per local rank */
+    size_t device_free = 0; /* what llmc may allocate on the device */
     mem_account(MEM_WORKSPACE, (long long)tr.ctx.lt_workspace_bytes, 1); /* the context's cuBLASLt workspace */
     {
         size_t free_b = 0, total_b = 0;
         cudaCheck(cudaMemGetInfo(&free_b, &total_b));
         tr.context_bytes = (double)(total_b - free_b) - (double)tr.ctx.lt_workspace_bytes;
+        device_free = free_b + tr.ctx.lt_workspace_bytes; /* the plan counts that workspace */
     }
 #if LLMC_HAVE_NCCL
     nccl_start(&tr, tc.nccl_init);
@@ -335,6 +345,14 @@ int main(int argc, char **argv) {
     tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
+    FILE *note = dist->rank == 0 ? stdout : NULL;
+    if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, budget_parse_size(tc.memory_budget), "--memory-budget", note);
+    if (budget_peak(&tc, &m->cfg, &space) > device_free) { /* it would run out of memory: fit the device instead */
+        if (note) fprintf(note, "memory: the plan exceeds the device's free memory; searching with that as the budget\n");
+        budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);
+    }
+    budget_agree(dist, &tc);
+    tr.tc = tc;
     if (tc.zero_stage == 1) { /* this rank's optimizer state only */
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
@@ -366,7 +384,7 @@ int main(int argc, char **argv) {
     be.host_params = m->host_params;
     be.host_m = m->host_m;
     be.host_v = m->host_v;
-    be.zero_max = 1;
+    be.zero_max = CUDA_MAX_ZERO;
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;
     be.print_memory = cuda_print_memory;

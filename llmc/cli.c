@@ -1,4 +1,5 @@
 #include "cli.h"
+#include "budget.h"
 #include "check.h"
 #include "schedule.h"
 
@@ -75,6 +76,8 @@ static const Flag flags[] = {
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
     {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
     {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
+    {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
+    {NULL, "--max-batch", F_SWITCH, FIELD(max_batch), "with --plan --memory-budget: print the largest -b that fits and exit"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
     {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given)"},
     {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it)"},
@@ -152,7 +155,7 @@ static const char *const math_flags[] = {
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
-static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", NULL};
+static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", "--max-batch", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -164,7 +167,7 @@ static void flag_label(const Flag *f, char *buf, size_t len) {
 }
 
 void train_config_help(const TrainConfig *defaults, const char *program, FILE *out) {
-    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4' (--plan and --json need none).\n\n", program);
+    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4' (--plan, --json and --max-batch need none).\n\n", program);
     for (int i = 0; i < NUM_FLAGS; i++) {
         char val[1100];
         format_value(&flags[i], defaults, val, sizeof val);
@@ -414,6 +417,10 @@ static void validate(const TrainConfig *c) {
     check_range("--plan", c->plan, 0, 1);
     check_range("--json", c->json, 0, 1);
     if (c->json && !c->plan) llmc_die("flag --json goes with --plan (print the memory plan as JSON)");
+    budget_parse_size(c->memory_budget); /* dies naming the flag */
+    check_range("--max-batch", c->max_batch, 0, 1);
+    if (c->max_batch && (!c->plan || !c->memory_budget[0]))
+        llmc_die("flag --max-batch goes with --plan --memory-budget SIZE (print the largest -b that fits)");
     if (c->overwrite && c->resume)
         llmc_die("flags -y 1 (resume the run in -o) and --overwrite 1 (delete it and start anew) contradict each other; give one");
     if (c->overwrite && !c->output_dir[0]) llmc_die("flag --overwrite 1 needs an output directory (-o)");

@@ -61,6 +61,8 @@ typedef struct {
     float peak_tflops;          /* --peak-tflops */
     int threads;                /* --threads, CPU; 0 = all cores */
     int plan, json;             /* --plan [--json]: print the memory plan and exit */
+    char memory_budget[32];     /* --memory-budget SIZE ('' = none): llmc/budget.h */
+    int max_batch;              /* --plan --memory-budget SIZE --max-batch: the largest B that fits */
     /* processes */
     int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
     char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */

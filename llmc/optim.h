@@ -42,6 +42,9 @@ typedef struct {
     const TensorSpec *specs; /* NUM_PARAMETER_TENSORS: offsets and weight decay choice */
 } Optimizer;
 
+/* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */
+enum { OPTIM_MAX_ZERO = 2 };
+
 /* Dies on -z 3 (not built) with a message. */
 void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs);
 void optim_free(Optimizer *o);

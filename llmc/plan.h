@@ -39,6 +39,7 @@ typedef enum {
     MEM_DATA,           /* dataloader prefetch buffers (planned, allocated by the dataloader) */
     MEM_BLAS_PACKING,   /* CPU: the sgemm's transient copy of its largest operand (planned, the BLAS allocates it) */
     MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0) */
+    MEM_CUDNN_WORKSPACE, /* GPU, cuDNN builds: the attention graphs' workspace (planned bound, cuDNN sizes it) */
     MEM_TEST_LEAK,      /* only the planted leak of LLMC_TEST_LEAK */
     MEM_NUM_CLASSES
 } MemClass;

@@ -483,15 +483,19 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
                       tc->output_dir[0] != 0, tc->val_every > 0);
 }
 
-int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
-    ModelConfig cfg;
-    if (model_config_from_descriptor(&cfg, tc->init) == 0) {
-        const char *bad = model_config_validate(&cfg);
+void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
+    if (model_config_from_descriptor(cfg, tc->init) == 0) {
+        const char *bad = model_config_validate(cfg);
         if (bad) llmc_die("invalid model configuration: %s", bad);
     } else {
         int version;
-        model_file_read_header(tc->init, &cfg, &version); /* the header only: no parameters read */
+        model_file_read_header(tc->init, cfg, &version); /* the header only: no parameters read */
     }
+}
+
+int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
+    ModelConfig cfg;
+    train_plan_model_config(tc, &cfg);
     MemPlan p;
     train_memory_plan(tc, &cfg, backend_plan, host_optimizer, device, &p);
     if (tc->json) mem_plan_print_json(&p, stdout);

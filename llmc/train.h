@@ -78,6 +78,8 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
 /* --plan [--json]: the model's shape from tc->init (a dN descriptor, or only the header of a
  * checkpoint file), the plan printed; allocates no model, touches no run directory. Returns 0. */
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device);
+/* The model's shape for --plan: a dN descriptor, or only the header of a checkpoint file. */
+void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg);
 
 /* Refuses multi-process launchers unless the trainer started a process group (dist.h); rank 0
  * locks -o and decides (every rank gets its answer) where the parameters

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The optional cuDNN attention (USE_CUDNN=1, mk/cudnn.mk) compiles and links where nvcc, cuDNN
 # and the cudnn_frontend headers exist. Builds llmc/cuda/cudnn_att.cpp, the lab program
-# dev/cuda/cudnn_att_check, the trainer object and the native test_gpt with USE_CUDNN=1 into a
-# scratch build directory (never build/, whose objects the switch would make stale, and never
-# ./train_gpt). Checks that switching USE_CUDNN makes the nvcc objects stale and that keeping it
+# dev/cuda/cudnn_att_check, the trainer (linked into the scratch directory) and the native
+# test_gpt with USE_CUDNN=1 into a scratch build directory (never build/, whose objects the switch
+# would make stale, and never ./train_gpt); that trainer's --plan counts the cuDNN workspace at
+# its closed-form bound. Checks that switching USE_CUDNN makes the nvcc objects stale and that keeping it
 # does not. The lab program must start (--help: libcudnn and libnvrtc load); without a GPU it
 # must exit non-zero with the usual message, on a GPU it runs at --small shapes (or
 # $CUDNN_LAB_ARGS) and its PASS/FAIL lines count.
@@ -29,16 +30,33 @@ echo "cudnn_frontend headers: $probe"
 dir=$(mktemp -d /tmp/llmc-cudnn-build.XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 lab="$dir/dev/cuda/cudnn_att_check"
-targets=("$lab" "$dir/cuda/train_gpt.o" "$dir/test/test_gpt")
+targets=("$lab" "$dir/cuda/train_gpt.o" "$dir/test/test_gpt" "$dir/train_gpt")
 start=$(date +%s)
-if ! make -j"$(nproc)" --no-print-directory BUILD="$dir" USE_CUDNN=1 "${targets[@]}" >"$dir/build.log" 2>&1; then
+if ! make -j"$(nproc)" --no-print-directory BUILD="$dir" BIN_DIR="$dir" USE_CUDNN=1 "${targets[@]}" >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
     echo "FAIL: make USE_CUDNN=1 ${targets[*]#$dir/} (log above)"
     exit 1
 fi
-echo "PASS: USE_CUDNN=1 builds cudnn_att.o, dev/cuda/cudnn_att_check, train_gpt.o and test_gpt ($(($(date +%s) - start)) s)"
+echo "PASS: USE_CUDNN=1 builds cudnn_att.o, dev/cuda/cudnn_att_check, train_gpt and test_gpt ($(($(date +%s) - start)) s)"
 
 fail=0
+# the plan counts cuDNN's attention workspace as its own class, at the bound of
+# gpt2cuda_cudnn_workspace_bound: fp32 softmax sum (B, NH, T) and dQ accumulator (B, NH, T, HS),
+# 16-bit dP (B, NH, T64, T64); none in fp32 (no cuDNN path). --plan needs no GPU.
+for args in "bf16 16 1024" "fp16 4 100" "fp32 4 64"; do
+    set -- $args
+    B=$2 T=$3 NH=12 HS=64 T64=$(( ($3 + 63) / 64 * 64 ))
+    want=$(( B * NH * T * (1 + HS) * 4 + B * NH * T64 * T64 * 2 ))
+    [ "$1" = fp32 ] && want=0
+    got=$("$dir/train_gpt" --plan --json -e d12 -b "$B" -t "$T" --precision "$1" 2>&1 |
+          python3 -c 'import json, sys; print(json.load(sys.stdin)["classes"]["cudnn_workspace"])' 2>&1)
+    if [ "$got" = "$want" ]; then
+        echo "PASS: USE_CUDNN=1 --plan d12 $1 B $B T $T: cudnn_workspace = $want bytes (the closed-form bound)"
+    else
+        echo "FAIL: USE_CUDNN=1 --plan d12 $1 B $B T $T: cudnn_workspace $got, want $want"; fail=1
+    fi
+done
+
 # the stamp: the same setting leaves the objects valid, another one makes them stale
 make -s --no-print-directory BUILD="$dir" USE_CUDNN=1 "$dir/.cudnn"
 if [ "$dir/.cudnn" -nt "$dir/cuda/train_gpt.o" ]; then

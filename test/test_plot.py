@@ -74,8 +74,14 @@ def main():
         if p.returncode != 0:
             report(False, "plot_real_training_log", f"training run failed: {p.stderr[-300:]}")
         else:
+            # loss, lr, norm, throughput, memory (accounted bytes) and memory by class (mem_by_class)
             out = os.path.join(tmp, "real.png")
-            check_png("plot_real_training_log", plot("-o", out, run), out, 4, 1)
+            r = plot("-o", out, run)
+            check_png("plot_real_training_log", r, out, 6, 1)
+            report("memory by class" in r.stderr and "memory, memory by class" in r.stderr,
+                   "plot_real_training_log_has_memory_by_class", r.stderr[-300:])
+            classes = {c for rec in map(json.loads, open(os.path.join(run, "log.jsonl"))) for c in rec.get("mem_by_class", {})}
+            report({"parameters", "activations", "gradients"} <= classes, "real_log_has_mem_by_class", classes)
 
         bad = os.path.join(tmp, "bad.jsonl")
         with open(bad, "w") as f:

@@ -49,6 +49,7 @@
 #include "gelu.cuh"
 #include "layernorm.cuh"
 #include "matmul.cuh"
+#include "nvtx.cuh"
 
 typedef struct {
     ModelConfig cfg;
@@ -202,6 +203,16 @@ inline size_t gpt2cuda_build_host_bytes(size_t n, int Vp, size_t elem) {
     return 3 * n * sizeof(float) + (size_t)Vp * sizeof(float) + n * elem;
 }
 
+/* An upper bound of the workspace cuDNN's attention graphs ask for (it cannot be queried without a
+ * GPU): the backward's fp32 softmax sum (B, NH, T) and dQ accumulator (B, NH, T, HS), and the
+ * deterministic algorithm's bf16/fp16 dP buffer (B, NH, T64, T64), T64 = T rounded up to 64. The
+ * memory table prints what cuDNN took (cudnn_att_workspace_bytes). */
+inline size_t gpt2cuda_cudnn_workspace_bound(const ModelConfig *cfg, int B, int T_) {
+    const size_t rows = (size_t)B * cfg->num_heads * T_, T64 = ((size_t)T_ + 63) / 64 * 64;
+    return rows * (1 + (size_t)(cfg->channels / cfg->num_heads)) * sizeof(float) +
+           (size_t)B * cfg->num_heads * T64 * T64 * 2;
+}
+
 /* The CUDA backend's memory plan: device bytes by class (gpt2cuda_build and gpt2cuda_allocate
  * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
 /* opt_elems: the parameters whose AdamW state (m, v, master) this rank keeps (all n, or its ZeRO-1
@@ -219,10 +230,11 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
     p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 1) * sizeof(float); /* + the norm */
     p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
+    if (USE_CUDNN && prec != PRECISION_FP32) p->device_bytes[MEM_CUDNN_WORKSPACE] = gpt2cuda_cudnn_workspace_bound(cfg, B, T_);
     p->host[MEM_STAGING] = gpt2cuda_build_host_bytes(n, cfg->padded_vocab_size, elem) + N * sizeof(float);
     snprintf(p->config, sizeof p->config, "%s, master weights %d, LM-head chunk %d rows, cuBLASLt workspace %d MiB%s",
              precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
-             USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention workspace not planned" : "");
+             USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention (workspace: a bound)" : "");
     if (!training) return;
     p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + 2 * N * F) * elem;
     p->device_bytes[MEM_GRADIENTS] = n * elem;
@@ -392,6 +404,7 @@ inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
 /* Block l from its ln1 (already computed) to residual3 and the next LayerNorm (finish = 1), or
  * only up to fch_gelu (finish = 0: the recompute of level 3, which needs nothing later). */
 template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_, int finish) {
+    NVTX_RANGE_LAYER(finish ? "forward layer" : "recompute layer", l);
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, NH = cfg->num_heads, F = cfg->ffn_hidden, L = cfg->num_layers, N = B * T_;
     const ParameterTensors *p = &m->params;
@@ -422,6 +435,7 @@ template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_
 }
 
 template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+    NVTX_RANGE("forward");
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T_;
     const ParameterTensors *p = &m->params;
@@ -440,6 +454,7 @@ template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, cons
     const int write = dloss != 0.0f, R = m->head_rows;
     if (write && !m->grads_memory) llmc_die("gpt2cuda_forward: a training forward needs the training buffers");
     for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
+        NVTX_RANGE("LM head chunk");
         const int rows = R < N - r0 ? R : N - r0;
         const T *x = (const T *)a->lnf + (size_t)r0 * C;
         matmul_forward((T *)a->logits, x, (const T *)p->wte, (const T *)NULL, rows, C, Vp, m->ctx);
@@ -473,6 +488,7 @@ inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets
 
 /* ---- backward ------------------------------------------------------------------------------ */
 template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int B, int T_) {
+    NVTX_RANGE("backward");
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
     const int N = B * T_;
@@ -491,6 +507,7 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
     layernorm_backward(dres, (T *)g->lnfw, (T *)g->lnfb, dbuf_c, top, (T *)p->lnfw, (float *)a->lnf_mean, (float *)a->lnf_rstd,
                        N, C, fs, s);
     for (int l = L - 1; l >= 0; l--) {
+        NVTX_RANGE_LAYER("backward layer", l);
         LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
         const T *ln1w = LLMC_LAYER(T, p->ln1w, l, C), *ln1b = LLMC_LAYER(T, p->ln1b, l, C);
         /* recompute what the forward did not keep, with the forward's own kernels */
@@ -560,6 +577,7 @@ inline void gpt2cuda_zero_grad(GPT2Cuda *m) {
 
 /* The global L2 norm of the (unscaled) gradients; fp16: also the overflow check (see top). */
 inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
+    NVTX_RANGE("gradient norm");
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
         global_norm_squared(m->d_norm, (const T *)m->grads_memory, m->num_parameters, m->fscratch, m->ctx->stream);
@@ -580,6 +598,7 @@ inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
  * parameters of the shard [shard_lo, shard_hi). */
 inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                             int t) {
+    NVTX_RANGE("optimizer");
     const float scale = grad_scale / m->loss_scale;
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
@@ -695,6 +714,9 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     LLMC_ROW("cuBLASLt workspace", m->ctx->lt_workspace_bytes);
 #if USE_CUDNN
     if (m->precision != PRECISION_FP32) LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
+    if (m->precision != PRECISION_FP32 && cudnn_att_workspace_bytes() > gpt2cuda_cudnn_workspace_bound(&m->cfg, m->B, m->T))
+        fprintf(out, "warning: cuDNN's attention workspace exceeds the plan's bound of %zu bytes\n",
+                gpt2cuda_cudnn_workspace_bound(&m->cfg, m->B, m->T));
 #endif
 #undef LLMC_ROW
     fprintf(out, "| total allocated by llmc             | %10.1f |\n", total / MiB);

@@ -12,6 +12,7 @@
  * PROT_NONE pages, and the slack between the 256-byte aligned data and those pages is filled
  * with a canary; cudaFree turns the whole mapping PROT_NONE (and releases its memory), so any
  * later access faults. The SIGSEGV handler names the allocation and the faulting thread.
+ * CUDASIM_DEVICE_MEMORY_MB shrinks the simulated device (cudaMemGetInfo, the cudaMalloc limit).
  * Shared memory allocations are separated by canaries checked every time a fiber yields, so an
  * overrun is attributed to the thread that just ran.
  */
@@ -39,7 +40,12 @@ const size_t kSmemDefaultLimit = 48 * 1024;       /* dynamic smem without opt-in
 const size_t kSmemOptinLimit = 227 * 1024;        /* sharedMemPerBlockOptin */
 const size_t kSmemPerSM = 228 * 1024;
 const size_t kStaticSmemLimit = 48 * 1024;        /* ptxas limit for static __shared__ */
-const size_t kTotalGlobalMem = 141ull * 1000 * 1000 * 1000;
+/* CUDASIM_DEVICE_MEMORY_MB=<n>: a smaller device (tests of what the trainer does when memory is short) */
+static size_t device_memory_bytes() {
+    const char *e = getenv("CUDASIM_DEVICE_MEMORY_MB");
+    return e && atoll(e) > 0 ? (size_t)atoll(e) << 20 : 141ull * 1000 * 1000 * 1000;
+}
+const size_t kTotalGlobalMem = device_memory_bytes();
 const int kNumSMs = 132;
 
 Stats g_stats;

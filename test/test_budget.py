@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""--memory-budget (issue 14 item 4): the cheapest configuration whose memory plan fits.
+
+Covers, on the CPU trainer (tiny d2 model, fp32): a budget below the requested configuration's
+plan picks another -r/-b (same -d), whose plan fits and whose run stays under the budget as
+measured (VmHWM) with the unconstrained run's loss trajectory; nothing fits -> exit 1 naming the
+smallest peak; bad sizes are clear errors; --max-batch's B fits and B + 1 does not, by the plan.
+On the CUDA trainer through cudasim: --plan with a budget, --max-batch, and a device smaller than
+the plan (CUDASIM_DEVICE_MEMORY_MB) makes the trainer search with the device's free memory.
+Prints PASS:/FAIL:; exits non-zero on any failure.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from test_plan import write_shard
+
+CPU, SIM = "./train_gpt_cpu", "build/cudasim/train_gpt"
+MiB = 1 << 20
+failures = 0
+
+
+def report(ok, name, detail=""):
+    global failures
+    print(("PASS: " if ok else "FAIL: ") + name + ("" if ok else f": {detail}"))
+    failures += not ok
+    sys.stdout.flush()
+
+
+def run(trainer, args, env=None):
+    return subprocess.run([trainer] + args, capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def plan(trainer, args):
+    """--plan --json's object (None when it failed) and the process."""
+    p = run(trainer, ["--plan", "--json"] + args)
+    return (json.loads(p.stdout) if p.returncode == 0 else None), p
+
+
+def losses(stdout):
+    return [float(x) for x in re.findall(r"^step +\d+/\d+ \| loss (\S+)", stdout, re.M)]
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="llmc_test_budget_")
+    tr, va = os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin")
+    write_shard(tr, 8000, 1)
+    write_shard(va, 2000, 2)
+
+    # --- a budget below the requested configuration's need (CPU, d2, fp32) ---------------------
+    cfg = ["-e", "d2", "-b", "8", "-t", "32", "-d", "512", "-r", "0"]
+    train = ["-i", tr, "-j", va, "-x", "3", "-v", "0", "-s", "0"]
+    out = os.path.join(tmp, "fit")  # with -o the plan counts the checkpoint phase: the runs' -o too
+    want, _ = plan(CPU, cfg + ["-o", out])
+    budget = int(want["peak_bytes"] * 0.75) // MiB * MiB  # the requested plan alone exceeds it
+    size = f"{budget // MiB}M"
+    got, p = plan(CPU, cfg + ["-o", out, "--memory-budget", size])
+    report(got is not None and got["peak_bytes"] <= budget and (got["B"], got["recompute"]) != (8, 0)
+           and got["total_batch"] == 512 and got["accum"] * got["B"] * 32 == 512,
+           f"--plan --memory-budget {size} (requested plan {want['peak_bytes']} bytes): a plan within the budget, "
+           "another -b/-r, the same -d", (got, p.stderr[-400:]))
+    report("chose -r" in p.stderr and "predicted cost +" in p.stderr, "the choice and its predicted cost are printed",
+           p.stderr[-400:])
+
+    ref = run(CPU, cfg + train + ["-o", os.path.join(tmp, "ref")])
+    fit = run(CPU, cfg + train + ["-o", out, "--memory-budget", size])
+    m = re.search(r"chose -r (\d), -b (\d+), -z 0, -d 512 \((\d+) accumulation steps\)", fit.stdout)
+    rec = [r for r in map(json.loads, open(os.path.join(out, "log.jsonl"))) if "mem_measured_hwm" in r] \
+        if fit.returncode == 0 else []
+    hwm = rec[0]["mem_measured_hwm"] if rec else None
+    report(fit.returncode == 0 and m and got and (int(m[1]), int(m[2])) == (got["recompute"], got["B"])
+           and f"x {m[3]} accumulation steps" in fit.stdout and hwm is not None and hwm <= budget,
+           f"the run trains with the chosen configuration and its measured VmHWM ({hwm}) is within the budget ({budget})",
+           fit.stdout[-600:] + fit.stderr[-400:])
+    # recompute repeats the same float ops; more accumulation steps sum the same gradients in
+    # another order (fp32: ~1e-6 relative), which 3 AdamW steps may amplify: rel 1e-4 as
+    # test_train_cpu's accumulation check
+    a, b = losses(ref.stdout), losses(fit.stdout)
+    worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=None)
+    report(len(a) == len(b) == 3 and worst is not None and worst <= 1e-4,
+           "the budgeted run's losses equal the unconstrained run's (rel 1e-4)", f"{a} vs {b}")
+
+    p = run(CPU, cfg + ["--plan", "--memory-budget", "20M"])
+    report(p.returncode == 1 and re.search(r"error: --memory-budget 0\.020 GiB: nothing fits; .* smallest peak found is "
+                                           r"\d+\.\d+ GiB \(-r \d, -b 1,", p.stderr),
+           "a budget nothing fits in: exit 1 naming the smallest peak found", p.stderr[-400:])
+    p = run(CPU, ["--plan", "-e", "d2", "-b", "1", "-t", "32", "-r", "2", "--memory-budget", "20M"])
+    report(p.returncode == 1 and "-b is 1 already" in p.stderr, "when -b is 1 already, the error says so", p.stderr[-400:])
+    # several ranks (planned for rank 0 of -pn 2): with -b 1 and -r 2 already, only ZeRO-1 helps
+    zcfg = ["-e", "d4", "-b", "1", "-t", "32", "-r", "2", "-pn", "2"]
+    z0, z1 = plan(CPU, zcfg)[0], plan(CPU, zcfg + ["-z", "1"])[0]
+    zsize = f"{(z0['peak_bytes'] + z1['peak_bytes']) // 2 // 1024}K"  # m and v halve: 32 MiB between them
+    got, p = plan(CPU, zcfg + ["--memory-budget", zsize])
+    report(got is not None and got["zero"] == 1 and got["B"] == 1 and "ZeRO +5%" in p.stderr,
+           f"-pn 2 --memory-budget {zsize}: -z 1 is chosen when -b and -r have nothing left", (got, p.stderr[-300:]))
+    # two ranks train with rank 0's choice (each rank's own start-up RSS could tip its search)
+    if shutil.which("mpirun"):
+        env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,tcp"}
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", CPU] + cfg + ["-i", tr, "-x", "1", "-v", "0", "-s", "0",
+                           "--threads", "1", "--memory-budget", size], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **env})
+        report(p.returncode == 0 and p.stdout.count("chose -r") == 1 and re.search(r"= [1-4] x 32 x 2 processes", p.stdout),
+               f"mpirun -np 2 --memory-budget {size}: one choice, trained by both ranks", p.stdout[-500:] + p.stderr[-500:])
+    else:
+        report(False, "mpirun for the two-rank budget run", "OpenMPI is not installed")
+    for bad in ("12x", "-5", "0", "1.5Q", "G", "0x10", "inf"):
+        p = run(CPU, ["--plan", "--memory-budget", bad])
+        report(p.returncode == 1 and "error: flag --memory-budget expects a size" in p.stderr and f"'{bad}'" in p.stderr,
+               f"--memory-budget {bad} is a clear error", p.stderr[-300:])
+    p = run(CPU, ["--max-batch", "--memory-budget", "1G"])
+    report(p.returncode == 1 and "--max-batch goes with --plan --memory-budget" in p.stderr,
+           "--max-batch without --plan is a clear error", p.stderr[-300:])
+
+    # --- --max-batch: B fits, B + 1 does not, by the plan -------------------------------------
+    def max_batch(trainer, args, size):
+        p = run(trainer, ["--plan", "--json", "--max-batch", "--memory-budget", size] + args)
+        if p.returncode != 0:
+            report(False, f"{trainer} --max-batch {' '.join(args)}", p.stderr[-300:])
+            return
+        j = json.loads(p.stdout)
+        B, over = j["max_batch"], j["overhead_bytes"]
+        at, after = plan(trainer, args + ["-b", str(B)])[0], plan(trainer, args + ["-b", str(B + 1)])[0]
+        report(B >= 1 and at and after and at["peak_bytes"] + over <= j["budget_bytes"] < after["peak_bytes"] + over,
+               f"{trainer} --max-batch {' '.join(args)} {size}: -b {B} fits, -b {B + 1} does not", (j, at and at["peak_bytes"],
+                                                                                                 after and after["peak_bytes"]))
+
+    max_batch(CPU, ["-e", "d2", "-t", "32", "-r", "1"], size)
+
+    # --- the CUDA trainer (cudasim) -----------------------------------------------------------
+    if not os.path.exists(SIM):
+        report(False, f"{SIM} is built (make {SIM})")
+    else:
+        big = ["-e", "d48", "-b", "16", "-t", "1024", "--precision", "bf16"]
+        want, _ = plan(SIM, big)
+        got, p = plan(SIM, big + ["--memory-budget", "40G"])
+        report(want and got and want["peak_bytes"] > 40 << 30 >= got["peak_bytes"] and got["total_batch"] == 16 * 1024,
+               "cudasim --plan d48 B 16 T 1024 bf16 --memory-budget 40G: a device plan within 40 GiB, the same -d",
+               (want and want["peak_bytes"], got, p.stderr[-300:]))
+        max_batch(SIM, ["-e", "d48", "-t", "1024", "-r", "3"], "40G")
+        # a device smaller than the requested plan: the trainer searches with its free memory (d1:
+        # the LM head dominates, so only a smaller -b helps; -x 0: allocate everything, one forward)
+        small = ["-i", tr, "-j", va, "-m", "1", "-e", "d1", "-b", "16", "-t", "16", "-d", "256", "-x", "0", "-s", "0",
+                 "--precision", "fp32", "-r", "0"]
+        need, fits = plan(SIM, small)[0]["peak_bytes"], plan(SIM, small + ["-b", "4"])[0]["peak_bytes"]
+        device_mb = (need + fits) // 2 // MiB  # below the plan, above that of -b 4
+        p = run(SIM, small, env={"CUDASIM_DEVICE_MEMORY_MB": str(device_mb)})
+        report(p.returncode == 0 and "the plan exceeds the device's free memory" in p.stdout
+               and "device free memory (cudaMemGetInfo)" in p.stdout and re.search(r"chose -r \d, -b [1-8],", p.stdout)
+               and "val loss" in p.stdout,
+               f"cudasim with a {device_mb} MiB device (plan {need} bytes): searched with its free memory, allocated, ran",
+               p.stdout[-800:] + p.stderr[-400:])
+
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{'FAILED' if failures else 'all passed'}: test_budget ({failures} failures)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
