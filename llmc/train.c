@@ -679,6 +679,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             memcpy(targets, step_targets + row * T, (size_t)B * T * sizeof(int));
             loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
         }
+        if (be->host_grads && be->grads_to_host) be->grads_to_host(be->model);
         if (be->host_grads) optim_reduce(&opt, be->host_grads);
         dist_allreduce_f64(dist, &loss_sum, 1);
         float loss = (float)(loss_sum / accum / P);
@@ -700,11 +701,13 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                                                                           : NULL;
         if (!skip) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
-            if (be->host_grads)
+            if (be->host_grads) {
                 optim_step(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
                            step, scale);
-            else
+                if (be->params_from_host) be->params_from_host(be->model);
+            } else {
                 be->update(be->model, tc, lr, step, scale);
+            }
         }
         if (!diverged && finite_norm) {
             outlier_push(&loss_hist, loss);
