@@ -786,10 +786,15 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
         const char *part = ns < n ? ", shard" : "";
         snprintf(label, sizeof label, "master weights (fp32%s)", part);
         if (m->master) LLMC_ROW(label, ns * sizeof(float));
-        snprintf(label, sizeof label, "AdamW m (fp32%s)", part);
-        LLMC_ROW(label, ns * sizeof(float));
-        snprintf(label, sizeof label, "AdamW v (fp32%s)", part);
-        LLMC_ROW(label, ns * sizeof(float));
+        if (m->offload) {
+            LLMC_ROW("AdamW m, v, master: host (offload)", 0);
+        } else {
+            const size_t mb = optstate_bytes(ns ? ns : 1, m->optim_state);
+            snprintf(label, sizeof label, "AdamW m (%s%s)", optstate_name(m->optim_state), part);
+            LLMC_ROW(label, mb);
+            snprintf(label, sizeof label, "AdamW v (%s%s)", optstate_name(m->optim_state), part);
+            LLMC_ROW(label, mb);
+        }
         LLMC_ROW("gradients", n * elem);
     }
     for (int k = 0; k < ACT_NUM_KINDS; k++) {
