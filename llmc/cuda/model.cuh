@@ -663,9 +663,7 @@ inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
         T *stage = (T *)m->h_staging;
         cudaCheck(cudaMemcpyAsync(stage, m->grads_memory, n * sizeof(T), cudaMemcpyDeviceToHost, m->ctx->stream));
         cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-        float *g = m->host_grads;
-#pragma omp parallel for schedule(static)
-        for (long long i = 0; i < (long long)n; i++) g[i] = to_float(stage[i]);
+        for (size_t i = 0; i < n; i++) m->host_grads[i] = to_float(stage[i]);
     });
 }
 
