@@ -210,6 +210,7 @@ static void cuda_sync_to_host(void *p) {
 }
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_grads_to_host(void *p) { gpt2cuda_grads_to_host(&((CudaTrainer *)p)->model); }
+static void cuda_params_from_host(void *p) { gpt2cuda_params_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
@@ -409,7 +410,7 @@ int main(int argc, char **argv) {
         be.param_specs = m->param_specs;
         be.host_m = be.host_v = NULL;
         be.grads_to_host = cuda_grads_to_host;
-        be.params_from_host = cuda_sync_from_host;
+        be.params_from_host = cuda_params_from_host;
     }
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;

@@ -85,3 +85,13 @@ void optstate_segments(OptSegments *s, const TensorSpec *specs, int nspecs, size
         s->count++;
     }
 }
+
+void optstate_to_bf16(uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)n; i++) dst[i] = optstate_bf16_encode(src[i]);
+}
+
+void optstate_from_bf16(float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)n; i++) dst[i] = optstate_bf16_decode(src[i]);
+}

@@ -92,6 +92,11 @@ LLMC_HD static inline float optstate_adamw(float w, float g, float *m, float *v,
     return w - lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * w);
 }
 
+/* n values to bf16 (round to nearest even) and back, OpenMP: the CUDA trainer's --offload copies
+ * (fp32 master weights to bf16 parameters, bf16 gradients to fp32). */
+void optstate_to_bf16(uint16_t *dst, const float *src, size_t n);
+void optstate_from_bf16(float *dst, const uint16_t *src, size_t n);
+
 /* ---- the element codes (shared with the CUDA kernel) ---- */
 LLMC_HD static inline uint32_t optstate_f2u(float x) {
 #ifdef __CUDA_ARCH__

@@ -663,8 +663,25 @@ inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
         T *stage = (T *)m->h_staging;
         cudaCheck(cudaMemcpyAsync(stage, m->grads_memory, n * sizeof(T), cudaMemcpyDeviceToHost, m->ctx->stream));
         cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-        for (size_t i = 0; i < n; i++) m->host_grads[i] = to_float(stage[i]);
+        if (m->precision == PRECISION_BF16) optstate_from_bf16(m->host_grads, (const uint16_t *)stage, n); /* OpenMP */
+        else
+            for (size_t i = 0; i < n; i++) m->host_grads[i] = to_float(stage[i]);
     });
+}
+
+/* --offload optimizer, after the host update: host_params (fp32 master) -> the device parameters
+ * (bf16: rounded to nearest on the host with OpenMP, the same bits as gpt2cuda_sync_from_host). */
+inline void gpt2cuda_params_from_host(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    if (m->precision == PRECISION_FP32) {
+        cudaCheck(cudaMemcpy(m->params_memory, m->host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else if (m->precision == PRECISION_BF16) {
+        optstate_to_bf16((uint16_t *)m->h_staging, m->host_params, n);
+        cudaCheck(cudaMemcpy(m->params_memory, m->h_staging, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    } else {
+        gpt2cuda_sync_from_host(m);
+    }
 }
 
 /* AdamW step t >= 1 on grads * grad_scale (the clip factor), decay as the table says; only the
