@@ -116,4 +116,10 @@ if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer with --pr
 else
     fail "train_gpt --offload optimizer --precision fp16: exit $rc: $out"
 fi
+out=$($SIM $common --precision bf16 --offload optimizer -z 1 -o "$W/z1" 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs on one process with -z 0"; then
+    pass "train_gpt --offload optimizer -z 1 is an error (one process, -z 0 for now)"
+else
+    fail "train_gpt --offload optimizer -z 1: exit $rc: $out"
+fi
 exit $FAILED
