@@ -12,6 +12,8 @@
 #   rounding boundary differs by one step (<= 2/127 of its block's scale), so 1e-3 allows ~0.4% of
 #   the codes to flip; encoding differently (another rounding or code, a wrong scale) moves most
 #   codes and fails by far more;
+#   The same for -z 1 on 2 ranks (mpirun; cudasim's NCCL), where each rank's int8 blocks start at
+#   its shard;
 # - the plan: device adamw_m/adamw_v are the compact bytes, and with --offload the moments and
 #   master weights are host bytes (closed forms); each run checks allocated == plan at startup;
 # - --offload optimizer with bf16 trains; with fp16 it is an error naming the flags.
@@ -40,7 +42,7 @@ losses() { sed -n 's/^step *[0-9]*\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | tr
 run() { # name, binary, flags...: output in $W/<name>.out, run directory $W/<name>
     local name=$1 bin=$2
     shift 2
-    if "$bin" $common --precision fp32 "$@" -o "$W/$name" > "$W/$name.out" 2>&1 && grep -q "^step *3/3" "$W/$name.out"; then return 0; fi
+    if $bin $common --precision fp32 "$@" -o "$W/$name" > "$W/$name.out" 2>&1 && grep -q "^step *3/3" "$W/$name.out"; then return 0; fi
     fail "$name: did not train 3 steps"; tail -3 "$W/$name.out"; return 1
 }
 run sim_fp32 $SIM
@@ -50,6 +52,14 @@ run sim_int8 $SIM --optim-state int8
 run cpu_bf16 ./train_gpt_cpu --optim-state bf16
 run cpu_int8 ./train_gpt_cpu --optim-state int8
 
+# ZeRO-1 on 2 ranks (int8 blocks counted from each rank's shard): train_gpt against train_gpt_cpu
+if command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp \
+        OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+    mp="mpirun --oversubscribe -np 2"
+    run sim_z1_int8 "$mp $SIM" -z 1 --optim-state int8 -b 1
+    run cpu_z1_int8 "$mp ./train_gpt_cpu" -z 1 --optim-state int8 -b 1
+fi
 a=$(losses "$W/sim_fp32.out"); b=$(losses "$W/sim_offload.out")
 if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$W/sim_fp32/model_00000003.bin" "$W/sim_offload/model_00000003.bin"; then
     pass "train_gpt (harness) --offload optimizer: losses and final parameters bit-identical to the device optimizer ($a)"
@@ -57,7 +67,7 @@ else
     fail "train_gpt (harness) --offload optimizer differs: '$a' vs '$b'"
 fi
 
-for s in bf16 int8; do
+for s in bf16 int8 z1_int8; do
     if /usr/bin/python3 - "$W" "$s" <<'PY'
 import struct, sys, re
 w, s = sys.argv[1:]
@@ -78,8 +88,8 @@ for xs, xc in zip(moments(f"sim_{s}"), moments(f"cpu_{s}")):
 print(f"losses {ls} vs {lc}; moments m, v relative L2 {worst[0]:.2g}, {worst[1]:.2g}")
 sys.exit(0 if ok else 1)
 PY
-    then pass "train_gpt (harness) --optim-state $s against train_gpt_cpu's: losses (1e-5) and step-3 moments (1e-3 L2)"
-    else fail "train_gpt (harness) --optim-state $s against train_gpt_cpu's"; fi
+    then pass "train_gpt (harness) --optim-state ${s/z1_/-z 1 on 2 ranks, } against train_gpt_cpu's: losses (1e-5) and step-3 moments (1e-3 L2)"
+    else fail "train_gpt (harness) --optim-state ${s/z1_/-z 1 on 2 ranks, } against train_gpt_cpu's"; fi
 done
 
 # the plan: compact device moments; offloaded moments and master weights on the host
