@@ -74,7 +74,7 @@ endif
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
 CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c llmc/model.c llmc/cli.c llmc/checkpoint.c \
              llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c llmc/rundir.c \
-             llmc/dist.c llmc/optim.c llmc/plan.c llmc/cpu/adamw.c llmc/llama.c
+             llmc/dist.c llmc/optim.c llmc/optstate.c llmc/plan.c llmc/cpu/adamw.c llmc/llama.c
 # (llmc/cpu/adamw.c is the core's: the loop's optimizer, llmc/optim.c, runs it)
 CPU_SRCS  := $(filter-out llmc/cpu/adamw.c,$(wildcard llmc/cpu/*.c))
 BINS      := train_gpt_cpu

@@ -15,6 +15,12 @@
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
  * rank count); checkpoints gather m and v over MPI.
+ * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
+ * adamw_update_compact). --offload optimizer (one process, fp32 or bf16): the device keeps no m, v
+ * or master weights; after the micro-steps the gradients are copied to pinned host memory, the
+ * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
+ * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
+ * bf16). Not overlapped with the backward yet: the copies and the CPU update follow it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -203,6 +209,8 @@ static void cuda_sync_to_host(void *p) {
     }
 }
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
+static void cuda_grads_to_host(void *p) { gpt2cuda_grads_to_host(&((CudaTrainer *)p)->model); }
+static void cuda_params_from_host(void *p) { gpt2cuda_params_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
@@ -270,7 +278,7 @@ static void cuda_load_backend_state(void *p, const int64_t words[4]) {
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     size_t lo = 0, hi = gpt2_parameter_specs(cfg, NULL);
-    if (tc->zero_stage == 1) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
+    if (tc->zero_stage == 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
     gpt2cuda_plan(cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights, 0,
                   hi - lo, 1, p);
 }
@@ -279,7 +287,7 @@ static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p)
  * CUDA context held before llmc allocated anything (the runtime's fixed overhead). */
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc) {
     MemPlan plan;
-    train_memory_plan(tc, &tr->model.cfg, cuda_plan, 0, "GPU", &plan);
+    train_memory_plan(tc, &tr->model.cfg, cuda_plan, tr->model.offload, "GPU", &plan);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     double used = (double)(total_b - free_b), planned = (double)mem_plan_peak(&plan, 1, NULL);
@@ -298,6 +306,14 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
     if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
+    if (strcmp(tc->offload, "optimizer") == 0) {
+        if (*precision == PRECISION_FP16)
+            llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "
+                     "optimizer); use --precision bf16 or fp32");
+        if (tc->num_processes > 1 || tc->zero_stage > 0)
+            llmc_die("--offload optimizer in train_gpt runs on one process with -z 0 for now (-pn %d, -z %d given)",
+                     tc->num_processes, tc->zero_stage);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -308,13 +324,15 @@ int main(int argc, char **argv) {
     int precision;
     check_flags(&tc, &precision);
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
-    const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, 0};
+    const int offload = strcmp(tc.offload, "optimizer") == 0; /* --offload optimizer: the loop's host optimizer */
+    const BudgetSpace space = {cuda_plan, offload, "GPU", 3, CUDA_MAX_ZERO, 0};
     /* --plan: no device, no process group, no run directory, no model */
-    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, 0, "GPU");
+    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, offload, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
     tc.process_rank = dist->rank;
+    check_flags(&tc, &precision); /* again: the launcher may have given the process count */
     cuda_require_device();
 
     static CudaTrainer tr; /* large; one per process */
@@ -353,6 +371,8 @@ int main(int argc, char **argv) {
     }
     budget_agree(dist, &tc);
     tr.tc = tc;
+    if (offload) gpt2cuda_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
+    else gpt2cuda_set_optim_state(m, optstate_parse(tc.optim_state));
     if (tc.zero_stage == 1) { /* this rank's optimizer state only */
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
@@ -385,6 +405,13 @@ int main(int argc, char **argv) {
     be.host_m = m->host_m;
     be.host_v = m->host_v;
     be.zero_max = CUDA_MAX_ZERO;
+    if (offload) {
+        be.host_grads = m->host_grads;
+        be.param_specs = m->param_specs;
+        be.host_m = be.host_v = NULL;
+        be.grads_to_host = cuda_grads_to_host;
+        be.params_from_host = cuda_params_from_host;
+    }
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;
     be.print_memory = cuda_print_memory;

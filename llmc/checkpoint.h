@@ -20,6 +20,7 @@
  * tokens, dataloader.h: data-parallel split); versions 1-2 counted micro-batches of B*T*processes
  * tokens, so they resume only where that equals -d (no accumulation). [5] B and [7] processes
  * record how the run was split, for the resume note.
+ * --optim-state bf16/int8 runs write the same format: their moments decoded to fp32 (optim.h).
  * Checksum file "<model>.sum" (ours, one line "llmc-sum 1 crc32 <8 hex> bytes <n>"): the CRC-32
  * (zlib's) of the whole model file, written beside every model file we save and verified on
  * every load when present (a plain llm.c file has none and loads unverified).

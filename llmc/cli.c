@@ -1,5 +1,6 @@
 #include "cli.h"
 #include "budget.h"
+#include "optstate.h"
 #include "check.h"
 #include "schedule.h"
 
@@ -74,6 +75,8 @@ static const Flag flags[] = {
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
+    {NULL, "--optim-state", F_STRING, FIELD(optim_state), "AdamW moments stored as fp32 | bf16 (round to nearest) | int8 (blocks of 256 with an fp32 scale, quadratic codes); the update is computed in fp32"},
+    {NULL, "--offload", F_STRING, FIELD(offload), "none | optimizer: AdamW moments and fp32 master weights in host memory, updated on the CPU (GPU trainer: gradients copied to the host, parameters back; the CPU trainer's optimizer is this host path already)"},
     {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
     {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
     {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
@@ -114,6 +117,8 @@ void train_config_defaults(TrainConfig *c) {
     c->sample_every = 20;
     c->gen_tokens = 64;
     snprintf(c->precision, sizeof c->precision, "bf16");
+    snprintf(c->optim_state, sizeof c->optim_state, "fp32");
+    snprintf(c->offload, sizeof c->offload, "none");
     c->tf32 = 1;
     c->matmul_algos = 8;
     c->master_weights = 1;
@@ -151,7 +156,7 @@ static const char *const math_flags[] = {
     "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
-    "--master-weights", "--gelu-fusion", NULL};
+    "--master-weights", "--gelu-fusion", "--optim-state", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -429,6 +434,10 @@ static void validate(const TrainConfig *c) {
     if (c->hellaswag != 0) llmc_die("flag -h (--hellaswag): HellaSwag evaluation is not available yet; use -h 0");
     if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
         llmc_die("flag --precision: unknown precision '%s' (fp32, bf16, fp16)", c->precision);
+    if (optstate_parse(c->optim_state) < 0)
+        llmc_die("flag --optim-state: unknown optimizer state type '%s' (fp32, bf16, int8)", c->optim_state);
+    if (strcmp(c->offload, "none") && strcmp(c->offload, "optimizer"))
+        llmc_die("flag --offload: unknown value '%s' (none, optimizer)", c->offload);
     check_range("-f (--tf32)", c->tf32, 0, 1);
     check_range("-w (--master-weights)", c->master_weights, 0, 1);
     check_range("-ge (--gelu-fusion)", c->gelu_fusion, 0, 2);

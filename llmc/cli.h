@@ -63,6 +63,8 @@ typedef struct {
     int plan, json;             /* --plan [--json]: print the memory plan and exit */
     char memory_budget[32];     /* --memory-budget SIZE ('' = none): llmc/budget.h */
     int max_batch;              /* --plan --memory-budget SIZE --max-batch: the largest B that fits */
+    char optim_state[8];        /* --optim-state: fp32 | bf16 | int8 (llmc/optstate.h) */
+    char offload[16];           /* --offload: none | optimizer */
     /* processes */
     int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
     char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */

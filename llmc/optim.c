@@ -1,6 +1,7 @@
 #include "optim.h"
 #include "check.h"
 #include "cpu/adamw.h"
+#include "optstate.h"
 #include "plan.h"
 
 #include <math.h>
@@ -8,6 +9,10 @@
 #include <string.h>
 
 void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs) {
+    optim_init_state(o, d, zero, n, specs, OPTSTATE_FP32);
+}
+
+void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int state) {
     if (zero == 3)
         llmc_die("-z 3: ZeRO stage 3 (parameters sharded, gathered layer by layer before use) is not built yet; "
                  "use -z 2 (moments and gradients sharded) or -z 1 (moments sharded)");
@@ -16,12 +21,14 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
     o->zero = zero;
     o->n = n;
     o->specs = specs;
+    o->state = state;
     o->lo = 0;
     o->hi = n;
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
     size_t k = optim_shard_floats(n, zero, d->size, d->rank);
-    o->m = (float *)mem_calloc(MEM_ADAM_M, k, sizeof(float), "AdamW m");
-    o->v = (float *)mem_calloc(MEM_ADAM_V, k, sizeof(float), "AdamW v");
+    size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
+    o->m = (float *)mem_calloc(MEM_ADAM_M, mb, 1, "AdamW m");
+    o->v = (float *)mem_calloc(MEM_ADAM_V, mb, 1, "AdamW v");
     if (zero == 2) o->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, k, sizeof(float), "gradient shard");
 }
 
@@ -32,10 +39,15 @@ size_t optim_shard_floats(size_t n, int zero, int ranks, int rank) {
     return hi - lo ? hi - lo : 1;
 }
 
+size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state) {
+    return optstate_bytes(optim_shard_floats(n, zero, ranks, rank), state);
+}
+
 void optim_free(Optimizer *o) {
     size_t k = optim_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float);
-    mem_free(MEM_ADAM_M, o->m, k);
-    mem_free(MEM_ADAM_V, o->v, k);
+    size_t mb = optim_moment_bytes(o->n, o->zero, o->dist->size, o->dist->rank, o->state);
+    mem_free(MEM_ADAM_M, o->m, mb);
+    mem_free(MEM_ADAM_V, o->v, mb);
     mem_free(MEM_GRAD_SHARD, o->gshard, k);
     memset(o, 0, sizeof *o);
 }
@@ -58,6 +70,16 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
                 float weight_decay, int t, float grad_scale) {
     /* the shard's gradients: the summed gradient's [lo, hi) */
     const float *g = o->zero == 2 ? o->gshard : grads + o->lo;
+    if (o->state != OPTSTATE_FP32) {
+        if (o->hi > o->lo) {
+            OptSegments seg;
+            optstate_segments(&seg, o->specs, NUM_PARAMETER_TENSORS, o->lo, o->hi, weight_decay);
+            adamw_update_compact(params + o->lo, g, o->m, o->v, o->state, o->hi - o->lo, &seg, lr, beta1, beta2, eps, t,
+                                 grad_scale);
+        }
+        if (o->zero >= 1) dist_allgather_f32(o->dist, params, o->n);
+        return;
+    }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         const TensorSpec *s = &o->specs[i];
         size_t a = s->offset > o->lo ? s->offset : o->lo;
@@ -70,6 +92,22 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
 }
 
 void optim_gather_state(Optimizer *o, float *m, float *v) {
+    if (o->state != OPTSTATE_FP32) { /* decoded to fp32, one moment at a time */
+        const size_t k = o->hi - o->lo;
+        if (o->zero == 0) {
+            if (o->dist->rank != 0) return;
+            optstate_decode(o->m, o->state, 0, k, m);
+            optstate_decode(o->v, o->state, 1, k, v);
+            return;
+        }
+        float *x = (float *)mallocCheck((k ? k : 1) * sizeof(float), "AdamW moment (decoded for a checkpoint)");
+        optstate_decode(o->m, o->state, 0, k, x);
+        dist_gather_f32(o->dist, x, m, o->n);
+        optstate_decode(o->v, o->state, 1, k, x);
+        dist_gather_f32(o->dist, x, v, o->n);
+        free(x);
+        return;
+    }
     if (o->zero == 0) { /* every rank has it all: rank 0's copy is the checkpoint's */
         if (o->dist->rank != 0) return;
         memcpy(m, o->m, o->n * sizeof(float));
@@ -81,18 +119,23 @@ void optim_gather_state(Optimizer *o, float *m, float *v) {
 }
 
 void optim_load_state(Optimizer *o, const float *m, const float *v) {
+    if (o->state != OPTSTATE_FP32) {
+        optstate_encode(o->m, o->state, 0, o->hi - o->lo, m + o->lo);
+        optstate_encode(o->v, o->state, 1, o->hi - o->lo, v + o->lo);
+        return;
+    }
     memcpy(o->m, m + o->lo, (o->hi - o->lo) * sizeof(float));
     memcpy(o->v, v + o->lo, (o->hi - o->lo) * sizeof(float));
 }
 
 void optim_print_memory(const Optimizer *o, FILE *out) {
     const double MiB = 1048576.0;
-    size_t k = o->hi - o->lo;
+    size_t k = o->hi - o->lo, mb = optstate_bytes(k, o->state);
     static const char *const what[] = {"not sharded", "moments sharded", "moments + gradients sharded"};
-    fprintf(out, "optimizer (per rank, -z %d: %s, %d rank%s): AdamW m %zu bytes (%.1f MiB), AdamW v %zu bytes "
+    fprintf(out, "optimizer (per rank, -z %d: %s, %d rank%s, %s moments): AdamW m %zu bytes (%.1f MiB), AdamW v %zu bytes "
                  "(%.1f MiB), reduced gradient %zu bytes (%.1f MiB), parameters %zu bytes (%.1f MiB)\n",
-            o->zero, what[o->zero], o->dist->size, o->dist->size == 1 ? "" : "s", k * sizeof(float),
-            k * sizeof(float) / MiB, k * sizeof(float), k * sizeof(float) / MiB,
+            o->zero, what[o->zero], o->dist->size, o->dist->size == 1 ? "" : "s", optstate_name(o->state), mb,
+            mb / MiB, mb, mb / MiB,
             (o->zero == 2 ? k : o->n) * sizeof(float), (o->zero == 2 ? k : o->n) * sizeof(float) / MiB,
             o->n * sizeof(float), o->n * sizeof(float) / MiB);
 }

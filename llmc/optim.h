@@ -37,7 +37,8 @@ typedef struct {
     int zero;
     size_t n;            /* parameters */
     size_t lo, hi;       /* the range of m, v (and of the parameters) this rank updates */
-    float *m, *v;        /* hi - lo floats each */
+    float *m, *v;        /* hi - lo floats each (fp32 states); compact states: their storage, cast */
+    int state;           /* OptStateType (optstate.h): how m and v are stored */
     float *gshard;       /* -z 2: this rank's shard of the summed gradient */
     const TensorSpec *specs; /* NUM_PARAMETER_TENSORS: offsets and weight decay choice */
 } Optimizer;
@@ -45,8 +46,13 @@ typedef struct {
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */
 enum { OPTIM_MAX_ZERO = 2 };
 
-/* Dies on -z 3 (not built) with a message. */
+/* Dies on -z 3 (not built) with a message. optim_init keeps fp32 moments; optim_init_state
+ * stores them as state (OptStateType: fp32, bf16, int8; llmc/optstate.h). */
 void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs);
+void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int state);
+/* Bytes of m (and of v) that rank allocates for moments stored as state: the plan's and
+ * optim_init_state's one rule. */
+size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state);
 void optim_free(Optimizer *o);
 /* Floats of m (and of v, and of the -z 2 gradient shard) that rank allocates: the plan's and
  * optim_init's one rule. */
@@ -60,9 +66,10 @@ float optim_grad_norm(Optimizer *o, const float *grads);
  * updated parameters. */
 void optim_step(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t, float grad_scale);
-/* Whole m and v (n floats each) for a checkpoint: gathered into m, v on rank 0 (others: unused). */
+/* Whole m and v (n floats each) for a checkpoint: gathered into m, v on rank 0 (others: unused).
+ * Compact states are decoded to fp32 (the state file stays rank-count independent; see README). */
 void optim_gather_state(Optimizer *o, float *m, float *v);
-/* This rank's part of a checkpoint's whole m and v. */
+/* This rank's part of a checkpoint's whole m and v (encoded when the states are compact). */
 void optim_load_state(Optimizer *o, const float *m, const float *v);
 /* The per-rank optimizer memory table. */
 void optim_print_memory(const Optimizer *o, FILE *out);

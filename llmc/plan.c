@@ -2,6 +2,7 @@
 #include "check.h"
 #include "dist.h"
 #include "optim.h"
+#include "optstate.h"
 #include "train.h"
 
 #include <stdlib.h>
@@ -30,10 +31,12 @@ void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int rank
     const size_t n = p->num_parameters;
     if (host_optimizer) {
         size_t k = optim_shard_floats(n, zero, ranks, rank); /* rank 0's is the largest */
-        p->host[MEM_ADAM_M] = k * sizeof(float);
-        p->host[MEM_ADAM_V] = k * sizeof(float);
+        p->host[MEM_ADAM_M] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
+        p->host[MEM_ADAM_V] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         if (zero == 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);
         if (checkpoints && rank == 0) p->transient[MEM_CHECKPOINT] = 2 * n * sizeof(float);
+        /* compact states: a sharded rank decodes its shard of one moment at a time to gather it */
+        if (checkpoints && p->optim_state != OPTSTATE_FP32 && zero >= 1) p->transient[MEM_CHECKPOINT] += k * sizeof(float);
     }
     p->host[MEM_TOKENS] = train_token_buffer_bytes(B, T, total_batch);
     /* the train loader's prefetch slot (inputs, targets) and read buffer; the val loader's read buffer */
@@ -60,9 +63,11 @@ static double mib(size_t b) { return (double)b / 1048576.0; }
 
 void mem_plan_print(const MemPlan *p, FILE *out) {
     int gpu = strcmp(p->device, "GPU") == 0;
-    fprintf(out, "memory plan (%s, rank %d): %zu parameters, B %d, T %d, -r %d, %d rank%s, -z %d, -d %lld (%d accumulation steps)%s%s\n",
+    fprintf(out, "memory plan (%s, rank %d): %zu parameters, B %d, T %d, -r %d, %d rank%s, -z %d, -d %lld (%d accumulation steps), "
+                 "--optim-state %s, --offload %s%s%s\n",
             p->device, p->rank, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->ranks == 1 ? "" : "s", p->zero,
-            p->total_batch, p->accum, p->config[0] ? ", " : "", p->config);
+            p->total_batch, p->accum, optstate_name(p->optim_state), p->offload ? "optimizer" : "none",
+            p->config[0] ? ", " : "", p->config);
     fprintf(out, "  %-20s %16s %12s%s\n", "class", "bytes", "MiB", gpu ? "   (device)       host bytes" : "");
     for (int c = 0; c < MEM_NUM_CLASSES; c++) {
         size_t b = gpu ? p->device_bytes[c] : p->host[c];
@@ -93,9 +98,10 @@ void mem_plan_print_json(const MemPlan *p, FILE *out) {
     const char *phase;
     size_t peak = mem_plan_peak(p, 0, &phase);
     fprintf(out, "{\"device\": \"%s\", \"parameters\": %zu, \"B\": %d, \"T\": %d, \"recompute\": %d, \"ranks\": %d, \"rank\": %d, "
-                 "\"zero\": %d, \"total_batch\": %lld, \"accum\": %d, \"peak_bytes\": %zu, \"step_peak_bytes\": %zu, "
+                 "\"zero\": %d, \"optim_state\": \"%s\", \"offload\": %d, \"total_batch\": %lld, \"accum\": %d, \"peak_bytes\": %zu, \"step_peak_bytes\": %zu, "
                  "\"peak_phase\": \"%s\", \"classes\": {",
-            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->rank, p->zero, p->total_batch, p->accum, peak,
+            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->rank, p->zero, optstate_name(p->optim_state),
+            p->offload, p->total_batch, p->accum, peak,
             mem_plan_peak(p, 1, NULL), phase);
     int first = 1;
     for (int c = 0; c < MEM_NUM_CLASSES; c++) {

@@ -57,6 +57,8 @@ typedef struct {
     size_t act_bytes[NUM_ACTIVATION_TENSORS]; /* bytes of each activation tensor */
     size_t num_parameters;
     int B, T, recompute, zero, ranks, rank, accum;
+    int optim_state;                       /* --optim-state (OptStateType): the bytes of m and v */
+    int offload;                           /* --offload optimizer: master weights and moments on the host */
     long long total_batch;
     char config[256];                      /* precision and backend knobs, as text */
 } MemPlan;

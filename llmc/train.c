@@ -6,6 +6,7 @@
 #include "dist.h"
 #include "hf.h"
 #include "optim.h"
+#include "optstate.h"
 #include "rundir.h"
 #include "rng.h"
 #include "sampler.h"
@@ -478,6 +479,8 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
                        const char *device, MemPlan *p) {
     if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
     mem_plan_init(p, device);
+    p->optim_state = optstate_parse(tc->optim_state);
+    p->offload = strcmp(tc->offload, "optimizer") == 0;
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
@@ -593,7 +596,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     int *step_targets = (int *)mem_calloc(MEM_TOKENS, (size_t)total_batch, sizeof(int), "step target tokens");
     /* the loop's optimizer when the backend hands over host gradients; else the backend's own */
     Optimizer opt = {0};
-    if (be->host_grads) optim_init(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs);
+    if (be->host_grads)
+        optim_init_state(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs, optstate_parse(tc->optim_state));
     else if (tc->zero_stage > be->zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
     /* what is allocated now must be this rank's plan, class by class */
@@ -675,6 +679,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             memcpy(targets, step_targets + row * T, (size_t)B * T * sizeof(int));
             loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
         }
+        if (be->host_grads && be->grads_to_host) be->grads_to_host(be->model);
         if (be->host_grads) optim_reduce(&opt, be->host_grads);
         dist_allreduce_f64(dist, &loss_sum, 1);
         float loss = (float)(loss_sum / accum / P);
@@ -696,11 +701,13 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
                                                                           : NULL;
         if (!skip) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
-            if (be->host_grads)
+            if (be->host_grads) {
                 optim_step(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
                            step, scale);
-            else
+                if (be->params_from_host) be->params_from_host(be->model);
+            } else {
                 be->update(be->model, tc, lr, step, scale);
+            }
         }
         if (!diverged && finite_norm) {
             outlier_push(&loss_hist, loss);

@@ -46,6 +46,11 @@ typedef struct {
      * the backend's own optimizer (grad_norm, update, host_m/host_v for checkpoints), one rank. */
     float *host_grads;
     const TensorSpec *param_specs; /* with host_grads: the parameter table (offsets, decay) */
+    /* Optional, a device backend with host_grads (--offload optimizer): grads_to_host fills
+     * host_grads from the device once per step, after the last micro-step; params_from_host
+     * pushes host_params (the fp32 master copy) to the device after the loop's update. */
+    void (*grads_to_host)(void *model);
+    void (*params_from_host)(void *model);
     /* Without host_grads: the highest -z the backend's own optimizer shards (0: none; 1: m, v and
      * master weights sharded, parameters gathered after its update, host_m/host_v whole after
      * sync_to_host on every rank). */

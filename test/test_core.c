@@ -1,7 +1,8 @@
 /*
  * test_core.c - the shared core's small pieces: GPT-2 descriptors and the parameter table,
  * learning-rate schedules, round-trip float formatting for the log, bf16 rounding, the sampler,
- * and the -lg telemetry text and log fields (throttle-reason words, the line, the keys).
+ * and the -lg telemetry text and log fields (throttle-reason words, the line, the keys), and the
+ * compact optimizer-state codes (llmc/optstate.h) against double-precision math.
  */
 #include <math.h>
 #include <stdint.h>
@@ -13,7 +14,9 @@
 
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
+#include "llmc/cpu/adamw.h"
 #include "llmc/model.h"
+#include "llmc/optstate.h"
 #include "llmc/rng.h"
 #include "llmc/sampler.h"
 #include "llmc/schedule.h"
@@ -236,8 +239,120 @@ static void test_gpu_reading_text(void) {
     }
 }
 
+/* Moments to encode: k (not a multiple of the block) values whose magnitudes spread over 1e-9 ..
+ * 1e2 (log-uniform, so a block holds a wide range, as v does), exact zeros, an all-zero block
+ * and a block with a single non-zero element; signed for m, non-negative for v. */
+static void optstate_sample(float *x, size_t k, int is_v, uint64_t seed) {
+    Rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < k; i++) {
+        double mag = pow(10.0, -9.0 + 11.0 * rng_f32(&r));
+        x[i] = (float)(is_v || rng_f32(&r) < 0.5 ? mag : -mag);
+        if (i % 37 == 0) x[i] = 0.0f;
+        if (i >= 256 && i < 512) x[i] = 0.0f;            /* block 1: all zero */
+        if (i >= 512 && i < 768) x[i] = i == 600 ? (float)(is_v ? 3e-7 : -3e-7) : 0.0f; /* block 2: one value */
+    }
+}
+
+/* The int8 code of x in a block of scale term a (double): the nearest code in the sqrt domain. */
+static double q8_reference(double x, double a, int is_v, int *code) {
+    if (a == 0.0) {
+        *code = 0;
+        return 0.0;
+    }
+    const double K = is_v ? 255.0 : 127.0;
+    double t = is_v ? sqrt(x) : fabs(x);
+    double q = nearbyint(sqrt(t / a) * K);
+    *code = (int)q;
+    double c = q * q / (K * K) * a;
+    return is_v ? c * c : (x < 0 ? -c : c);
+}
+
+static void test_optstate(void) {
+    enum { K = 1000 };
+    static float x[K], y[K], z[K];
+    static unsigned char s1[8192], s2[8192];
+    for (int is_v = 0; is_v <= 1; is_v++) {
+        optstate_sample(x, K, is_v, 11 + (uint64_t)is_v);
+        /* bf16: round to nearest even, i.e. within half a bf16 step (2^-9 relative) and a bf16 value */
+        optstate_encode(s1, OPTSTATE_BF16, is_v, K, x);
+        optstate_decode(s1, OPTSTATE_BF16, is_v, K, y);
+        int ok = 1;
+        for (int i = 0; i < K; i++) {
+            uint32_t u;
+            memcpy(&u, &y[i], 4);
+            ok &= (u & 0xFFFF) == 0 && fabs((double)y[i] - x[i]) <= ldexp(fabs((double)x[i]), -8);
+        }
+        /* ties go to the even neighbour: 1 + 2^-8 (halfway between 1 and 1 + 2^-7) -> 1 */
+        ok &= optstate_bf16_decode(optstate_bf16_encode(1.0f + 0x1p-8f)) == 1.0f &&
+              optstate_bf16_decode(optstate_bf16_encode(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f;
+        test_report(ok, is_v ? "optstate bf16 v: round to nearest even (within 2^-8 relative)" : "optstate bf16 m: round to nearest even (within 2^-8 relative)", "a value off");
+        /* int8: codes equal to the double-precision nearest code (except within 1e-4 of a tie),
+         * values equal to the double-precision decode to float accuracy, the scale element exact */
+        optstate_encode(s1, OPTSTATE_INT8, is_v, K, x);
+        optstate_decode(s1, OPTSTATE_INT8, is_v, K, y);
+        int codes_ok = 1, values_ok = 1, scale_ok = 1, bad = -1;
+        for (int b = 0; b * OPTSTATE_BLOCK < K; b++) {
+            int j0 = b * OPTSTATE_BLOCK, j1 = j0 + OPTSTATE_BLOCK < K ? j0 + OPTSTATE_BLOCK : K;
+            double a = 0.0;
+            int at = j0;
+            for (int j = j0; j < j1; j++) {
+                double t = is_v ? sqrt((double)x[j]) : fabs((double)x[j]);
+                if (t > a) a = t, at = j;
+            }
+            if (y[at] != x[at] && !(is_v && y[at] == (float)((double)sqrtf(x[at]) * sqrtf(x[at])))) scale_ok = 0, bad = at;
+            for (int j = j0; j < j1; j++) {
+                int code;
+                double ref = q8_reference(x[j], a, is_v, &code);
+                double t = is_v ? sqrt((double)x[j]) : fabs((double)x[j]);
+                double frac = a > 0 ? sqrt(t / a) * (is_v ? 255.0 : 127.0) : 0.0;
+                int near_tie = fabs(frac - floor(frac) - 0.5) < 1e-4;
+                int got = is_v ? (int)((unsigned char *)s1)[optstate_blocks(K) * 4 + j]
+                               : abs((int)(int8_t)((unsigned char *)s1)[optstate_blocks(K) * 4 + j]);
+                if (!near_tie && got != code) codes_ok = 0, bad = j;
+                if (!near_tie && fabs(y[j] - ref) > 1e-6 * fabs(ref) + 1e-30) values_ok = 0, bad = j;
+            }
+        }
+        test_report(codes_ok && values_ok && scale_ok,
+                    is_v ? "optstate int8 v: codes and values equal the double-precision quadratic code of sqrt(v)"
+                         : "optstate int8 m: codes and values equal the double-precision quadratic code",
+                    "element %d: x %g decoded %g (codes %d values %d scale %d)", bad, bad >= 0 ? x[bad] : 0.0,
+                    bad >= 0 ? y[bad] : 0.0, codes_ok, values_ok, scale_ok);
+        /* decode then encode gives back the same bytes: a state file of fp32 moments resumes exactly */
+        for (int type = OPTSTATE_BF16; type <= OPTSTATE_INT8; type++) {
+            optstate_encode(s1, type, is_v, K, x);
+            optstate_decode(s1, type, is_v, K, y);
+            optstate_encode(s2, type, is_v, K, y);
+            optstate_decode(s2, type, is_v, K, z);
+            size_t bytes = optstate_bytes(K, type);
+            test_report(memcmp(s1, s2, bytes) == 0 && memcmp(y, z, sizeof y) == 0,
+                        type == OPTSTATE_BF16 ? (is_v ? "optstate_roundtrip_exact bf16 v" : "optstate_roundtrip_exact bf16 m")
+                                              : (is_v ? "optstate_roundtrip_exact int8 v" : "optstate_roundtrip_exact int8 m"),
+                        "encode(decode(s)) != s");
+        }
+    }
+    test_report(optstate_bytes(1000, OPTSTATE_INT8) == 4 * 4 + 1000 && optstate_bytes(1000, OPTSTATE_BF16) == 2000 &&
+                    optstate_bytes(1000, OPTSTATE_FP32) == 4000,
+                "optstate_bytes: int8 = one fp32 scale per 256 + one byte each, bf16 2, fp32 4", "wrong sizes");
+    /* the compact update with fp32 storage is the plain update bit for bit (the same formula) */
+    static float p1[K], p2[K], g[K], m1[K], v1[K], m2[K], v2[K];
+    optstate_sample(g, K, 0, 5);
+    for (int i = 0; i < K; i++) p1[i] = p2[i] = 0.01f * (float)(i % 17) - 0.05f, m1[i] = m2[i] = v1[i] = v2[i] = 0.0f;
+    TensorSpec specs[2] = {{.offset = 0, .numel = 300, .decay = 1}, {.offset = 300, .numel = K - 300, .decay = 0}};
+    OptSegments seg;
+    optstate_segments(&seg, specs, 2, 0, K, 0.1f);
+    for (int t = 1; t <= 3; t++) {
+        adamw_update(p1, g, m1, v1, 300, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.5f);
+        adamw_update(p1 + 300, g + 300, m1 + 300, v1 + 300, K - 300, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, t, 0.5f);
+        adamw_update_compact(p2, g, m2, v2, OPTSTATE_FP32, K, &seg, 1e-3f, 0.9f, 0.95f, 1e-8f, t, 0.5f);
+    }
+    test_report(memcmp(p1, p2, sizeof p1) == 0 && memcmp(m1, m2, sizeof m1) == 0 && memcmp(v1, v2, sizeof v1) == 0,
+                "adamw_update_compact with fp32 states equals adamw_update bit for bit (per-tensor decay)", "differs");
+}
+
 int main(void) {
     test_descriptors();
+    test_optstate();
     test_schedules();
     test_float_format();
     test_bf16();

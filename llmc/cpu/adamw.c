@@ -17,6 +17,29 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
     }
 }
 
+void adamw_update_compact(float *params, const float *grads, void *m, void *v, int type, size_t k,
+                          const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t,
+                          float grad_scale) {
+    const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    const long long nb = (long long)optstate_blocks(k);
+#pragma omp parallel for schedule(static)
+    for (long long b = 0; b < nb; b++) {
+        float mb[OPTSTATE_BLOCK], vb[OPTSTATE_BLOCK];
+        const size_t j0 = (size_t)b * OPTSTATE_BLOCK, count = k - j0 < OPTSTATE_BLOCK ? k - j0 : OPTSTATE_BLOCK;
+        optstate_load_block(m, type, 0, k, (size_t)b, mb);
+        optstate_load_block(v, type, 1, k, (size_t)b, vb);
+        int s = 0;
+        for (size_t j = 0; j < count; j++) {
+            const size_t i = j0 + j;
+            while (i >= seg->end[s]) s++;
+            params[i] = optstate_adamw(params[i], grads[i] * grad_scale, &mb[j], &vb[j], lr, beta1, beta2, c1, c2, eps,
+                                       seg->decay[s]);
+        }
+        optstate_store_block(m, type, 0, k, (size_t)b, mb);
+        optstate_store_block(v, type, 1, k, (size_t)b, vb);
+    }
+}
+
 enum { NORM_CHUNKS = 256 };
 
 double global_norm_squared(const float *grads, size_t n) {

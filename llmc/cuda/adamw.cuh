@@ -24,6 +24,7 @@
 
 #include <math.h>
 
+#include "../optstate.h"
 #include "common.cuh"
 
 enum { NORM_BLOCKS = 512 };
@@ -97,6 +98,69 @@ void adamw_update(T *params, float *master, const T *grads, float *m, float *v, 
     adamw_update_kernel<<<ceil_div((long long)n, block), block, 0, stream>>>(params, master, grads, m, v, n, lr, beta1,
                                                                             beta2, c1, c2, eps, weight_decay,
                                                                             grad_scale, seed, idx0);
+    kernelCheck();
+}
+
+/* adamw_update_compact: the update of adamw_update on k elements whose m and v are stored as
+ * state (bf16 or blockwise int8, llmc/optstate.h), the twin of llmc/cpu/adamw.c's
+ * adamw_update_compact: one thread block per OPTSTATE_BLOCK elements decodes its m and v with
+ * optstate.h's element codes, updates in fp32 (optstate_adamw), takes the block's scales (int8)
+ * with block_max and encodes. The element decay comes from seg (the shard's tensor segments).
+ * Shapes: params, grads (k) in T; master (k) fp32 or NULL; m, v optstate_bytes(k, state) bytes.
+ * idx0: the global index of element 0 (the random bits of a bf16/fp16 parameter's rounding). */
+template <class T>
+static __global__ void adamw_update_compact_kernel(T *params, float *master, const T *grads, void *m, void *v, int state,
+                                                   size_t k, OptSegments seg, float lr, float beta1, float beta2,
+                                                   float c1, float c2, float eps, float grad_scale, uint64_t seed,
+                                                   size_t idx0) {
+    __shared__ float red[32];
+    const size_t b = blockIdx.x, nb = gridDim.x, j = b * OPTSTATE_BLOCK + threadIdx.x;
+    const bool live = j < k;
+    float mi = 0.0f, vi = 0.0f;
+    float *m_scale = (float *)m, *v_scale = (float *)v;
+    uint8_t *m_code = (uint8_t *)m + nb * sizeof(float), *v_code = (uint8_t *)v + nb * sizeof(float);
+    if (live) {
+        if (state == OPTSTATE_BF16) {
+            mi = optstate_bf16_decode(((const uint16_t *)m)[j]);
+            vi = optstate_bf16_decode(((const uint16_t *)v)[j]);
+        } else {
+            mi = optstate_q8m_decode((int8_t)m_code[j], m_scale[b]);
+            vi = optstate_q8v_decode(v_code[j], v_scale[b]);
+        }
+        int s = 0;
+        while (j >= seg.end[s]) s++;
+        float g = to_float(grads[j]) * grad_scale;
+        float w = master ? master[j] : to_float(params[j]);
+        w = optstate_adamw(w, g, &mi, &vi, lr, beta1, beta2, c1, c2, eps, seg.decay[s]);
+        if (master) master[j] = w;
+        params[j] = stochastic_round<T>(w, llmc_hash32(seed, idx0 + j));
+    }
+    if (state == OPTSTATE_BF16) {
+        if (live) {
+            ((uint16_t *)m)[j] = optstate_bf16_encode(mi);
+            ((uint16_t *)v)[j] = optstate_bf16_encode(vi);
+        }
+        return;
+    }
+    /* int8: the block's scales (every thread takes part; idle ones contribute 0) */
+    const float am = block_max(live ? optstate_q8_scale_term(mi, 0) : 0.0f, red);
+    const float av = block_max(live ? optstate_q8_scale_term(vi, 1) : 0.0f, red);
+    if (live) {
+        m_code[j] = (uint8_t)optstate_q8m_encode(mi, am);
+        v_code[j] = optstate_q8v_encode(vi, av);
+    }
+    if (threadIdx.x == 0) m_scale[b] = am, v_scale[b] = av;
+}
+
+template <class T>
+void adamw_update_compact(T *params, float *master, const T *grads, void *m, void *v, int state, size_t k,
+                          const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t, float grad_scale,
+                          uint64_t seed, cudaStream_t stream, size_t idx0 = 0) {
+    llmcCheck(k > 0 && t >= 1 && (state == OPTSTATE_BF16 || state == OPTSTATE_INT8),
+              "adamw_update_compact: need k > 0, step t >= 1 and a bf16 or int8 state");
+    const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
+    adamw_update_compact_kernel<<<(unsigned)optstate_blocks(k), OPTSTATE_BLOCK, 0, stream>>>(
+        params, master, grads, m, v, state, k, *seg, lr, beta1, beta2, c1, c2, eps, grad_scale, seed, idx0);
     kernelCheck();
 }
 

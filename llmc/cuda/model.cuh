@@ -68,6 +68,14 @@ typedef struct {
     void *params_memory, *grads_memory;
     ParameterTensors params, grads;
     float *master, *m, *v; /* fp32, parameters [shard_lo, shard_hi) each; master NULL when not used */
+    /* --optim-state (gpt2cuda_set_optim_state, before gpt2cuda_allocate): how m and v are stored
+     * (OptStateType, llmc/optstate.h); compact states make m, v optstate_bytes(shard) bytes each. */
+    int optim_state;
+    /* --offload optimizer (gpt2cuda_set_offload, before gpt2cuda_allocate): no device m, v or
+     * master; host_params is the fp32 master copy, the training loop's optimizer (llmc/optim.c)
+     * updates it on the CPU from host_grads (pinned, fp32), filled by gpt2cuda_grads_to_host. */
+    int offload;
+    float *host_grads;
     /* ZeRO-1: the range of parameters whose optimizer state (m, v, master) this rank keeps and
      * updates (gpt2cuda_set_shard, before gpt2cuda_allocate); the whole [0, n) by default. The
      * caller gathers the updated parameters from the ranks after gpt2cuda_update and gathers the
@@ -239,9 +247,15 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + 2 * N * F) * elem;
     p->device_bytes[MEM_GRADIENTS] = n * elem;
     const size_t ns = opt_elems ? opt_elems : 1;
-    p->device_bytes[MEM_ADAM_M] = ns * sizeof(float);
-    p->device_bytes[MEM_ADAM_V] = ns * sizeof(float);
-    if (use_master) p->device_bytes[MEM_MASTER] = ns * sizeof(float);
+    if (p->offload) { /* master weights (host_params) and gradients on the host; the loop's plan adds m, v */
+        p->host[MEM_STAGING] -= 3 * n * sizeof(float);
+        p->host[MEM_MASTER] = n * sizeof(float);
+        p->host[MEM_GRADIENTS] = n * sizeof(float);
+    } else {
+        p->device_bytes[MEM_ADAM_M] = optstate_bytes(ns, p->optim_state);
+        p->device_bytes[MEM_ADAM_V] = optstate_bytes(ns, p->optim_state);
+        if (use_master) p->device_bytes[MEM_MASTER] = ns * sizeof(float);
+    }
     p->device_bytes[MEM_OP_SCRATCH] += encoder_buckets_capacity((int)N) * sizeof(int);
     p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
 }
@@ -287,6 +301,29 @@ inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long see
 inline void gpt2cuda_sync_from_host(GPT2Cuda *m);
 
 /* Keep the optimizer state of parameters [lo, hi) only (ZeRO-1); before gpt2cuda_allocate. */
+inline void gpt2cuda_set_optim_state(GPT2Cuda *m, int state) {
+    if (m->m || m->offload) llmc_die("gpt2cuda_set_optim_state: after allocation or with offload (the loop's optimizer keeps the states)");
+    m->optim_state = state;
+}
+
+/* --offload optimizer: the host copies of m and v go (the loop's optimizer owns the moments),
+ * host_params becomes the master copy (class master_weights, host), and the pinned fp32 host
+ * gradients are allocated. Before gpt2cuda_allocate; one rank, bf16 or fp32. */
+inline void gpt2cuda_set_offload(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    if (m->m || m->shard_hi - m->shard_lo != n) llmc_die("gpt2cuda_set_offload: after allocation or with a ZeRO shard");
+    mem_free(MEM_STAGING, m->host_m, n * sizeof(float));
+    mem_free(MEM_STAGING, m->host_v, n * sizeof(float));
+    m->host_m = m->host_v = NULL;
+    mem_account(MEM_STAGING, -(long long)(n * sizeof(float)), 0); /* host_params: now the master copy */
+    mem_account(MEM_MASTER, (long long)(n * sizeof(float)), 0);
+    cudaCheck(cudaMallocHost((void **)&m->host_grads, n * sizeof(float)));
+    memset(m->host_grads, 0, n * sizeof(float));
+    mem_account(MEM_GRADIENTS, (long long)(n * sizeof(float)), 0);
+    m->offload = 1;
+    m->use_master = 0;
+}
+
 inline void gpt2cuda_set_shard(GPT2Cuda *m, size_t lo, size_t hi) {
     if (m->m || lo > hi || hi > m->num_parameters) llmc_die("gpt2cuda_set_shard: [%zu, %zu) after allocation or outside the parameters", lo, hi);
     m->shard_lo = lo;
@@ -308,6 +345,8 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     m->gelu_fusion = gelu_fusion;
     MemPlan *plan = &m->plan;
     mem_plan_init(plan, "GPU");
+    plan->optim_state = m->optim_state;
+    plan->offload = m->offload;
     gpt2cuda_plan(cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request, m->shard_hi - m->shard_lo,
                   training, plan);
     m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
@@ -337,8 +376,10 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
         m->grads_memory = gpt2cuda_malloc(MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
         cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
         gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
-        m->m = (float *)gpt2cuda_malloc(MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
-        m->v = (float *)gpt2cuda_malloc(MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
+        if (!m->offload) {
+            m->m = (float *)gpt2cuda_malloc(MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
+            m->v = (float *)gpt2cuda_malloc(MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
+        }
         if (m->use_master) m->master = (float *)gpt2cuda_malloc(MEM_MASTER, plan->device_bytes[MEM_MASTER]);
         m->d_buckets = (int *)gpt2cuda_malloc(MEM_OP_SCRATCH, encoder_buckets_capacity((int)N) * sizeof(int));
         m->h_buckets = (int *)mem_calloc(MEM_STAGING, encoder_buckets_capacity((int)N), sizeof(int), "encoder buckets");
@@ -361,6 +402,7 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
 inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
     const size_t n = m->num_parameters, lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
     cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    if (m->offload) return; /* host_params is the master copy; the loop's optimizer has m and v */
     if (m->master) { /* (sharded: only the shard's host_params and parameters) */
         cudaCheck(cudaMemcpy(m->host_params + lo, m->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
         with_storage_type(m->precision, [&](auto tag) {
@@ -376,7 +418,14 @@ inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
             for (size_t i = 0; i < n; i++) m->host_params[i] = to_float(stage[i]);
         });
     }
-    if (m->m) {
+    if (m->m && m->optim_state != OPTSTATE_FP32) { /* compact: decoded on the host (optstate.c) */
+        const size_t bytes = optstate_bytes(ns ? ns : 1, m->optim_state);
+        llmcCheck(bytes <= n * precision_bytes(m->precision), "the host staging buffer holds a compact moment");
+        cudaCheck(cudaMemcpy(m->h_staging, m->m, bytes, cudaMemcpyDeviceToHost));
+        optstate_decode(m->h_staging, m->optim_state, 0, ns, m->host_m + lo);
+        cudaCheck(cudaMemcpy(m->h_staging, m->v, bytes, cudaMemcpyDeviceToHost));
+        optstate_decode(m->h_staging, m->optim_state, 1, ns, m->host_v + lo);
+    } else if (m->m) {
         cudaCheck(cudaMemcpy(m->host_m + lo, m->m, ns * sizeof(float), cudaMemcpyDeviceToHost));
         cudaCheck(cudaMemcpy(m->host_v + lo, m->v, ns * sizeof(float), cudaMemcpyDeviceToHost));
     }
@@ -394,7 +443,14 @@ inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
     });
     const size_t lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
     if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
-    if (m->m) {
+    if (m->m && m->optim_state != OPTSTATE_FP32) { /* compact: encoded on the host (optstate.c) */
+        const size_t bytes = optstate_bytes(ns ? ns : 1, m->optim_state);
+        llmcCheck(bytes <= n * precision_bytes(m->precision), "the host staging buffer holds a compact moment");
+        optstate_encode(m->h_staging, m->optim_state, 0, ns, m->host_m + lo);
+        cudaCheck(cudaMemcpy(m->m, m->h_staging, bytes, cudaMemcpyHostToDevice));
+        optstate_encode(m->h_staging, m->optim_state, 1, ns, m->host_v + lo);
+        cudaCheck(cudaMemcpy(m->v, m->h_staging, bytes, cudaMemcpyHostToDevice));
+    } else if (m->m) {
         cudaCheck(cudaMemcpy(m->m, m->host_m + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(m->v, m->host_v + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
     }
@@ -594,6 +650,40 @@ inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
     return norm;
 }
 
+/* --offload optimizer: the accumulated device gradients (T) into host_grads (fp32, pinned). */
+inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        if (sizeof(T) == sizeof(float)) {
+            cudaCheck(cudaMemcpyAsync(m->host_grads, m->grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
+            cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+            return;
+        }
+        T *stage = (T *)m->h_staging;
+        cudaCheck(cudaMemcpyAsync(stage, m->grads_memory, n * sizeof(T), cudaMemcpyDeviceToHost, m->ctx->stream));
+        cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+        if (m->precision == PRECISION_BF16) optstate_from_bf16(m->host_grads, (const uint16_t *)stage, n); /* OpenMP */
+        else
+            for (size_t i = 0; i < n; i++) m->host_grads[i] = to_float(stage[i]);
+    });
+}
+
+/* --offload optimizer, after the host update: host_params (fp32 master) -> the device parameters
+ * (bf16: rounded to nearest on the host with OpenMP, the same bits as gpt2cuda_sync_from_host). */
+inline void gpt2cuda_params_from_host(GPT2Cuda *m) {
+    const size_t n = m->num_parameters;
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    if (m->precision == PRECISION_FP32) {
+        cudaCheck(cudaMemcpy(m->params_memory, m->host_params, n * sizeof(float), cudaMemcpyHostToDevice));
+    } else if (m->precision == PRECISION_BF16) {
+        optstate_to_bf16((uint16_t *)m->h_staging, m->host_params, n);
+        cudaCheck(cudaMemcpy(m->params_memory, m->h_staging, n * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    } else {
+        gpt2cuda_sync_from_host(m);
+    }
+}
+
 /* AdamW step t >= 1 on grads * grad_scale (the clip factor), decay as the table says; only the
  * parameters of the shard [shard_lo, shard_hi). */
 inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, float eps, float weight_decay, float grad_scale,
@@ -602,6 +692,16 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
     const float scale = grad_scale / m->loss_scale;
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
+        if (m->optim_state != OPTSTATE_FP32) { /* compact m, v: the whole shard in one launch */
+            const size_t lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
+            if (!ns) return;
+            OptSegments seg;
+            optstate_segments(&seg, m->param_specs, NUM_PARAMETER_TENSORS, lo, m->shard_hi, weight_decay);
+            adamw_update_compact((T *)m->params_memory + lo, m->master, (const T *)m->grads_memory + lo, m->m, m->v,
+                                 m->optim_state, ns, &seg, lr, beta1, beta2, eps, t, scale,
+                                 splitmix64(m->seed ^ ((uint64_t)t << 8)), m->ctx->stream, lo);
+            return;
+        }
         for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
             const TensorSpec *s = &m->param_specs[i];
             size_t a = s->offset > m->shard_lo ? s->offset : m->shard_lo;
@@ -654,6 +754,7 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    if (m->host_grads) cudaCheck(cudaFreeHost(m->host_grads));
     /* the accounting: what gpt2cuda_allocate allocated is its plan (with gpt2cuda_build's part);
      * a model built but never allocated holds only the parameters and the host copies */
     const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
@@ -661,6 +762,8 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
         for (int c = 0; c < MEM_NUM_CLASSES; c++)
             if (c != MEM_WORKSPACE) mem_account((MemClass)c, -(long long)m->plan.device_bytes[c], 1); /* the context's */
         mem_account(MEM_STAGING, -(long long)m->plan.host[MEM_STAGING], 0);
+        mem_account(MEM_MASTER, -(long long)m->plan.host[MEM_MASTER], 0);    /* --offload optimizer */
+        mem_account(MEM_GRADIENTS, -(long long)m->plan.host[MEM_GRADIENTS], 0);
     } else if (m->params_memory) {
         mem_account(MEM_PARAMETERS, -(long long)(n * elem), 1);
         mem_account(MEM_STAGING, -(long long)gpt2cuda_build_host_bytes(n, m->cfg.padded_vocab_size, elem), 0);
@@ -698,10 +801,15 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
         const char *part = ns < n ? ", shard" : "";
         snprintf(label, sizeof label, "master weights (fp32%s)", part);
         if (m->master) LLMC_ROW(label, ns * sizeof(float));
-        snprintf(label, sizeof label, "AdamW m (fp32%s)", part);
-        LLMC_ROW(label, ns * sizeof(float));
-        snprintf(label, sizeof label, "AdamW v (fp32%s)", part);
-        LLMC_ROW(label, ns * sizeof(float));
+        if (m->offload) {
+            LLMC_ROW("AdamW m, v, master: host (offload)", 0);
+        } else {
+            const size_t mb = optstate_bytes(ns ? ns : 1, m->optim_state);
+            snprintf(label, sizeof label, "AdamW m (%s%s)", optstate_name(m->optim_state), part);
+            LLMC_ROW(label, mb);
+            snprintf(label, sizeof label, "AdamW v (%s%s)", optstate_name(m->optim_state), part);
+            LLMC_ROW(label, mb);
+        }
         LLMC_ROW("gradients", n * elem);
     }
     for (int k = 0; k < ACT_NUM_KINDS; k++) {

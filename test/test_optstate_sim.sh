@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# test_optstate_sim.sh - --optim-state and --offload in ./train_gpt through the cudasim harness
+# (no GPU), on a tiny model (L 1, C 32, V 256: 23k parameters, 90 int8 blocks), 3 fp32 steps:
+# - --offload optimizer (gradients to the host, the loop's CPU optimizer, parameters back) gives
+#   bit-identical losses and final model file to the device optimizer (--grad-clip 0: the two
+#   compute the gradient norm in different orders, and a clip would carry that difference);
+# - --optim-state bf16 / int8: the CUDA kernel (adamw_update_compact, on optstate.h's codes)
+#   against the CPU trainer's compact states: losses within 1e-5 relative (the fp32 GPU and CPU
+#   models differ only in summation orders, as in test_cuda_trainer_sim.sh) and the moments of
+#   the step-3 state files within 1e-3 relative L2. Why 1e-3: an element whose code is the same
+#   differs only by its block scale's summation-order difference (~1e-6); a code that flips at a
+#   rounding boundary differs by one step (<= 2/127 of its block's scale), so 1e-3 allows ~0.4% of
+#   the codes to flip; encoding differently (another rounding or code, a wrong scale) moves most
+#   codes and fails by far more;
+#   The same for -z 1 on 2 ranks (mpirun; cudasim's NCCL), where each rank's int8 blocks start at
+#   its shard;
+# - the plan: device adamw_m/adamw_v are the compact bytes, and with --offload the moments and
+#   master weights are host bytes (closed forms); each run checks allocated == plan at startup;
+# - --offload optimizer with bf16 trains; with fp16 it is an error naming the flags.
+set -u
+cd "$(dirname "$0")/.."
+SIM=build/cudasim/train_gpt
+[ -x "$SIM" ] && [ -x ./train_gpt_cpu ] || { echo "FAIL: build $SIM and train_gpt_cpu first"; exit 1; }
+W=$(mktemp -d /tmp/llmc_optstate_sim.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
+/usr/bin/python3 - "$W" <<'PY'
+import os, random, sys
+sys.path.insert(0, "test")
+from hardening_util import write_model, write_shard
+w = sys.argv[1]
+write_model(os.path.join(w, "init.bin"), maxT=64, V=256, L=1, NH=2, C=32, Vp=256, seed=5)
+r = random.Random(9)
+pat = [r.randrange(256) for _ in range(61)]
+write_shard(os.path.join(w, "train.bin"), [pat[i % 61] if r.random() < 0.8 else r.randrange(256) for i in range(6000)])
+PY
+common="-e $W/init.bin -i $W/train.bin -b 2 -t 16 -l 1e-3 -k constant -v 0 -s 0 --seed 7 -x 3 -n 3 --grad-clip 0"
+FAILED=0
+pass() { echo "PASS: $1"; }
+fail() { echo "FAIL: $1"; FAILED=1; }
+losses() { sed -n 's/^step *[0-9]*\/[0-9]* | loss \([0-9.]*\) .*/\1/p' "$1" | tr '\n' ' '; }
+run() { # name, binary, flags...: output in $W/<name>.out, run directory $W/<name>
+    local name=$1 bin=$2
+    shift 2
+    if $bin $common --precision fp32 "$@" -o "$W/$name" > "$W/$name.out" 2>&1 && grep -q "^step *3/3" "$W/$name.out"; then return 0; fi
+    fail "$name: did not train 3 steps"; tail -3 "$W/$name.out"; return 1
+}
+run sim_fp32 $SIM
+run sim_offload $SIM --offload optimizer
+run sim_bf16 $SIM --optim-state bf16
+run sim_int8 $SIM --optim-state int8
+run cpu_bf16 ./train_gpt_cpu --optim-state bf16
+run cpu_int8 ./train_gpt_cpu --optim-state int8
+
+# ZeRO-1 on 2 ranks (int8 blocks counted from each rank's shard): train_gpt against train_gpt_cpu
+if command -v mpirun > /dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,vader,tcp \
+        OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+    mp="mpirun --oversubscribe -np 2"
+    run sim_z1_int8 "$mp $SIM" -z 1 --optim-state int8 -b 1
+    run cpu_z1_int8 "$mp ./train_gpt_cpu" -z 1 --optim-state int8 -b 1
+fi
+a=$(losses "$W/sim_fp32.out"); b=$(losses "$W/sim_offload.out")
+if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$W/sim_fp32/model_00000003.bin" "$W/sim_offload/model_00000003.bin"; then
+    pass "train_gpt (harness) --offload optimizer: losses and final parameters bit-identical to the device optimizer ($a)"
+else
+    fail "train_gpt (harness) --offload optimizer differs: '$a' vs '$b'"
+fi
+
+for s in bf16 int8 z1_int8; do
+    if /usr/bin/python3 - "$W" "$s" <<'PY'
+import struct, sys, re
+w, s = sys.argv[1:]
+def losses(name):
+    return [float(x) for x in re.findall(r"^step +\d+/\d+ \| loss ([0-9.]+)", open(f"{w}/{name}.out").read(), re.M)]
+def moments(name):
+    data = open(f"{w}/{name}/state_00000003_00000.bin", "rb").read()
+    n = (len(data) - 1024) // 8
+    return struct.unpack(f"<{n}f", data[1024:1024 + 4 * n]), struct.unpack(f"<{n}f", data[1024 + 4 * n:])
+ls, lc = losses(f"sim_{s}"), losses(f"cpu_{s}")
+ok = len(ls) == len(lc) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(ls, lc))
+worst = []
+for xs, xc in zip(moments(f"sim_{s}"), moments(f"cpu_{s}")):
+    num = sum((a - b) ** 2 for a, b in zip(xs, xc)) ** 0.5
+    den = sum(b * b for b in xc) ** 0.5
+    worst.append(num / den if den > 0 else float("inf"))
+    ok &= den > 0 and num <= 1e-3 * den
+print(f"losses {ls} vs {lc}; moments m, v relative L2 {worst[0]:.2g}, {worst[1]:.2g}")
+sys.exit(0 if ok else 1)
+PY
+    then pass "train_gpt (harness) --optim-state ${s/z1_/-z 1 on 2 ranks, } against train_gpt_cpu's: losses (1e-5) and step-3 moments (1e-3 L2)"
+    else fail "train_gpt (harness) --optim-state ${s/z1_/-z 1 on 2 ranks, } against train_gpt_cpu's"; fi
+done
+
+# the plan: compact device moments; offloaded moments and master weights on the host
+if /usr/bin/python3 - "$SIM" "$W/init.bin" <<'PY'
+import json, subprocess, sys
+sim, init = sys.argv[1:]
+def plan(*extra):
+    p = subprocess.run([sim, "-e", init, "-b", "2", "-t", "16", "--plan", "--json", *extra], capture_output=True, text=True)
+    return json.loads(p.stdout)
+p32, p16, p8 = plan(), plan("--optim-state", "bf16"), plan("--optim-state", "int8")
+n = p32["parameters"]
+want8 = 4 * ((n + 255) // 256) + n
+ok = p32["classes"]["adamw_m"] == 4 * n and p16["classes"]["adamw_m"] == 2 * n and p8["classes"]["adamw_v"] == want8
+for extra, moment in (((), 4 * n), (("--optim-state", "int8"), want8)):
+    po = plan("--offload", "optimizer", "--precision", "bf16", *extra)
+    d, h = po["classes"], po["host_classes"]
+    ok &= d["adamw_m"] == d["adamw_v"] == d["master_weights"] == 0 and d["gradients"] == 2 * n
+    ok &= h["adamw_m"] == h["adamw_v"] == moment and h["master_weights"] == 4 * n and h["gradients"] == 4 * n
+print(f"n {n}: int8 {p8['classes']['adamw_v']} (want {want8})")
+sys.exit(0 if ok else 1)
+PY
+then pass "train_gpt --plan: device m, v = 4n, 2n, 4*ceil(n/256) + n bytes; --offload: none on the device, master (4n), m, v, fp32 gradients on the host"
+else fail "train_gpt --plan with --optim-state / --offload"; fi
+
+if $SIM $common --precision bf16 --offload optimizer --optim-state int8 -o "$W/bf16_offload" > "$W/bo.out" 2>&1 &&
+    grep -q "^step *3/3" "$W/bo.out" && ! grep "^step" "$W/bo.out" | grep -qi "nan\|inf"; then
+    pass "train_gpt (harness) bf16 --offload optimizer --optim-state int8 trains (plan == allocated at startup)"
+else
+    fail "train_gpt (harness) bf16 --offload optimizer"; tail -3 "$W/bo.out"
+fi
+out=$($SIM $common --precision fp16 --offload optimizer -o "$W/fp16" 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer with --precision fp16"; then
+    pass "train_gpt --offload optimizer --precision fp16 is an error naming both flags"
+else
+    fail "train_gpt --offload optimizer --precision fp16: exit $rc: $out"
+fi
+out=$($SIM $common --precision bf16 --offload optimizer -z 1 -o "$W/z1" 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs on one process with -z 0"; then
+    pass "train_gpt --offload optimizer -z 1 is an error (one process, -z 0 for now)"
+else
+    fail "train_gpt --offload optimizer -z 1: exit $rc: $out"
+fi
+exit $FAILED
