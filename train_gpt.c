@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
-    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, mem_process_start_rss()};
+    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */

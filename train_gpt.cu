@@ -324,10 +324,11 @@ int main(int argc, char **argv) {
     int precision;
     check_flags(&tc, &precision);
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
-    const int offload = strcmp(tc.offload, "optimizer") == 0; /* --offload optimizer: the loop's host optimizer */
-    const BudgetSpace space = {cuda_plan, offload, "GPU", 3, CUDA_MAX_ZERO, 0};
+    /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
+    const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0};
+    const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
-    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, offload, "GPU");
+    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, given_offload, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
@@ -371,6 +372,7 @@ int main(int argc, char **argv) {
     }
     budget_agree(dist, &tc);
     tr.tc = tc;
+    const int offload = strcmp(tc.offload, "optimizer") == 0;
     if (offload) gpt2cuda_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
     else gpt2cuda_set_optim_state(m, optstate_parse(tc.optim_state));
     if (tc.zero_stage == 1) { /* this rank's optimizer state only */

@@ -34,7 +34,13 @@ size_t budget_parse_size(const char *s) {
  * micro-batch costs about 4% (twice the micro-steps: per-call overheads and smaller matmuls);
  * each ZeRO stage raised about 5% (its gathers and scatters not hidden behind compute).
  * -r 3 (the GPU's whole block) adds the blocks' forward flops, counted from the model. */
-enum { COST_ELEMENTWISE_PCT = 1, COST_HALVE_BATCH_PCT = 4, COST_ZERO_STAGE_PCT = 5 };
+enum { COST_ELEMENTWISE_PCT = 1, COST_HALVE_BATCH_PCT = 4, COST_ZERO_STAGE_PCT = 5, COST_OFFLOAD_PCT = 15 };
+/* --offload optimizer, the last resort (~15%): per step the gradients go to the host and the
+ * parameters back (4 bytes per parameter in bf16 over PCIe) and the CPU runs AdamW over 16 bytes
+ * of state per parameter, none of it overlapped with the GPU yet: for GPT-2 124M on an H200 about
+ * 10 ms of copies and 20-30 ms of CPU update against a ~280 ms step. */
+
+static int offloaded(const TrainConfig *tc) { return strcmp(tc->offload, "optimizer") == 0; }
 
 static double recompute_cost(const ModelConfig *cfg, int T, int r) {
     double c = COST_ELEMENTWISE_PCT / 100.0 * (r >= 1) + COST_ELEMENTWISE_PCT / 100.0 * (r >= 2);
@@ -47,14 +53,15 @@ static double recompute_cost(const ModelConfig *cfg, int T, int r) {
     return c;
 }
 
-double budget_cost(const TrainConfig *tc, const ModelConfig *cfg, int recompute, int B, int zero) {
+double budget_cost(const TrainConfig *tc, const ModelConfig *cfg, int recompute, int B, int zero, int offload) {
     return recompute_cost(cfg, tc->T, recompute) - recompute_cost(cfg, tc->T, tc->recompute) +
-           COST_HALVE_BATCH_PCT / 100.0 * log2((double)tc->B / B) + COST_ZERO_STAGE_PCT / 100.0 * (zero - tc->zero_stage);
+           COST_HALVE_BATCH_PCT / 100.0 * log2((double)tc->B / B) + COST_ZERO_STAGE_PCT / 100.0 * (zero - tc->zero_stage) +
+           COST_OFFLOAD_PCT / 100.0 * (offload - offloaded(tc));
 }
 
 size_t budget_peak(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s) {
     MemPlan p;
-    train_memory_plan(tc, cfg, s->plan, s->host_optimizer, s->device, &p);
+    train_memory_plan(tc, cfg, s->plan, s->host_optimizer || offloaded(tc), s->device, &p);
     return mem_plan_peak(&p, 0, NULL) + s->overhead;
 }
 
@@ -82,33 +89,35 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     for (int B = base.B; B >= 1; B--) {
         if (base.total_batch % ((long long)B * base.T * P) != 0) continue;
         for (int r = base.recompute; r <= s->max_recompute; r++)
-            for (int z = base.zero_stage; z <= zmax; z++) {
-                /* HOOK(offload): once --offload optimizer exists, each candidate gets a second
-                 * variant with the optimizer offloaded (priced after ZeRO), searched here. */
-                TrainConfig c = base;
-                c.B = B, c.recompute = r, c.zero_stage = z;
-                size_t peak = budget_peak(&c, cfg, s);
-                if (peak < smallest_peak) smallest = c, smallest_peak = peak;
-                double cost = budget_cost(&base, cfg, r, B, z);
-                if (peak <= budget && cost < best_cost) best = c, best_cost = cost, best_peak = peak;
-            }
+            for (int z = base.zero_stage; z <= zmax; z++)
+                for (int o = offloaded(&base); o <= (s->can_offload && P == 1 && z == 0); o++) {
+                    TrainConfig c = base; /* o: --offload optimizer (one process, -z 0: as the trainer builds it) */
+                    c.B = B, c.recompute = r, c.zero_stage = z;
+                    if (o) snprintf(c.offload, sizeof c.offload, "optimizer");
+                    size_t peak = budget_peak(&c, cfg, s);
+                    if (peak < smallest_peak) smallest = c, smallest_peak = peak;
+                    double cost = budget_cost(&base, cfg, r, B, z, o);
+                    if (peak <= budget && cost < best_cost) best = c, best_cost = cost, best_peak = peak;
+                }
     }
     /* -b 1 always keeps -d exact (it is a multiple of T * processes), so only -b 1 has no smaller one */
     const char *no_batch = base.B == 1 ? " (-b is 1 already: no smaller micro-batch)" : "";
     if (best_cost == INFINITY)
-        llmc_die("%s %.3f GiB: nothing fits; the requested configuration (-r %d, -b %d, -z %d) needs %.3f GiB and the "
-                 "smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, -d %lld)%s",
-                 why, gib(budget), base.recompute, base.B, base.zero_stage, gib(need), gib(smallest_peak), smallest.recompute,
-                 smallest.B, smallest.zero_stage, smallest.total_batch, no_batch);
+        llmc_die("%s %.3f GiB: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
+                 "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s",
+                 why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), gib(smallest_peak),
+                 smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch);
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
-    if (out) fprintf(out, "%s %.3f GiB: the requested configuration (-r %d, -b %d, -z %d) needs %.3f GiB; chose -r %d, -b %d, -z %d, "
-                 "-d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% step time (recompute %+.0f%%, "
-                 "micro-batch %+.0f%%, ZeRO %+.0f%%)\n",
-            why, gib(budget), base.recompute, base.B, base.zero_stage, gib(need), best.recompute, best.B, best.zero_stage,
-            best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
-            100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage),
-            100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage),
-            100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage));
+    const int o0 = offloaded(&base), o1 = offloaded(&best);
+    if (out) fprintf(out, "%s %.3f GiB: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
+                 "-r %d, -b %d, -z %d, --offload %s, -d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% "
+                 "step time (recompute %+.0f%%, micro-batch %+.0f%%, ZeRO %+.0f%%, offload %+.0f%%)\n",
+            why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute, best.B,
+            best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
+            100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage, o0),
+            100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage, o0),
+            100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage, o0),
+            100.0 * budget_cost(&base, cfg, base.recompute, base.B, base.zero_stage, o1));
     *tc = best;
     return 1;
 }
@@ -171,14 +180,15 @@ int budget_plan_main(TrainConfig *tc, const BudgetSpace *s) {
     }
     budget_fit(tc, cfg, s, budget, "--memory-budget", note);
     MemPlan p;
-    train_memory_plan(tc, cfg, s->plan, s->host_optimizer, s->device, &p);
+    train_memory_plan(tc, cfg, s->plan, s->host_optimizer || offloaded(tc), s->device, &p);
     if (tc->json) mem_plan_print_json(&p, stdout);
     else mem_plan_print(&p, stdout);
     return 0;
 }
 
 void budget_agree(Dist *d, TrainConfig *tc) {
-    long long knobs[4] = {tc->B, tc->recompute, tc->zero_stage, tc->total_batch};
+    long long knobs[5] = {tc->B, tc->recompute, tc->zero_stage, tc->total_batch, offloaded(tc)};
     dist_bcast_bytes(d, knobs, sizeof knobs);
     tc->B = (int)knobs[0], tc->recompute = (int)knobs[1], tc->zero_stage = (int)knobs[2], tc->total_batch = knobs[3];
+    snprintf(tc->offload, sizeof tc->offload, "%s", knobs[4] ? "optimizer" : "none");
 }

@@ -3,7 +3,7 @@
  *
  * The search changes only knobs that keep the training math (up to float summation order):
  * the recompute level -r, the micro-batch -b (with -d fixed, so more accumulation steps) and,
- * with several ranks, the ZeRO stage -z. Every candidate is priced by the backend's plan
+ * with several ranks, the ZeRO stage -z, and last (GPU trainer, one process) --offload optimizer. Every candidate is priced by the backend's plan
  * function through train_memory_plan (no second memory formula) and by a predicted step-time
  * cost (budget_cost); the cheapest candidate that fits wins.
  */
@@ -29,6 +29,7 @@ typedef struct {
     const char *device;    /* "CPU" or "GPU" */
     int max_recompute;     /* the highest -r the backend has */
     int max_zero;          /* the highest -z the optimizer has (used with several ranks only) */
+    int can_offload;       /* --offload optimizer is a candidate (GPU trainer, one process, -z 0, not fp16) */
     size_t overhead;       /* bytes outside the plan counted against the budget (CPU: VmRSS at start) */
 } BudgetSpace;
 
@@ -38,7 +39,7 @@ size_t budget_parse_size(const char *s);
 
 /* The predicted step-time cost of (recompute, B, zero) against tc's own, as a fraction (0.05 =
  * 5% slower); README "Memory" states the factors. */
-double budget_cost(const TrainConfig *tc, const ModelConfig *cfg, int recompute, int B, int zero);
+double budget_cost(const TrainConfig *tc, const ModelConfig *cfg, int recompute, int B, int zero, int offload);
 
 /* The peak the budget is compared with: the plan's peak (checkpoint phase included) plus
  * s->overhead. */

@@ -68,7 +68,7 @@ def main():
 
     ref = run(CPU, cfg + train + ["-o", os.path.join(tmp, "ref")])
     fit = run(CPU, cfg + train + ["-o", out, "--memory-budget", size])
-    m = re.search(r"chose -r (\d), -b (\d+), -z 0, -d 512 \((\d+) accumulation steps\)", fit.stdout)
+    m = re.search(r"chose -r (\d), -b (\d+), -z 0, --offload none, -d 512 \((\d+) accumulation steps\)", fit.stdout)
     rec = [r for r in map(json.loads, open(os.path.join(out, "log.jsonl"))) if "mem_measured_hwm" in r] \
         if fit.returncode == 0 else []
     hwm = rec[0]["mem_measured_hwm"] if rec else None
@@ -153,6 +153,22 @@ def main():
                and "val loss" in p.stdout,
                f"cudasim with a {device_mb} MiB device (plan {need} bytes): searched with its free memory, allocated, ran",
                p.stdout[-800:] + p.stderr[-400:])
+
+        # offload is the last resort: a budget below the smallest -r/-b plan (-r 3, -b 1) but above
+        # that plan with the optimizer offloaded makes the trainer offload, and it trains
+        one = ["-i", tr, "-j", va, "-e", "d1", "-b", "1", "-t", "16", "-x", "2", "-v", "0", "-s", "0", "--precision", "bf16"]
+        tightest = plan(SIM, one + ["-r", "3"])[0]["peak_bytes"]
+        offl = plan(SIM, one + ["-r", "0", "--offload", "optimizer"])[0]["peak_bytes"]
+        mb = (tightest + offl) // 2 // MiB
+        p = run(SIM, one + ["-r", "0", "--memory-budget", f"{mb}M"])
+        report(offl < mb * MiB < tightest and p.returncode == 0 and "--offload optimizer, -d 16" in p.stdout
+               and "offload +15%" in p.stdout and len(losses(p.stdout)) == 2,
+               f"cudasim --memory-budget {mb}M below -r 3 -b 1's plan ({tightest} bytes): chose --offload optimizer "
+               f"(plan {offl} bytes) and trained", p.stdout[-800:] + p.stderr[-400:])
+        p = run(SIM, one + ["--precision", "fp16", "-r", "0", "--plan", "--memory-budget", f"{mb}M"])
+        report(p.returncode == 1 and "nothing fits" in p.stderr and "offload optimizer" not in p.stderr,
+               "cudasim fp16: offload is not a candidate (its loss scaler lives in the device optimizer)",
+               p.stdout[-400:] + p.stderr[-400:])
 
     shutil.rmtree(tmp, ignore_errors=True)
     print(f"{'FAILED' if failures else 'all passed'}: test_budget ({failures} failures)")
