@@ -412,7 +412,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     Dev<T> ddy = upload<T>(dy, (size_t)N * C);
     Dev<T> ddinp = dev_alloc<T>(N3);
     cudaCheck(cudaMemset(ddinp.p, 0x5A, N3 * sizeof(T)));
-    Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
+    Dev<float> scratch = dev_alloc<float>(attention_backward_scratch_floats((size_t)N, NH, C / NH));
     float *dinp = (float *)malloc(N3 * 4);
     float *out_t = download(dout); /* the GPU's out (in T) is what its backward uses */
     attention_backward(dinp, dy, qkv, att, B, T_, NH, NH, C / NH);
@@ -477,7 +477,7 @@ static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, b
     float *dy = randn(r, (size_t)N * C, 0, 1), *dfull = (float *)malloc((size_t)N * 3 * C * 4);
     float *dref = (float *)calloc((size_t)N * W, 4);
     Dev<T> ddy = upload<T>(dy, (size_t)N * C), ddinp = dev_alloc<T>((size_t)N * W);
-    Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
+    Dev<float> scratch = dev_alloc<float>(attention_backward_scratch_floats((size_t)N, NH, C / NH));
     cudaCheck(cudaMemset(ddinp.p, 0x5A, (size_t)N * W * sizeof(T)));
     attention_backward(dfull, dy, full, att, B, T_, NH, NH, C / NH);
     for (int i = 0; i < N; i++) {

@@ -376,7 +376,12 @@ void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, i
     }
 }
 
-/* scratch: B*NH*T floats (the row dots D; the cuDNN path keeps its own workspace). */
+/* The scratch attention_backward needs, in floats, for N = B*T rows: the row dots D (every
+ * path) and the FA2 backward's dQ accumulator and turn counters. */
+inline size_t attention_backward_scratch_floats(size_t N, int NH, int HS) { return attention_fa2_scratch_floats(N, NH, HS); }
+
+/* scratch: attention_backward_scratch_floats(B*T, NH, C/NH) floats, 16-byte aligned (the cuDNN
+ * path keeps its own workspace). */
 template <class T>
 void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
                         int NH, float *scratch, cudaStream_t stream) {

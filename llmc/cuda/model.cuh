@@ -192,7 +192,8 @@ inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
     const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     size_t fs = NORM_BLOCKS;
     size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
-                      matmul_backward_scratch_floats((int)N, 3 * (int)C), N * (size_t)cfg->num_heads};
+                      matmul_backward_scratch_floats((int)N, 3 * (int)C),
+                      attention_backward_scratch_floats(N, cfg->num_heads, (int)C / cfg->num_heads)};
     for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
     return fs;
 }
