@@ -297,7 +297,7 @@ static __global__ void __launch_bounds__(128)
     const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
     const int nq = (T_ - k0 + BQ - 1) / BQ, nit = G * nq; /* (query head, query tile) pairs */
     const int qtiles = (T_ + BQ - 1) / BQ;
-    /* this warp's piece of the dQ tile: rows dq_r0.., columns dq_c0.. */
+    /* this warp's 16 x 64 piece of the dQ tile: rows dq_r0.., columns dq_c0.. */
     const int dq_r0 = warp % L::DQ_ROW_WARPS * 16, dq_c0 = warp / L::DQ_ROW_WARPS * 64;
 
     /* the tile pair `it` (head kvh*G + it/nq, queries from k0 + (it%nq)*BQ) into buffer it&1 */
@@ -383,43 +383,47 @@ static __global__ void __launch_bounds__(128)
                 *reinterpret_cast<unsigned *>(row + 8) = da[2 + half];
             }
         }
-        __syncthreads(); /* all 64 keys' dS^T are in shared memory */
-        /* dQ piece (16 x 64) = dS (16 queries x 64 keys) K (64 keys x 64 columns) */
-        float dq[8][4];
-#pragma unroll
-        for (int n = 0; n < 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            unsigned da[4];
-            fa2_load_at<DS_LD>(da, dst_s, dq_r0, kk * 16);
-#pragma unroll
-            for (int n = 0; n < 4; n++) {
-                unsigned r[4];
-                fa2_load_bt<LD>(r, ks, kk * 16, dq_c0 + n * 16);
-                fa2_mma2<T>(dq[2 * n], dq[2 * n + 1], da, r);
-            }
-        }
-        /* add into the accumulator in key-block order (see the head comment) */
+        /* dQ: add into the accumulator in key-block order (see the head comment) */
         const size_t bh = (size_t)b * NH + h;
-        const int qtile = t0 / BQ, last = t0 / 64; /* key blocks 0 .. t0/64 reach this tile */
-        int *turn = turns + bh * qtiles + qtile;
+        const int last = t0 / 64; /* key blocks 0 .. t0/64 reach this query tile */
+        int *turn = turns + bh * qtiles + t0 / BQ;
         fa2_wait_turn(turn, kb);
-        __syncthreads();
+        __syncthreads(); /* all 64 keys' dS^T are in shared memory; the earlier blocks have added */
+        /* this warp's 16 x 64 piece = dS (16 queries x 64 keys) K (64 keys x 64 columns), in
+         * passes of DQN 16-column groups (register budget at HS 128) */
+        constexpr int DQN = HS == 128 ? 2 : 4;
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = t0 + dq_r0 + g + r * 8;
-            if (row >= T_) continue;
-            float *acc = dq_acc + (bh * T_ + row) * HS + dq_c0 + 2 * tq;
-            T *out = dinp + ((size_t)b * T_ + row) * stride + h * HS + dq_c0 + 2 * tq;
+        for (int c0 = dq_c0; c0 < dq_c0 + 64; c0 += 16 * DQN) {
+            float dq[2 * DQN][4];
 #pragma unroll
-            for (int n = 0; n < 8; n++) {
-                float2 v = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
-                if (kb > 0) {
-                    const float2 prev = __ldcg(reinterpret_cast<const float2 *>(acc + 8 * n));
-                    v.x += prev.x, v.y += prev.y;
+            for (int n = 0; n < 2 * DQN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                unsigned da[4];
+                fa2_load_at<DS_LD>(da, dst_s, dq_r0, kk * 16);
+#pragma unroll
+                for (int n = 0; n < DQN; n++) {
+                    unsigned r[4];
+                    fa2_load_bt<LD>(r, ks, kk * 16, c0 + n * 16);
+                    fa2_mma2<T>(dq[2 * n], dq[2 * n + 1], da, r);
                 }
-                if (kb == last) *reinterpret_cast<unsigned *>(out + 8 * n) = pack2<T>(v.x * scale, v.y * scale);
-                else __stcg(reinterpret_cast<float2 *>(acc + 8 * n), v);
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = t0 + dq_r0 + g + r * 8;
+                if (row >= T_) continue;
+                float *acc = dq_acc + (bh * T_ + row) * HS + c0 + 2 * tq;
+                T *out = dinp + ((size_t)b * T_ + row) * stride + h * HS + c0 + 2 * tq;
+#pragma unroll
+                for (int n = 0; n < 2 * DQN; n++) {
+                    float2 v = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+                    if (kb > 0) { /* key block 0 stores, the others add */
+                        const float2 prev = __ldcg(reinterpret_cast<const float2 *>(acc + 8 * n));
+                        v.x += prev.x, v.y += prev.y;
+                    }
+                    if (kb == last) *reinterpret_cast<unsigned *>(out + 8 * n) = pack2<T>(v.x * scale, v.y * scale);
+                    else __stcg(reinterpret_cast<float2 *>(acc + 8 * n), v);
+                }
             }
         }
         fa2_pass_turn(turn, kb + 1); /* its barrier also frees dS^T and this buffer for the prefetch */
@@ -450,9 +454,9 @@ static void attention_forward_fa2_hs(T *out, float *lse, const T *inp, int B, in
 }
 
 inline void attention_fa2_check(const char *who, int B, int T_, int NH, int NKV, int HS) {
-    attention_check_sizes(who, B, T_, NH * HS, NH);
-    if ((HS != 64 && HS != 128) || NKV <= 0 || NH % NKV != 0)
-        llmc_check_failed(who, "head size must be 64 or 128 and NKV must divide NH",
+    attention_check_sizes(who, B, T_, NH * HS, NH, NKV);
+    if (HS != 64 && HS != 128)
+        llmc_check_failed(who, "head size must be 64 or 128",
                           "HINT: a caller bug (attention_fa2_supports() says which shapes run here)", __func__,
                           __FILE__, __LINE__);
 }
