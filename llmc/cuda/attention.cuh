@@ -4,7 +4,10 @@
  * max and sum per query row (online softmax) and saves only the row's logsumexp; the backward
  * recomputes the probabilities from it.
  *
- * inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS).
+ * inp (B, T, (NH + 2 NKV) HS) holds [q (NH heads) | k (NKV heads) | v (NKV heads)] per
+ * position, head h of each at [h*HS, (h+1)*HS) of its part; query head h reads key/value head
+ * h / (NH / NKV) (grouped-query attention; GPT-2: NKV = NH, i.e. (B, T, 3C) = [q | k | v]).
+ * K and V are read per group in place, never copied; dk, dv sum over the group's query heads.
  * forward:  s[t,u] = q_t . k_u / sqrt(HS) for u <= t;  p[t,u] = softmax_u(s[t, 0..t])
  *           out[b,t,h*HS + i] = sum_u p[t,u] v_u[i];   lse[b,h,t] = log(sum_u exp(s[t,u]))
  * backward (overwrites dinp; every element of dinp is written):
@@ -12,11 +15,14 @@
  *           p[t,u] = exp(s[t,u] - lse_t);  dp[t,u] = dout_t . v_u;  ds = p (dp - D_t)
  *           dv_u = sum_t p[t,u] dout_t;  dk_u = sum_t ds[t,u] q_t / sqrt(HS);
  *           dq_t = sum_u ds[t,u] k_u / sqrt(HS)
- * Shapes: out, dout (B, T, C); lse (B, NH, T) fp32; inp, dinp (B, T, 3C); scratch (B, NH, T) fp32.
+ * Shapes: out, dout (B, T, C); lse (B, NH, T) fp32; inp, dinp as above; scratch:
+ * attention_backward_scratch_floats(B*T, NH, HS) fp32 (the row dots D, then the FA2 backward's
+ * dQ accumulator and turn counters).
  *
  * Kernels: CUDA-core fp32 math, one thread per row. The forward and the dq kernel give each
  * thread one query row and stream key/value tiles through shared memory; the dk/dv kernel gives
- * each thread one key row and streams query tiles. Every output element is written by exactly
+ * each thread one key row of a key/value head and streams the query tiles of the group's query
+ * heads, one head after another. Every output element is written by exactly
  * one thread that sums in a fixed order: no atomics, bit-reproducible. Rows the causal mask
  * cuts off are skipped. Head sizes 16, 32, 64 and 128 are compiled (GPT-2: 64).
  * Differences from the CPU: the online softmax rescales the running sum instead of two passes,

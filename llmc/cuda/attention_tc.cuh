@@ -13,6 +13,9 @@
  * depends on how a fragment spreads over the lanes. The forward keeps O in fragments and
  * rescales it (through shared memory) only when a row's max grows by more than e^8.
  *
+ * Grouped-query attention: the forward and dq kernels read their head's key/value head in place;
+ * a dk/dv block owns 64 keys of one key/value head and streams the query tiles of each of the
+ * group's query heads in turn, so dk and dv sum over the group in registers.
  * Determinism: each output element is produced by one warp in a fixed order; no atomics.
  * dq is computed by its own kernel (one pass over the keys) rather than accumulated across
  * key blocks, which costs a second S and dP product but keeps the result reproducible.
