@@ -219,7 +219,7 @@ static __global__ void __launch_bounds__(128)
  *   dQ_tile = dS K                                      (1 product, over the block's 64 keys)
  * dK and dV stay in registers for the whole run. dQ sums over key blocks, i.e. over blocks:
  * dS^T goes through shared memory (16-bit, [64 keys][BQ + 8]) so that each warp multiplies a
- * 16 x 64 piece of dQ over all 64 keys (A = dS through ldmatrix.trans, B = K through .trans),
+ * 16-row piece of dQ over all 64 keys (A = dS through ldmatrix.trans, B = K through .trans),
  * then adds it to an fp32 accumulator in global memory (the scratch) IN KEY-BLOCK ORDER: each
  * (batch, head, query tile) has a turn counter; key block n waits until it reads n (blocks
  * 0 .. n-1 have added), adds, and sets n + 1. Key block 0 stores instead of adding, the last
@@ -230,13 +230,14 @@ static __global__ void __launch_bounds__(128)
  * FlashAttention-2's atomics are), scratch of B*NH*T*HS floats plus one int per query tile,
  * and a block may wait on its predecessor's store (blocks of a row launch in key-block order:
  * block n waits only on lower-numbered blocks, which the GPU has already scheduled).
- * Query tiles are 64 rows at HS 64 and 32 at HS 128 (register budget). */
+ * Query tiles are 64 rows at HS 64 and 16 at HS 128 (register budget: dK and dV alone hold 128
+ * registers per thread there). */
 template <class T, int HS> struct AttnFA2Bwd {
-    static constexpr int LD = HS + 8, BQ = HS == 128 ? 32 : 64, DS_LD = BQ + 8;
+    static constexpr int LD = HS + 8, BQ = HS == 128 ? 16 : 64, DS_LD = BQ + 8;
     static constexpr size_t KV_ELEMS = (size_t)64 * LD, Q_ELEMS = (size_t)BQ * LD, DS_ELEMS = (size_t)64 * DS_LD;
-    /* the dQ product: a warp owns 16 query rows x 64 columns of the tile's BQ x HS */
-    static constexpr int DQ_ROW_WARPS = BQ / 16;
-    static_assert(DQ_ROW_WARPS * (HS / 64) == 4, "the 4 warps tile dQ in 16 x 64 pieces");
+    /* the dQ product: a warp owns 16 query rows x DQC columns of the tile's BQ x HS */
+    static constexpr int DQ_ROW_WARPS = BQ / 16, DQC = HS * DQ_ROW_WARPS / 4;
+    static_assert(DQC % 16 == 0 && 4 / DQ_ROW_WARPS * DQC == HS, "the 4 warps tile dQ in 16 x DQC pieces");
     /* K, V | Q[2], dO[2] | dS^T | lse[2][BQ], D[2][BQ] */
     static constexpr size_t BYTES = (2 * KV_ELEMS + 4 * Q_ELEMS + DS_ELEMS) * sizeof(T) + 4 * BQ * sizeof(float);
 };
@@ -254,7 +255,7 @@ template <int LD, class T> __device__ inline void fa2_load_at(unsigned (&a)[4], 
     ptx_ldmatrix<4, true>(a, tile + (c0 + lane % 8 + lane / 16 * 8) * LD + r0 + (lane / 8) % 2 * 8);
 }
 
-/* The dQ accumulator's turn counters: one int per (batch, head, query tile of 32 rows). Block
+/* The dQ accumulator's turn counters: one int per (batch, head, query tile of BQ rows). Block
  * `turn` of a tile's contributors waits until the counter reads `turn`. Under cudasim blocks run
  * one after another in launch order, so every predecessor has finished: a counter that does not
  * read `turn` there is a block waiting for a later one (a deadlock on the GPU), reported. */
@@ -297,8 +298,8 @@ static __global__ void __launch_bounds__(128)
     const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
     const int nq = (T_ - k0 + BQ - 1) / BQ, nit = G * nq; /* (query head, query tile) pairs */
     const int qtiles = (T_ + BQ - 1) / BQ;
-    /* this warp's 16 x 64 piece of the dQ tile: rows dq_r0.., columns dq_c0.. */
-    const int dq_r0 = warp % L::DQ_ROW_WARPS * 16, dq_c0 = warp / L::DQ_ROW_WARPS * 64;
+    /* this warp's 16 x DQC piece of the dQ tile: rows dq_r0.., columns dq_c0.. */
+    const int dq_r0 = warp % L::DQ_ROW_WARPS * 16, dq_c0 = warp / L::DQ_ROW_WARPS * L::DQC;
 
     /* the tile pair `it` (head kvh*G + it/nq, queries from k0 + (it%nq)*BQ) into buffer it&1 */
     auto load = [&](int it) {
@@ -389,11 +390,10 @@ static __global__ void __launch_bounds__(128)
         int *turn = turns + bh * qtiles + t0 / BQ;
         fa2_wait_turn(turn, kb);
         __syncthreads(); /* all 64 keys' dS^T are in shared memory; the earlier blocks have added */
-        /* this warp's 16 x 64 piece = dS (16 queries x 64 keys) K (64 keys x 64 columns), in
-         * passes of DQN 16-column groups (register budget at HS 128) */
-        constexpr int DQN = HS == 128 ? 2 : 4;
-#pragma unroll
-        for (int c0 = dq_c0; c0 < dq_c0 + 64; c0 += 16 * DQN) {
+        /* this warp's 16 x DQC piece = dS (16 queries x 64 keys) K (64 keys x DQC columns) */
+        constexpr int DQN = L::DQC / 16;
+        {
+            const int c0 = dq_c0;
             float dq[2 * DQN][4];
 #pragma unroll
             for (int n = 0; n < 2 * DQN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
@@ -475,7 +475,7 @@ void attention_forward_fa2(T *out, float *lse, const T *inp, int B, int T_, int 
 }
 
 /* The scratch of attention_backward_fa2, in floats: D (B*NH*T, rounded up to 4), the dQ
- * accumulator (B*NH*T*HS) and the turn counters (one int per 32 query rows, bounded by
+ * accumulator (B*NH*T*HS) and the turn counters (one int per query tile of BQ >= 16 rows, bounded by
  * B*NH*T). Callers that know only N = B*T can use it: it depends on B and T through N. */
 inline size_t attention_fa2_scratch_floats(size_t N, int NH, int HS) {
     const size_t rows = N * (size_t)NH;

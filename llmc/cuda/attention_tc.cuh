@@ -110,6 +110,31 @@ __device__ inline void attn_tc_two_products(
     wmma::store_matrix_sync(s1 + j * 16, f1, LDS, wmma::mem_row_major);
     wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
 }
+/* The same with A1, A2 read from the warp's 16 rows of [64][HS + 8] shared tiles at each k step
+ * (the dk/dv kernel: K and V fragments held in registers for the whole run would leave too few
+ * for dk and dv at HS 128 once the kernel loops over a group's query heads). */
+template <class T, int HS>
+__device__ inline void attn_tc_two_products(const T *a1, const T *a2, const T *b1, const T *b2, int j, float *s1,
+                                            float *s2) {
+    using namespace nvcuda;
+    constexpr int LDT = AttnTC<T, HS>::LDT, LDS = AttnTC<T, HS>::LDS;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f1, f2;
+    wmma::fill_fragment(f1, 0.0f);
+    wmma::fill_fragment(f2, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> y1, y2;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> x1, x2;
+        wmma::load_matrix_sync(y1, a1 + kk * 16, LDT);
+        wmma::load_matrix_sync(y2, a2 + kk * 16, LDT);
+        wmma::load_matrix_sync(x1, b1 + j * 16 * LDT + kk * 16, LDT);
+        wmma::load_matrix_sync(x2, b2 + j * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(f1, y1, x1, f1);
+        wmma::mma_sync(f2, y2, x2, f2);
+    }
+    wmma::store_matrix_sync(s1 + j * 16, f1, LDS, wmma::mem_row_major);
+    wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
+}
 
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
@@ -251,18 +276,16 @@ static __global__ void __launch_bounds__(128)
     attn_tc_load_tile<T, HS>(ks, base, C3, kcol, k0, T_);
     attn_tc_load_tile<T, HS>(vs, base, C3, vcol, k0, T_);
     __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> kf[L::NK], vf[L::NK];
+    const T *kw = ks + warp * 16 * L::LDT, *vw = vs + warp * 16 * L::LDT; /* the warp's key rows */
     Acc dk[L::NK], dv[L::NK];
 #pragma unroll
     for (int kk = 0; kk < L::NK; kk++) {
-        wmma::load_matrix_sync(kf[kk], ks + warp * 16 * L::LDT + kk * 16, L::LDT);
-        wmma::load_matrix_sync(vf[kk], vs + warp * 16 * L::LDT + kk * 16, L::LDT);
         wmma::fill_fragment(dk[kk], 0.0f);
         wmma::fill_fragment(dv[kk], 0.0f);
     }
     for (int h = kvh * G; h < (kvh + 1) * G; h++)
     for (int t0 = k0; t0 < T_; t0 += 64) {
-        const size_t bh = (size_t)b * NH + h;
+        const int bh = b * NH + h;
         __syncthreads(); /* every warp is done with the previous query tile */
         attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, t0, T_);
         attn_tc_load_tile<T, HS>(dos, dbase, C, h * HS, t0, T_);
@@ -274,7 +297,7 @@ static __global__ void __launch_bounds__(128)
         if (w0 >= T_) continue;
         /* query sub-tiles with a query >= the warp's first key, and not wholly past T */
         const int jfirst = max(0, (w0 - t0) / 16), jend = min(4, (T_ - t0 + 15) / 16);
-        for (int j = jfirst; j < jend; j++) attn_tc_two_products<T, HS>(kf, vf, qs, dos, j, st, dpt);
+        for (int j = jfirst; j < jend; j++) attn_tc_two_products<T, HS>(kw, vw, qs, dos, j, st, dpt);
         __syncwarp();
         for (int c = half * 32; c < half * 32 + 32; c++) {
             const int tq = t0 + c;
