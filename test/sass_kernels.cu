@@ -16,7 +16,7 @@
     template void layernorm_backward<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
                                         int, int, float *, cudaStream_t);                          \
     template void fused_classifier<T>(T *, float *, const int *, float, int, int, int, int, cudaStream_t); \
-    template void attention_decode<T>(T *, float *, const T *, const T *, int, int, int, int, int, cudaStream_t);
+    template void attention_decode<T>(T *, float *, const T *, const T *, int, int, int, int, int, int, cudaStream_t);
 LLMC_SASS_INSTANTIATE(float)
 LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)

@@ -359,19 +359,20 @@ template <class T> static void test_matmul(Rng *r, const CudaContext *ctx, int N
     dev_free(scratch);
 }
 
-/* The reference logsumexp (B, NH, T) of causal attention over qkv (B, T, 3C), in double. */
-static float *attention_lse_ref(const float *qkv, int B, int T_, int C, int NH) {
-    const int HS = C / NH;
+/* The reference logsumexp (B, NH, T) of causal attention over qkv (B, T, (NH + 2 NKV) HS), in
+ * double; query head h reads key head h / (NH / NKV). */
+static float *attention_lse_ref(const float *qkv, int B, int T_, int C, int NH, int NKV) {
+    const int HS = C / NH, W = (NH + 2 * NKV) * HS;
     float *lse = (float *)malloc((size_t)B * NH * T_ * 4);
     const double scale = 1.0 / sqrt((double)HS);
     double *sc = (double *)malloc(T_ * sizeof(double));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < T_; t++) {
-                const float *q = qkv + ((size_t)b * T_ + t) * 3 * C + h * HS;
+                const float *q = qkv + ((size_t)b * T_ + t) * W + h * HS;
                 double mx = -INFINITY, sum = 0.0;
                 for (int u = 0; u <= t; u++) {
-                    const float *k = qkv + ((size_t)b * T_ + u) * 3 * C + C + h * HS;
+                    const float *k = qkv + ((size_t)b * T_ + u) * W + C + h / (NH / NKV) * HS;
                     double d = 0.0;
                     for (int i = 0; i < HS; i++) d += (double)q[i] * k[i];
                     sc[u] = d * scale;
@@ -400,10 +401,10 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
     float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
     attention_forward(out, att, qkv, B, T_, NH, NH, C / NH);
-    attention_forward(dout.p, dlse.p, dqkv.p, B, T_, C, NH, (cudaStream_t)0);
+    attention_forward(dout.p, dlse.p, dqkv.p, B, T_, C, NH, NH, (cudaStream_t)0);
     /* fp32: online vs two-pass softmax, order effects only; 16-bit: one rounding of O(1) */
     expect("attention_forward out", dout, out, pick<T>({{2e-5, 1e-4}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
-    float *lse = attention_lse_ref(qkv, B, T_, C, NH);
+    float *lse = attention_lse_ref(qkv, B, T_, C, NH, NH);
     /* logsumexp in fp32 vs a double reference: O(1..10) values */
     expect("attention_forward logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
 
@@ -412,11 +413,11 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     Dev<T> ddy = upload<T>(dy, (size_t)N * C);
     Dev<T> ddinp = dev_alloc<T>(N3);
     cudaCheck(cudaMemset(ddinp.p, 0x5A, N3 * sizeof(T)));
-    Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
+    Dev<float> scratch = dev_alloc<float>(attention_backward_scratch_floats((size_t)N, NH, C / NH));
     float *dinp = (float *)malloc(N3 * 4);
     float *out_t = download(dout); /* the GPU's out (in T) is what its backward uses */
     attention_backward(dinp, dy, qkv, att, B, T_, NH, NH, C / NH);
-    attention_backward(ddinp.p, ddy.p, dqkv.p, dout.p, dlse.p, B, T_, C, NH, scratch.p, (cudaStream_t)0);
+    attention_backward(ddinp.p, ddy.p, dqkv.p, dout.p, dlse.p, B, T_, C, NH, NH, scratch.p, (cudaStream_t)0);
     /* fp32: recomputed probabilities, other order; 16-bit: out and the result rounded to T
      * (D = dout . out uses the rounded out), sums over up to T terms */
     if (!growing || sizeof(T) == 4) {
@@ -427,7 +428,7 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
          * ~6% there. Compare the tensor-core backward with the CUDA-core one on the same device
          * inputs instead: they differ only by the 16-bit P and dS of the tensor-core products. */
         Dev<T> simt = dev_alloc<T>(N3);
-        attention_backward_simt(simt.p, ddy.p, dqkv.p, dout.p, dlse.p, B, T_, C, NH, scratch.p, (cudaStream_t)0);
+        attention_backward_simt(simt.p, ddy.p, dqkv.p, dout.p, dlse.p, B, T_, C, NH, NH, scratch.p, (cudaStream_t)0);
         float *ref = download(simt);
         expect("attention_backward dinp vs the CUDA-core kernels", ddinp, ref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
         free(ref);
@@ -437,71 +438,89 @@ template <class T> static void test_attention(Rng *r, const Shape &s, const char
     dev_free(dqkv), dev_free(dout), dev_free(dlse), dev_free(ddy), dev_free(ddinp), dev_free(scratch);
 }
 
-/* The FlashAttention-2-class forward (attention_fa2.cuh) called directly with NKV key/value heads
- * (inp rows [q: NH heads | k: NKV | v: NKV] x HS), against the CPU attention on a copy of the
- * input that expands each key/value head to the NH / NKV query heads that read it (test only).
+/* Grouped-query attention (NKV key/value heads, inp rows [q: NH heads | k: NKV | v: NKV] x HS)
+ * through one CUDA path called by name, against the CPU attention with the same NKV (which reads
+ * each key/value head for its NH / NKV query heads and sums their dk, dv), on the 16-bit
+ * inputs the kernel sees. path: the FA2 kernels (attention_fa2.cuh, bf16/fp16), the wmma
+ * kernels (attention_tc.cuh, bf16/fp16) or the CUDA-core ones (any T; fp32's only path).
  * growing: keys scaled by 1 + u/8 at position u, so every key tile raises the row maxima and the
  * running output must be rescaled. */
+enum AttPath { ATT_FA2, ATT_WMMA, ATT_SIMT };
+static const char *const att_path_name[] = {"FA2", "wmma", "CUDA cores"};
 template <class T>
-static void test_attention_fa2(Rng *r, int B, int T_, int NH, int NKV, int HS, bool growing = false) {
+static void test_attention_gqa(Rng *r, int B, int T_, int NH, int NKV, int HS, AttPath path, bool growing = false) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, N = B * T_;
     char sh[160];
-    snprintf(sh, sizeof sh, "B=%d T=%d NH=%d NKV=%d HS=%d%s", B, T_, NH, NKV, HS,
+    snprintf(sh, sizeof sh, "%s B=%d T=%d NH=%d NKV=%d HS=%d%s", att_path_name[path], B, T_, NH, NKV, HS,
              growing ? ", growing scores" : "");
-    float *inp = randn(r, (size_t)N * W, 0, 1), *full = (float *)malloc((size_t)N * 3 * C * 4);
+    float *inp = randn(r, (size_t)N * W, 0, 1);
     if (growing)
         for (int i = 0; i < N; i++)
             for (int c = 0; c < NKV * HS; c++) inp[(size_t)i * W + C + c] *= 1.0f + (float)(i % T_) / 8.0f;
     /* the reference sees the 16-bit inputs the kernel sees */
     Dev<T> dinp = upload<T>(inp, (size_t)N * W);
     float *rounded = download(dinp);
-    for (int i = 0; i < N; i++) {
-        memcpy(full + (size_t)i * 3 * C, rounded + (size_t)i * W, (size_t)C * 4);
-        for (int h = 0; h < NH; h++)
-            for (int kv = 0; kv < 2; kv++)
-                memcpy(full + (size_t)i * 3 * C + (1 + kv) * C + h * HS,
-                       rounded + (size_t)i * W + (NH + kv * NKV + h / (NH / NKV)) * HS, (size_t)HS * 4);
-    }
     Dev<T> dout = dev_alloc<T>((size_t)N * C);
     Dev<float> dlse = dev_alloc<float>((size_t)B * NH * T_);
     float *out = (float *)malloc((size_t)N * C * 4), *att = (float *)malloc((size_t)B * NH * T_ * T_ * 4);
-    attention_forward(out, att, full, B, T_, NH, NH, C / NH);
-    attention_forward_fa2(dout.p, dlse.p, dinp.p, B, T_, NH, NKV, HS, (cudaStream_t)0);
-    /* the tolerances of test_attention's 16-bit forward: P and the output rounded to 16 bits */
-    expect("attention_forward_fa2 out", dout, out, pick<T>({{0, 0}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
-    float *lse = attention_lse_ref(full, B, T_, C, NH);
+    attention_forward(out, att, rounded, B, T_, NH, NKV, HS);
+    auto forward = [&](T *o, float *l) {
+        if constexpr (sizeof(T) == 2) {
+            if (path == ATT_FA2) return attention_forward_fa2(o, l, dinp.p, B, T_, NH, NKV, HS, (cudaStream_t)0);
+            if (path == ATT_WMMA) return attention_forward_tc(o, l, dinp.p, B, T_, C, NH, NKV, (cudaStream_t)0);
+        }
+        attention_forward_simt(o, l, dinp.p, B, T_, C, NH, NKV, (cudaStream_t)0);
+    };
+    forward(dout.p, dlse.p);
+    /* the tolerances of test_attention's forward: fp32 order effects; 16-bit: P and the output
+     * rounded to 16 bits */
+    expect("attention forward out (GQA)", dout, out, pick<T>({{2e-5, 1e-4}, {1e-2, 8e-3}, {2e-3, 1e-3}}), sh);
+    float *lse = attention_lse_ref(rounded, B, T_, C, NH, NKV);
     /* logsumexp in fp32 vs a double reference: O(1..10) values */
-    expect("attention_forward_fa2 logsumexp", dlse, lse, {1e-5, 1e-5}, sh);
+    expect("attention forward logsumexp (GQA)", dlse, lse, {1e-5, 1e-5}, sh);
 
-    /* backward: the reference's dk, dv of the expanded heads summed over each group */
-    float *dy = randn(r, (size_t)N * C, 0, 1), *dfull = (float *)malloc((size_t)N * 3 * C * 4);
-    float *dref = (float *)calloc((size_t)N * W, 4);
+    /* backward overwrites dinp: start from garbage */
+    float *dy = randn(r, (size_t)N * C, 0, 1), *dref = (float *)malloc((size_t)N * W * 4);
     Dev<T> ddy = upload<T>(dy, (size_t)N * C), ddinp = dev_alloc<T>((size_t)N * W);
-    Dev<float> scratch = dev_alloc<float>((size_t)B * NH * T_);
+    Dev<float> scratch = dev_alloc<float>(attention_backward_scratch_floats((size_t)N, NH, HS));
     cudaCheck(cudaMemset(ddinp.p, 0x5A, (size_t)N * W * sizeof(T)));
-    attention_backward(dfull, dy, full, att, B, T_, NH, NH, C / NH);
-    for (int i = 0; i < N; i++) {
-        memcpy(dref + (size_t)i * W, dfull + (size_t)i * 3 * C, (size_t)C * 4);
-        for (int h = 0; h < NH; h++)
-            for (int kv = 0; kv < 2; kv++)
-                for (int c = 0; c < HS; c++)
-                    dref[(size_t)i * W + (NH + kv * NKV + h / (NH / NKV)) * HS + c] +=
-                        dfull[(size_t)i * 3 * C + (1 + kv) * C + h * HS + c];
-    }
-    attention_backward_fa2(ddinp.p, ddy.p, dinp.p, dout.p, dlse.p, B, T_, NH, NKV, HS, scratch.p, (cudaStream_t)0);
-    /* the tolerances of test_attention's 16-bit backward: out, P, dS and the result rounded to
-     * 16 bits, sums over up to T terms (growing scores: see test_attention, compared there) */
-    if (!growing) {
-        expect("attention_backward_fa2 dinp", ddinp, dref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
-    } else { /* NKV = NH here: the CUDA-core kernels read the same layout */
+    attention_backward(dref, dy, rounded, att, B, T_, NH, NKV, HS);
+    auto backward = [&](T *di) {
+        if constexpr (sizeof(T) == 2) {
+            if (path == ATT_FA2)
+                return attention_backward_fa2(di, ddy.p, dinp.p, dout.p, dlse.p, B, T_, NH, NKV, HS, scratch.p, (cudaStream_t)0);
+            if (path == ATT_WMMA)
+                return attention_backward_tc(di, ddy.p, dinp.p, dout.p, dlse.p, B, T_, C, NH, NKV, scratch.p, (cudaStream_t)0);
+        }
+        attention_backward_simt(di, ddy.p, dinp.p, dout.p, dlse.p, B, T_, C, NH, NKV, scratch.p, (cudaStream_t)0);
+    };
+    backward(ddinp.p);
+    /* the tolerances of test_attention's backward: fp32: recomputed probabilities, other order;
+     * 16-bit: out, P, dS and the result rounded to 16 bits, sums over up to T (times the group
+     * size for dk, dv) terms (growing scores: see test_attention, compared there) */
+    if (!growing || sizeof(T) == 4) {
+        expect("attention backward dinp (GQA)", ddinp, dref, pick<T>({{1e-4, 1e-4}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
+    } else {
         Dev<T> simt = dev_alloc<T>((size_t)N * W);
-        attention_backward_simt(simt.p, ddy.p, dinp.p, dout.p, dlse.p, B, T_, C, NH, scratch.p, (cudaStream_t)0);
+        attention_backward_simt(simt.p, ddy.p, dinp.p, dout.p, dlse.p, B, T_, C, NH, NKV, scratch.p, (cudaStream_t)0);
         float *ref = download(simt);
-        expect("attention_backward_fa2 dinp vs the CUDA-core kernels", ddinp, ref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
+        expect("attention backward dinp (GQA) vs the CUDA-core kernels", ddinp, ref, pick<T>({{0, 0}, {3e-2, 1.6e-2}, {6e-3, 3e-3}}), sh);
         free(ref);
         dev_free(simt);
     }
-    free(inp), free(full), free(rounded), free(out), free(att), free(lse), free(dy), free(dfull), free(dref);
+    if (path == ATT_FA2 && T_ == 129) { /* several key blocks, 32-row query tiles, a group of 2 */
+        /* a second run over the scratch the first left (dQ accumulator, turn counters) gives the
+         * same bits: the first key block stores, not adds, and the counters start from zero */
+        Dev<T> again = dev_alloc<T>((size_t)N * W);
+        backward(again.p);
+        float *a1 = download(ddinp), *a2 = download(again);
+        char name[224];
+        snprintf(name, sizeof name, "attention backward (GQA) run twice: the same bits [%s]", sh);
+        test_report(memcmp(a1, a2, (size_t)N * W * 4) == 0, name, "the two runs differ");
+        free(a1), free(a2);
+        dev_free(again);
+    }
+    free(inp), free(rounded), free(out), free(att), free(lse), free(dy), free(dref);
     dev_free(dinp), dev_free(dout), dev_free(dlse), dev_free(ddy), dev_free(ddinp), dev_free(scratch);
 }
 
@@ -708,6 +727,10 @@ template <class T> static void test_cast(Rng *r, size_t n, const char *sh) {
     dev_free(dx), dev_free(dt);
 }
 
+/* --attention: only the attention tests (test/test_cudasim_mutants.sh runs its attention
+ * mutants so: the same checks of those kernels, a fraction of the time) */
+static int g_attention_only = 0;
+
 template <class T> static void run_all(unsigned long long seed, const CudaContext *ctx, const Shape *shapes, int nshapes) {
     for (int k = 0; k < nshapes; k++) {
         const Shape &s = shapes[k];
@@ -715,6 +738,10 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         shape_text(sh, sizeof sh, s);
         Rng r;
         rng_seed(&r, seed + 1000 * k + StorageInfo<T>::cuda_type);
+        if (g_attention_only) {
+            test_attention<T>(&r, s, sh);
+            continue;
+        }
         test_encoder<T>(&r, s, sh);
         test_layernorm<T>(&r, s, sh);
         if (k == 0) {
@@ -741,7 +768,7 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_norm<T>(&r, (size_t)s.C * s.F * 3 + 7, sh);
         test_cast<T>(&r, 1000, sh);
     }
-    if (sizeof(T) == 2) test_stochastic_rounding<T>("n=8192");
+    if (sizeof(T) == 2 && !g_attention_only) test_stochastic_rounding<T>("n=8192");
     /* attention over several 64-row tiles (partial last tiles) for head sizes 32, 64, 128 */
     static const Shape att[] = {{1, 150, 64, 2, 1, 1, 1}, {1, 129, 128, 2, 1, 1, 1}, {2, 97, 256, 2, 1, 1, 1}};
     for (int k = 0; k < (int)(sizeof att / sizeof att[0]); k++) {
@@ -752,14 +779,21 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_attention<T>(&r, att[k], sh);
         if (k == 0) test_attention<T>(&r, att[k], sh, true);
     }
+    Rng r;
+    rng_seed(&r, seed + 4242 + StorageInfo<T>::cuda_type);
     if constexpr (sizeof(T) == 2) {
-        /* the FA2 forward: T within one tile, one past it, several tiles; GQA (NKV < NH) */
+        /* the FA2 kernels: T within one tile, one past it, several tiles; NKV = NH, NH/2, 1 */
         static const int fa2[][5] = {{1, 1, 2, 2, 64},  {2, 7, 4, 2, 128}, {1, 64, 2, 2, 64},
                                      {1, 65, 4, 1, 64}, {1, 129, 4, 2, 128}, {1, 256, 2, 1, 64}};
-        Rng r;
-        rng_seed(&r, seed + 4242 + StorageInfo<T>::cuda_type);
-        for (const auto &f : fa2) test_attention_fa2<T>(&r, f[0], f[1], f[2], f[3], f[4]);
-        test_attention_fa2<T>(&r, 1, 150, 2, 2, 64, true); /* test_attention's growing shape */
+        for (const auto &f : fa2) test_attention_gqa<T>(&r, f[0], f[1], f[2], f[3], f[4], ATT_FA2);
+        test_attention_gqa<T>(&r, 1, 150, 2, 2, 64, ATT_FA2, true); /* test_attention's growing shape */
+        /* the wmma kernels with GQA: NKV = NH/2 across two tiles, NKV = 1 at HS 128 */
+        test_attention_gqa<T>(&r, 1, 70, 4, 2, 64, ATT_WMMA);
+        test_attention_gqa<T>(&r, 2, 9, 2, 1, 128, ATT_WMMA);
+    }
+    if constexpr (sizeof(T) == 4) { /* the CUDA-core kernels with GQA (fp32's path) */
+        test_attention_gqa<T>(&r, 1, 70, 4, 2, 32, ATT_SIMT);
+        test_attention_gqa<T>(&r, 2, 9, 4, 1, 64, ATT_SIMT);
     }
 }
 
@@ -805,7 +839,8 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--big") == 0) big = 1;
-        else llmc_die("usage: %s [--seed N] [--big]", argv[0]);
+        else if (strcmp(argv[i], "--attention") == 0) g_attention_only = 1;
+        else llmc_die("usage: %s [--seed N] [--big] [--attention]", argv[0]);
     }
     printf("test_cuda_ops: seed %llu%s (rerun with --seed %llu to reproduce)\n", seed, big ? ", GPT-2 124M shapes" : "", seed);
     cuda_require_device();

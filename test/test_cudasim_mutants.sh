@@ -12,10 +12,11 @@ status=0
 
 # Each mutant is prepared, built and run in the background (at most $JOBS at a time: the builds
 # are most of the time); the run stops at its first FAIL (LLMC_TEST_FAIL_FAST, test/testing.h).
+# Attention mutants run only test_cuda_ops's attention tests (--attention).
 JOBS=${JOBS:-$(nproc)}
 names=()
-mutant() {  # name file sed-expression
-    local name=$1 file=$2 expr=$3 dir="$tmp/$1"
+mutant() {  # name file sed-expression [test_cuda_ops arguments]
+    local name=$1 file=$2 expr=$3 dir="$tmp/$1" args=${4:-}
     if [ -n "${MUTANT:-}" ] && [ "$MUTANT" != "$name" ]; then return; fi # MUTANT=name: only that one
     mkdir -p "$dir/llmc"
     cp -r llmc/cuda "$dir/llmc/cuda"
@@ -31,7 +32,7 @@ mutant() {  # name file sed-expression
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
     { { /usr/bin/python3 test/cudasim/cu2cpp.py test/test_cuda_ops.cu -o "$dir/t.cpp" -I "$dir" -I . &&
         ${cmd[0]} "$dir/t.cpp" -o "$dir/t" ${cmd[1]}; } > "$dir/build.log" 2>&1 || exit
-      LLMC_TEST_FAIL_FAST=1 OMP_WAIT_POLICY=passive "$dir/t" > "$dir/run.log" 2>&1
+      LLMC_TEST_FAIL_FAST=1 OMP_WAIT_POLICY=passive "$dir/t" $args > "$dir/run.log" 2>&1
       echo $? > "$dir/rc"; } &
     names+=("$name")
 }
@@ -76,20 +77,23 @@ mutant classifier-pack-tail classifier.cuh 's/live = (V + P - 1) \/ P;/live = V 
 # scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an
 # off-by-one causal mask. (A missing __syncwarp right after a shuffle is not caught: in the
 # harness a shuffle waits for every lane, which orders memory; the GPU does not promise that.)
-mutant tc-missing-syncwarp-scores attention_tc.cuh '/store_matrix_sync(ss + j \* 16, sf, L::LDS/{n;n;s/__syncwarp();//}'
-mutant tc-missing-syncwarp-rescale attention_tc.cuh '/\*= corr;/{n;s/__syncwarp();//}'
+mutant tc-missing-syncwarp-scores attention_tc.cuh '/store_matrix_sync(ss + j \* 16, sf, L::LDS/{n;n;s/__syncwarp();//}' --attention
+mutant tc-missing-syncwarp-rescale attention_tc.cuh '/\*= corr;/{n;s/__syncwarp();//}' --attention
 # the forward's lazy rescale skipped (O kept against the old row max): only inputs whose row
 # maxima jump between key tiles reach that branch (test_attention's "growing scores")
-mutant tc-no-rescale attention_tc.cuh 's/corr = expf(m - m_new); \/\* 0 while m = -inf \*\//corr = 1.0f;/'
-mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/'
+mutant tc-no-rescale attention_tc.cuh 's/corr = expf(m - m_new); \/\* 0 while m = -inf \*\//corr = 1.0f;/' --attention
+mutant tc-causal-off-by-one attention_tc.cuh 's/tq >= u \&\& tq < T_/tq > u \&\& tq < T_/' --attention
 # the FlashAttention-2-class kernels (attention_fa2.cuh, through cudasim's PTX emulation): the
 # forward reading its first tiles without cp.async.wait_group (cudasim lands the data only at
 # the wait); the causal mask taking a lane's rows from the wrong accumulator elements (c0, c1:
-# row g, c2, c3: row g + 8); the running output not rescaled when a row max grows; the dk/dv
-# kernel's causal mask dropping the diagonal
-mutant fa2-missing-cp-async-wait attention_fa2.cuh '/attention_forward_fa2_kernel(T \*out/,/ptx_cp_async_wait<0>/s/ptx_cp_async_wait<1>();//'
-mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 2) \* 8, key = k0 + 8 \* j + 2 \* tq + i % 2;/const int row = row0 + (i % 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;/'
-mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/'
-mutant fa2-dkdv-causal-off-by-one attention_fa2.cuh 's/q >= key \&\& q < T_/q > key \&\& q < T_/'
+# row g, c2, c3: row g + 8); the running output not rescaled when a row max grows; in the
+# 5-product backward, warps reading the other warps' dS^T rows for the dQ product before the
+# barrier, and a key block adding to the dQ accumulator out of key-block order (cudasim reports
+# a turn counter that does not read the block's turn: a deadlock on the GPU)
+mutant fa2-missing-cp-async-wait attention_fa2.cuh '/attention_forward_fa2_kernel(T \*out/,/ptx_cp_async_wait<0>/s/ptx_cp_async_wait<1>();//' --attention
+mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 2) \* 8, key = k0 + 8 \* j + 2 \* tq + i % 2;/const int row = row0 + (i % 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;/' --attention
+mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/' --attention
+mutant fa2-bwd-missing-barrier-dst attention_fa2.cuh 's/__syncthreads(); \/\* all 64 keys.*$//' --attention
+mutant fa2-bwd-dq-turn-order attention_fa2.cuh 's/fa2_wait_turn(turn, kb);/fa2_wait_turn(turn, kb > 0 ? kb - 1 : 0);/' --attention
 run_mutants
 exit $status

@@ -36,9 +36,12 @@ static int argmax(const float *x, int n) {
 }
 
 /* ---- attention_decode against the CPU row ----------------------------------------------------- */
-template <class T> static void check_attention(int C, int NH, int max_len, int pos, int n) {
-    const int HS = C / NH;
-    const size_t nq = (size_t)n * 3 * C, nkv = (size_t)max_len * 2 * C;
+/* NKV key/value heads (grouped-query attention when < NH): qkv rows [q NH | k NKV | v NKV] x HS,
+ * cache rows [k NKV | v NKV] x HS; query head h reads key/value head h / (NH / NKV). */
+template <class T> static void check_attention(int C, int NH, int max_len, int pos, int n, int NKV = 0) {
+    if (NKV == 0) NKV = NH;
+    const int HS = C / NH, KV = 2 * NKV * HS;
+    const size_t nq = (size_t)n * (C + KV), nkv = (size_t)max_len * KV;
     float *qkv = (float *)malloc(nq * sizeof(float)), *kv = (float *)malloc(nkv * sizeof(float));
     Rng rng;
     rng_seed(&rng, 1000u * C + pos);
@@ -49,8 +52,8 @@ template <class T> static void check_attention(int C, int NH, int max_len, int p
     const float scale = 1.0f / sqrtf((float)HS);
     for (int i = 0; i < n; i++)
         for (int h = 0; h < NH; h++)
-            attention_row(ref + (size_t)i * C + h * HS, att, qkv + (size_t)i * 3 * C + h * HS, kv + h * HS, kv + C + h * HS,
-                          2 * (size_t)C, pos + i, HS, scale);
+            attention_row(ref + (size_t)i * C + h * HS, att, qkv + (size_t)i * (C + KV) + h * HS,
+                          kv + h / (NH / NKV) * HS, kv + (NKV + h / (NH / NKV)) * HS, (size_t)KV, pos + i, HS, scale);
     T *hq = (T *)malloc(nq * sizeof(T)), *hkv = (T *)malloc(nkv * sizeof(T)), *hout = (T *)malloc((size_t)n * C * sizeof(T));
     for (size_t i = 0; i < nq; i++) hq[i] = from_float<T>(qkv[i]);
     for (size_t i = 0; i < nkv; i++) hkv[i] = from_float<T>(kv[i]);
@@ -62,13 +65,13 @@ template <class T> static void check_attention(int C, int NH, int max_len, int p
     cudaCheck(cudaMalloc(&scores, (size_t)n * NH * max_len * sizeof(float)));
     cudaCheck(cudaMemcpy(dq, hq, nq * sizeof(T), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dkv, hkv, nkv * sizeof(T), cudaMemcpyHostToDevice));
-    attention_decode(dout, scores, dq, dkv, pos, n, C, NH, max_len, (cudaStream_t)0);
+    attention_decode(dout, scores, dq, dkv, pos, n, C, NH, NKV, max_len, (cudaStream_t)0);
     cudaCheck(cudaMemcpy(hout, dout, (size_t)n * C * sizeof(T), cudaMemcpyDeviceToHost));
     float *got = (float *)malloc((size_t)n * C * sizeof(float));
     for (size_t i = 0; i < (size_t)n * C; i++) got[i] = to_float(hout[i]);
     char name[160];
-    snprintf(name, sizeof name, "attention_decode %s C %d NH %d (HS %d) maxT %d: %d queries at positions %d..%d",
-             sizeof(T) == 4 ? "fp32" : "bf16", C, NH, HS, max_len, n, pos, pos + n - 1);
+    snprintf(name, sizeof name, "attention_decode %s C %d NH %d NKV %d (HS %d) maxT %d: %d queries at positions %d..%d",
+             sizeof(T) == 4 ? "fp32" : "bf16", C, NH, NKV, HS, max_len, n, pos, pos + n - 1);
     /* fp32: other summation orders (block reductions); bf16: plus the output's rounding (2^-9) */
     if (sizeof(T) == 4) test_close(name, got, ref, (size_t)n * C, 1e-6, 1e-5);
     else test_close(name, got, ref, (size_t)n * C, 1e-5, 4e-3);
@@ -115,6 +118,10 @@ int main(void) {
     check_attention<float>(96, 3, 200, 130, 1);
     check_attention<__nv_bfloat16>(60, 5, 40, 23, 5);
     check_attention<__nv_bfloat16>(20, 1, 300, 290, 3);
+    /* grouped-query attention: NKV = NH/2, NKV = 1 (the cache holds each group's head once) */
+    check_attention<float>(64, 4, 40, 23, 5, 2);
+    check_attention<float>(64, 4, 40, 36, 4, 1);
+    check_attention<__nv_bfloat16>(64, 4, 40, 23, 5, 1);
 
     const int V = CFG.vocab_size, Vp = CFG.padded_vocab_size;
     GPT2 cpu;

@@ -96,11 +96,11 @@ check_tc() { # object, kernel-name regex -> "kernels missing-any"
 }
 check_tc "$dir/k.o" fa2 | head -n -1
 read -r n bad < <(check_tc "$dir/k.o" fa2 | tail -1)
-# forward, dk/dv and dq kernels in bf16 and fp16 at head sizes 64 and 128
-if [ "$bad" = 0 ] && [ "$n" -ge 12 ]; then
+# the forward and the 5-product backward kernel in bf16 and fp16 at head sizes 64 and 128
+if [ "$bad" = 0 ] && [ "$n" -ge 8 ]; then
     echo "PASS: $n FA2 attention kernels use HMMA.16816, LDSM (+ .trans) and LDGSTS"
 else
-    echo "FAIL: FA2 attention kernels: $bad of $n lack HMMA/LDSM/LDGSTS (want at least 12, all with them)"; fail=1
+    echo "FAIL: FA2 attention kernels: $bad of $n lack HMMA/LDSM/LDGSTS (want at least 8, all with them)"; fail=1
 fi
 read -r pn pbad < <(check_tc "$dir/p.o" planted | tail -1)
 if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted kernel without HMMA/LDSM/LDGSTS is reported"; else echo "FAIL: the planted kernel was not reported by the tensor-core check ($pn kernels, $pbad bad)"; fail=1; fi

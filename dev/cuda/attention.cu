@@ -22,22 +22,22 @@ static void lab_attention(const LabDevice *dev, const LabOptions *opt, float *qk
     auto fwd_fn = [&](T *o, float *l, const T *in) {
         if constexpr (sizeof(T) == 2) {
             if (kernel == LAB_FA2) return attention_forward_fa2(o, l, in, B, T_, NH, NH, C / NH, (cudaStream_t)0);
-            if (kernel == LAB_WMMA) return attention_forward_tc(o, l, in, B, T_, C, NH, 0);
+            if (kernel == LAB_WMMA) return attention_forward_tc(o, l, in, B, T_, C, NH, NH, 0);
         }
-        attention_forward_simt(o, l, in, B, T_, C, NH, 0);
+        attention_forward_simt(o, l, in, B, T_, C, NH, NH, 0);
     };
     auto bwd_fn = [&](T *di, const T *dy_, const T *in, const T *o, const float *l, float *sc) {
         if constexpr (sizeof(T) == 2) {
             if (kernel == LAB_FA2) return attention_backward_fa2(di, dy_, in, o, l, B, T_, NH, NH, C / NH, sc, (cudaStream_t)0);
-            if (kernel == LAB_WMMA) return attention_backward_tc(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+            if (kernel == LAB_WMMA) return attention_backward_tc(di, dy_, in, o, l, B, T_, C, NH, NH, sc, 0);
         }
-        attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, sc, 0);
+        attention_backward_simt(di, dy_, in, o, l, B, T_, C, NH, NH, sc, 0);
     };
     const size_t N = (size_t)B * T_, NBHT = (size_t)B * NH * T_;
     char name[160];
     T *d_qkv = lab_upload<T>(qkv, N * 3 * C), *d_dy = lab_upload<T>(dy, N * C), *d_out = lab_alloc<T>(N * C);
     T *d_dinp = lab_alloc<T>(N * 3 * C);
-    float *lse = lab_alloc<float>(NBHT), *scratch = lab_alloc<float>(NBHT);
+    float *lse = lab_alloc<float>(NBHT), *scratch = lab_alloc<float>(attention_backward_scratch_floats(N, NH, C / NH));
     cudaCheck(cudaMemset(d_dinp, 0x5A, N * 3 * C * sizeof(T))); /* overwritten: start from garbage */
 
     fwd_fn(d_out, lse, d_qkv);

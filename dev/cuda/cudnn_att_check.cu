@@ -32,11 +32,11 @@ static void lab_cudnn_attention(const LabDevice *dev, const LabOptions *opt, flo
     cudaCheck(cudaMemset(dinp_own, 0x5A, N * 3 * C * sizeof(T)));
 
     /* the reference: our kernels (forward, then backward from their own out and lse) */
-    attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, 0);
-    attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0);
+    attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, NH, 0);
+    attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, NH, scratch, 0);
     /* cuDNN, each direction from its own forward */
-    attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, is_fp16, 0);
-    attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, is_fp16, 0);
+    attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, NH, is_fp16, 0);
+    attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, NH, is_fp16, 0);
     cudaCheck(cudaDeviceSynchronize());
 
     float *ref_out = lab_download(out_own, N * C), *ref_lse = lab_download(lse_own, NBHT);
@@ -56,13 +56,13 @@ static void lab_cudnn_attention(const LabDevice *dev, const LabOptions *opt, flo
     lab_check(name, dinp_dnn, ref_dinp, N * 3 * C, 3e-2 * rms, 2e-2);
     printf("      cuDNN workspace: %.1f MiB\n", cudnn_att_workspace_bytes() / 1048576.0);
 
-    float fwd_own = lab_time_ms([&] { attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, 0); }, opt->reps);
-    float fwd_dnn = lab_time_ms([&] { attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, is_fp16, 0); },
+    float fwd_own = lab_time_ms([&] { attention_forward_tc(out_own, lse_own, d_qkv, B, T_, C, NH, NH, 0); }, opt->reps);
+    float fwd_dnn = lab_time_ms([&] { attention_forward_cudnn(out_dnn, lse_dnn, d_qkv, B, T_, C, NH, NH, is_fp16, 0); },
                                 opt->reps);
     float bwd_own = lab_time_ms(
-        [&] { attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, scratch, 0); }, opt->reps);
+        [&] { attention_backward_tc(dinp_own, d_dy, d_qkv, out_own, lse_own, B, T_, C, NH, NH, scratch, 0); }, opt->reps);
     float bwd_dnn = lab_time_ms(
-        [&] { attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, is_fp16, 0); },
+        [&] { attention_backward_cudnn(dinp_dnn, d_dy, d_qkv, out_dnn, lse_dnn, B, T_, C, NH, NH, is_fp16, 0); },
         opt->reps);
     /* causal flops as dev/cuda/attention.cu counts them: q.k and p.v over the lower triangle,
      * 2 flops per multiply-add; the backward 2.5x. Both against the tensor-core peak. */

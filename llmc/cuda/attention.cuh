@@ -4,7 +4,10 @@
  * max and sum per query row (online softmax) and saves only the row's logsumexp; the backward
  * recomputes the probabilities from it.
  *
- * inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS).
+ * inp (B, T, (NH + 2 NKV) HS) holds [q (NH heads) | k (NKV heads) | v (NKV heads)] per
+ * position, head h of each at [h*HS, (h+1)*HS) of its part; query head h reads key/value head
+ * h / (NH / NKV) (grouped-query attention; GPT-2: NKV = NH, i.e. (B, T, 3C) = [q | k | v]).
+ * K and V are read per group in place, never copied; dk, dv sum over the group's query heads.
  * forward:  s[t,u] = q_t . k_u / sqrt(HS) for u <= t;  p[t,u] = softmax_u(s[t, 0..t])
  *           out[b,t,h*HS + i] = sum_u p[t,u] v_u[i];   lse[b,h,t] = log(sum_u exp(s[t,u]))
  * backward (overwrites dinp; every element of dinp is written):
@@ -12,11 +15,14 @@
  *           p[t,u] = exp(s[t,u] - lse_t);  dp[t,u] = dout_t . v_u;  ds = p (dp - D_t)
  *           dv_u = sum_t p[t,u] dout_t;  dk_u = sum_t ds[t,u] q_t / sqrt(HS);
  *           dq_t = sum_u ds[t,u] k_u / sqrt(HS)
- * Shapes: out, dout (B, T, C); lse (B, NH, T) fp32; inp, dinp (B, T, 3C); scratch (B, NH, T) fp32.
+ * Shapes: out, dout (B, T, C); lse (B, NH, T) fp32; inp, dinp as above; scratch:
+ * attention_backward_scratch_floats(B*T, NH, HS) fp32 (the row dots D, then the FA2 backward's
+ * dQ accumulator and turn counters).
  *
  * Kernels: CUDA-core fp32 math, one thread per row. The forward and the dq kernel give each
  * thread one query row and stream key/value tiles through shared memory; the dk/dv kernel gives
- * each thread one key row and streams query tiles. Every output element is written by exactly
+ * each thread one key row of a key/value head and streams the query tiles of the group's query
+ * heads, one head after another. Every output element is written by exactly
  * one thread that sums in a fixed order: no atomics, bit-reproducible. Rows the causal mask
  * cuts off are skipped. Head sizes 16, 32, 64 and 128 are compiled (GPT-2: 64).
  * Differences from the CPU: the online softmax rescales the running sum instead of two passes,
@@ -49,11 +55,12 @@ template <int N> __device__ inline float dot_n(const float *a, const float *b) {
 }
 
 template <class T, int HS>
-static __global__ void attention_forward_flash_kernel(T *out, float *lse, const T *inp, int T_, int NH) {
+static __global__ void attention_forward_flash_kernel(T *out, float *lse, const T *inp, int T_, int NH, int NKV) {
     constexpr int BR = AttentionTiles<HS>::rows, BC = AttentionTiles<HS>::fwd_tile, CH = 8;
     __shared__ float ks[BC][HS], vs[BC][HS];
-    const int C = NH * HS, C3 = 3 * C;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS; /* C3: the qkv row */
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS;
     const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
     const bool active = t < T_;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -70,8 +77,8 @@ static __global__ void attention_forward_flash_kernel(T *out, float *lse, const 
         __syncthreads(); /* the previous tile is no longer read */
         for (int idx = threadIdx.x; idx < BC * HS; idx += BR) {
             int j = idx / HS, i = idx % HS, u = k0 + j;
-            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
-            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
+            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
         }
         __syncthreads();
         if (!active) continue;
@@ -138,25 +145,28 @@ static __global__ void attention_backward_rowdot_kernel(float *D, const T *dout,
 /* dk, dv for one key row per thread; query tiles stream through shared memory. */
 template <class T, int HS>
 static __global__ void attention_backward_dkdv_kernel(T *dinp, const T *dout, const T *inp, const float *lse,
-                                                      const float *D, int T_, int NH) {
+                                                      const float *D, int T_, int NH, int NKV) {
     constexpr int BR = AttentionTiles<HS>::rows, BQ = AttentionTiles<HS>::bwd_tile;
     __shared__ float kt[HS][BR], vt[HS][BR]; /* own rows, transposed: thread x reads column x */
     __shared__ float qs[BQ][HS], dos[BQ][HS], lses[BQ], ds_[BQ];
-    const int C = NH * HS, C3 = 3 * C;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS, G = NH / NKV;
+    const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV; /* the group's query heads in order */
+    const int kcol = C + kvh * HS, vcol = kcol + NKV * HS;
     const int k0 = blockIdx.x * BR, u = k0 + threadIdx.x;
     const bool active = u < T_;
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
     const T *dbase = dout + (size_t)b * T_ * C;
     for (int i = 0; i < HS; i++) {
-        kt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
-        vt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+        kt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
+        vt[i][threadIdx.x] = active ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
     }
     float dk[HS], dv[HS];
 #pragma unroll
     for (int i = 0; i < HS; i++) dk[i] = dv[i] = 0.0f;
+    for (int h = kvh * G; h < (kvh + 1) * G; h++)
     for (int t0 = k0; t0 < T_; t0 += BQ) {
+        const size_t bh = (size_t)b * NH + h;
         __syncthreads();
         for (int idx = threadIdx.x; idx < BQ * HS; idx += BR) {
             int j = idx / HS, i = idx % HS, t = t0 + j;
@@ -190,23 +200,24 @@ static __global__ void attention_backward_dkdv_kernel(T *dinp, const T *dout, co
         }
     }
     if (!active) return;
-    T *row = dinp + ((size_t)b * T_ + u) * C3 + h * HS;
+    T *row = dinp + ((size_t)b * T_ + u) * C3;
 #pragma unroll
     for (int i = 0; i < HS; i++) {
-        row[C + i] = from_float<T>(dk[i]);
-        row[2 * C + i] = from_float<T>(dv[i]);
+        row[kcol + i] = from_float<T>(dk[i]);
+        row[vcol + i] = from_float<T>(dv[i]);
     }
 }
 
 /* dq for one query row per thread; key/value tiles stream through shared memory. */
 template <class T, int HS>
 static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, const T *inp, const float *lse,
-                                                    const float *D, int T_, int NH) {
+                                                    const float *D, int T_, int NH, int NKV) {
     constexpr int BR = AttentionTiles<HS>::rows, BK = AttentionTiles<HS>::bwd_tile;
     __shared__ float qt[HS][BR], dot_[HS][BR];
     __shared__ float ks[BK][HS], vs[BK][HS];
-    const int C = NH * HS, C3 = 3 * C;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS;
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS;
     const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
     const bool active = t < T_;
     const float scale = 1.0f / sqrtf((float)HS);
@@ -224,8 +235,8 @@ static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, cons
         __syncthreads();
         for (int idx = threadIdx.x; idx < BK * HS; idx += BR) {
             int j = idx / HS, i = idx % HS, u = k0 + j;
-            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + C + h * HS + i]) : 0.0f;
-            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + 2 * C + h * HS + i]) : 0.0f;
+            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
+            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
         }
         __syncthreads();
         if (!active) continue;
@@ -249,10 +260,13 @@ static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, cons
     for (int i = 0; i < HS; i++) row[i] = from_float<T>(dq[i]);
 }
 
-inline void attention_check_sizes(const char *who, int B, int T_, int C, int NH) {
+inline void attention_check_sizes(const char *who, int B, int T_, int C, int NH, int NKV) {
     if (B <= 0 || T_ <= 0 || C <= 0 || NH <= 0 || C % NH != 0)
         llmc_check_failed(who, "B, T, C, NH must be positive and C divisible by NH", "HINT: a caller bug", __func__,
                           __FILE__, __LINE__);
+    if (NKV <= 0 || NH % NKV != 0)
+        llmc_check_failed(who, "the key/value head count NKV must be positive and divide NH", "HINT: a caller bug",
+                          __func__, __FILE__, __LINE__);
     int HS = C / NH;
     if (HS != 16 && HS != 32 && HS != 64 && HS != 128)
         llmc_check_failed(who, "head size C/NH must be 16, 32, 64 or 128",
@@ -273,28 +287,33 @@ template <class Fn> inline void with_head_size(int HS, Fn &&fn) {
 }
 
 template <class T, int HS>
-static void attention_forward_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, cudaStream_t stream) {
+static void attention_forward_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV,
+                                 cudaStream_t stream) {
     constexpr int BR = AttentionTiles<HS>::rows;
-    attention_forward_flash_kernel<T, HS><<<dim3(ceil_div(T_, BR), B * NH), BR, 0, stream>>>(out, lse, inp, T_, NH);
+    attention_forward_flash_kernel<T, HS><<<dim3(ceil_div(T_, BR), B * NH), BR, 0, stream>>>(out, lse, inp, T_, NH, NKV);
     kernelCheck();
 }
 
 template <class T, int HS>
 static void attention_backward_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
-                                  int T_, int NH, cudaStream_t stream) {
+                                  int T_, int NH, int NKV, cudaStream_t stream) {
     constexpr int BR = AttentionTiles<HS>::rows;
-    dim3 grid(ceil_div(T_, BR), B * NH);
-    attention_backward_dkdv_kernel<T, HS><<<grid, BR, 0, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    attention_backward_dkdv_kernel<T, HS><<<dim3(ceil_div(T_, BR), B * NKV), BR, 0, stream>>>(dinp, dout, inp, lse, D,
+                                                                                             T_, NH, NKV);
     kernelCheck();
-    attention_backward_dq_kernel<T, HS><<<grid, BR, 0, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    attention_backward_dq_kernel<T, HS><<<dim3(ceil_div(T_, BR), B * NH), BR, 0, stream>>>(dinp, dout, inp, lse, D,
+                                                                                          T_, NH, NKV);
     kernelCheck();
 }
 
 /* The CUDA-core kernels, for any storage type (fp32 uses them; the lab compares them). */
 template <class T>
-void attention_forward_simt(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
-    attention_check_sizes("attention_forward", B, T_, C, NH);
-    with_head_size(C / NH, [&](auto hs) { attention_forward_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, stream); });
+void attention_forward_simt(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, int NKV,
+                            cudaStream_t stream) {
+    attention_check_sizes("attention_forward", B, T_, C, NH, NKV);
+    with_head_size(C / NH, [&](auto hs) {
+        attention_forward_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, NKV, stream);
+    });
 }
 
 template <class T>
@@ -310,12 +329,12 @@ void attention_backward_rowdot(float *D, const T *dout, const T *out, int B, int
 
 template <class T>
 void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_,
-                             int C, int NH, float *scratch, cudaStream_t stream) {
-    attention_check_sizes("attention_backward", B, T_, C, NH);
+                             int C, int NH, int NKV, float *scratch, cudaStream_t stream) {
+    attention_check_sizes("attention_backward", B, T_, C, NH, NKV);
     const int HS = C / NH;
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream);
     with_head_size(HS, [&](auto hs) {
-        attention_backward_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, stream);
+        attention_backward_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);
     });
 }
 
@@ -364,31 +383,37 @@ template <class T> inline const char *attention_impl_name(int HS) {
 
 /* fp32 runs on CUDA cores (the tight reference); bf16 and fp16 on tensor cores, or cuDNN. */
 template <class T>
-void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
-    if constexpr (sizeof(T) == 4) attention_forward_simt(out, lse, inp, B, T_, C, NH, stream);
+void attention_forward(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, int NKV, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 4) attention_forward_simt(out, lse, inp, B, T_, C, NH, NKV, stream);
     else {
 #if USE_CUDNN
-        attention_forward_cudnn(out, lse, inp, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
+        attention_forward_cudnn(out, lse, inp, B, T_, C, NH, NKV, (int)std::is_same<T, __half>::value, stream);
 #else
-        if (C % NH == 0 && attention_use_fa2(C / NH)) attention_forward_fa2(out, lse, inp, B, T_, NH, NH, C / NH, stream);
-        else attention_forward_tc(out, lse, inp, B, T_, C, NH, stream);
+        if (C % NH == 0 && attention_use_fa2(C / NH)) attention_forward_fa2(out, lse, inp, B, T_, NH, NKV, C / NH, stream);
+        else attention_forward_tc(out, lse, inp, B, T_, C, NH, NKV, stream);
 #endif
     }
 }
 
-/* scratch: B*NH*T floats (the row dots D; the cuDNN path keeps its own workspace). */
+/* The scratch attention_backward needs, in floats, for N = B*T rows: the row dots D (every
+ * path) and the FA2 backward's dQ accumulator and turn counters. */
+inline size_t attention_backward_scratch_floats(size_t N, int NH, int HS) { return attention_fa2_scratch_floats(N, NH, HS); }
+
+/* scratch: attention_backward_scratch_floats(B*T, NH, C/NH) floats, 16-byte aligned (the cuDNN
+ * path keeps its own workspace). */
 template <class T>
 void attention_backward(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
-                        int NH, float *scratch, cudaStream_t stream) {
-    if constexpr (sizeof(T) == 4) attention_backward_simt(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+                        int NH, int NKV, float *scratch, cudaStream_t stream) {
+    if constexpr (sizeof(T) == 4) attention_backward_simt(dinp, dout, inp, out, lse, B, T_, C, NH, NKV, scratch, stream);
     else {
 #if USE_CUDNN
         (void)scratch;
-        attention_backward_cudnn(dinp, dout, inp, out, lse, B, T_, C, NH, (int)std::is_same<T, __half>::value, stream);
+        attention_backward_cudnn(dinp, dout, inp, out, lse, B, T_, C, NH, NKV, (int)std::is_same<T, __half>::value,
+                                 stream);
 #else
         if (C % NH == 0 && attention_use_fa2(C / NH))
-            attention_backward_fa2(dinp, dout, inp, out, lse, B, T_, NH, NH, C / NH, scratch, stream);
-        else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, scratch, stream);
+            attention_backward_fa2(dinp, dout, inp, out, lse, B, T_, NH, NKV, C / NH, scratch, stream);
+        else attention_backward_tc(dinp, dout, inp, out, lse, B, T_, C, NH, NKV, scratch, stream);
 #endif
     }
 }

@@ -209,24 +209,37 @@ static __global__ void __launch_bounds__(128)
     }
 }
 
-/* ---- backward: 7 products in two kernels, deterministic (every output element is summed by
- * one warp in a fixed order; no atomics) ----
- *   dk/dv kernel: a block owns 64 keys of one key/value head (16 per warp) and streams the query
- *     tiles of every query head of its group (cp.async, double-buffered, with lse and D):
- *     S^T = K Q^T, dP^T = V dO^T, P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D),
- *     dV += P^T dO, dK += dS^T Q   (P^T and dS^T re-packed from accumulators as A operands)
- *   dq kernel: a block owns 64 queries and streams key/value tiles:
- *     S = Q K^T, dP = dO V^T, P, dS as above, dQ += dS K
- * dQ by its own pass recomputes S and dP (2 of the 7 products) instead of accumulating dS K
- * across key blocks with atomics, so the result is reproducible bit for bit.
- * Query tiles in the dk/dv kernel are 64 rows at HS 64 and 32 at HS 128 (register budget). */
+/* ---- backward: 5 products in one kernel, as FlashAttention-2 does; deterministic ----
+ * A pre-pass (attention_backward_rowdot) computes D = rowsum(dO o O). Then a block owns 64 keys
+ * of one key/value head (16 per warp) and streams the query tiles of every query head of its
+ * group (cp.async, double-buffered, with lse and D). Per query tile:
+ *   S^T = K Q^T, dP^T = V dO^T                        (2 products, per warp: 16 keys x BQ)
+ *   P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D)  (in the accumulators)
+ *   dV += P^T dO, dK += dS^T Q                          (2 products; P^T, dS^T re-packed as A)
+ *   dQ_tile = dS K                                      (1 product, over the block's 64 keys)
+ * dK and dV stay in registers for the whole run. dQ sums over key blocks, i.e. over blocks:
+ * dS^T goes through shared memory (16-bit, [64 keys][BQ + 8]) so that each warp multiplies a
+ * 16-row piece of dQ over all 64 keys (A = dS through ldmatrix.trans, B = K through .trans),
+ * then adds it to an fp32 accumulator in global memory (the scratch) IN KEY-BLOCK ORDER: each
+ * (batch, head, query tile) has a turn counter; key block n waits until it reads n (blocks
+ * 0 .. n-1 have added), adds, and sets n + 1. Key block 0 stores instead of adding, the last
+ * contributor (the diagonal block) writes dQ * scale to dinp in T. No float atomics, so the
+ * result is reproducible bit for bit. Cost against the 7-product two-kernel scheme it replaces:
+ * no recomputation of S and dP (2 of 7 products), one launch less; in exchange each (key block,
+ * query tile) pair reads and writes BQ x HS fp32 of accumulator (L2-resident in practice, as
+ * FlashAttention-2's atomics are), scratch of B*NH*T*HS floats plus one int per query tile,
+ * and a block may wait on its predecessor's store (blocks of a row launch in key-block order:
+ * block n waits only on lower-numbered blocks, which the GPU has already scheduled).
+ * Query tiles are 64 rows at HS 64 and 16 at HS 128 (register budget: dK and dV alone hold 128
+ * registers per thread there). */
 template <class T, int HS> struct AttnFA2Bwd {
-    static constexpr int LD = HS + 8, BQ = HS == 128 ? 32 : 64;
-    static constexpr size_t KV_ELEMS = (size_t)64 * LD, Q_ELEMS = (size_t)BQ * LD;
-    /* K, V | Q[2], dO[2] | lse[2][BQ], D[2][BQ] */
-    static constexpr size_t DKDV_BYTES = (2 * KV_ELEMS + 4 * Q_ELEMS) * sizeof(T) + 4 * BQ * sizeof(float);
-    /* Q, dO | K[2], V[2] */
-    static constexpr size_t DQ_BYTES = 6 * KV_ELEMS * sizeof(T);
+    static constexpr int LD = HS + 8, BQ = HS == 128 ? 16 : 64, DS_LD = BQ + 8;
+    static constexpr size_t KV_ELEMS = (size_t)64 * LD, Q_ELEMS = (size_t)BQ * LD, DS_ELEMS = (size_t)64 * DS_LD;
+    /* the dQ product: a warp owns 16 query rows x DQC columns of the tile's BQ x HS */
+    static constexpr int DQ_ROW_WARPS = BQ / 16, DQC = HS * DQ_ROW_WARPS / 4;
+    static_assert(DQC % 16 == 0 && 4 / DQ_ROW_WARPS * DQC == HS, "the 4 warps tile dQ in 16 x DQC pieces");
+    /* K, V | Q[2], dO[2] | dS^T | lse[2][BQ], D[2][BQ] */
+    static constexpr size_t BYTES = (2 * KV_ELEMS + 4 * Q_ELEMS + DS_ELEMS) * sizeof(T) + 4 * BQ * sizeof(float);
 };
 
 /* rows [r0, r0 + ROWS) of a (B*NH, T) fp32 vector scaled by `mul` into smem; 0 past T */
@@ -235,29 +248,64 @@ __device__ inline void fa2_load_rowvec(float *dst, const float *src, int r0, int
     for (int i = threadIdx.x; i < ROWS; i += 128) dst[i] = r0 + i < T_ ? src[r0 + i] * mul : 0.0f;
 }
 
+/* The A fragment (16 x 16) at (r0, c0) of the transpose of a row-major [rows][LD] shared tile
+ * (A's row r is the tile's column r0 + r), through ldmatrix.trans */
+template <int LD, class T> __device__ inline void fa2_load_at(unsigned (&a)[4], const T *tile, int r0, int c0) {
+    const int lane = threadIdx.x % 32;
+    ptx_ldmatrix<4, true>(a, tile + (c0 + lane % 8 + lane / 16 * 8) * LD + r0 + (lane / 8) % 2 * 8);
+}
+
+/* The dQ accumulator's turn counters: one int per (batch, head, query tile of BQ rows). Block
+ * `turn` of a tile's contributors waits until the counter reads `turn`. Under cudasim blocks run
+ * one after another in launch order, so every predecessor has finished: a counter that does not
+ * read `turn` there is a block waiting for a later one (a deadlock on the GPU), reported. */
+__device__ inline void fa2_wait_turn(const int *counter, int turn) {
+    if (threadIdx.x == 0) {
+#ifdef CUDASIM
+        if (*counter != turn)
+            ::cudasim::detail::device_error(__FILE__, __LINE__,
+                                            "FA2 backward: dQ turn counter reads %d, this block's turn is %d "
+                                            "(a block waiting for a later one deadlocks on the GPU)",
+                                            *counter, turn);
+#else
+        while (*(volatile const int *)counter != turn) __nanosleep(64);
+#endif
+        __threadfence(); /* the predecessors' accumulator stores are visible after the counter */
+    }
+}
+__device__ inline void fa2_pass_turn(int *counter, int next) {
+    __threadfence(); /* this thread's accumulator stores before the counter (after the barrier) */
+    __syncthreads();
+    if (threadIdx.x == 0) atomicExch(counter, next);
+}
+
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
-    attention_backward_dkdv_fa2_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
-                                       int NH, int NKV) {
+    attention_backward_fa2_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D,
+                                  float *dq_acc, int *turns, int T_, int NH, int NKV) {
     typedef AttnFA2Bwd<T, HS> L;
-    constexpr int LD = L::LD, BQ = L::BQ, NT = HS / 8, NQ = BQ / 8;
-    extern __shared__ __align__(128) unsigned char attn_fa2_dkdv_smem[];
-    T *ks = (T *)attn_fa2_dkdv_smem, *vs = ks + L::KV_ELEMS, *qs = vs + L::KV_ELEMS, *dos = qs + 2 * L::Q_ELEMS;
-    float *lses = (float *)(dos + 2 * L::Q_ELEMS), *Ds = lses + 2 * BQ;
+    constexpr int LD = L::LD, BQ = L::BQ, NT = HS / 8, NQ = BQ / 8, DS_LD = L::DS_LD;
+    extern __shared__ __align__(128) unsigned char attn_fa2_bwd_smem[];
+    T *ks = (T *)attn_fa2_bwd_smem, *vs = ks + L::KV_ELEMS, *qs = vs + L::KV_ELEMS, *dos = qs + 2 * L::Q_ELEMS;
+    T *dst_s = dos + 2 * L::Q_ELEMS; /* dS^T: [64 keys][BQ queries] */
+    float *lses = (float *)(dst_s + L::DS_ELEMS), *Ds = lses + 2 * BQ;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV, G = NH / NKV;
-    const int stride = (NH + 2 * NKV) * HS, C = NH * HS;
-    const int k0 = blockIdx.x * 64, key0 = k0 + warp * 16 + g; /* this lane's keys: key0, key0 + 8 */
+    const int stride = (NH + 2 * NKV) * HS;
+    const int kb = blockIdx.x, k0 = kb * 64, key0 = k0 + warp * 16 + g; /* this lane's keys: key0, key0 + 8 */
     const float scale = 1.0f / sqrtf((float)HS), scale_log2 = 1.4426950408889634f * scale;
-    const T *base = inp + (size_t)b * T_ * stride, *dbase = dout + (size_t)b * T_ * C;
+    const T *base = inp + (size_t)b * T_ * stride, *dbase = dout + (size_t)b * T_ * NH * HS;
     const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
     const int nq = (T_ - k0 + BQ - 1) / BQ, nit = G * nq; /* (query head, query tile) pairs */
+    const int qtiles = (T_ + BQ - 1) / BQ;
+    /* this warp's 16 x DQC piece of the dQ tile: rows dq_r0.., columns dq_c0.. */
+    const int dq_r0 = warp % L::DQ_ROW_WARPS * 16, dq_c0 = warp / L::DQ_ROW_WARPS * L::DQC;
 
     /* the tile pair `it` (head kvh*G + it/nq, queries from k0 + (it%nq)*BQ) into buffer it&1 */
     auto load = [&](int it) {
         const int h = kvh * G + it / nq, t0 = k0 + it % nq * BQ, buf = it & 1;
         fa2_load_rows<T, HS, BQ>(qs + buf * L::Q_ELEMS, base, stride, h * HS, t0, T_);
-        fa2_load_rows<T, HS, BQ>(dos + buf * L::Q_ELEMS, dbase, C, h * HS, t0, T_);
+        fa2_load_rows<T, HS, BQ>(dos + buf * L::Q_ELEMS, dbase, NH * HS, h * HS, t0, T_);
         const size_t bh = (size_t)b * NH + h;
         fa2_load_rowvec<BQ>(lses + buf * BQ, lse + bh * T_, t0, T_, 1.4426950408889634f);
         fa2_load_rowvec<BQ>(Ds + buf * BQ, D + bh * T_, t0, T_, 1.0f);
@@ -273,7 +321,7 @@ static __global__ void __launch_bounds__(128)
 #pragma unroll
         for (int i = 0; i < 4; i++) dk[n][i] = dv[n][i] = 0.0f;
     for (int it = 0; it < nit; it++) {
-        const int buf = it & 1, t0 = k0 + it % nq * BQ;
+        const int buf = it & 1, h = kvh * G + it / nq, t0 = k0 + it % nq * BQ;
         if (it + 1 < nit) {
             load(it + 1);
             ptx_cp_async_commit();
@@ -328,8 +376,57 @@ static __global__ void __launch_bounds__(128)
                 fa2_load_bt<LD>(r, qt, kk * 16, dp * 16);
                 fa2_mma2<T>(dk[2 * dp], dk[2 * dp + 1], da, r);
             }
+            /* this warp's 16 rows of dS^T, as rounded for dK, into shared memory for dQ */
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                T *row = dst_s + (warp * 16 + g + half * 8) * DS_LD + kk * 16 + 2 * tq;
+                *reinterpret_cast<unsigned *>(row) = da[half];
+                *reinterpret_cast<unsigned *>(row + 8) = da[2 + half];
+            }
         }
-        __syncthreads(); /* this buffer is refilled by the next iteration's prefetch */
+        /* dQ: add into the accumulator in key-block order (see the head comment) */
+        const size_t bh = (size_t)b * NH + h;
+        const int last = t0 / 64; /* key blocks 0 .. t0/64 reach this query tile */
+        int *turn = turns + bh * qtiles + t0 / BQ;
+        fa2_wait_turn(turn, kb);
+        __syncthreads(); /* all 64 keys' dS^T are in shared memory; the earlier blocks have added */
+        /* this warp's 16 x DQC piece = dS (16 queries x 64 keys) K (64 keys x DQC columns) */
+        constexpr int DQN = L::DQC / 16;
+        {
+            const int c0 = dq_c0;
+            float dq[2 * DQN][4];
+#pragma unroll
+            for (int n = 0; n < 2 * DQN; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) {
+                unsigned da[4];
+                fa2_load_at<DS_LD>(da, dst_s, dq_r0, kk * 16);
+#pragma unroll
+                for (int n = 0; n < DQN; n++) {
+                    unsigned r[4];
+                    fa2_load_bt<LD>(r, ks, kk * 16, c0 + n * 16);
+                    fa2_mma2<T>(dq[2 * n], dq[2 * n + 1], da, r);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = t0 + dq_r0 + g + r * 8;
+                if (row >= T_) continue;
+                float *acc = dq_acc + (bh * T_ + row) * HS + c0 + 2 * tq;
+                T *out = dinp + ((size_t)b * T_ + row) * stride + h * HS + c0 + 2 * tq;
+#pragma unroll
+                for (int n = 0; n < 2 * DQN; n++) {
+                    float2 v = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+                    if (kb > 0) { /* key block 0 stores, the others add */
+                        const float2 prev = __ldcg(reinterpret_cast<const float2 *>(acc + 8 * n));
+                        v.x += prev.x, v.y += prev.y;
+                    }
+                    if (kb == last) *reinterpret_cast<unsigned *>(out + 8 * n) = pack2<T>(v.x * scale, v.y * scale);
+                    else __stcg(reinterpret_cast<float2 *>(acc + 8 * n), v);
+                }
+            }
+        }
+        fa2_pass_turn(turn, kb + 1); /* its barrier also frees dS^T and this buffer for the prefetch */
     }
     T *rows = dinp + (size_t)b * T_ * stride;
 #pragma unroll
@@ -346,102 +443,6 @@ static __global__ void __launch_bounds__(128)
 }
 
 template <class T, int HS>
-static __global__ void __launch_bounds__(128)
-    attention_backward_dq_fa2_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
-                                     int NH, int NKV) {
-    typedef AttnFA2Bwd<T, HS> L;
-    constexpr int LD = L::LD, NT = HS / 8;
-    extern __shared__ __align__(128) unsigned char attn_fa2_dq_smem[];
-    T *qs = (T *)attn_fa2_dq_smem, *dos = qs + L::KV_ELEMS, *ks = dos + L::KV_ELEMS, *vs = ks + 2 * L::KV_ELEMS;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, kvh = h / (NH / NKV);
-    const int stride = (NH + 2 * NKV) * HS, C = NH * HS;
-    const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, row0 = q0 + warp * 16 + g;
-    const float scale = 1.0f / sqrtf((float)HS), scale_log2 = 1.4426950408889634f * scale;
-    const T *base = inp + (size_t)b * T_ * stride;
-    const int kcol = NH * HS + kvh * HS, vcol = (NH + NKV) * HS + kvh * HS;
-    const int ntiles = (min(q0 + 64, T_) + 63) / 64;
-    float lse2[2], Dr[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + r * 8;
-        lse2[r] = row < T_ ? lse[(size_t)bh * T_ + row] * 1.4426950408889634f : 0.0f;
-        Dr[r] = row < T_ ? D[(size_t)bh * T_ + row] : 0.0f;
-    }
-    fa2_load_rows<T, HS, 64>(qs, base, stride, h * HS, q0, T_);
-    fa2_load_rows<T, HS, 64>(dos, dout + (size_t)b * T_ * C, C, h * HS, q0, T_);
-    fa2_load_rows<T, HS, 64>(ks, base, stride, kcol, 0, T_);
-    fa2_load_rows<T, HS, 64>(vs, base, stride, vcol, 0, T_);
-    ptx_cp_async_commit();
-
-    float dq[NT][4];
-#pragma unroll
-    for (int n = 0; n < NT; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
-    for (int it = 0; it < ntiles; it++) {
-        const int buf = it & 1, k0 = it * 64;
-        if (it + 1 < ntiles) {
-            fa2_load_rows<T, HS, 64>(ks + (buf ^ 1) * L::KV_ELEMS, base, stride, kcol, k0 + 64, T_);
-            fa2_load_rows<T, HS, 64>(vs + (buf ^ 1) * L::KV_ELEMS, base, stride, vcol, k0 + 64, T_);
-            ptx_cp_async_commit();
-            ptx_cp_async_wait<1>();
-        } else {
-            ptx_cp_async_wait<0>();
-        }
-        __syncthreads();
-        const T *kt = ks + buf * L::KV_ELEMS, *vt = vs + buf * L::KV_ELEMS;
-        float s[8][4], dp[8][4];
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < HS / 16; kk++) {
-            unsigned qa[4], oa[4];
-            fa2_load_a<LD>(qa, qs, warp * 16, kk * 16);
-            fa2_load_a<LD>(oa, dos, warp * 16, kk * 16);
-#pragma unroll
-            for (int np = 0; np < 4; np++) {
-                unsigned r[4];
-                fa2_load_b<LD>(r, kt, np * 16, kk * 16);
-                fa2_mma2<T>(s[2 * np], s[2 * np + 1], qa, r);
-                fa2_load_b<LD>(r, vt, np * 16, kk * 16);
-                fa2_mma2<T>(dp[2 * np], dp[2 * np + 1], oa, r);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int row = row0 + (i / 2) * 8, key = k0 + 8 * j + 2 * tq + i % 2;
-                const float p = key <= row && row < T_ ? exp2f(s[j][i] * scale_log2 - lse2[i / 2]) : 0.0f;
-                dp[j][i] = p * (dp[j][i] - Dr[i / 2]);
-            }
-        /* dQ += dS K: k runs over the tile's keys, K rows through .trans */
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-            unsigned da[4];
-            fa2_pack_a<T>(da, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-            for (int n = 0; n < HS / 16; n++) {
-                unsigned r[4];
-                fa2_load_bt<LD>(r, kt, kk * 16, n * 16);
-                fa2_mma2<T>(dq[2 * n], dq[2 * n + 1], da, r);
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int row = row0 + r * 8;
-        if (row >= T_) continue;
-        T *dst = dinp + ((size_t)b * T_ + row) * stride + h * HS + 2 * tq;
-#pragma unroll
-        for (int n = 0; n < NT; n++)
-            *reinterpret_cast<unsigned *>(dst + 8 * n) = pack2<T>(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
-    }
-}
-
-template <class T, int HS>
 static void attention_forward_fa2_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV,
                                      cudaStream_t stream) {
     typedef AttnFA2<T, HS> L;
@@ -453,9 +454,9 @@ static void attention_forward_fa2_hs(T *out, float *lse, const T *inp, int B, in
 }
 
 inline void attention_fa2_check(const char *who, int B, int T_, int NH, int NKV, int HS) {
-    attention_check_sizes(who, B, T_, NH * HS, NH);
-    if ((HS != 64 && HS != 128) || NKV <= 0 || NH % NKV != 0)
-        llmc_check_failed(who, "head size must be 64 or 128 and NKV must divide NH",
+    attention_check_sizes(who, B, T_, NH * HS, NH, NKV);
+    if (HS != 64 && HS != 128)
+        llmc_check_failed(who, "head size must be 64 or 128",
                           "HINT: a caller bug (attention_fa2_supports() says which shapes run here)", __func__,
                           __FILE__, __LINE__);
 }
@@ -473,23 +474,31 @@ void attention_forward_fa2(T *out, float *lse, const T *inp, int B, int T_, int 
     else attention_forward_fa2_hs<T, 128>(out, lse, inp, B, T_, NH, NKV, stream);
 }
 
+/* The scratch of attention_backward_fa2, in floats: D (B*NH*T, rounded up to 4), the dQ
+ * accumulator (B*NH*T*HS) and the turn counters (one int per query tile of BQ >= 16 rows, bounded by
+ * B*NH*T). Callers that know only N = B*T can use it: it depends on B and T through N. */
+inline size_t attention_fa2_scratch_floats(size_t N, int NH, int HS) {
+    const size_t rows = N * (size_t)NH;
+    return (rows + 3) / 4 * 4 + rows * (size_t)HS + rows;
+}
+
 template <class T, int HS>
-static void attention_backward_fa2_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
+static void attention_backward_fa2_hs(T *dinp, const T *dout, const T *inp, const float *lse, float *scratch, int B,
                                       int T_, int NH, int NKV, cudaStream_t stream) {
     typedef AttnFA2Bwd<T, HS> L;
-    static bool ready_kv = false, ready_q = false;
-    attention_tc_smem(attention_backward_dkdv_fa2_kernel<T, HS>, L::DKDV_BYTES, &ready_kv);
-    attention_tc_smem(attention_backward_dq_fa2_kernel<T, HS>, L::DQ_BYTES, &ready_q);
-    attention_backward_dkdv_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NKV), 128, L::DKDV_BYTES, stream>>>(
-        dinp, dout, inp, lse, D, T_, NH, NKV);
-    kernelCheck();
-    attention_backward_dq_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::DQ_BYTES, stream>>>(
-        dinp, dout, inp, lse, D, T_, NH, NKV);
+    static bool ready = false;
+    attention_tc_smem(attention_backward_fa2_kernel<T, HS>, L::BYTES, &ready);
+    const size_t rows = (size_t)B * NH * T_;
+    float *dq_acc = scratch + (rows + 3) / 4 * 4;
+    int *turns = (int *)(dq_acc + rows * HS);
+    cudaCheck(cudaMemsetAsync(turns, 0, (size_t)B * NH * ceil_div(T_, L::BQ) * sizeof(int), stream));
+    attention_backward_fa2_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NKV), 128, L::BYTES, stream>>>(
+        dinp, dout, inp, lse, scratch, dq_acc, turns, T_, NH, NKV);
     kernelCheck();
 }
 
 /* dinp (same layout as inp, every element written); dout, out (B, T, NH*HS); lse from the
- * forward; scratch: B*NH*T floats (D = rowsum(dout * out)). */
+ * forward; scratch: attention_fa2_scratch_floats(B*T, NH, HS) floats, 16-byte aligned. */
 template <class T>
 void attention_backward_fa2(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_,
                             int NH, int NKV, int HS, float *scratch, cudaStream_t stream) {
@@ -497,6 +506,7 @@ void attention_backward_fa2(T *dinp, const T *dout, const T *inp, const T *out, 
     attention_fa2_check("attention_backward_fa2", B, T_, NH, NKV, HS);
     attention_tc_check_aligned("attention_backward_fa2", inp, "inp");
     attention_tc_check_aligned("attention_backward_fa2", dinp, "dinp");
+    attention_tc_check_aligned("attention_backward_fa2", scratch, "scratch");
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
     if (HS == 64) attention_backward_fa2_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);
     else attention_backward_fa2_hs<T, 128>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);

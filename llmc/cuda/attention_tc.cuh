@@ -13,6 +13,9 @@
  * depends on how a fragment spreads over the lanes. The forward keeps O in fragments and
  * rescales it (through shared memory) only when a row's max grows by more than e^8.
  *
+ * Grouped-query attention: the forward and dq kernels read their head's key/value head in place;
+ * a dk/dv block owns 64 keys of one key/value head and streams the query tiles of each of the
+ * group's query heads in turn, so dk and dv sum over the group in registers.
  * Determinism: each output element is produced by one warp in a fixed order; no atomics.
  * dq is computed by its own kernel (one pass over the keys) rather than accumulated across
  * key blocks, which costs a second S and dP product but keeps the result reproducible.
@@ -107,10 +110,35 @@ __device__ inline void attn_tc_two_products(
     wmma::store_matrix_sync(s1 + j * 16, f1, LDS, wmma::mem_row_major);
     wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
 }
+/* The same with A1, A2 read from the warp's 16 rows of [64][HS + 8] shared tiles at each k step
+ * (the dk/dv kernel: K and V fragments held in registers for the whole run would leave too few
+ * for dk and dv at HS 128 once the kernel loops over a group's query heads). */
+template <class T, int HS>
+__device__ inline void attn_tc_two_products(const T *a1, const T *a2, const T *b1, const T *b2, int j, float *s1,
+                                            float *s2) {
+    using namespace nvcuda;
+    constexpr int LDT = AttnTC<T, HS>::LDT, LDS = AttnTC<T, HS>::LDS;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> f1, f2;
+    wmma::fill_fragment(f1, 0.0f);
+    wmma::fill_fragment(f2, 0.0f);
+#pragma unroll
+    for (int kk = 0; kk < HS / 16; kk++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> y1, y2;
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> x1, x2;
+        wmma::load_matrix_sync(y1, a1 + kk * 16, LDT);
+        wmma::load_matrix_sync(y2, a2 + kk * 16, LDT);
+        wmma::load_matrix_sync(x1, b1 + j * 16 * LDT + kk * 16, LDT);
+        wmma::load_matrix_sync(x2, b2 + j * 16 * LDT + kk * 16, LDT);
+        wmma::mma_sync(f1, y1, x1, f1);
+        wmma::mma_sync(f2, y2, x2, f2);
+    }
+    wmma::store_matrix_sync(s1 + j * 16, f1, LDS, wmma::mem_row_major);
+    wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
+}
 
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
-    attention_forward_tc_kernel(T *out, float *lse, const T *inp, int T_, int NH) {
+    attention_forward_tc_kernel(T *out, float *lse, const T *inp, int T_, int NH, int NKV) {
     using namespace nvcuda;
     typedef AttnTC<T, HS> L;
     extern __shared__ __align__(128) unsigned char attn_fwd_smem[];
@@ -119,7 +147,8 @@ static __global__ void __launch_bounds__(128)
     float *ss = (float *)(attn_fwd_smem + 3 * L::TILE_BYTES) + warp * 16 * L::LDS;
     T *ps = (T *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDP;
     float *os = (float *)(attn_fwd_smem + 3 * L::TILE_BYTES + L::S_BYTES + L::P_BYTES) + warp * 16 * L::LDO;
-    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS; /* h's key/value head */
     /* the last query blocks see the most keys: they go first, so the short ones fill the tail */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
     const float scale = 1.0f / sqrtf((float)HS);
@@ -146,8 +175,8 @@ static __global__ void __launch_bounds__(128)
     const int kv_end = min(q0 + 64, T_);
     for (int k0 = 0; k0 < kv_end; k0 += 64) {
         __syncthreads(); /* every warp is done with the previous k, v tile */
-        attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
-        attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+        attn_tc_load_tile<T, HS>(ks, base, C3, kcol, k0, T_);
+        attn_tc_load_tile<T, HS>(vs, base, C3, vcol, k0, T_);
         __syncthreads();
         if (w0 >= T_) continue;
         /* key sub-tiles holding a key <= the warp's last query (k0 <= w0, so at least one) */
@@ -223,7 +252,7 @@ static __global__ void __launch_bounds__(128)
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
     attention_backward_dkdv_tc_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
-                                      int NH) {
+                                      int NH, int NKV) {
     using namespace nvcuda;
     typedef AttnTC<T, HS> L;
     typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
@@ -236,25 +265,27 @@ static __global__ void __launch_bounds__(128)
     float *dpt = (float *)(rest + 2 * 64 * 4 + L::S_BYTES) + warp * 16 * L::LDS;
     T *pt = (T *)(rest + 2 * 64 * 4 + 2 * L::S_BYTES) + warp * 16 * L::LDP;
     T *dst = (T *)(rest + 2 * 64 * 4 + 2 * L::S_BYTES + L::P_BYTES) + warp * 16 * L::LDP;
-    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS, G = NH / NKV;
+    const int bkv = blockIdx.y, b = bkv / NKV, kvh = bkv % NKV; /* the group's query heads in order */
+    const int kcol = C + kvh * HS, vcol = kcol + NKV * HS;
     const int k0 = blockIdx.x * 64, w0 = k0 + warp * 16, u = w0 + rr; /* lane's key row */
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
     const T *dbase = dout + (size_t)b * T_ * C;
 
-    attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
-    attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+    attn_tc_load_tile<T, HS>(ks, base, C3, kcol, k0, T_);
+    attn_tc_load_tile<T, HS>(vs, base, C3, vcol, k0, T_);
     __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> kf[L::NK], vf[L::NK];
+    const T *kw = ks + warp * 16 * L::LDT, *vw = vs + warp * 16 * L::LDT; /* the warp's key rows */
     Acc dk[L::NK], dv[L::NK];
 #pragma unroll
     for (int kk = 0; kk < L::NK; kk++) {
-        wmma::load_matrix_sync(kf[kk], ks + warp * 16 * L::LDT + kk * 16, L::LDT);
-        wmma::load_matrix_sync(vf[kk], vs + warp * 16 * L::LDT + kk * 16, L::LDT);
         wmma::fill_fragment(dk[kk], 0.0f);
         wmma::fill_fragment(dv[kk], 0.0f);
     }
+    for (int h = kvh * G; h < (kvh + 1) * G; h++)
     for (int t0 = k0; t0 < T_; t0 += 64) {
+        const int bh = b * NH + h;
         __syncthreads(); /* every warp is done with the previous query tile */
         attn_tc_load_tile<T, HS>(qs, base, C3, h * HS, t0, T_);
         attn_tc_load_tile<T, HS>(dos, dbase, C, h * HS, t0, T_);
@@ -266,7 +297,7 @@ static __global__ void __launch_bounds__(128)
         if (w0 >= T_) continue;
         /* query sub-tiles with a query >= the warp's first key, and not wholly past T */
         const int jfirst = max(0, (w0 - t0) / 16), jend = min(4, (T_ - t0 + 15) / 16);
-        for (int j = jfirst; j < jend; j++) attn_tc_two_products<T, HS>(kf, vf, qs, dos, j, st, dpt);
+        for (int j = jfirst; j < jend; j++) attn_tc_two_products<T, HS>(kw, vw, qs, dos, j, st, dpt);
         __syncwarp();
         for (int c = half * 32; c < half * 32 + 32; c++) {
             const int tq = t0 + c;
@@ -296,8 +327,8 @@ static __global__ void __launch_bounds__(128)
     for (int n = 0; n < L::NK; n++)
         for (int i = 0; i < dk[n].num_elements; i++) dk[n].x[i] *= scale;
     T *rows = dinp + (size_t)b * T_ * C3;
-    attn_tc_store_rows<T, HS>(rows, C3, C + h * HS, w0, T_, st, dk);
-    attn_tc_store_rows<T, HS>(rows, C3, 2 * C + h * HS, w0, T_, st, dv);
+    attn_tc_store_rows<T, HS>(rows, C3, kcol, w0, T_, st, dk);
+    attn_tc_store_rows<T, HS>(rows, C3, vcol, w0, T_, st, dv);
 }
 
 /* dq for 64 queries per block (16 per warp); key tiles stream through shared memory.
@@ -305,7 +336,7 @@ static __global__ void __launch_bounds__(128)
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
     attention_backward_dq_tc_kernel(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int T_,
-                                    int NH) {
+                                    int NH, int NKV) {
     using namespace nvcuda;
     typedef AttnTC<T, HS> L;
     typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> Acc;
@@ -315,7 +346,8 @@ static __global__ void __launch_bounds__(128)
     float *ss = (float *)(attn_dq_smem + 4 * L::TILE_BYTES) + warp * 16 * L::LDS;
     float *dps = (float *)(attn_dq_smem + 4 * L::TILE_BYTES + L::S_BYTES) + warp * 16 * L::LDS;
     T *dss = (T *)(attn_dq_smem + 4 * L::TILE_BYTES + 2 * L::S_BYTES) + warp * 16 * L::LDP;
-    const int C = NH * HS, C3 = 3 * C, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS, bh = blockIdx.y, b = bh / NH, h = bh % NH;
+    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS; /* h's key/value head */
     /* the last query blocks see the most keys: they go first, so the short ones fill the tail */
     const int q0 = (gridDim.x - 1 - blockIdx.x) * 64, w0 = q0 + warp * 16, t = w0 + rr; /* lane's query row */
     const float scale = 1.0f / sqrtf((float)HS);
@@ -336,8 +368,8 @@ static __global__ void __launch_bounds__(128)
     const int kv_end = min(q0 + 64, T_);
     for (int k0 = 0; k0 < kv_end; k0 += 64) {
         __syncthreads();
-        attn_tc_load_tile<T, HS>(ks, base, C3, C + h * HS, k0, T_);
-        attn_tc_load_tile<T, HS>(vs, base, C3, 2 * C + h * HS, k0, T_);
+        attn_tc_load_tile<T, HS>(ks, base, C3, kcol, k0, T_);
+        attn_tc_load_tile<T, HS>(vs, base, C3, vcol, k0, T_);
         __syncthreads();
         if (w0 >= T_) continue;
         const int nsub = min(4, (w0 + 15 - k0) / 16 + 1);
@@ -384,49 +416,52 @@ template <class K> inline void attention_tc_smem(K kernel, size_t bytes, bool *d
 }
 
 template <class T, int HS>
-static void attention_forward_tc_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, cudaStream_t stream) {
+static void attention_forward_tc_hs(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV,
+                                    cudaStream_t stream) {
     typedef AttnTC<T, HS> L;
     static bool ready = false;
     attention_tc_smem(attention_forward_tc_kernel<T, HS>, L::FWD_BYTES, &ready);
     attention_forward_tc_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::FWD_BYTES, stream>>>(out, lse, inp,
-                                                                                                       T_, NH);
+                                                                                                       T_, NH, NKV);
     kernelCheck();
 }
 
 template <class T, int HS>
 static void attention_backward_tc_hs(T *dinp, const T *dout, const T *inp, const float *lse, const float *D, int B,
-                                     int T_, int NH, cudaStream_t stream) {
+                                     int T_, int NH, int NKV, cudaStream_t stream) {
     typedef AttnTC<T, HS> L;
     static bool ready_kv = false, ready_q = false;
     attention_tc_smem(attention_backward_dkdv_tc_kernel<T, HS>, L::DKDV_BYTES, &ready_kv);
     attention_tc_smem(attention_backward_dq_tc_kernel<T, HS>, L::DQ_BYTES, &ready_q);
-    dim3 grid(ceil_div(T_, 64), B * NH);
-    attention_backward_dkdv_tc_kernel<T, HS><<<grid, 128, L::DKDV_BYTES, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    attention_backward_dkdv_tc_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NKV), 128, L::DKDV_BYTES, stream>>>(
+        dinp, dout, inp, lse, D, T_, NH, NKV);
     kernelCheck();
-    attention_backward_dq_tc_kernel<T, HS><<<grid, 128, L::DQ_BYTES, stream>>>(dinp, dout, inp, lse, D, T_, NH);
+    attention_backward_dq_tc_kernel<T, HS><<<dim3(ceil_div(T_, 64), B * NH), 128, L::DQ_BYTES, stream>>>(
+        dinp, dout, inp, lse, D, T_, NH, NKV);
     kernelCheck();
 }
 
 template <class T>
-void attention_forward_tc(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, cudaStream_t stream) {
+void attention_forward_tc(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, int NKV,
+                          cudaStream_t stream) {
     static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
-    attention_check_sizes("attention_forward", B, T_, C, NH);
+    attention_check_sizes("attention_forward", B, T_, C, NH, NKV);
     attention_tc_check_aligned("attention_forward", inp, "inp");
     attention_tc_check_aligned("attention_forward", out, "out");
-    with_head_size(C / NH, [&](auto hs) { attention_forward_tc_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, stream); });
+    with_head_size(C / NH, [&](auto hs) { attention_forward_tc_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, NKV, stream); });
 }
 
 template <class T>
 void attention_backward_tc(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
-                           int NH, float *scratch, cudaStream_t stream) {
+                           int NH, int NKV, float *scratch, cudaStream_t stream) {
     static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
-    attention_check_sizes("attention_backward", B, T_, C, NH);
+    attention_check_sizes("attention_backward", B, T_, C, NH, NKV);
     attention_tc_check_aligned("attention_backward", inp, "inp");
     attention_tc_check_aligned("attention_backward", dinp, "dinp");
     const int HS = C / NH;
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
     with_head_size(HS, [&](auto hs) {
-        attention_backward_tc_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, stream);
+        attention_backward_tc_hs<T, decltype(hs)::value>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);
     });
 }
 

@@ -113,18 +113,19 @@ static void cudnn_att_fe_failed(const char *stmt, const char *what, fe::error_t 
 
 /* ---- shapes ----------------------------------------------------------------------------------- */
 typedef struct {
-    int B, T, C, NH, HS, is_fp16, backward;
-    char what[192]; /* "cuDNN attention forward bf16 B=8 T=1024 C=768 NH=12 (HS=64)" for messages */
+    int B, T, C, NH, NKV, HS, is_fp16, backward;
+    char what[192]; /* "cuDNN attention forward bf16 B=8 T=1024 C=768 NH=12 NKV=12 (HS=64)" for messages */
 } AttShape;
 
 /* Validates the sizes (always on) and describes them for messages. */
-static AttShape att_shape(const char *op, int backward, int B, int T, int C, int NH, int is_fp16) {
+static AttShape att_shape(const char *op, int backward, int B, int T, int C, int NH, int NKV, int is_fp16) {
     AttShape s;
-    s.B = B, s.T = T, s.C = C, s.NH = NH, s.HS = NH > 0 ? C / NH : 0, s.is_fp16 = is_fp16 != 0, s.backward = backward;
-    snprintf(s.what, sizeof s.what, "cuDNN attention %s %s B=%d T=%d C=%d NH=%d (HS=%d)", op,
-             s.is_fp16 ? "fp16" : "bf16", B, T, C, NH, s.HS);
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0)
-        cudnn_att_failed("att_shape", s.what, "B, T, C, NH must be positive and C divisible by NH",
+    s.B = B, s.T = T, s.C = C, s.NH = NH, s.NKV = NKV, s.HS = NH > 0 ? C / NH : 0, s.is_fp16 = is_fp16 != 0;
+    s.backward = backward;
+    snprintf(s.what, sizeof s.what, "cuDNN attention %s %s B=%d T=%d C=%d NH=%d NKV=%d (HS=%d)", op,
+             s.is_fp16 ? "fp16" : "bf16", B, T, C, NH, NKV, s.HS);
+    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH != 0 || NKV <= 0 || NH % NKV != 0)
+        cudnn_att_failed("att_shape", s.what, "B, T, C, NH, NKV must be positive, C divisible by NH and NH by NKV",
                          __func__, __FILE__, __LINE__);
     if (s.HS % 8 != 0 || s.HS > 256)
         cudnn_att_failed("att_shape", s.what, "cuDNN SDPA needs the head size C/NH to be a multiple of 8, at most 256",
@@ -143,7 +144,7 @@ static void att_check_aligned(const AttShape *s, const char *name, const void *p
 /* Tensor uids: the variant pack maps them to device pointers at execute time. */
 enum : int64_t { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_DO, UID_DQ, UID_DK, UID_DV };
 
-typedef std::tuple<int, int, int, int, int, int> GraphKey; /* B, T, C, NH, is_fp16, backward */
+typedef std::tuple<int, int, int, int, int, int, int> GraphKey; /* B, T, C, NH, NKV, is_fp16, backward */
 typedef std::map<GraphKey, std::shared_ptr<fe::graph::Graph>> GraphCache;
 
 /* The one piece of module state, behind the header's context-free C-style API: the handle, the
@@ -190,15 +191,16 @@ static std::shared_ptr<fe::graph::Graph> att_build_graph(const AttShape *s) {
     auto g = std::make_shared<gr::Graph>();
     g->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
 
-    const int64_t B = s->B, T = s->T, C = s->C, NH = s->NH, HS = s->HS;
-    const std::vector<int64_t> dim = {B, NH, T, HS};
-    const std::vector<int64_t> qkv_stride = {T * 3 * C, HS, 3 * C, 1}; /* in inp, dinp (B, T, 3C) */
-    const std::vector<int64_t> out_stride = {T * C, HS, C, 1};         /* in out, dout (B, T, C) */
+    const int64_t B = s->B, T = s->T, C = s->C, NH = s->NH, NKV = s->NKV, HS = s->HS, W = (NH + 2 * NKV) * HS;
+    const std::vector<int64_t> dim = {B, NH, T, HS}, kv_dim = {B, NKV, T, HS}; /* K, V: NKV heads (GQA) */
+    const std::vector<int64_t> qkv_stride = {T * W, HS, W, 1};  /* in inp, dinp (B, T, W) */
+    const std::vector<int64_t> out_stride = {T * C, HS, C, 1}; /* in out, dout (B, T, C) */
     const std::vector<int64_t> lse_dim = {B, NH, T, 1}, lse_stride = {NH * T, T, 1, 1};
-    auto view = [&](const char *name, int64_t uid, const std::vector<int64_t> &stride) {
-        return g->tensor(gr::Tensor_attributes().set_name(name).set_uid(uid).set_dim(dim).set_stride(stride).set_data_type(io));
+    auto view = [&](const char *name, int64_t uid, const std::vector<int64_t> &d, const std::vector<int64_t> &stride) {
+        return g->tensor(gr::Tensor_attributes().set_name(name).set_uid(uid).set_dim(d).set_stride(stride).set_data_type(io));
     };
-    auto Q = view("Q", UID_Q, qkv_stride), K = view("K", UID_K, qkv_stride), V = view("V", UID_V, qkv_stride);
+    auto Q = view("Q", UID_Q, dim, qkv_stride), K = view("K", UID_K, kv_dim, qkv_stride);
+    auto V = view("V", UID_V, kv_dim, qkv_stride);
     const float scale = 1.0f / sqrtf((float)HS); /* the same float as attention.cuh's */
 
     if (!s->backward) {
@@ -212,7 +214,7 @@ static std::shared_ptr<fe::graph::Graph> att_build_graph(const AttShape *s) {
         O->set_output(true).set_uid(UID_O).set_dim(dim).set_stride(out_stride).set_data_type(io);
         stats->set_output(true).set_uid(UID_STATS).set_dim(lse_dim).set_stride(lse_stride).set_data_type(fe::DataType_t::FLOAT);
     } else {
-        auto O = view("O", UID_O, out_stride), dO = view("dO", UID_DO, out_stride);
+        auto O = view("O", UID_O, dim, out_stride), dO = view("dO", UID_DO, dim, out_stride);
         auto stats = g->tensor(gr::Tensor_attributes()
                                    .set_name("stats")
                                    .set_uid(UID_STATS)
@@ -228,8 +230,8 @@ static std::shared_ptr<fe::graph::Graph> att_build_graph(const AttShape *s) {
                        .set_deterministic_algorithm(true);
         auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, stats, opt);
         dQ->set_output(true).set_uid(UID_DQ).set_dim(dim).set_stride(qkv_stride).set_data_type(io);
-        dK->set_output(true).set_uid(UID_DK).set_dim(dim).set_stride(qkv_stride).set_data_type(io);
-        dV->set_output(true).set_uid(UID_DV).set_dim(dim).set_stride(qkv_stride).set_data_type(io);
+        dK->set_output(true).set_uid(UID_DK).set_dim(kv_dim).set_stride(qkv_stride).set_data_type(io);
+        dV->set_output(true).set_uid(UID_DV).set_dim(kv_dim).set_stride(qkv_stride).set_data_type(io);
     }
 
     feCheck(g->validate(), s->what);
@@ -246,7 +248,7 @@ static std::shared_ptr<fe::graph::Graph> att_build_graph(const AttShape *s) {
 /* The cached graph for this shape, built on first use. */
 static fe::graph::Graph *att_graph(const AttShape *s) {
     att_init(s);
-    GraphKey key(s->B, s->T, s->C, s->NH, s->is_fp16, s->backward);
+    GraphKey key(s->B, s->T, s->C, s->NH, s->NKV, s->is_fp16, s->backward);
     auto it = att.graphs->find(key);
     if (it == att.graphs->end()) it = att.graphs->emplace(key, att_build_graph(s)).first;
     return it->second.get();
@@ -259,23 +261,23 @@ static void att_execute(const AttShape *s, fe::graph::Graph *g, std::unordered_m
 }
 
 /* ---- the ops ---------------------------------------------------------------------------------- */
-void attention_forward_cudnn(void *out, float *lse, const void *inp, int B, int T, int C, int NH, int is_fp16,
+void attention_forward_cudnn(void *out, float *lse, const void *inp, int B, int T, int C, int NH, int NKV, int is_fp16,
                              cudaStream_t stream) {
-    AttShape s = att_shape("forward", 0, B, T, C, NH, is_fp16);
+    AttShape s = att_shape("forward", 0, B, T, C, NH, NKV, is_fp16);
     att_check_aligned(&s, "out", out);
     att_check_aligned(&s, "lse", lse);
     att_check_aligned(&s, "inp", inp);
     fe::graph::Graph *g = att_graph(&s);
     char *qkv = (char *)inp;
-    const size_t row = (size_t)C * 2; /* bytes of one of q, k, v in a position's 3C row */
+    const size_t q_bytes = (size_t)C * 2, kv_bytes = (size_t)s.HS * NKV * 2; /* of a position's q, k (or v) */
     std::unordered_map<int64_t, void *> pack = {
-        {UID_Q, qkv}, {UID_K, qkv + row}, {UID_V, qkv + 2 * row}, {UID_O, out}, {UID_STATS, lse}};
+        {UID_Q, qkv}, {UID_K, qkv + q_bytes}, {UID_V, qkv + q_bytes + kv_bytes}, {UID_O, out}, {UID_STATS, lse}};
     att_execute(&s, g, pack, stream);
 }
 
 void attention_backward_cudnn(void *dinp, const void *dout, const void *inp, const void *out, const float *lse, int B,
-                              int T, int C, int NH, int is_fp16, cudaStream_t stream) {
-    AttShape s = att_shape("backward", 1, B, T, C, NH, is_fp16);
+                              int T, int C, int NH, int NKV, int is_fp16, cudaStream_t stream) {
+    AttShape s = att_shape("backward", 1, B, T, C, NH, NKV, is_fp16);
     att_check_aligned(&s, "dinp", dinp);
     att_check_aligned(&s, "dout", dout);
     att_check_aligned(&s, "inp", inp);
@@ -283,17 +285,17 @@ void attention_backward_cudnn(void *dinp, const void *dout, const void *inp, con
     att_check_aligned(&s, "lse", lse);
     fe::graph::Graph *g = att_graph(&s);
     char *qkv = (char *)inp, *dqkv = (char *)dinp;
-    const size_t row = (size_t)C * 2;
+    const size_t q_bytes = (size_t)C * 2, kv_bytes = (size_t)s.HS * NKV * 2;
     std::unordered_map<int64_t, void *> pack = {
-        {UID_Q, qkv},   {UID_K, qkv + row},   {UID_V, qkv + 2 * row},   {UID_O, (void *)out},
+        {UID_Q, qkv},   {UID_K, qkv + q_bytes},   {UID_V, qkv + q_bytes + kv_bytes},   {UID_O, (void *)out},
         {UID_DO, (void *)dout}, {UID_STATS, (void *)lse},
-        {UID_DQ, dqkv}, {UID_DK, dqkv + row}, {UID_DV, dqkv + 2 * row}};
+        {UID_DQ, dqkv}, {UID_DK, dqkv + q_bytes}, {UID_DV, dqkv + q_bytes + kv_bytes}};
     att_execute(&s, g, pack, stream);
 }
 
-void cudnn_att_prepare(int B, int T, int C, int NH, int is_fp16) {
-    AttShape fwd = att_shape("forward", 0, B, T, C, NH, is_fp16);
-    AttShape bwd = att_shape("backward", 1, B, T, C, NH, is_fp16);
+void cudnn_att_prepare(int B, int T, int C, int NH, int NKV, int is_fp16) {
+    AttShape fwd = att_shape("forward", 0, B, T, C, NH, NKV, is_fp16);
+    AttShape bwd = att_shape("backward", 1, B, T, C, NH, NKV, is_fp16);
     att_graph(&fwd);
     att_graph(&bwd);
 }

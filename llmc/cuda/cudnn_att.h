@@ -6,8 +6,10 @@
  * and pulls in no cuDNN header.
  *
  * Same tensors, same meaning and same argument order as attention_forward / attention_backward:
- *   inp (B, T, 3C) holds [q | k | v] per position, head h at channels [h*HS, (h+1)*HS), HS = C/NH
- *   out, dout (B, T, C); dinp (B, T, 3C); lse (B, NH, T) fp32
+ *   inp (B, T, (NH + 2 NKV) HS) holds [q (NH heads) | k (NKV heads) | v (NKV heads)] per
+ *   position, HS = C/NH; query head h reads key/value head h / (NH/NKV) (grouped-query
+ *   attention: cuDNN's SDPA takes K and V with NKV heads as they are; GPT-2: NKV = NH, 3C)
+ *   out, dout (B, T, C); dinp (as inp); lse (B, NH, T) fp32
  *   s[t,u] = q_t . k_u / sqrt(HS) for u <= t;  out_t = sum_u softmax_u(s[t, 0..t]) v_u
  *   lse[b,h,t] = log(sum_{u<=t} exp(s[t,u]))   (natural log, scaled scores: exactly our kernels'
  *                                               saved statistic, so either backward accepts
@@ -17,7 +19,7 @@
  * is_fp16: 0 = __nv_bfloat16 storage, 1 = __half storage. fp32 storage has no cuDNN path.
  *
  * Preconditions (checked on every call; a violation exits with a message and a HINT):
- *   B, T, C, NH > 0, C % NH == 0, HS = C/NH a multiple of 8 and at most 256 (cuDNN's SDPA
+ *   B, T, C, NH > 0, C % NH == 0, NKV > 0 dividing NH, HS = C/NH a multiple of 8 and at most 256 (cuDNN's SDPA
  *   support; GPT-2: 64); inp, out, dout, dinp and lse 16-byte aligned (cuDNN's vector loads:
  *   with HS % 8 == 0 the k and v views at inp + C and inp + 2C stay aligned; a per-layer lse
  *   slice at l*B*NH*T floats is aligned when B*NH*T is a multiple of 4).
@@ -39,18 +41,18 @@
 
 #include <cuda_runtime.h>
 
-/* out (B, T, C), lse (B, NH, T) <- inp (B, T, 3C); stream-ordered on `stream`. */
-void attention_forward_cudnn(void *out, float *lse, const void *inp, int B, int T, int C, int NH, int is_fp16,
+/* out (B, T, C), lse (B, NH, T) <- inp (B, T, (NH + 2 NKV) HS); stream-ordered on `stream`. */
+void attention_forward_cudnn(void *out, float *lse, const void *inp, int B, int T, int C, int NH, int NKV, int is_fp16,
                              cudaStream_t stream);
 
-/* dinp (B, T, 3C) = d(attention)/d(inp) . dout (overwrites), from the forward's inp, out, lse. */
+/* dinp (as inp) = d(attention)/d(inp) . dout (overwrites), from the forward's inp, out, lse. */
 void attention_backward_cudnn(void *dinp, const void *dout, const void *inp, const void *out, const float *lse, int B,
-                              int T, int C, int NH, int is_fp16, cudaStream_t stream);
+                              int T, int C, int NH, int NKV, int is_fp16, cudaStream_t stream);
 
 /* Builds the forward and backward graphs for this shape now and grows the workspace to fit, so
  * that the first training step is not slow and the workspace can be counted in the memory
  * table before training starts. Optional: the first call of each op does the same. */
-void cudnn_att_prepare(int B, int T, int C, int NH, int is_fp16);
+void cudnn_att_prepare(int B, int T, int C, int NH, int NKV, int is_fp16);
 
 /* Bytes of device memory the cuDNN workspace holds now (0 before the first graph is built). */
 size_t cudnn_att_workspace_bytes(void);

@@ -11,9 +11,11 @@
  * threads stride over the keys for the scores (kept in fp32 scratch), block-reduce the max and
  * the sum, then stride over the head's channels for the weighted sum, in key order.
  *
- * Shapes: qkv (n, 3C) of the new tokens; kv (maxT, 2C) per layer: per position its key then its
- * value (C each, heads at channels [h*HS, (h+1)*HS)), as on the CPU; scores (n, NH, maxT) fp32;
- * out (n, C). Any head size (the cache path has no tiles).
+ * Shapes: qkv (n, (NH + 2 NKV) HS) of the new tokens: [q (NH heads) | k (NKV) | v (NKV)];
+ * kv (maxT, 2 NKV HS) per layer: per position its keys then its values (NKV heads each, head g
+ * at [g*HS, (g+1)*HS)), the CPU's layout for NKV = NH; query head h reads key/value head
+ * h / (NH / NKV) (grouped-query attention: the cache holds each group's head once);
+ * scores (n, NH, maxT) fp32; out (n, C). Any head size (the cache path has no tiles).
  */
 #ifndef LLMC_CUDA_DECODE_CUH
 #define LLMC_CUDA_DECODE_CUH
@@ -25,15 +27,16 @@ enum { DECODE_ATT_THREADS = 128 };
 
 template <class T>
 static __global__ void attention_decode_kernel(T *out, float *scores, const T *qkv, const T *kv, int pos, int C, int NH,
-                                               int max_len) {
+                                               int NKV, int max_len) {
     __shared__ float red[32];
     const int h = blockIdx.x, i = blockIdx.y, HS = C / NH, t = pos + i;
+    const int KV = 2 * NKV * HS, kcol = h / (NH / NKV) * HS, vcol = NKV * HS + kcol; /* in a cache row */
     const float scale = 1.0f / sqrtf((float)HS);
-    const T *q = qkv + (size_t)i * 3 * C + h * HS;
+    const T *q = qkv + (size_t)i * (C + KV) + h * HS;
     float *s = scores + ((size_t)i * NH + h) * max_len;
     float local_max = -INFINITY;
     for (int u = threadIdx.x; u <= t; u += blockDim.x) {
-        const T *k = kv + (size_t)u * 2 * C + h * HS;
+        const T *k = kv + (size_t)u * KV + kcol;
         float dot = 0.0f;
         for (int j = 0; j < HS; j++) dot += to_float(q[j]) * to_float(k[j]);
         dot *= scale;
@@ -50,26 +53,29 @@ static __global__ void attention_decode_kernel(T *out, float *scores, const T *q
     const float inv = 1.0f / block_sum(local_sum, red); /* its barriers also order the s[] writes */
     for (int j = threadIdx.x; j < HS; j += blockDim.x) {
         float acc = 0.0f;
-        for (int u = 0; u <= t; u++) acc += s[u] * inv * to_float(kv[(size_t)u * 2 * C + C + h * HS + j]);
+        for (int u = 0; u <= t; u++) acc += s[u] * inv * to_float(kv[(size_t)u * KV + vcol + j]);
         out[(size_t)i * C + h * HS + j] = from_float<T>(acc);
     }
 }
 
 /* out (n, C) = attention of the n new queries in qkv over kv[0 .. pos + n) (see top). */
 template <class T>
-void attention_decode(T *out, float *scores, const T *qkv, const T *kv, int pos, int n, int C, int NH, int max_len,
-                      cudaStream_t stream) {
-    llmcCheck(n > 0 && pos >= 0 && pos + n <= max_len && C % NH == 0, "attention_decode: bad sizes");
-    attention_decode_kernel<<<dim3(NH, n), DECODE_ATT_THREADS, 0, stream>>>(out, scores, qkv, kv, pos, C, NH, max_len);
+void attention_decode(T *out, float *scores, const T *qkv, const T *kv, int pos, int n, int C, int NH, int NKV,
+                      int max_len, cudaStream_t stream) {
+    llmcCheck(n > 0 && pos >= 0 && pos + n <= max_len && C % NH == 0 && NKV > 0 && NH % NKV == 0,
+              "attention_decode: bad sizes");
+    attention_decode_kernel<<<dim3(NH, n), DECODE_ATT_THREADS, 0, stream>>>(out, scores, qkv, kv, pos, C, NH, NKV,
+                                                                            max_len);
     kernelCheck();
 }
 
-/* kv[pos + i] = (k, v) of qkv row i, for i < n: the new tokens' keys and values into the cache. */
-template <class T> static __global__ void kv_append_kernel(T *kv, const T *qkv, int pos, int n, int C) {
+/* kv[pos + i] = (k, v) of qkv row i, for i < n: the new tokens' keys and values (KV = 2 NKV HS
+ * per row) into the cache. */
+template <class T> static __global__ void kv_append_kernel(T *kv, const T *qkv, int pos, int n, int C, int KV) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)n * 2 * C) return;
-    size_t i = idx / (2 * C), c = idx % (2 * C);
-    kv[(pos + i) * 2 * C + c] = qkv[i * 3 * C + C + c];
+    if (idx >= (size_t)n * KV) return;
+    size_t i = idx / KV, c = idx % KV;
+    kv[(pos + i) * KV + c] = qkv[i * (C + KV) + C + c];
 }
 
 /* The cache and one layer's scratch rows for up to max_chunk new tokens, all in T but the
@@ -77,8 +83,8 @@ template <class T> static __global__ void kv_append_kernel(T *kv, const T *qkv, 
 typedef struct {
     GPT2Cuda *model;
     int len, max_len, max_chunk;
-    void *kv;                                       /* (L, maxT, 2C) */
-    void *residual, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits; /* rows of C, C, 3C, C, C, F, F; Vp */
+    void *kv;                                       /* (L, maxT, 2 NKV HS) */
+    void *residual, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits; /* rows of C, C, C + 2 NKV HS, C, C, F, F; Vp */
     float *mean, *rstd, *scores;
     int *d_tokens;
     void *memory;
@@ -90,6 +96,7 @@ inline void cuda_decoder_init(CudaDecoder *d, GPT2Cuda *m, int max_chunk) {
     const ModelConfig *cfg = &m->cfg;
     const size_t C = cfg->channels, F = cfg->ffn_hidden, L = cfg->num_layers, T = cfg->max_seq_len;
     const size_t NH = cfg->num_heads, n = (size_t)max_chunk, elem = precision_bytes(m->precision);
+    const size_t KV = 2 * (size_t)cfg->num_kv_heads * (C / NH); /* a cache row: keys, values */
     if (cfg->channels % cfg->num_heads != 0) llmc_die("channels %d are not a multiple of the %d heads", cfg->channels, cfg->num_heads);
     memset(d, 0, sizeof *d);
     d->model = m;
@@ -97,7 +104,7 @@ inline void cuda_decoder_init(CudaDecoder *d, GPT2Cuda *m, int max_chunk) {
     d->max_chunk = max_chunk;
     gpt2cuda_sync_from_host(m);
     /* sizes in bytes, each rounded up to 256 (cuBLASLt and the 16-byte kernels like alignment) */
-    size_t sizes[] = {L * T * 2 * C * elem, n * C * elem, n * C * elem, n * 3 * C * elem, n * C * elem,
+    size_t sizes[] = {L * T * KV * elem, n * C * elem, n * C * elem, n * (C + KV) * elem, n * C * elem,
                       n * C * elem, n * F * elem, n * F * elem, (size_t)cfg->padded_vocab_size * elem,
                       n * sizeof(float), n * sizeof(float), n * NH * T * sizeof(float), n * sizeof(int)};
     void **ptrs[] = {&d->kv, &d->residual, &d->ln, &d->qkv, &d->atty, &d->proj, &d->fch, &d->fch_gelu, &d->logits,
@@ -122,7 +129,7 @@ template <class T> void cuda_decoder_forward_t(CudaDecoder *d, int n) {
     GPT2Cuda *m = d->model;
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
-    const int Vp = cfg->padded_vocab_size, pos = d->len;
+    const int Vp = cfg->padded_vocab_size, pos = d->len, NKV = cfg->num_kv_heads, KV = 2 * NKV * (C / NH);
     const ParameterTensors *p = &m->params;
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
@@ -132,11 +139,11 @@ template <class T> void cuda_decoder_forward_t(CudaDecoder *d, int n) {
     encoder_forward(res, d->d_tokens, (T *)p->wte, (T *)p->wpe + (size_t)pos * C, 1, n, C, s);
     layernorm_forward(ln, d->mean, d->rstd, res, (T *)p->ln1w, (T *)p->ln1b, n, C, s);
     for (int l = 0; l < L; l++) {
-        T *kv = (T *)d->kv + (size_t)l * d->max_len * 2 * C;
+        T *kv = (T *)d->kv + (size_t)l * d->max_len * KV;
         matmul_forward(qkv, ln, LLMC_LAYER(T, p->qkvw, l, 3 * C * C), LLMC_LAYER(T, p->qkvb, l, 3 * C), n, C, 3 * C, ctx);
-        kv_append_kernel<<<ceil_div((long long)n * 2 * C, 256), 256, 0, s>>>(kv, qkv, pos, n, C);
+        kv_append_kernel<<<ceil_div((long long)n * KV, 256), 256, 0, s>>>(kv, qkv, pos, n, C, KV);
         kernelCheck();
-        attention_decode(atty, d->scores, qkv, kv, pos, n, C, NH, d->max_len, s);
+        attention_decode(atty, d->scores, qkv, kv, pos, n, C, NH, NKV, d->max_len, s);
         matmul_forward(proj, atty, LLMC_LAYER(T, p->attprojw, l, C * C), LLMC_LAYER(T, p->attprojb, l, C), n, C, C, ctx);
         fused_residual_layernorm_forward(res, ln, d->mean, d->rstd, res, proj, LLMC_LAYER(T, p->ln2w, l, C),
                                          LLMC_LAYER(T, p->ln2b, l, C), n, C, s);

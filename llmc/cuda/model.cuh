@@ -201,7 +201,8 @@ inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
     const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     size_t fs = NORM_BLOCKS;
     size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
-                      matmul_backward_scratch_floats((int)N, 3 * (int)C), N * (size_t)cfg->num_heads};
+                      matmul_backward_scratch_floats((int)N, 3 * (int)C),
+                      attention_backward_scratch_floats(N, cfg->num_heads, (int)C / cfg->num_heads)};
     for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
     return fs;
 }
@@ -388,7 +389,7 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
 #if USE_CUDNN
     /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
     if (m->precision != PRECISION_FP32)
-        cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, m->precision == PRECISION_FP16);
+        cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, cfg->num_kv_heads, m->precision == PRECISION_FP16);
 #endif
     gpt2cuda_sync_from_host(m); /* parameters (and zero moments) onto the device */
 }
@@ -468,7 +469,7 @@ template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_
     cudaStream_t s = ctx->stream;
     LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
     matmul_forward(x.qkv, x.ln1, LLMC_LAYER(T, p->qkvw, l, 3 * C * C), LLMC_LAYER(T, p->qkvb, l, 3 * C), N, C, 3 * C, ctx);
-    attention_forward(x.atty, x.lse, x.qkv, B, T_, C, NH, s);
+    attention_forward(x.atty, x.lse, x.qkv, B, T_, C, NH, cfg->num_kv_heads, s);
     matmul_forward(x.residual2, x.atty, LLMC_LAYER(T, p->attprojw, l, C * C), LLMC_LAYER(T, p->attprojb, l, C), N, C, C, ctx);
     fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, x.residual,
                                      LLMC_LAYER(T, p->ln2w, l, C), LLMC_LAYER(T, p->ln2b, l, C), N, C, s);
@@ -601,7 +602,7 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
                         LLMC_LAYER(T, p->attprojw, l, (size_t)C * C), N, C, C, fs, ctx);
         /* atty = attention(qkv) */
         T *dqkv = dbuf_f1;
-        attention_backward(dqkv, datty, x.qkv, x.atty, x.lse, B, T_, C, NH, fs, s);
+        attention_backward(dqkv, datty, x.qkv, x.atty, x.lse, B, T_, C, NH, cfg->num_kv_heads, fs, s);
         /* qkv = ln1 @ qkvw^T + qkvb */
         if (m->recompute == 2) layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, ln1w, ln1b, N, C, s);
         T *dln1 = dbuf_c;
