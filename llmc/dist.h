@@ -7,9 +7,12 @@
  * sets it for train_gpt_cpu when mpicc exists) runs more than one process; any other build asked
  * for more (flags or launcher) stops and says how to build with MPI.
  *
- * Every collective is over fp32 host memory, blocking, and counts its bytes and time into
- * comm_bytes / comm_ms (the loop logs them per step). A rank that dies makes the collectives of
- * the others fail; OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL).
+ * Every collective is over host memory and counts its bytes and time into comm_bytes / comm_ms
+ * (the loop logs them per step). A rank that dies makes the collectives of the others fail;
+ * OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL). A rank that hangs (or dies unseen)
+ * is caught by the collective watchdog: every collective is started nonblocking and polled
+ * against the deadline timeout_s (--dist-timeout); past it the waiting rank asks the others
+ * which collective they are in and dies naming the ranks that did not answer.
  *
  * Shards (ZeRO): N elements over P ranks, rank r owns [r*S, min((r+1)*S, N)) with
  * S = ceil(N / P); ranks past the end own nothing. Any N on any P (no padding stored, the
@@ -31,7 +34,11 @@ typedef struct {
     char launcher[64];       /* "mpirun", "srun", "one process" */
     double comm_ms;          /* time spent in collectives since dist_take_comm */
     long long comm_bytes;    /* bytes this rank sent into collectives since dist_take_comm */
+    double timeout_s;        /* the collective watchdog's deadline (--dist-timeout) */
+    unsigned long long collectives; /* collectives started so far (the watchdog names them by number) */
 } Dist;
+
+#define DIST_DEFAULT_TIMEOUT_S 300.0
 
 /* The process group of this run. flag_pn / flag_pr: llm.c's -pn / -pr (1 / 0 when not given).
  * can_parallel: 0 for a trainer that cannot train data-parallel yet (it refuses launchers with

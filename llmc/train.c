@@ -144,6 +144,7 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
 
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     Dist *d = dist_world();
+    d->timeout_s = tc->dist_timeout; /* the collective watchdog (dist.h) from here on */
     if (d->size == 1) rundir_refuse_launcher(); /* a trainer that did not start a process group */
     /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
     int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
@@ -537,6 +538,16 @@ static void print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
     log_double(lg, "mem_planned_over_measured", planned / measured);
 }
 
+/* Test only: LLMC_TEST_HANG=RANK:STEP makes rank RANK stop (sleep) before step STEP's gradient
+ * reduction, so that the tests see the other ranks' collective watchdog name it. */
+static void test_hang(const Dist *d, int step) {
+    const char *e = getenv("LLMC_TEST_HANG");
+    int rank, at;
+    if (!e || sscanf(e, "%d:%d", &rank, &at) != 2 || rank != d->rank || at != step) return;
+    fprintf(stderr, "rank %d: LLMC_TEST_HANG: sleeping before step %d's reduction\n", rank, step);
+    for (;;) sleep(3600);
+}
+
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (tc->max_steps == 0) return evaluate_only(tc, be, resume_step);
     const ModelConfig *cfg = &be->cfg;
@@ -671,6 +682,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             memcpy(targets, step_targets + row * T, (size_t)B * T * sizeof(int));
             loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
         }
+        test_hang(dist, step);
         if (be->host_grads) optim_reduce(&opt, be->host_grads);
         dist_allreduce_f64(dist, &loss_sum, 1);
         float loss = (float)(loss_sum / accum / P);
