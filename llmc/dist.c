@@ -360,6 +360,89 @@ void dist_barrier(Dist *d) {
 #endif
 }
 
+void bucket_add(Bucket *b, size_t off, size_t len) {
+    if (b->n == BUCKET_MAX_SLICES) llmc_die("internal: a bucket holds at most %d slices", BUCKET_MAX_SLICES);
+    if (b->n && off < b->off[b->n - 1] + b->len[b->n - 1]) llmc_die("internal: bucket slices out of order");
+    b->off[b->n] = off;
+    b->len[b->n++] = len;
+    b->numel += len;
+}
+
+static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *lo) {
+    *lo = a0 > b0 ? a0 : b0;
+    size_t hi = a1 < b1 ? a1 : b1;
+    return hi > *lo ? hi - *lo : 0;
+}
+
+void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count) {
+    *pos = *count = 0;
+    for (int i = 0; i < b->n; i++) {
+        size_t a, below = overlap(b->off[i], b->off[i] + b->len[i], 0, lo, &a);
+        *pos += below;
+        *count += overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+    }
+}
+
+void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, float *shard, int add) {
+    size_t k = 0; /* packed index of slice i's first element (add 1: of the run's first) */
+    for (int i = 0; i < b->n; i++) {
+        size_t a, n = overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+        if (add) {
+            for (size_t j = 0; j < n; j++) shard[a - lo + j] += packed[k + j];
+            k += n;
+        } else {
+            memcpy(packed + k + (a - b->off[i]), shard + (a - lo), n * sizeof(float));
+            k += b->len[i];
+        }
+    }
+}
+
+void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts) {
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        size_t total = 0;
+        for (int r = 0; r < d->size; r++) total += (size_t)counts[r];
+        COMM_BEGIN;
+        BEGIN_COLLECTIVE;
+        MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("reduce-scatter (bucket)");
+        COMM_END((total - (size_t)counts[d->rank]) * sizeof(float));
+        return;
+    }
+#endif
+    (void)d, (void)buf, (void)counts;
+}
+
+void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req) {
+    req->active = 0;
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        _Static_assert(sizeof(MPI_Request) <= sizeof req->handle, "DistRequest holds an MPI_Request");
+        MPI_Request r;
+        d->collectives++;
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &r);
+        memcpy(req->handle, &r, sizeof r);
+        req->active = 1;
+        d->comm_bytes += (long long)counts[d->rank] * (long long)sizeof(float) * (d->size - 1);
+    }
+#endif
+    (void)d, (void)buf, (void)counts, (void)displs;
+}
+
+void dist_wait_request(Dist *d, DistRequest *req, const char *what) {
+#if LLMC_HAVE_MPI
+    if (req->active) {
+        MPI_Request r;
+        memcpy(&r, req->handle, sizeof r);
+        double t0 = now_ms();
+        dist_wait(d, &r, what);
+        d->comm_ms += now_ms() - t0;
+    }
+#endif
+    (void)d, (void)what;
+    req->active = 0;
+}
+
 void dist_take_comm(Dist *d, double *ms, long long *bytes) {
     *ms = d->comm_ms;
     *bytes = d->comm_bytes;

@@ -3,7 +3,8 @@
 
 Covers: P ranks with micro-batch B against one process with P*B and one with accumulation P,
 for -z 0, 1 and 2 (and 3 ranks, whose shards do not divide the parameter count); resume with
-another rank count (2->1, 1->2, 2->3; bit-exact 2->2); a rank killed with SIGKILL; ranks started
+another rank count (2->1, 1->2, 2->3; bit-exact 2->2); a rank killed with SIGKILL; a rank that hangs
+(the collective watchdog names it); ranks started
 with different flags; -z 3 refused; a build without MPI asked for 2 processes.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 
@@ -20,12 +21,14 @@ import json
 import os
 import random
 import shutil
-import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import kill_a_rank  # noqa: E402
 
 TRAINER = "./train_gpt_cpu"
 NOMPI = "build/test/train_gpt_cpu_nompi"
@@ -225,31 +228,24 @@ def main():
 
     # --- faults -------------------------------------------------------------------------------
     out = os.path.join(tmp, "killed")
-    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "3", TRAINER] + base[:-2] + ["-b", "4", "-x", "100000", "-o", out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    ranks = []
-    for _ in range(600):  # until it trains (its first step is logged)
-        log = os.path.join(out, "log.jsonl")
-        if os.path.exists(log) and '"train_loss"' in open(log).read():
-            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
-            break
-        time.sleep(0.1)
-    if len(ranks) == 3:
-        os.kill(int(ranks[1]), signal.SIGKILL)
-        t0 = time.time()
-        try:
-            text, _ = proc.communicate(timeout=60)
-            took = time.time() - t0
-            report(proc.returncode != 0 and "signal 9" in text and proc.returncode is not None,
-                   f"a rank killed with SIGKILL: the others exit non-zero with a message ({took:.1f} s)",
-                   f"exit {proc.returncode}: {text[-400:]}")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            report(False, "a rank killed with SIGKILL: the others exit within 60 s", "still running after 60 s")
-    else:
-        proc.kill()
-        proc.communicate()
-        report(False, "a rank killed with SIGKILL: the job started 3 ranks", f"ranks {ranks}")
+    problem, rc, text, took = kill_a_rank(["mpirun", "--oversubscribe", "-np", "3", TRAINER] + base[:-2] + ["-b", "4", "-x", "100000", "-o", out],
+                                          3, out, ENV, timeout=60, start_timeout=60)
+    report(problem is None and rc != 0 and "signal 9" in text,
+           f"a rank killed with SIGKILL: the others exit non-zero within 60 s with a message ({took:.1f} s)",
+           problem or f"exit {rc}: {text[-400:]}")
+
+    # a rank that hangs (LLMC_TEST_HANG: rank 1 sleeps before step 3's reduction): the collective
+    # watchdog (--dist-timeout 3) makes the others exit non-zero naming it
+    t0 = time.time()
+    try:
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "3", TRAINER] + base[:-2] + ["-b", "4", "-x", "5", "--dist-timeout", "3",
+                           "-o", os.path.join(tmp, "hung")], capture_output=True, text=True, timeout=60,
+                           env={**ENV, "LLMC_TEST_HANG": "1:3"})
+        took = time.time() - t0
+        report(p.returncode != 0 and "rank 1 did not answer" in p.stderr and "--dist-timeout 3" in p.stderr and "step     2/5" in p.stdout,
+               f"a rank that hangs: the others exit non-zero within 60 s naming it ({took:.1f} s)", f"exit {p.returncode}: {p.stderr[-600:]}")
+    except subprocess.TimeoutExpired:
+        report(False, "a rank that hangs: the others exit within 60 s", "still running after 60 s (no watchdog)")
 
     args = base + ["-b", "6", "-x", "2"]
     p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", TRAINER] + args + [":", "-np", "1", TRAINER] + args[:-4] + ["-l", "2e-3"] + args[-4:],
