@@ -70,7 +70,7 @@ static const Flag flags[] = {
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
-    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
+    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
     {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},

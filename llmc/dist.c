@@ -179,7 +179,7 @@ static void name_the_missing(Dist *d, const char *what) {
         MPI_Irecv(&theirs[r], 1, MPI_UNSIGNED_LONG_LONG, r, TAG_ANSWER, MPI_COMM_WORLD, &req[r]);
         MPI_Isend(&mine, 1, MPI_UNSIGNED_LONG_LONG, r, TAG_PROBE, MPI_COMM_WORLD, &req[P + r]);
     }
-    double grace = d->timeout_s < 10.0 ? d->timeout_s : 10.0, t0 = now_ms();
+    double grace = d->timeout_s / 2 < 10.0 ? d->timeout_s / 2 : 10.0, t0 = now_ms();
     int pending = P - 1;
     while (pending > 0 && now_ms() - t0 < grace * 1e3) {
         answer_probes(d);
