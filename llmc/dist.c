@@ -167,22 +167,40 @@ static void pause_us(long us) {
     nanosleep(&ts, NULL);
 }
 
-static void name_the_missing(Dist *d, const char *what) {
+/* Past the deadline: asks the other ranks where they are and dies naming the silent ones, unless
+ * the collective (req) completes meanwhile (a slow rank, not a hung one: returns). */
+static void name_the_missing(Dist *d, MPI_Request *wait_req, const char *what) {
     const int P = d->size;
-    unsigned long long mine = d->collectives;
-    unsigned long long *theirs = (unsigned long long *)mallocCheck((size_t)P * sizeof *theirs, "watchdog");
+    unsigned long long *theirs = (unsigned long long *)mallocCheck(((size_t)P + 1) * sizeof *theirs, "watchdog");
+    unsigned long long *mine = theirs + P;
+    *mine = d->collectives;
     MPI_Request *req = (MPI_Request *)mallocCheck(2 * (size_t)P * sizeof *req, "watchdog");
     int *got = (int *)callocCheck((size_t)P, sizeof(int), "watchdog");
     for (int r = 0; r < P; r++) {
         req[r] = req[P + r] = MPI_REQUEST_NULL;
         if (r == d->rank) continue;
         MPI_Irecv(&theirs[r], 1, MPI_UNSIGNED_LONG_LONG, r, TAG_ANSWER, MPI_COMM_WORLD, &req[r]);
-        MPI_Isend(&mine, 1, MPI_UNSIGNED_LONG_LONG, r, TAG_PROBE, MPI_COMM_WORLD, &req[P + r]);
+        MPI_Isend(mine, 1, MPI_UNSIGNED_LONG_LONG, r, TAG_PROBE, MPI_COMM_WORLD, &req[P + r]);
     }
     double grace = d->timeout_s / 2 < 10.0 ? d->timeout_s / 2 : 10.0, t0 = now_ms();
-    int pending = P - 1;
+    int pending = P - 1, done = 0;
     while (pending > 0 && now_ms() - t0 < grace * 1e3) {
         answer_probes(d);
+        MPI_Test(wait_req, &done, MPI_STATUS_IGNORE);
+        if (done) { /* it arrived: the answers still to come are dropped */
+            fprintf(stderr, "note: rank %d: the %s (collective #%llu) took longer than --dist-timeout %g s; a slow rank "
+                    "arrived during the watchdog's grace period, training continues\n", d->rank, what, *mine, d->timeout_s);
+            for (int r = 0; r < P; r++)
+                if (r != d->rank && !got[r]) {
+                    MPI_Cancel(&req[r]);
+                    MPI_Request_free(&req[r]);
+                }
+            for (int r = 0; r < P; r++)
+                if (r != d->rank) MPI_Request_free(&req[P + r]);
+            /* (theirs and mine stay allocated: freed requests may still use them) */
+            free(req), free(got);
+            return;
+        }
         for (int r = 0; r < P; r++) {
             int flag = 0;
             if (r == d->rank || got[r]) continue;
@@ -196,17 +214,17 @@ static void name_the_missing(Dist *d, const char *what) {
     for (int r = 0; r < P; r++) {
         if (r == d->rank) continue;
         if (!got[r] && ns < sizeof silent - 16) ns += (size_t)snprintf(silent + ns, sizeof silent - ns, "%s%d", ns ? ", " : "", r);
-        else if (got[r] && theirs[r] != mine && ne < sizeof elsewhere - 48)
+        else if (got[r] && theirs[r] != *mine && ne < sizeof elsewhere - 48)
             ne += (size_t)snprintf(elsewhere + ne, sizeof elsewhere - ne, "%srank %d is in collective #%llu", ne ? ", " : "", r,
                                    theirs[r]);
     }
     if (ns)
         llmc_die("rank %d: the %s (collective #%llu) did not complete within --dist-timeout %g s: rank%s %s did not "
                  "answer (hung, stopped or dead)%s%s",
-                 d->rank, what, mine, d->timeout_s, strchr(silent, ',') ? "s" : "", silent, ne ? "; " : "", elsewhere);
+                 d->rank, what, *mine, d->timeout_s, strchr(silent, ',') ? "s" : "", silent, ne ? "; " : "", elsewhere);
     llmc_die("rank %d: the %s (collective #%llu) did not complete within --dist-timeout %g s: every rank answered%s%s "
              "(the ranks are out of step; a bug)",
-             d->rank, what, mine, d->timeout_s, ne ? ": " : "", elsewhere);
+             d->rank, what, *mine, d->timeout_s, ne ? ": " : "", elsewhere);
 }
 
 /* Waits for a collective started by this rank, dying by the watchdog's rule past the deadline. */
@@ -224,7 +242,7 @@ static void dist_wait(Dist *d, MPI_Request *req, const char *what) {
         if (waited > limit) break;
         pause_us(waited < 10.0 ? 20 : 200);
     }
-    name_the_missing(d, what);
+    name_the_missing(d, req, what);
 }
 #define BEGIN_COLLECTIVE MPI_Request req_; d->collectives++
 #define WAIT_COLLECTIVE(what) dist_wait(d, &req_, what)

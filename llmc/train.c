@@ -545,14 +545,17 @@ static void print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
     log_double(lg, "mem_planned_over_measured", planned / measured);
 }
 
-/* Test only: LLMC_TEST_HANG=RANK:STEP makes rank RANK stop (sleep) before step STEP's gradient
- * reduction, so that the tests see the other ranks' collective watchdog name it. */
+/* Test only: LLMC_TEST_HANG=RANK:STEP[:SECONDS] makes rank RANK stop (sleep; for SECONDS when
+ * given) before step STEP's gradient reduction, so that the tests see the other ranks' collective
+ * watchdog name it (or, stopped for less than the watchdog's grace, wait for it). */
 static void test_hang(const Dist *d, int step) {
     const char *e = getenv("LLMC_TEST_HANG");
-    int rank, at;
-    if (!e || sscanf(e, "%d:%d", &rank, &at) != 2 || rank != d->rank || at != step) return;
+    int rank, at, seconds = 0;
+    if (!e || sscanf(e, "%d:%d:%d", &rank, &at, &seconds) < 2 || rank != d->rank || at != step) return;
     fprintf(stderr, "rank %d: LLMC_TEST_HANG: sleeping before step %d's reduction\n", rank, step);
-    for (;;) sleep(3600);
+    if (seconds > 0) sleep((unsigned)seconds);
+    else
+        for (;;) sleep(3600);
 }
 
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
