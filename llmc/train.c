@@ -208,7 +208,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
             optim_gather_params(opt, be->host_params, params);
         }
     }
-    if (d->rank == 0)
+    if (d->rank == 0 || params == be->host_params) /* (-z 3: the whole model is rank 0's) */
         for (size_t i = 0; i < be->num_parameters; i++)
             if (!isfinite(params[i]))
                 llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "

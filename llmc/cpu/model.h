@@ -62,7 +62,6 @@ typedef struct {
     float *gather_memory;
     const float *cur_params; /* the gathered layer in use (-z 3), else NULL */
     float *cur_grads;        /* the layer's gradient bucket in use (-z >= 2), else NULL */
-    int outer_gathered;
 } GPT2;
 
 /* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
