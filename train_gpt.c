@@ -47,8 +47,37 @@ static const float *cpu_next_logits(void *m, const int *tokens, int n) {
 static void cpu_sync_noop(void *m) { (void)m; }
 static void cpu_print_memory(void *m, FILE *out) { gpt2_print_memory((GPT2 *)m, out); }
 
+/* -z 2/3 shard the model's gradients (and parameters) when it trains (-x 0 only evaluates) */
+static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc->max_steps != 0 ? tc->zero_stage : 0; }
+
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     gpt2_plan(cfg, tc->B, tc->T, tc->recompute, 1, p);
+    if (shard_stage(tc)) gpt2_plan_shard(cfg, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+}
+
+/* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer */
+typedef struct {
+    GPT2 *model;
+    Optimizer *opt;
+} CpuShard;
+static void cpu_reduce_bucket(void *ctx, float *packed, const Bucket *b) {
+    optim_reduce_bucket(((CpuShard *)ctx)->opt, packed, b);
+}
+static void cpu_gather_begin(void *ctx, float *packed, const Bucket *b, int slot) {
+    CpuShard *s = (CpuShard *)ctx;
+    optim_gather_bucket_begin(s->opt, s->model->params_memory, packed, b, slot);
+}
+static void cpu_gather_end(void *ctx, int slot) { optim_gather_bucket_end(((CpuShard *)ctx)->opt, slot); }
+
+static void cpu_attach_optimizer(void *m, Optimizer *opt, float **host_params, float **host_grads) {
+    static CpuShard shard;
+    GPT2 *model = (GPT2 *)m;
+    shard.model = model;
+    shard.opt = opt;
+    GPT2ShardHooks hooks = {&shard, cpu_reduce_bucket, cpu_gather_begin, cpu_gather_end};
+    gpt2_shard(model, opt->zero, opt->dist->size, opt->dist->rank, hooks);
+    *host_params = model->params_memory;
+    *host_grads = model->grads_memory;
 }
 
 static void build_model(GPT2 *model, const char *init, unsigned long long seed) {
@@ -113,6 +142,7 @@ int main(int argc, char **argv) {
     be.host_params = model.params_memory;
     be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/optim.c) does the rest */
     be.param_specs = model.param_specs;
+    if (shard_stage(&tc)) be.attach_optimizer = cpu_attach_optimizer;
     be.sync_to_host = cpu_sync_noop;
     be.sync_from_host = cpu_sync_noop;
     be.print_memory = cpu_print_memory;

@@ -72,7 +72,7 @@ static const Flag flags[] = {
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
-    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage (CPU trainer): 0, 1 AdamW moments sharded over the ranks, 2 also the gradients"},
+    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
     {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
     {NULL, "--optim-state", F_STRING, FIELD(optim_state), "AdamW moments stored as fp32 | bf16 (round to nearest) | int8 (blocks of 256 with an fp32 scale, quadratic codes); the update is computed in fp32"},
@@ -88,6 +88,7 @@ static const Flag flags[] = {
     {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "NCCL init: mpi | tcp | fs"},
     {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp init: server IP"},
     {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs init: shared directory"},
+    {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead)"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -125,6 +126,7 @@ void train_config_defaults(TrainConfig *c) {
     c->gpu_log_every = -1;
     c->num_processes = 1;
     c->gpus_per_node = 8;
+    c->dist_timeout = 300.0f;
     snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
 }
 
@@ -164,7 +166,7 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
-                                                 "--server-ip", "--fs-path", "--zero-stage", NULL};
+                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout", NULL};
 
 static void flag_label(const Flag *f, char *buf, size_t len) {
     if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);
@@ -450,6 +452,7 @@ static void validate(const TrainConfig *c) {
     check_positive("-pn (--num-processes)", c->num_processes);
     check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
     check_positive("-pg (--gpus-per-node)", c->gpus_per_node);
+    if (!(c->dist_timeout > 0.0f)) llmc_die("flag --dist-timeout must be a number of seconds > 0, got %g", (double)c->dist_timeout);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
 }

@@ -68,6 +68,7 @@ typedef struct {
     /* processes */
     int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
     char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */
+    float dist_timeout;         /* --dist-timeout: the collective watchdog's deadline, seconds */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

@@ -43,13 +43,14 @@ static double now_ms(void) {
 
 int dist_have_mpi(void) { return LLMC_HAVE_MPI ? 1 : 0; }
 
-static Dist world = {0, 1, 0, 0, "one process", 0.0, 0};
+static Dist world = {0, 1, 0, 0, "one process", 0.0, 0, DIST_DEFAULT_TIMEOUT_S, 0};
 Dist *dist_world(void) { return &world; }
 
 Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_parallel) {
     Dist *d = &world;
     memset(d, 0, sizeof *d);
     d->size = 1;
+    d->timeout_s = DIST_DEFAULT_TIMEOUT_S;
     snprintf(d->launcher, sizeof d->launcher, "one process");
     const char *var;
     int env_size = launcher_size(&var);
@@ -139,6 +140,112 @@ static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
 }
 #define COMM_BEGIN double t0_ = now_ms()
 #define COMM_END(bytes) (d->comm_ms += now_ms() - t0_, d->comm_bytes += (long long)(bytes))
+
+/* ---- the collective watchdog ----
+ * Every collective is started nonblocking and waited for by dist_wait, which polls it against
+ * the deadline d->timeout_s. A rank whose collective has not completed by then asks every other
+ * rank (point-to-point, TAG_PROBE) which collective it is waiting in; a rank waiting in
+ * dist_wait answers at once (TAG_ANSWER, its collective's number). The ranks that do not answer
+ * within a grace period are named as hung or dead, and this rank dies (exit status 1; mpirun
+ * then ends the job). */
+enum { TAG_PROBE = 7101, TAG_ANSWER = 7102 };
+
+static void answer_probes(Dist *d) {
+    int flag;
+    MPI_Status st;
+    for (;;) {
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_PROBE, MPI_COMM_WORLD, &flag, &st);
+        if (!flag) return;
+        unsigned long long asked, mine = d->collectives;
+        MPI_Recv(&asked, 1, MPI_UNSIGNED_LONG_LONG, st.MPI_SOURCE, TAG_PROBE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&mine, 1, MPI_UNSIGNED_LONG_LONG, st.MPI_SOURCE, TAG_ANSWER, MPI_COMM_WORLD);
+    }
+}
+
+static void pause_us(long us) {
+    struct timespec ts = {0, us * 1000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Past the deadline: asks the other ranks where they are and dies naming the silent ones, unless
+ * the collective (req) completes meanwhile (a slow rank, not a hung one: returns). */
+static void name_the_missing(Dist *d, MPI_Request *wait_req, const char *what) {
+    const int P = d->size;
+    unsigned long long *theirs = (unsigned long long *)mallocCheck(((size_t)P + 1) * sizeof *theirs, "watchdog");
+    unsigned long long *mine = theirs + P;
+    *mine = d->collectives;
+    MPI_Request *req = (MPI_Request *)mallocCheck(2 * (size_t)P * sizeof *req, "watchdog");
+    int *got = (int *)callocCheck((size_t)P, sizeof(int), "watchdog");
+    for (int r = 0; r < P; r++) {
+        req[r] = req[P + r] = MPI_REQUEST_NULL;
+        if (r == d->rank) continue;
+        MPI_Irecv(&theirs[r], 1, MPI_UNSIGNED_LONG_LONG, r, TAG_ANSWER, MPI_COMM_WORLD, &req[r]);
+        MPI_Isend(mine, 1, MPI_UNSIGNED_LONG_LONG, r, TAG_PROBE, MPI_COMM_WORLD, &req[P + r]);
+    }
+    double grace = d->timeout_s / 2 < 10.0 ? d->timeout_s / 2 : 10.0, t0 = now_ms();
+    int pending = P - 1, done = 0;
+    while (pending > 0 && now_ms() - t0 < grace * 1e3) {
+        answer_probes(d);
+        MPI_Test(wait_req, &done, MPI_STATUS_IGNORE);
+        if (done) { /* it arrived: the answers still to come are dropped */
+            fprintf(stderr, "note: rank %d: the %s (collective #%llu) took longer than --dist-timeout %g s; a slow rank "
+                    "arrived during the watchdog's grace period, training continues\n", d->rank, what, *mine, d->timeout_s);
+            for (int r = 0; r < P; r++)
+                if (r != d->rank && !got[r]) {
+                    MPI_Cancel(&req[r]);
+                    MPI_Request_free(&req[r]);
+                }
+            for (int r = 0; r < P; r++)
+                if (r != d->rank) MPI_Request_free(&req[P + r]);
+            /* (theirs and mine stay allocated: freed requests may still use them) */
+            free(req), free(got);
+            return;
+        }
+        for (int r = 0; r < P; r++) {
+            int flag = 0;
+            if (r == d->rank || got[r]) continue;
+            MPI_Test(&req[r], &flag, MPI_STATUS_IGNORE);
+            if (flag) got[r] = 1, pending--;
+        }
+        pause_us(1000);
+    }
+    char silent[512] = "", elsewhere[512] = "";
+    size_t ns = 0, ne = 0;
+    for (int r = 0; r < P; r++) {
+        if (r == d->rank) continue;
+        if (!got[r] && ns < sizeof silent - 16) ns += (size_t)snprintf(silent + ns, sizeof silent - ns, "%s%d", ns ? ", " : "", r);
+        else if (got[r] && theirs[r] != *mine && ne < sizeof elsewhere - 48)
+            ne += (size_t)snprintf(elsewhere + ne, sizeof elsewhere - ne, "%srank %d is in collective #%llu", ne ? ", " : "", r,
+                                   theirs[r]);
+    }
+    if (ns)
+        llmc_die("rank %d: the %s (collective #%llu) did not complete within --dist-timeout %g s: rank%s %s did not "
+                 "answer (hung, stopped or dead)%s%s",
+                 d->rank, what, *mine, d->timeout_s, strchr(silent, ',') ? "s" : "", silent, ne ? "; " : "", elsewhere);
+    llmc_die("rank %d: the %s (collective #%llu) did not complete within --dist-timeout %g s: every rank answered%s%s "
+             "(the ranks are out of step; a bug)",
+             d->rank, what, *mine, d->timeout_s, ne ? ": " : "", elsewhere);
+}
+
+/* Waits for a collective started by this rank, dying by the watchdog's rule past the deadline. */
+static void dist_wait(Dist *d, MPI_Request *req, const char *what) {
+    int done = 0;
+    MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (done) return;
+    const double t0 = now_ms(), limit = d->timeout_s * 1e3;
+    for (long spins = 0;; spins++) {
+        MPI_Test(req, &done, MPI_STATUS_IGNORE);
+        if (done) return;
+        if (spins < 2000) continue;
+        answer_probes(d);
+        double waited = now_ms() - t0;
+        if (waited > limit) break;
+        pause_us(waited < 10.0 ? 20 : 200);
+    }
+    name_the_missing(d, req, what);
+}
+#define BEGIN_COLLECTIVE MPI_Request req_; d->collectives++
+#define WAIT_COLLECTIVE(what) dist_wait(d, &req_, what)
 #endif
 
 /* MPI_Allreduce may round differently on different ranks (the standard only advises against it);
@@ -161,7 +268,9 @@ void dist_allreduce_f64(Dist *d, double *buf, int n) {
     if (d->size == 1) return;
     double *all = (double *)mallocCheck((size_t)n * (size_t)d->size * sizeof(double), "allreduce");
     COMM_BEGIN;
-    MPI_Allgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD);
+    BEGIN_COLLECTIVE;
+    MPI_Iallgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD, &req_);
+    WAIT_COLLECTIVE("all-reduce (fp64)");
     COMM_END((size_t)n * sizeof(double));
     for (int i = 0; i < n; i++) {
         double s = 0.0;
@@ -182,7 +291,9 @@ void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n)
         int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
         shard_counts(d, n, counts, counts + d->size);
         COMM_BEGIN;
-        MPI_Reduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        BEGIN_COLLECTIVE;
+        MPI_Ireduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("reduce-scatter");
         COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
         free(counts);
         return;
@@ -197,7 +308,9 @@ void dist_allgather_f32(Dist *d, float *full, size_t n) {
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
     shard_counts(d, n, counts, counts + d->size);
     COMM_BEGIN;
-    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, counts, counts + d->size, MPI_FLOAT, MPI_COMM_WORLD);
+    BEGIN_COLLECTIVE;
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, counts, counts + d->size, MPI_FLOAT, MPI_COMM_WORLD, &req_);
+    WAIT_COLLECTIVE("all-gather");
     COMM_END((size_t)counts[d->rank] * sizeof(float) * (size_t)(d->size - 1));
     free(counts);
 #else
@@ -213,7 +326,9 @@ void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n) {
         int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
         shard_counts(d, n, counts, counts + d->size);
         COMM_BEGIN;
-        MPI_Gatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->size, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        BEGIN_COLLECTIVE;
+        MPI_Igatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->size, MPI_FLOAT, 0, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("gather");
         COMM_END((hi - lo) * sizeof(float));
         free(counts);
         return;
@@ -228,7 +343,9 @@ void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
     COMM_BEGIN;
     for (size_t i = 0; i < bytes; i += CHUNK) {
         int k = (int)(bytes - i < CHUNK ? bytes - i : CHUNK);
-        MPI_Bcast((char *)buf + i, k, MPI_BYTE, 0, MPI_COMM_WORLD);
+        BEGIN_COLLECTIVE;
+        MPI_Ibcast((char *)buf + i, k, MPI_BYTE, 0, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("broadcast");
     }
     COMM_END(bytes);
 #else
@@ -239,7 +356,9 @@ void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
 void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {
 #if LLMC_HAVE_MPI
     if (d->size > 1) {
-        MPI_Allgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+        BEGIN_COLLECTIVE;
+        MPI_Iallgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("all-gather (u64)");
         return;
     }
 #endif
@@ -249,10 +368,97 @@ void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {
 
 void dist_barrier(Dist *d) {
 #if LLMC_HAVE_MPI
-    if (d->size > 1) MPI_Barrier(MPI_COMM_WORLD);
+    if (d->size > 1) {
+        BEGIN_COLLECTIVE;
+        MPI_Ibarrier(MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("barrier");
+    }
 #else
     (void)d;
 #endif
+}
+
+void bucket_add(Bucket *b, size_t off, size_t len) {
+    if (b->n == BUCKET_MAX_SLICES) llmc_die("internal: a bucket holds at most %d slices", BUCKET_MAX_SLICES);
+    if (b->n && off < b->off[b->n - 1] + b->len[b->n - 1]) llmc_die("internal: bucket slices out of order");
+    b->off[b->n] = off;
+    b->len[b->n++] = len;
+    b->numel += len;
+}
+
+static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *lo) {
+    *lo = a0 > b0 ? a0 : b0;
+    size_t hi = a1 < b1 ? a1 : b1;
+    return hi > *lo ? hi - *lo : 0;
+}
+
+void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count) {
+    *pos = *count = 0;
+    for (int i = 0; i < b->n; i++) {
+        size_t a, below = overlap(b->off[i], b->off[i] + b->len[i], 0, lo, &a);
+        *pos += below;
+        *count += overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+    }
+}
+
+void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, float *shard, int add) {
+    size_t k = 0; /* packed index of slice i's first element (add 1: of the run's first) */
+    for (int i = 0; i < b->n; i++) {
+        size_t a, n = overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+        if (add) {
+            for (size_t j = 0; j < n; j++) shard[a - lo + j] += packed[k + j];
+            k += n;
+        } else {
+            memcpy(packed + k + (a - b->off[i]), shard + (a - lo), n * sizeof(float));
+            k += b->len[i];
+        }
+    }
+}
+
+void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts) {
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        size_t total = 0;
+        for (int r = 0; r < d->size; r++) total += (size_t)counts[r];
+        COMM_BEGIN;
+        BEGIN_COLLECTIVE;
+        MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_);
+        WAIT_COLLECTIVE("reduce-scatter (bucket)");
+        COMM_END((total - (size_t)counts[d->rank]) * sizeof(float));
+        return;
+    }
+#endif
+    (void)d, (void)buf, (void)counts;
+}
+
+void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req) {
+    req->active = 0;
+#if LLMC_HAVE_MPI
+    if (d->size > 1) {
+        _Static_assert(sizeof(MPI_Request) <= sizeof req->handle, "DistRequest holds an MPI_Request");
+        MPI_Request r;
+        d->collectives++;
+        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &r);
+        memcpy(req->handle, &r, sizeof r);
+        req->active = 1;
+        d->comm_bytes += (long long)counts[d->rank] * (long long)sizeof(float) * (d->size - 1);
+    }
+#endif
+    (void)d, (void)buf, (void)counts, (void)displs;
+}
+
+void dist_wait_request(Dist *d, DistRequest *req, const char *what) {
+#if LLMC_HAVE_MPI
+    if (req->active) {
+        MPI_Request r;
+        memcpy(&r, req->handle, sizeof r);
+        double t0 = now_ms();
+        dist_wait(d, &r, what);
+        d->comm_ms += now_ms() - t0;
+    }
+#endif
+    (void)d, (void)what;
+    req->active = 0;
 }
 
 void dist_take_comm(Dist *d, double *ms, long long *bytes) {

@@ -7,9 +7,12 @@
  * sets it for train_gpt_cpu when mpicc exists) runs more than one process; any other build asked
  * for more (flags or launcher) stops and says how to build with MPI.
  *
- * Every collective is over fp32 host memory, blocking, and counts its bytes and time into
- * comm_bytes / comm_ms (the loop logs them per step). A rank that dies makes the collectives of
- * the others fail; OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL).
+ * Every collective is over host memory and counts its bytes and time into comm_bytes / comm_ms
+ * (the loop logs them per step). A rank that dies makes the collectives of the others fail;
+ * OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL). A rank that hangs (or dies unseen)
+ * is caught by the collective watchdog: every collective is started nonblocking and polled
+ * against the deadline timeout_s (--dist-timeout); past it the waiting rank asks the others
+ * which collective they are in and dies naming the ranks that did not answer.
  *
  * Shards (ZeRO): N elements over P ranks, rank r owns [r*S, min((r+1)*S, N)) with
  * S = ceil(N / P); ranks past the end own nothing. Any N on any P (no padding stored, the
@@ -31,7 +34,11 @@ typedef struct {
     char launcher[64];       /* "mpirun", "srun", "one process" */
     double comm_ms;          /* time spent in collectives since dist_take_comm */
     long long comm_bytes;    /* bytes this rank sent into collectives since dist_take_comm */
+    double timeout_s;        /* the collective watchdog's deadline (--dist-timeout) */
+    unsigned long long collectives; /* collectives started so far (the watchdog names them by number) */
 } Dist;
+
+#define DIST_DEFAULT_TIMEOUT_S 300.0
 
 /* The process group of this run. flag_pn / flag_pr: llm.c's -pn / -pr (1 / 0 when not given).
  * can_parallel: 0 for a trainer that cannot train data-parallel yet (it refuses launchers with
@@ -59,6 +66,37 @@ void dist_bcast_bytes(Dist *d, void *buf, size_t bytes);
 /* Every rank's value; out[P]. */
 void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out);
 void dist_barrier(Dist *d);
+/* ---- buckets (ZeRO-2/3: gradients reduced and parameters gathered a group of tensors at a time) ----
+ * A bucket is a list of slices of the flat parameter array in increasing offset order, packed
+ * back to back in a buffer. Rank r's part of it (the elements in r's shard) is then one
+ * contiguous run of the packed buffer: [pos, pos + count). */
+enum { BUCKET_MAX_SLICES = 32 };
+typedef struct {
+    int n;
+    size_t off[BUCKET_MAX_SLICES], len[BUCKET_MAX_SLICES];
+    size_t numel; /* packed length */
+} Bucket;
+void bucket_add(Bucket *b, size_t off, size_t len);
+/* The packed run [*pos, *pos + *count) of b whose flat indices lie in [lo, hi). */
+void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count);
+/* For every element of b with flat index in [lo, hi): shard[i - lo] += packed[k] (add 1, with
+ * packed starting at this run's first element) or packed[k] = shard[i - lo] (add 0, packed the
+ * whole bucket). */
+void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, float *shard, int add);
+
+/* A nonblocking collective in flight (dist_wait_request completes it). */
+typedef struct {
+    unsigned char handle[16];
+    int active;
+} DistRequest;
+/* In-place sum over ranks of buf (sum of counts floats): rank r's run of counts[r] floats (in
+ * rank order) ends up, summed, at the start of rank r's buf. */
+void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts);
+/* Starts the in-place all-gather of every rank's run buf[displs[r], + counts[r]); counts and
+ * displs must stay untouched until dist_wait_request. */
+void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req);
+void dist_wait_request(Dist *d, DistRequest *req, const char *what);
+
 /* Communication since the last call (then reset). */
 void dist_take_comm(Dist *d, double *ms, long long *bytes);
 

@@ -4,6 +4,7 @@
 #include "optstate.h"
 #include "plan.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,6 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
 }
 
 void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int state) {
-    if (zero == 3)
-        llmc_die("-z 3: ZeRO stage 3 (parameters sharded, gathered layer by layer before use) is not built yet; "
-                 "use -z 2 (moments and gradients sharded) or -z 1 (moments sharded)");
     memset(o, 0, sizeof *o);
     o->dist = d;
     o->zero = zero;
@@ -29,7 +27,10 @@ void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpe
     size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
     o->m = (float *)mem_calloc(MEM_ADAM_M, mb, 1, "AdamW m");
     o->v = (float *)mem_calloc(MEM_ADAM_V, mb, 1, "AdamW v");
-    if (zero == 2) o->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, k, sizeof(float), "gradient shard");
+    if (zero >= 2) {
+        o->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, k, sizeof(float), "gradient shard");
+        o->parts = (int *)mallocCheck(4 * 2 * (size_t)d->size * sizeof(int), "bucket parts");
+    }
 }
 
 size_t optim_shard_floats(size_t n, int zero, int ranks, int rank) {
@@ -49,18 +50,54 @@ void optim_free(Optimizer *o) {
     mem_free(MEM_ADAM_M, o->m, mb);
     mem_free(MEM_ADAM_V, o->v, mb);
     mem_free(MEM_GRAD_SHARD, o->gshard, k);
+    free(o->parts);
     memset(o, 0, sizeof *o);
 }
 
 float optim_loss_weight(const Optimizer *o, int accum) { return 1.0f / ((float)accum * (float)o->dist->size); }
 
 void optim_reduce(Optimizer *o, float *grads) {
-    if (o->zero == 2) dist_reduce_scatter_f32(o->dist, grads, o->gshard, o->n);
-    else dist_allreduce_f32(o->dist, grads, o->n);
+    if (o->zero < 2) dist_allreduce_f32(o->dist, grads, o->n);
 }
 
+void optim_zero_grad(Optimizer *o) {
+    if (o->gshard) memset(o->gshard, 0, optim_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float));
+}
+
+/* Every rank's run of b (counts, then displacements, into o->parts slot) */
+static int *bucket_parts(Optimizer *o, const Bucket *b, int slot) {
+    const int P = o->dist->size;
+    int *counts = o->parts + (size_t)slot * 2 * P;
+    for (int r = 0; r < P; r++) {
+        size_t lo, hi, pos, count;
+        dist_shard(o->n, P, r, &lo, &hi);
+        bucket_part(b, lo, hi, &pos, &count);
+        if (count > (size_t)INT_MAX || pos > (size_t)INT_MAX) llmc_die("a bucket of %zu floats exceeds what one MPI call takes", b->numel);
+        counts[r] = (int)count;
+        counts[P + r] = (int)pos;
+    }
+    return counts;
+}
+
+void optim_reduce_bucket(Optimizer *o, float *packed, const Bucket *b) {
+    int *counts = bucket_parts(o, b, 3);
+    dist_reduce_scatter_parts_f32(o->dist, packed, counts);
+    /* a single process keeps its run where it is: it is the whole bucket, at 0 */
+    bucket_shard_copy(b, o->lo, o->hi, packed, o->gshard, 1);
+}
+
+void optim_gather_bucket_begin(Optimizer *o, const float *pshard, float *packed, const Bucket *b, int slot) {
+    int *counts = bucket_parts(o, b, slot);
+    bucket_shard_copy(b, o->lo, o->hi, packed, (float *)pshard, 0);
+    dist_allgather_parts_begin(o->dist, packed, counts, counts + o->dist->size, &o->gather[slot]);
+}
+
+void optim_gather_bucket_end(Optimizer *o, int slot) { dist_wait_request(o->dist, &o->gather[slot], "parameter all-gather"); }
+
+void optim_gather_params(Optimizer *o, const float *pshard, float *full) { dist_gather_f32(o->dist, pshard, full, o->n); }
+
 float optim_grad_norm(Optimizer *o, const float *grads) {
-    if (o->zero != 2) return (float)sqrt(global_norm_squared(grads, o->n)); /* identical grads everywhere */
+    if (o->zero < 2) return (float)sqrt(global_norm_squared(grads, o->n)); /* identical grads everywhere */
     double ss = o->hi > o->lo ? global_norm_squared(o->gshard, o->hi - o->lo) : 0.0;
     dist_allreduce_f64(o->dist, &ss, 1);
     return (float)sqrt(ss);
@@ -68,16 +105,16 @@ float optim_grad_norm(Optimizer *o, const float *grads) {
 
 void optim_step(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t, float grad_scale) {
-    /* the shard's gradients: the summed gradient's [lo, hi) */
-    const float *g = o->zero == 2 ? o->gshard : grads + o->lo;
+    /* the shard's gradients: the summed gradient's [lo, hi); -z 3: params is the shard */
+    const float *g = o->zero >= 2 ? o->gshard : grads + o->lo;
+    float *p = o->zero == 3 ? params : params + o->lo;
     if (o->state != OPTSTATE_FP32) {
         if (o->hi > o->lo) {
             OptSegments seg;
             optstate_segments(&seg, o->specs, NUM_PARAMETER_TENSORS, o->lo, o->hi, weight_decay);
-            adamw_update_compact(params + o->lo, g, o->m, o->v, o->state, o->hi - o->lo, &seg, lr, beta1, beta2, eps, t,
-                                 grad_scale);
+            adamw_update_compact(p, g, o->m, o->v, o->state, o->hi - o->lo, &seg, lr, beta1, beta2, eps, t, grad_scale);
         }
-        if (o->zero >= 1) dist_allgather_f32(o->dist, params, o->n);
+        if (o->zero == 1 || o->zero == 2) dist_allgather_f32(o->dist, params, o->n);
         return;
     }
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
@@ -85,10 +122,10 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
         size_t a = s->offset > o->lo ? s->offset : o->lo;
         size_t b = s->offset + s->numel < o->hi ? s->offset + s->numel : o->hi;
         if (a >= b) continue;
-        adamw_update(params + a, g + (a - o->lo), o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, beta1, beta2,
+        adamw_update(p + (a - o->lo), g + (a - o->lo), o->m + (a - o->lo), o->v + (a - o->lo), b - a, lr, beta1, beta2,
                      eps, s->decay ? weight_decay : 0.0f, t, grad_scale);
     }
-    if (o->zero >= 1) dist_allgather_f32(o->dist, params, o->n);
+    if (o->zero == 1 || o->zero == 2) dist_allgather_f32(o->dist, params, o->n);
 }
 
 void optim_gather_state(Optimizer *o, float *m, float *v) {
@@ -131,11 +168,12 @@ void optim_load_state(Optimizer *o, const float *m, const float *v) {
 void optim_print_memory(const Optimizer *o, FILE *out) {
     const double MiB = 1048576.0;
     size_t k = o->hi - o->lo, mb = optstate_bytes(k, o->state);
-    static const char *const what[] = {"not sharded", "moments sharded", "moments + gradients sharded"};
+    static const char *const what[] = {"not sharded", "moments sharded", "moments + gradients sharded",
+                                       "moments + gradients + parameters sharded"};
     fprintf(out, "optimizer (per rank, -z %d: %s, %d rank%s, %s moments): AdamW m %zu bytes (%.1f MiB), AdamW v %zu bytes "
                  "(%.1f MiB), reduced gradient %zu bytes (%.1f MiB), parameters %zu bytes (%.1f MiB)\n",
             o->zero, what[o->zero], o->dist->size, o->dist->size == 1 ? "" : "s", optstate_name(o->state), mb,
             mb / MiB, mb, mb / MiB,
-            (o->zero == 2 ? k : o->n) * sizeof(float), (o->zero == 2 ? k : o->n) * sizeof(float) / MiB,
-            o->n * sizeof(float), o->n * sizeof(float) / MiB);
+            (o->zero >= 2 ? k : o->n) * sizeof(float), (o->zero >= 2 ? k : o->n) * sizeof(float) / MiB,
+            (o->zero == 3 ? k : o->n) * sizeof(float), (o->zero == 3 ? k : o->n) * sizeof(float) / MiB);
 }

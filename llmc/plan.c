@@ -9,10 +9,10 @@
 #include <string.h>
 
 const char *const mem_class_names[MEM_NUM_CLASSES] = {
-    "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "activations",
+    "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "parameter_gather", "activations",
     "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "blas_packing", "checkpoint_gather",
     "cudnn_workspace", "test_leak"};
-const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
+const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
 
 void mem_plan_init(MemPlan *p, const char *device) {
     memset(p, 0, sizeof *p);
@@ -33,8 +33,9 @@ void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int rank
         size_t k = optim_shard_floats(n, zero, ranks, rank); /* rank 0's is the largest */
         p->host[MEM_ADAM_M] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         p->host[MEM_ADAM_V] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
-        if (zero == 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);
-        if (checkpoints && rank == 0) p->transient[MEM_CHECKPOINT] = 2 * n * sizeof(float);
+        if (zero >= 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);
+        /* whole m and v (and, -z 3, the parameters) gathered on rank 0 */
+        if (checkpoints && rank == 0) p->transient[MEM_CHECKPOINT] = (zero == 3 ? 3 : 2) * n * sizeof(float);
         /* compact states: a sharded rank decodes its shard of one moment at a time to gather it */
         if (checkpoints && p->optim_state != OPTSTATE_FP32 && zero >= 1) p->transient[MEM_CHECKPOINT] += k * sizeof(float);
     }

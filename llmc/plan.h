@@ -29,7 +29,8 @@ typedef enum {
     MEM_GRADIENTS,      /* the gradient arena */
     MEM_ADAM_M,         /* AdamW first moment (this rank's shard) */
     MEM_ADAM_V,         /* AdamW second moment (this rank's shard) */
-    MEM_GRAD_SHARD,     /* -z 2: this rank's shard of the summed gradient */
+    MEM_GRAD_SHARD,     /* -z >= 2: this rank's shard of the summed gradient */
+    MEM_PARAM_GATHER,   /* -z 3: the gathered parameters of the buckets in use (the rest are sharded) */
     MEM_ACTIVATIONS,    /* the activation arena (by tensor in MemPlan.act) */
     MEM_BWD_SCRATCH,    /* backward scratch, one layer's worth */
     MEM_OP_SCRATCH,     /* fp32 op scratch (GPU: norms, classifier, LM-head chunk) */

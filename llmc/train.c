@@ -145,6 +145,7 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
 
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     Dist *d = dist_world();
+    d->timeout_s = tc->dist_timeout; /* the collective watchdog (dist.h) from here on */
     if (d->size == 1) rundir_refuse_launcher(); /* a trainer that did not start a process group */
     /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
     int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
@@ -197,28 +198,34 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
      * of m and v (gathered from the ranks' shards), whatever the number of ranks */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
-    float *m = be->host_m, *v = be->host_v;
+    float *m = be->host_m, *v = be->host_v, *params = be->host_params;
     if (be->host_grads) {
         size_t n = d->rank == 0 ? be->num_parameters : 1;
         m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
         v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
         optim_gather_state(opt, m, v);
+        if (opt->zero == 3) { /* the model file from the ranks' shards, on rank 0 */
+            params = (float *)mallocCheck(n * sizeof(float), "parameters (checkpoint)");
+            optim_gather_params(opt, be->host_params, params);
+        }
     }
-    for (size_t i = 0; i < be->num_parameters; i++)
-        if (!isfinite(be->host_params[i]))
-            llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
-                     "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
-                     i, (double)be->host_params[i], step, tc->output_dir);
+    if (d->rank == 0 || params == be->host_params) /* (-z 3: the whole model is rank 0's) */
+        for (size_t i = 0; i < be->num_parameters; i++)
+            if (!isfinite(params[i]))
+                llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
+                         "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
+                         i, (double)params[i], step, tc->output_dir);
     if (d->rank != 0) {
         if (be->host_grads) free(m), free(v);
+        if (params != be->host_params) free(params);
         return;
     }
     TrainState st = {0};
     if (tc->process_rank == 0) {
-        st.model_crc = model_file_save(model, &be->cfg, be->host_params, be->num_parameters,
+        st.model_crc = model_file_save(model, &be->cfg, params, be->num_parameters,
                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
         st.has_model_crc = 1;
-        if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, be->host_params, be->num_parameters, tc->ckpt_bf16);
+        if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
     }
     st.step = step;
     st.numel = be->num_parameters;
@@ -236,6 +243,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
     state_file_save(state, &st, m, v);
     if (be->host_grads) free(m), free(v);
+    if (params != be->host_params) free(params);
     if (tc->process_rank == 0) {
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
@@ -544,6 +552,19 @@ static void print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
     log_double(lg, "mem_planned_over_measured", planned / measured);
 }
 
+/* Test only: LLMC_TEST_HANG=RANK:STEP[:SECONDS] makes rank RANK stop (sleep; for SECONDS when
+ * given) before step STEP's gradient reduction, so that the tests see the other ranks' collective
+ * watchdog name it (or, stopped for less than the watchdog's grace, wait for it). */
+static void test_hang(const Dist *d, int step) {
+    const char *e = getenv("LLMC_TEST_HANG");
+    int rank, at, seconds = 0;
+    if (!e || sscanf(e, "%d:%d:%d", &rank, &at, &seconds) < 2 || rank != d->rank || at != step) return;
+    fprintf(stderr, "rank %d: LLMC_TEST_HANG: sleeping before step %d's reduction\n", rank, step);
+    if (seconds > 0) sleep((unsigned)seconds);
+    else
+        for (;;) sleep(3600);
+}
+
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     if (tc->max_steps == 0) return evaluate_only(tc, be, resume_step);
     const ModelConfig *cfg = &be->cfg;
@@ -600,13 +621,14 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         optim_init_state(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs, optstate_parse(tc->optim_state));
     else if (tc->zero_stage > be->zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
+    check_ranks_agree(dist, &rc, be, train); /* (before -z 3 leaves each rank only its shard) */
+    if (be->host_grads && be->attach_optimizer) be->attach_optimizer(be->model, &opt, &be->host_params, &be->host_grads);
     /* what is allocated now must be this rank's plan, class by class */
     MemPlan plan;
     train_memory_plan(&rc, cfg, be->plan, be->host_grads != NULL, be->gpu ? "GPU" : "CPU", &plan);
     mem_check_plan(&plan);
     const int leak_class = planted_leak_class();
     size_t leak_base[2][MEM_NUM_CLASSES] = {{0}};
-    check_ranks_agree(dist, &rc, be, train);
     Rng sampler_rng;
     rng_seed(&sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
     if (resume_step >= 0) load_state(tc, be, &opt, train, &sampler_rng, resume_step, total_batch);
@@ -665,6 +687,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         long long comm_bytes;
         dist_take_comm(dist, &comm_ms, &comm_bytes); /* counted from here */
         be->zero_grad(be->model);
+        if (be->host_grads) optim_zero_grad(&opt);
         double loss_sum = 0.0;
         if (!tc->overfit_batch || !have_overfit_batch) {
             dataloader_next(train, step_inputs, step_targets);
@@ -680,6 +703,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
         }
         if (be->host_grads && be->grads_to_host) be->grads_to_host(be->model);
+        test_hang(dist, step);
         if (be->host_grads) optim_reduce(&opt, be->host_grads);
         dist_allreduce_f64(dist, &loss_sum, 1);
         float loss = (float)(loss_sum / accum / P);
@@ -776,7 +800,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             log_float(&lg, "val_loss", vl);
             log_end(&lg);
         }
-        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && dist->rank == 0) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
+        /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all) */
+        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (dist->rank == 0 || opt.zero == 3)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
         if (tc->max_skips > 0 && consecutive_skips >= tc->max_skips) {
             char where[4400] = "there is no healthy checkpoint";
             if (healthy_ckpt >= 0)

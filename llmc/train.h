@@ -19,6 +19,8 @@
 extern "C" {
 #endif
 
+struct Optimizer;
+
 typedef struct {
     const char *name;          /* e.g. "CPU fp32, OpenBLAS, 2 threads" */
     void *model;
@@ -51,6 +53,11 @@ typedef struct {
      * pushes host_params (the fp32 master copy) to the device after the loop's update. */
     void (*grads_to_host)(void *model);
     void (*params_from_host)(void *model);
+    /* Optional, with host_grads: called once the loop's optimizer (optim.h) exists, before the
+     * memory plan is checked, so that for -z >= 2 the backend hands its gradients to it bucket by
+     * bucket and for -z 3 keeps only its shard of the parameters. It updates host_params (-z 3:
+     * this rank's shard) and host_grads (-z >= 2: the bucket buffers, never read by the loop). */
+    void (*attach_optimizer)(void *model, struct Optimizer *opt, float **host_params, float **host_grads);
     /* Without host_grads: the highest -z the backend's own optimizer shards (0: none; 1: m, v and
      * master weights sharded, parameters gathered after its update, host_m/host_v whole after
      * sync_to_host on every rank). */

@@ -2,7 +2,7 @@
 """The memory plan (issue 14): ./train_gpt_cpu --plan [--json], measured against the allocation.
 
 Covers: --plan on shapes this machine could never allocate (GPT-2 1.5B, B 16, T 1024, 8 ranks,
--z 1/2) equals closed-form GPT-2 counts written here; --plan reads only a checkpoint's header and
+-z 1/2/3) equals closed-form GPT-2 counts written here; --plan reads only a checkpoint's header and
 touches no run directory; a grid of real runs where the trainer's own check (allocated bytes ==
 plan, class by class; it dies otherwise) passes and the accounted total equals the --plan JSON;
 planned step peak / measured VmHWM (less the start-up RSS) within 2% for d12; per-step memory in
@@ -76,7 +76,7 @@ def main():
 
     # --- closed form on sizes this machine could never allocate -------------------------------
     L, C, NH, B, T, P = 48, 1600, 25, 16, 1024, 8
-    for z in (1, 2):
+    for z in (1, 2, 3):
         for r in (0, 1, 2):
             out = os.path.join(tmp, f"never_created_{z}_{r}")
             j, err = plan_json(["-e", "d48", "-b", str(B), "-t", str(T), "-pn", str(P), "-z", str(z), "-r", str(r),
@@ -87,11 +87,14 @@ def main():
                 continue
             N, acts, scratch = gpt2_closed_form(L, C, NH, B, T, r)
             shard = -(-N // P)  # ceil: rank 0's shard
+            # ZeRO-2/3 buckets: the outer one (wte, wpe, lnfw, lnfb) and one layer's tensors
+            outer, layer = 50304 * C + 1024 * C + 2 * C, 12 * C * C + 13 * C
             c = j["classes"]
-            want = {"parameters": 4 * N, "gradients": 4 * N, "adamw_m": 4 * shard, "adamw_v": 4 * shard,
-                    "gradient_shard": 4 * shard if z == 2 else 0, "activations": 4 * acts,
+            want = {"parameters": 4 * (shard if z == 3 else N), "gradients": 4 * (outer + layer if z >= 2 else N),
+                    "adamw_m": 4 * shard, "adamw_v": 4 * shard, "gradient_shard": 4 * shard if z >= 2 else 0,
+                    "parameter_gather": 4 * (outer + 2 * layer) if z == 3 else 0, "activations": 4 * acts,
                     "backward_scratch": 4 * scratch, "token_buffers": 4 * (2 * B * T + 2 * B * T * P),
-                    "checkpoint_gather": 4 * 2 * N, "blas_packing": 4 * B * T * 50304}
+                    "checkpoint_gather": 4 * (3 if z == 3 else 2) * N, "blas_packing": 4 * B * T * 50304}
             bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
             report(not bad and j["parameters"] == N, name, bad)
             report(j["peak_bytes"] == sum(c.values()) and j["step_peak_bytes"] == j["peak_bytes"] - c["checkpoint_gather"],
@@ -128,7 +131,7 @@ def main():
     # --- allocated == plan, for a grid of real runs -------------------------------------------
     grid = [(["-b", "2", "-t", "32", "-r", "0"], 0), (["-b", "1", "-t", "64", "-r", "1"], 0),
             (["-b", "2", "-t", "16", "-r", "2", "-d", "128"], 0), (["-b", "2", "-t", "16", "-z", "1", "-d", "96"], 3),
-            (["-b", "2", "-t", "16", "-z", "2", "-d", "96"], 3)]
+            (["-b", "2", "-t", "16", "-z", "2", "-d", "96"], 3), (["-b", "2", "-t", "16", "-z", "3", "-d", "96"], 3)]
     have_mpi = shutil.which("mpirun") is not None
     for args, np in grid:
         if np and not have_mpi:

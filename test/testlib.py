@@ -38,3 +38,35 @@ def first_diff(a, b):
     """The first index where two sequences differ (the shorter one's length if one is a prefix)."""
     n = min(len(a), len(b))
     return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120):
+    """Starts cmd (mpirun with np ranks, training into outdir), waits until its first step is
+    logged (outdir/log.jsonl), SIGKILLs one rank (mpirun's second child) and waits up to timeout
+    seconds for the job to end. Returns (problem, returncode, output, seconds): problem is None
+    when the job ended, else what went wrong (the job is then killed)."""
+    import os
+    import signal
+    import subprocess
+    import time
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    ranks, log = [], os.path.join(outdir, "log.jsonl")
+    deadline = time.time() + start_timeout
+    while time.time() < deadline and proc.poll() is None:
+        if os.path.exists(log) and '"train_loss"' in open(log).read():
+            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
+            break
+        time.sleep(0.1)
+    if len(ranks) != np:
+        proc.kill()
+        text, _ = proc.communicate()
+        return f"the job did not start {np} ranks training (ranks {ranks}): {text[-300:]}", proc.returncode, text, 0.0
+    os.kill(int(ranks[1]), signal.SIGKILL)
+    t0 = time.time()
+    try:
+        text, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        text, _ = proc.communicate()
+        return f"still running {timeout} s after the kill", proc.returncode, text, time.time() - t0
+    return None, proc.returncode, text, time.time() - t0

@@ -11,12 +11,24 @@
 
 #include <stdio.h>
 
+#include "../dist.h"
 #include "../model.h"
 #include "../plan.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ZeRO-2/3 (gpt2_shard): what the trainer's optimizer (llmc/optim.h) does with a bucket (the
+ * outer one: wte, wpe, lnfw, lnfb; or one layer's tensors). reduce: the bucket's gradients
+ * (packed) are complete for this micro-step. gather_begin/_end (-z 3): the bucket's parameters
+ * into packed from the shards, nonblocking in slot 0..2 (0/1: layers, 2: the outer bucket). */
+typedef struct {
+    void *ctx;
+    void (*reduce)(void *ctx, float *packed, const Bucket *b);
+    void (*gather_begin)(void *ctx, float *packed, const Bucket *b, int slot);
+    void (*gather_end)(void *ctx, int slot);
+} GPT2ShardHooks;
 
 typedef struct {
     ModelConfig cfg;
@@ -38,6 +50,18 @@ typedef struct {
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
     size_t num_scratch;
     float mean_loss;
+    /* ZeRO-2/3 (gpt2_shard; 0: whole gradients and parameters). -z >= 2: grads_memory holds the
+     * outer bucket's gradients (through the whole backward) then one layer's, each handed to
+     * hooks.reduce when complete. -z 3: params_memory is this rank's shard of the flat
+     * parameters; gather_memory holds the outer bucket's parameters, then two layers' (the one
+     * in use and the next, prefetched). */
+    int zero;
+    GPT2ShardHooks hooks;
+    size_t outer_numel, layer_numel, pos[NUM_PARAMETER_TENSORS]; /* a tensor's place in its bucket */
+    size_t params_floats, grads_floats, gather_floats;          /* as allocated */
+    float *gather_memory;
+    const float *cur_params; /* the gathered layer in use (-z 3), else NULL */
+    float *cur_grads;        /* the layer's gradient bucket in use (-z >= 2), else NULL */
 } GPT2;
 
 /* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
@@ -54,6 +78,12 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
 float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss);
 void gpt2_backward(GPT2 *model, const int *inputs, int B, int T);
 void gpt2_zero_grad(GPT2 *model);
+/* ZeRO -z 2 or 3 on rank `rank` of `ranks` (after gpt2_allocate with training): frees the whole
+ * gradients for the bucket buffers and, -z 3, keeps only this rank's shard of the parameters
+ * (dist.h's dist_shard) plus the gather buffers. The sizes are gpt2_plan_shard's. */
+void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks);
+/* gpt2_plan's classes for -z zero (>= 2) on rank `rank` of `ranks`. */
+void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemPlan *p);
 /* The global L2 norm of the gradients. */
 float gpt2_grad_norm(const GPT2 *model);
 /* AdamW step t >= 1 on grads * grad_scale (the clipping factor), decay on the table's choice,

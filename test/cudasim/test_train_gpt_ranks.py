@@ -18,15 +18,14 @@ AdamW steps at lr 3e-4 bound that, while wrong data, a wrong scale or a missing 
 the loss in its 3rd-4th digit and the weights by ~lr.
 """
 import os
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from test_dist import ENV, LOSS_RTOL, PARAM_ATOL, loss_diff, losses, mpirun, param_diff, params, report, write_shard  # noqa: E402
 import test_dist  # noqa: E402
+from testlib import kill_a_rank  # noqa: E402
 
 SIM = "build/cudasim/train_gpt"
 
@@ -82,30 +81,10 @@ def main():
 
     # a rank killed with SIGKILL: the other must not hang in the gradient reduction
     out = os.path.join(tmp, "killed")
-    proc = subprocess.Popen(["mpirun", "--oversubscribe", "-np", "2", SIM] + base + ["-x", "100000", "-o", out],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    ranks = []
-    for _ in range(1200):  # until it trains (its first step is logged)
-        log = os.path.join(out, "log.jsonl")
-        if os.path.exists(log) and '"train_loss"' in open(log).read():
-            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
-            break
-        time.sleep(0.1)
-    if len(ranks) == 2:
-        os.kill(int(ranks[1]), signal.SIGKILL)
-        t0 = time.time()
-        try:
-            text, _ = proc.communicate(timeout=60)
-            report(proc.returncode != 0, f"a rank killed with SIGKILL: the other exits non-zero ({time.time() - t0:.1f} s)",
-                   f"exit {proc.returncode}: {text[-400:]}")
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            report(False, "a rank killed with SIGKILL: the other exits within 60 s", "still running after 60 s")
-    else:
-        proc.kill()
-        proc.communicate()
-        report(False, "a rank killed with SIGKILL: the job started 2 ranks", f"ranks {ranks}")
+    problem, rc, text, took = kill_a_rank(["mpirun", "--oversubscribe", "-np", "2", SIM] + base + ["-x", "100000", "-o", out],
+                                          2, out, ENV, timeout=60)
+    report(problem is None and rc != 0, f"a rank killed with SIGKILL: the other exits non-zero within 60 s ({took:.1f} s)",
+           problem or f"exit {rc}: {text[-400:]}")
 
     args = base + ["-x", "1"]
     p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", SIM] + args + [":", "-np", "1", SIM] + args + ["-l", "2e-3"],
