@@ -155,10 +155,12 @@ template <class T> static void test_rope(Rng *r, int B, int T_, int NH, int NKV,
 template <class T> static void run_llama_ops_for(unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed + 5555 + StorageInfo<T>::cuda_type);
-    /* N, C: B*T = 1; the one-pass backward with 1..4 packs per lane (C = 32 fp32: 1; 768 16-bit:
-     * 3; 1024 16-bit: 4) and the two-pass one (768, 1024 fp32: over 4 packs per lane); C not a
-     * whole number of packs (36: packed in fp32 only; 30: never); several chunks, uneven rows */
-    static const int rms[][2] = {{1, 32}, {13, 48}, {7, 768}, {3, 1024}, {10, 36}, {9, 30}, {600, 64}};
+    /* N, C: B*T = 1; the one-pass backward with 1..4 packs per lane (16-bit: C = 32 1, 512 2,
+     * 768 3, 1024 4; fp32: 32 1, 256 2, 384 3, 512 4) and the two-pass one (768, 1024 fp32: over
+     * 4 packs per lane); C not a whole number of packs (36: packed in fp32 only; 30: never);
+     * several chunks, uneven rows */
+    static const int rms[][2] = {{1, 32},  {13, 48}, {7, 768}, {3, 1024}, {4, 512},
+                                 {2, 256}, {2, 384}, {10, 36}, {9, 30},   {600, 64}};
     for (const auto &s : rms) test_rmsnorm<T>(&r, s[0], s[1]);
     /* N, F: packed (F % 8 == 0), packed in fp32 only (12), never (7); N = 1 */
     static const int sw[][2] = {{1, 16}, {5, 64}, {3, 12}, {4, 7}};

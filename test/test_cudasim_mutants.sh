@@ -92,10 +92,9 @@ mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 
 mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/'
 mutant fa2-dkdv-causal-off-by-one attention_fa2.cuh 's/q >= key \&\& q < T_/q > key \&\& q < T_/'
 # the Llama ops (test/cuda_llama_ops.h): the one-pass RMSNorm backward adding dweight partials
-# before the shared sums are zeroed; SwiGLU reading gate/up from the wrong row; RoPE's packed
-# kernel rotating the first NH of the q and k heads only (the last NKV key heads left alone)
+# before the shared sums are zeroed; RoPE's packed kernel rotating the first NH of the q and k
+# heads only (the last NKV key heads left alone). (Each mutant is a ~30 s build: SwiGLU has none.)
 mutant rms-fused-zero-barrier rmsnorm.cuh '/rms_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
-mutant swiglu-wrong-row swiglu.cuh 's/return i \/ F \* 2 \* F + i % F;/return i \/ F * F + i % F;/'
 mutant rope-gqa-heads rope.cuh 's/h = idx \/ packs % heads,/h = idx \/ packs % NH,/'
 run_mutants
 exit $status
