@@ -66,6 +66,8 @@ cuda-tests: $(CUDA_TESTS)
 # harness builds: the translation depends on every llmc/cuda header it inlines; the link adds
 # the CPU reference ops and the shared core
 $(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cudasim/test/test_gpt.cpp $(BUILD)/cudasim/test/test_lt_plans.cpp: $(CUDA_HDRS)
+# test_cuda_ops.cu includes the Llama ops' tests
+$(BUILD)/cudasim/test/test_cuda_ops.cpp $(BUILD)/cuda/test/test_cuda_ops.o: test/cuda_llama_ops.h
 $(BUILD)/cudasim/test/%: $(BUILD)/cudasim/test/%.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 

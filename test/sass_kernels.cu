@@ -33,3 +33,20 @@ template void attention_backward_fa2<__nv_bfloat16>(__nv_bfloat16 *, const __nv_
                                                     float *, cudaStream_t);
 template void attention_backward_fa2<__half>(__half *, const __half *, const __half *, const __half *, const float *,
                                              int, int, int, int, int, float *, cudaStream_t);
+
+/* the Llama ops: RMSNorm forward (plain and fused with the residual add: one kernel16) and its
+ * one-pass backward (1..4 packs per lane), SwiGLU forward and backward, RoPE */
+#include "llmc/cuda/rmsnorm.cuh"
+#include "llmc/cuda/rope.cuh"
+#include "llmc/cuda/swiglu.cuh"
+#define LLMC_SASS_LLAMA(T)                                                                                         \
+    template void fused_residual_rmsnorm_forward<T>(T *, T *, float *, const T *, const T *, const T *, int, int,   \
+                                                    float, cudaStream_t);                                          \
+    template void rmsnorm_backward<T>(T *, T *, const T *, const T *, const T *, const float *, int, int, float *,   \
+                                      cudaStream_t);                                                               \
+    template void swiglu_forward<T>(T *, const T *, int, int, cudaStream_t);                                       \
+    template void swiglu_backward<T>(T *, const T *, const T *, int, int, cudaStream_t);                           \
+    template void rope_forward<T>(T *, const float *, int, int, int, int, int, cudaStream_t);
+LLMC_SASS_LLAMA(float)
+LLMC_SASS_LLAMA(__nv_bfloat16)
+LLMC_SASS_LLAMA(__half)

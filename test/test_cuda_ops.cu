@@ -833,6 +833,8 @@ static void test_attention_choice(void) {
                 "attention: LLMC_ATTENTION=flash is an error naming the variable (exit 1)", "exit %d, stderr %s", rc, err);
 }
 
+#include "test/cuda_llama_ops.h" /* the Llama ops: run_llama_ops */
+
 int main(int argc, char **argv) {
     unsigned long long seed = 20240601;
     int big = 0;
@@ -847,6 +849,7 @@ int main(int argc, char **argv) {
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off: fp32 is compared tightly */
     if (!big) test_attention_choice();
+    run_llama_ops(seed);
     /* B, T, C, NH, V, Vp, F: odd sizes on purpose; B*T = 1 in the first */
     static const Shape tiny[] = {{1, 1, 32, 2, 7, 16, 128}, {2, 13, 48, 3, 101, 128, 192}, {3, 33, 64, 1, 300, 384, 256}};
     static const Shape gpt2[] = {{4, 1024, 768, 12, 50257, 50304, 3072}, {1, 1, 768, 12, 50257, 50304, 3072}};

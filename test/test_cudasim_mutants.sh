@@ -95,5 +95,10 @@ mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 
 mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/' --attention
 mutant fa2-bwd-missing-barrier-dst attention_fa2.cuh 's/__syncthreads(); \/\* all 64 keys.*$//' --attention
 mutant fa2-bwd-dq-turn-order attention_fa2.cuh 's/fa2_wait_turn(turn, kb);/fa2_wait_turn(turn, kb > 0 ? kb - 1 : 0);/' --attention
+# the Llama ops (test/cuda_llama_ops.h): the one-pass RMSNorm backward adding dweight partials
+# before the shared sums are zeroed; RoPE's packed kernel rotating the first NH of the q and k
+# heads only (the last NKV key heads left alone). (Each mutant is a ~30 s build: SwiGLU has none.)
+mutant rms-fused-zero-barrier rmsnorm.cuh '/rms_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
+mutant rope-gqa-heads rope.cuh 's/h = idx \/ packs % heads,/h = idx \/ packs % NH,/'
 run_mutants
 exit $status
