@@ -9,6 +9,12 @@
  * default it is the input's (an llm.c bf16 file gives BF16 safetensors, an HF directory whose
  * weights are all BF16 gives a bf16 file, F16 and F32 give fp32), so llm.c -> HF -> llm.c gives
  * the same bytes. The output must not exist: nothing is ever replaced.
+ *
+ * Llama 3 (llmc/llama.h): IN is llmc's Llama checkpoint (magic 20261130) or llm.c's Llama 3 file
+ * (magic 20240803); --format llmc|llama3 picks OUT's kind (default: the other one of the two;
+ * llmc's is fp32, llm.c's keeps the input's precision unless --dtype says):
+ *   ./hf_convert out/run1/model_00000010.bin llama3.bin --format llama3 [--dtype bf16]
+ *   ./hf_convert llama3.bin model.bin --format llmc      # llmc's Llama checkpoint, fp32
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +24,7 @@
 #include "llmc/check.h"
 #include "llmc/checkpoint.h"
 #include "llmc/hf.h"
+#include "llmc/llama.h"
 #include "llmc/model.h"
 
 static void usage(FILE *out) {
@@ -27,12 +34,40 @@ static void usage(FILE *out) {
             "     (config.json, model.safetensors, model.safetensors.sum)\n"
             "  IN a Hugging Face directory (config.json + model.safetensors or sharded safetensors with\n"
             "     model.safetensors.index.json): OUT is written as an llm.c model file (and OUT.sum)\n"
+            "  IN a Llama: llmc's Llama checkpoint or llm.c's Llama 3 file (fp32 or bf16): OUT is written as\n"
+            "     --format llmc (llmc's Llama checkpoint, fp32) or --format llama3 (llm.c's Llama 3 file);\n"
+            "     default: the other of the two\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
             "OUT must not exist.\n");
 }
 
+/* llmc's Llama checkpoint <-> llm.c's Llama 3 file */
+static int convert_llama(const char *in, const char *out, const LlamaConfig *cfg, const char *dtype, const char *format) {
+    FILE *f = fopenCheck(in, "rb");
+    int32_t h[2] = {0, 0};
+    freadCheck(h, sizeof h[0], 2, f, in);
+    fclose(f);
+    const int from_llmc = h[0] == LLAMA_FILE_MAGIC, in_bf16 = !from_llmc && h[1] == 5;
+    const int to_llama3 = format ? strcmp(format, "llama3") == 0 : from_llmc;
+    const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16 && to_llama3;
+    if (!to_llama3 && bf16)
+        llmc_die("--dtype bf16: llmc's Llama checkpoint is fp32 (--format llama3 writes llm.c's bf16 Llama 3 file)");
+    size_t n = llama_parameter_specs(cfg, NULL);
+    float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
+    llama_load_init(in, cfg, params, n, 0);
+    if (to_llama3) llmc_llama3_write(out, cfg, params, n, bf16);
+    else llama_checkpoint_save(out, cfg, params, n);
+    printf("%s (%s) -> %s (%s): L %d, NH %d, NKV %d, C %d, F %d, maxT %d, V %d: %zu parameters\n", in,
+           from_llmc ? "llmc Llama checkpoint" : in_bf16 ? "llm.c Llama 3 file, bf16" : "llm.c Llama 3 file, fp32", out,
+           to_llama3 ? (bf16 ? "llm.c Llama 3 file, bf16" : "llm.c Llama 3 file, fp32") : "llmc Llama checkpoint, fp32",
+           cfg->base.num_layers, cfg->base.num_heads, cfg->base.num_kv_heads, cfg->base.channels, cfg->base.ffn_hidden,
+           cfg->base.max_seq_len, cfg->base.vocab_size, n);
+    free(params);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *paths[2] = {NULL, NULL}, *dtype = NULL;
+    const char *paths[2] = {NULL, NULL}, *dtype = NULL, *format = NULL;
     int npaths = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -44,6 +79,13 @@ int main(int argc, char **argv) {
             else llmc_die("flag --dtype needs a value: fp32 or bf16");
             if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0)
                 llmc_die("--dtype %s: the output's precision is fp32 or bf16", dtype);
+        } else if (strcmp(argv[i], "--format") == 0 || strncmp(argv[i], "--format=", 9) == 0) {
+            if (argv[i][8] == '=') format = argv[i] + 9;
+            else if (i + 1 < argc) format = argv[++i];
+            else llmc_die("flag --format needs a value: llmc or llama3");
+            if (strcmp(format, "llmc") != 0 && strcmp(format, "llama3") != 0)
+                llmc_die("--format %s: a Llama is written as llmc (llmc's Llama checkpoint) or llama3 (llm.c's Llama 3 file)",
+                         format);
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             usage(stderr);
             llmc_die("unknown flag '%s'", argv[i]);
@@ -61,6 +103,11 @@ int main(int argc, char **argv) {
     const char *in = paths[0], *out = paths[1];
     struct stat sb;
     if (lstat(out, &sb) == 0) llmc_die("output '%s' already exists: remove it or give another path", out);
+
+    LlamaConfig lc;
+    if (stat(in, &sb) == 0 && S_ISREG(sb.st_mode) && llama_config_from_init(in, &lc))
+        return convert_llama(in, out, &lc, dtype, format);
+    if (format) llmc_die("--format %s: '%s' is not a Llama file (--format is for Llama conversions)", format, in);
 
     ModelConfig cfg;
     int version, bf16;

@@ -26,6 +26,7 @@
 #include "llmc/cuda/model.cuh"
 #include "llmc/cuda/telemetry.cuh"
 #include "llmc/dist.h"
+#include "llmc/llama.h"
 #include "llmc/train.h"
 #ifndef LLMC_HAVE_NCCL
 #define LLMC_HAVE_NCCL 0
@@ -300,6 +301,14 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
 }
 
+/* Llama models (a name, llmc's or llm.c's Llama file) train on the CPU only for now. */
+static void refuse_llama(const char *init) {
+    LlamaConfig lc;
+    if (llama_config_from_init(init, &lc))
+        llmc_die("-e %s is a Llama 3 model: ./train_gpt trains GPT-2 only for now (CUDA Llama blocks are not built "
+                 "yet); train it on the CPU with ./train_gpt_cpu", init);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
@@ -307,6 +316,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    refuse_llama(tc.init);
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, 0};
     /* --plan: no device, no process group, no run directory, no model */
@@ -342,6 +352,7 @@ int main(int argc, char **argv) {
     }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    refuse_llama(init); /* a resumed run's checkpoint */
     tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs) {
+void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs) {
     if (zero == 3)
         llmc_die("-z 3: ZeRO stage 3 (parameters sharded, gathered layer by layer before use) is not built yet; "
                  "use -z 2 (moments and gradients sharded) or -z 1 (moments sharded)");
@@ -16,6 +16,7 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
     o->zero = zero;
     o->n = n;
     o->specs = specs;
+    o->num_specs = num_specs;
     o->lo = 0;
     o->hi = n;
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
@@ -58,7 +59,7 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
                 float weight_decay, int t, float grad_scale) {
     /* the shard's gradients: the summed gradient's [lo, hi) */
     const float *g = o->zero == 2 ? o->gshard : grads + o->lo;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < o->num_specs; i++) {
         const TensorSpec *s = &o->specs[i];
         size_t a = s->offset > o->lo ? s->offset : o->lo;
         size_t b = s->offset + s->numel < o->hi ? s->offset + s->numel : o->hi;

@@ -39,14 +39,15 @@ typedef struct {
     size_t lo, hi;       /* the range of m, v (and of the parameters) this rank updates */
     float *m, *v;        /* hi - lo floats each */
     float *gshard;       /* -z 2: this rank's shard of the summed gradient */
-    const TensorSpec *specs; /* NUM_PARAMETER_TENSORS: offsets and weight decay choice */
+    const TensorSpec *specs; /* the parameter table: offsets and weight decay choice */
+    int num_specs;           /* its entries (the architecture's table) */
 } Optimizer;
 
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */
 enum { OPTIM_MAX_ZERO = 2 };
 
 /* Dies on -z 3 (not built) with a message. */
-void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs);
+void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs);
 void optim_free(Optimizer *o);
 /* Floats of m (and of v, and of the -z 2 gradient shard) that rank allocates: the plan's and
  * optim_init's one rule. */
