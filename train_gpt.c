@@ -15,6 +15,7 @@
 #include "llmc/cpu/llama.h"
 #include "llmc/cpu/model.h"
 #include "llmc/dist.h"
+#include "llmc/hf.h"
 #include "llmc/optim.h"
 #include "llmc/train.h"
 
@@ -81,6 +82,13 @@ static uint32_t llama_save_model(void *m, const char *path, int bf16) {
     return llama_checkpoint_save(path, &model->cfg, model->params_memory, model->num_parameters);
 }
 
+static void llama_save_hf(void *m, const char *run_dir, int step, int bf16) {
+    LlamaModel *model = (LlamaModel *)m;
+    char dir[4400];
+    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    hf_llama_save(dir, &model->cfg, model->params_memory, model->num_parameters, bf16);
+}
+
 /* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
 static LlamaConfig plan_llama;
 static void llama_cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
@@ -92,7 +100,6 @@ static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig
     if (tc->ckpt_bf16)
         llmc_die("--checkpoint-bf16 1: a Llama's checkpoints are llmc's fp32 Llama file (./hf_convert writes bf16 "
                  "llm.c Llama 3 files and HF directories from it)");
-    if (tc->save_hf) llmc_die("--save-hf 1: Hugging Face Llama directories are not written yet (GPT-2 only)");
     if (tc->recompute != 0)
         printf("note: -r %d: the CPU Llama keeps every activation (no recompute levels yet)\n", tc->recompute);
     be->model = model;
@@ -109,6 +116,7 @@ static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig
     be->print_memory = llama_memory;
     be->plan = llama_cpu_plan;
     be->save_model = llama_save_model;
+    be->save_hf = llama_save_hf;
     be->flops_per_token = llama_flops_per_token(&model->cfg, tc->T);
 }
 

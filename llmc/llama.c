@@ -3,6 +3,7 @@
 #include "atomicfile.h"
 #include "check.h"
 #include "checkpoint.h"
+#include "hf.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -381,6 +382,7 @@ int llama_config_from_init(const char *init, LlamaConfig *cfg) {
         if (bad) llmc_die("-e %s: invalid Llama configuration: %s", init, bad);
         return 1;
     }
+    if (hf_read_llama_config(init, cfg)) return 1; /* a Hugging Face LlamaForCausalLM directory */
     int32_t magic = file_magic(init);
     int version;
     if (magic == LLAMA_FILE_MAGIC) llama_file_read_header(init, cfg);
@@ -395,6 +397,8 @@ void llama_load_init(const char *init, const LlamaConfig *cfg, float *params, si
     if (llama_config_from_name(&named, init) == 0) {
         llama_parameter_specs(cfg, specs);
         llama_init_parameters(cfg, specs, params, seed);
+    } else if (hf_is_model_dir(init)) {
+        hf_llama_load(init, cfg, params, n);
     } else if (file_magic(init) == LLAMA_FILE_MAGIC) {
         llama_file_load(init, params, n);
     } else {

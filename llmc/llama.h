@@ -123,8 +123,8 @@ void llmc_llama3_load(const char *path, const LlamaConfig *cfg, float *params, s
 /* Writes version 3 (fp32) or 5 (bf16, round to nearest even), atomically. */
 void llmc_llama3_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16);
 
-/* What -e names, when it is a Llama: a name (llama_config_from_name), llmc's Llama file or llm.c's
- * Llama 3 file (by magic). Returns 1 and fills cfg (header only, no parameters read), or 0 when
+/* What -e names, when it is a Llama: a name (llama_config_from_name), a Hugging Face
+ * LlamaForCausalLM directory (hf.h), llmc's Llama file or llm.c's Llama 3 file (by magic). Returns 1 and fills cfg (header only, no parameters read), or 0 when
  * init is not a Llama (a GPT-2 descriptor or file, or a path that does not open: the GPT-2 reader
  * then reports it). Dies on a bad Llama header. */
 int llama_config_from_init(const char *init, LlamaConfig *cfg);
