@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 int llama_ffn_hidden(int C, float ffn_dim_multiplier, int multiple_of) {
     long hidden = 2 * (4L * C) / 3;
@@ -366,8 +367,11 @@ void llmc_llama3_write(const char *path, const LlamaConfig *cfg, const float *pa
 
 /* ---- -e: names and files ------------------------------------------------------------------ */
 
-/* the magic of a regular file (0 when it cannot be read or is not a regular file) */
+/* the magic of a regular file (0 when it cannot be read or is not a regular file: a FIFO is never
+ * opened here, the GPT-2 reader refuses it with its message) */
 static int32_t file_magic(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     int32_t magic = 0;

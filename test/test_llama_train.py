@@ -127,6 +127,8 @@ def main():
                    if abs(g[0] - losses[s]) > 1e-4 * abs(losses[s]) or abs(g[1] - norms[s]) > 1e-3 * abs(norms[s])]
             report(not bad, f"NKV {nkv}: 10-step loss and grad-norm trajectory equals the PyTorch reference's",
                    f"(step, got, reference): {bad[:3]}")
+            if nkv == 1:  # multi-query attention: the trajectory; files and resume do not depend on NKV
+                continue
             # resume: the run's directory as it was after step 5, then -y 1 to 10
             out2 = os.path.join(tmp, f"resume{nkv}")
             shutil.copytree(out, out2)
@@ -190,7 +192,7 @@ def main():
             ok = p.returncode == 0 and json.loads(p.stdout)["parameters"] == params
             report(ok, f"--plan -e {name}: {params} parameters, nothing allocated", (p.stdout + p.stderr)[-600:])
         # llama3:d1 from random init (V 128256, untied head): the first loss is about ln V
-        p = run([TRAINER, "-e", "llama3:d1", "-i", shard, "-j", shard, "-b", "1", "-t", "16", "-x", "2", "-v", "0",
+        p = run([TRAINER, "-e", "llama3:d1", "-i", shard, "-j", shard, "-b", "1", "-t", "16", "-x", "1", "-v", "0",
                  "-s", "0", "-r", "0"])
         first = [line for line in p.stdout.splitlines() if line.startswith("step     1/")]
         loss = float(first[0].split("loss ")[1].split()[0]) if first else 0.0
