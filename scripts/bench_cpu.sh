@@ -5,11 +5,12 @@
 # RSS, and the ratio. Runs twice: with the environment as it is, and with OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset (OpenBLAS picks kernels for this CPU itself) — both peers get the same.
 # Then a Llama 3 of about the same size against dev/reference/train_llama3.py (run_llama below).
-# Env: BENCH_STEPS (timed steps, default 6), BENCH_MODES ("as-is autodetect"), BENCH_LLAMA (1; 0 skips it).
+# Env: BENCH_STEPS (timed steps, default 6), BENCH_MODES ("as-is autodetect"; "" = none: the Llama only),
+# BENCH_LLAMA (1; 0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${BENCH_STEPS:-6}
-modes=${BENCH_MODES:-as-is autodetect}
+modes=${BENCH_MODES-as-is autodetect}
 out=build/bench
 mkdir -p "$out"
 py=/usr/bin/python3
