@@ -107,4 +107,4 @@ PY
 
 echo "## make bench: GPT-2 124M (d12), B=4, T=64, fp32, $(nproc) cores, median of $steps steps ($(date -u +%F))"
 for m in $modes; do run_mode "$m"; done
-[ "${BENCH_LLAMA:-1}" = 1 ] && run_llama
+if [ "${BENCH_LLAMA:-1}" = 1 ]; then run_llama; fi
