@@ -11,6 +11,7 @@
 #include "llmc/check.h"
 #include "llmc/cuda/decode.cuh"
 #include "llmc/generate.h"
+#include "llmc/llama.h"
 
 typedef struct {
     CudaContext ctx;
@@ -22,6 +23,9 @@ static void cuda_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *
     CudaGenerator *cg = (CudaGenerator *)self;
     int precision = precision_parse(g->precision ? g->precision : "bf16");
     if (precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", g->precision);
+    LlamaConfig lc;
+    if (llama_config_from_init(g->init, &lc))
+        llmc_die("-e %s is a Llama 3 model: ./generate_gpu runs GPT-2 only for now; use ./generate (CPU)", g->init);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1)

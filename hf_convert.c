@@ -9,6 +9,13 @@
  * default it is the input's (an llm.c bf16 file gives BF16 safetensors, an HF directory whose
  * weights are all BF16 gives a bf16 file, F16 and F32 give fp32), so llm.c -> HF -> llm.c gives
  * the same bytes. The output must not exist: nothing is ever replaced.
+ *
+ * Llama 3 (llmc/llama.h): IN is llmc's Llama checkpoint (magic 20261130), llm.c's Llama 3 file
+ * (magic 20240803) or an HF LlamaForCausalLM directory; --format llmc|llama3|hf picks OUT's kind
+ * (default: hf for a file, llmc for a directory). llmc's is fp32; the others keep the input's
+ * precision unless --dtype says:
+ *   ./hf_convert out/run1/model_00000010.bin llama3.bin --format llama3 [--dtype bf16]
+ *   ./hf_convert Llama-3.2-1B/ model.bin                 # HF directory -> llmc's Llama checkpoint
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +25,7 @@
 #include "llmc/check.h"
 #include "llmc/checkpoint.h"
 #include "llmc/hf.h"
+#include "llmc/llama.h"
 #include "llmc/model.h"
 
 static void usage(FILE *out) {
@@ -27,12 +35,43 @@ static void usage(FILE *out) {
             "     (config.json, model.safetensors, model.safetensors.sum)\n"
             "  IN a Hugging Face directory (config.json + model.safetensors or sharded safetensors with\n"
             "     model.safetensors.index.json): OUT is written as an llm.c model file (and OUT.sum)\n"
+            "  IN a Llama: llmc's Llama checkpoint, llm.c's Llama 3 file (fp32 or bf16) or an HF LlamaForCausalLM\n"
+            "     directory: OUT is written as --format llmc (llmc's Llama checkpoint, fp32), llama3 (llm.c's\n"
+            "     Llama 3 file) or hf (HF directory); default: hf for a file, llmc for a directory\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
             "OUT must not exist.\n");
 }
 
+/* A Llama between llmc's Llama checkpoint, llm.c's Llama 3 file and an HF LlamaForCausalLM directory */
+static int convert_llama(const char *in, const char *out, const LlamaConfig *cfg, const char *dtype, const char *format) {
+    const int from_hf = hf_is_model_dir(in);
+    int32_t h[2] = {0, 0};
+    if (!from_hf) {
+        FILE *f = fopenCheck(in, "rb");
+        freadCheck(h, sizeof h[0], 2, f, in);
+        fclose(f);
+    }
+    const int from_llmc = !from_hf && h[0] == LLAMA_FILE_MAGIC;
+    const char *to = format ? format : from_hf ? "llmc" : "hf";
+    size_t n = llama_parameter_specs(cfg, NULL);
+    float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
+    int in_bf16 = from_hf ? hf_llama_load(in, cfg, params, n) : (llama_load_init(in, cfg, params, n, 0), !from_llmc && h[1] == 5);
+    const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16 && strcmp(to, "llmc") != 0;
+    if (strcmp(to, "llmc") == 0 && bf16)
+        llmc_die("--dtype bf16: llmc's Llama checkpoint is fp32 (--format llama3 or hf write bf16)");
+    if (strcmp(to, "llama3") == 0) llmc_llama3_write(out, cfg, params, n, bf16);
+    else if (strcmp(to, "hf") == 0) hf_llama_save(out, cfg, params, n, bf16);
+    else llama_checkpoint_save(out, cfg, params, n);
+    const char *kind = from_hf ? "Hugging Face LlamaForCausalLM directory" : from_llmc ? "llmc Llama checkpoint" : "llm.c Llama 3 file";
+    printf("%s (%s%s) -> %s (%s, %s): L %d, NH %d, NKV %d, C %d, F %d, maxT %d, V %d: %zu parameters\n", in, kind,
+           in_bf16 ? ", bf16" : "", out, to, bf16 ? "bf16" : "fp32", cfg->base.num_layers, cfg->base.num_heads,
+           cfg->base.num_kv_heads, cfg->base.channels, cfg->base.ffn_hidden, cfg->base.max_seq_len, cfg->base.vocab_size, n);
+    free(params);
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    const char *paths[2] = {NULL, NULL}, *dtype = NULL;
+    const char *paths[2] = {NULL, NULL}, *dtype = NULL, *format = NULL;
     int npaths = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
@@ -44,6 +83,13 @@ int main(int argc, char **argv) {
             else llmc_die("flag --dtype needs a value: fp32 or bf16");
             if (strcmp(dtype, "fp32") != 0 && strcmp(dtype, "bf16") != 0)
                 llmc_die("--dtype %s: the output's precision is fp32 or bf16", dtype);
+        } else if (strcmp(argv[i], "--format") == 0 || strncmp(argv[i], "--format=", 9) == 0) {
+            if (argv[i][8] == '=') format = argv[i] + 9;
+            else if (i + 1 < argc) format = argv[++i];
+            else llmc_die("flag --format needs a value: llmc, llama3 or hf");
+            if (strcmp(format, "llmc") != 0 && strcmp(format, "llama3") != 0 && strcmp(format, "hf") != 0)
+                llmc_die("--format %s: a Llama is written as llmc (llmc's Llama checkpoint), llama3 (llm.c's Llama 3 "
+                         "file) or hf (a Hugging Face directory)", format);
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             usage(stderr);
             llmc_die("unknown flag '%s'", argv[i]);
@@ -61,6 +107,11 @@ int main(int argc, char **argv) {
     const char *in = paths[0], *out = paths[1];
     struct stat sb;
     if (lstat(out, &sb) == 0) llmc_die("output '%s' already exists: remove it or give another path", out);
+
+    LlamaConfig lc;
+    if (stat(in, &sb) == 0 && llama_config_from_init(in, &lc))
+        return convert_llama(in, out, &lc, dtype, format);
+    if (format) llmc_die("--format %s: '%s' is not a Llama file (--format is for Llama conversions)", format, in);
 
     ModelConfig cfg;
     int version, bf16;

@@ -12,8 +12,10 @@
 #include "llmc/check.h"
 #include "llmc/cli.h"
 #include "llmc/cpu/blas_select.h"
+#include "llmc/cpu/llama.h"
 #include "llmc/cpu/model.h"
 #include "llmc/dist.h"
+#include "llmc/hf.h"
 #include "llmc/optim.h"
 #include "llmc/train.h"
 
@@ -80,6 +82,73 @@ static void cpu_attach_optimizer(void *m, Optimizer *opt, float **host_params, f
     *host_grads = model->grads_memory;
 }
 
+/* ---- the Llama backend: the same adapters over llmc/cpu/llama.h ---------------------------- */
+static float llama_train_micro_step(void *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
+    LlamaModel *model = (LlamaModel *)m;
+    float loss = llama_forward(model, inputs, targets, B, T, dloss_scale / (float)(B * T));
+    llama_backward(model, inputs, B, T);
+    return loss;
+}
+
+static float llama_eval_loss(void *m, const int *inputs, const int *targets, int B, int T) {
+    return llama_forward((LlamaModel *)m, inputs, targets, B, T, 0.0f);
+}
+
+static void llama_zero(void *m) { llama_zero_grad((LlamaModel *)m); }
+
+static const float *llama_next_logits(void *m, const int *tokens, int n) {
+    LlamaModel *model = (LlamaModel *)m;
+    llama_forward(model, tokens, NULL, 1, n, 0.0f);
+    return tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_logits], 0) +
+           (size_t)(n - 1) * model->cfg.base.padded_vocab_size;
+}
+
+static void llama_memory(void *m, FILE *out) { llama_print_memory((LlamaModel *)m, out); }
+
+static uint32_t llama_save_model(void *m, const char *path, int bf16) {
+    LlamaModel *model = (LlamaModel *)m;
+    (void)bf16; /* refused at startup: llmc's Llama checkpoint is fp32 */
+    return llama_checkpoint_save(path, &model->cfg, model->params_memory, model->num_parameters);
+}
+
+static void llama_save_hf(void *m, const char *run_dir, int step, int bf16) {
+    LlamaModel *model = (LlamaModel *)m;
+    char dir[4400];
+    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    hf_llama_save(dir, &model->cfg, model->params_memory, model->num_parameters, bf16);
+}
+
+/* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
+static LlamaConfig plan_llama;
+static void llama_cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
+    (void)cfg;
+    llama_plan(&plan_llama, tc->B, tc->T, 1, p);
+}
+
+static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
+    if (tc->ckpt_bf16)
+        llmc_die("--checkpoint-bf16 1: a Llama's checkpoints are llmc's fp32 Llama file (./hf_convert writes bf16 "
+                 "llm.c Llama 3 files and HF directories from it)");
+    if (tc->recompute != 0)
+        printf("note: -r %d: the CPU Llama keeps every activation (no recompute levels yet)\n", tc->recompute);
+    be->model = model;
+    be->cfg = model->cfg.base;
+    be->num_parameters = model->num_parameters;
+    be->train_micro_step = llama_train_micro_step;
+    be->eval_loss = llama_eval_loss;
+    be->zero_grad = llama_zero;
+    be->next_logits = llama_next_logits;
+    be->host_params = model->params_memory;
+    be->host_grads = model->grads_memory;
+    be->param_specs = model->param_specs;
+    be->num_param_specs = LLAMA3_NUM_PARAMETERS;
+    be->print_memory = llama_memory;
+    be->plan = llama_cpu_plan;
+    be->save_model = llama_save_model;
+    be->save_hf = llama_save_hf;
+    be->flops_per_token = llama_flops_per_token(&model->cfg, tc->T);
+}
+
 static void build_model(GPT2 *model, const char *init, unsigned long long seed) {
     ModelConfig cfg;
     if (model_config_from_descriptor(&cfg, init) == 0) gpt2_build_random(model, &cfg, seed);
@@ -100,6 +169,17 @@ int main(int argc, char **argv) {
     /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
+    if (tc.plan && llama_config_from_init(tc.init, &plan_llama)) { /* a Llama: its header or name only */
+        if (tc.memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
+        if (tc.zero_stage >= 2)
+            llmc_die("-z %d: a Llama model trains with -z 0 or 1 for now (its backward does not hand gradient buckets to "
+                     "the optimizer, which -z 2 and 3 need)", tc.zero_stage);
+        MemPlan p;
+        train_memory_plan(&tc, &plan_llama.base, llama_cpu_plan, 1, "CPU", &p);
+        if (tc.json) mem_plan_print_json(&p, stdout);
+        else mem_plan_print(&p, stdout);
+        return 0;
+    }
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, 1);
@@ -120,6 +200,27 @@ int main(int argc, char **argv) {
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    char name[512];
+    snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
+    TrainBackend be = {0};
+    be.name = name;
+    be.sync_to_host = cpu_sync_noop;
+    be.sync_from_host = cpu_sync_noop;
+    if (llama_config_from_init(init, &plan_llama)) { /* the architecture is the model's: name or file header */
+        if (tc.memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
+        if (tc.zero_stage >= 2)
+            llmc_die("-z %d: a Llama model trains with -z 0 or 1 for now (its backward does not hand gradient buckets to "
+                     "the optimizer, which -z 2 and 3 need)", tc.zero_stage);
+        LlamaModel llama;
+        llama_build(&llama, &plan_llama);
+        llama_load_init(init, &plan_llama, llama.params_memory, llama.num_parameters, tc.seed);
+        llama_allocate_for(&llama, tc.B, tc.T, 1);
+        llama_backend(&be, &llama, &tc);
+        int status = train_run(&tc, &be, resume_step);
+        llama_free(&llama);
+        dist_finalize(dist);
+        return status;
+    }
     GPT2 model;
     build_model(&model, init, tc.seed);
     if (tc.memory_budget[0]) {
@@ -128,10 +229,6 @@ int main(int argc, char **argv) {
     }
     gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
 
-    char name[512];
-    snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
-    TrainBackend be = {0};
-    be.name = name;
     be.model = &model;
     be.cfg = model.cfg;
     be.num_parameters = model.num_parameters;
@@ -143,8 +240,6 @@ int main(int argc, char **argv) {
     be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/optim.c) does the rest */
     be.param_specs = model.param_specs;
     if (shard_stage(&tc)) be.attach_optimizer = cpu_attach_optimizer;
-    be.sync_to_host = cpu_sync_noop;
-    be.sync_from_host = cpu_sync_noop;
     be.print_memory = cpu_print_memory;
     be.plan = cpu_plan;
 

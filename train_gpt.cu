@@ -32,6 +32,7 @@
 #include "llmc/cuda/model.cuh"
 #include "llmc/cuda/telemetry.cuh"
 #include "llmc/dist.h"
+#include "llmc/llama.h"
 #include "llmc/train.h"
 #ifndef LLMC_HAVE_NCCL
 #define LLMC_HAVE_NCCL 0
@@ -316,6 +317,14 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     }
 }
 
+/* Llama models (a name, llmc's or llm.c's Llama file) train on the CPU only for now. */
+static void refuse_llama(const char *init) {
+    LlamaConfig lc;
+    if (llama_config_from_init(init, &lc))
+        llmc_die("-e %s is a Llama 3 model: ./train_gpt trains GPT-2 only for now (CUDA Llama blocks are not built "
+                 "yet); train it on the CPU with ./train_gpt_cpu", init);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
@@ -323,6 +332,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    refuse_llama(tc.init);
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
     const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0};
@@ -361,6 +371,7 @@ int main(int argc, char **argv) {
     }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    refuse_llama(init); /* a resumed run's checkpoint */
     tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);

@@ -30,7 +30,7 @@ typedef struct {
 static const Flag flags[] = {
     {"-i", "--train-data", F_STRING, FIELD(train_pattern), "training shards (glob pattern)"},
     {"-j", "--val-data", F_STRING, FIELD(val_pattern), "validation shards (glob pattern)"},
-    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, Hugging Face GPT-2 directory (config.json + safetensors), or dN / gpt2:dN for a random GPT-2 of depth N"},
+    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, Hugging Face GPT-2 or Llama directory (config.json + safetensors), llmc's or llm.c's Llama 3 file, dN / gpt2:dN for a random GPT-2 of depth N, or llama3:dN / llama3.2-1b / llama3.2-3b / llama3.1-8b for a random Llama 3 (CPU trainer)"},
     {"-o", "--output-dir", F_STRING, FIELD(output_dir), "output directory for log.jsonl and checkpoints ('' = none)"},
     {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
     {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},

@@ -34,7 +34,8 @@ static void usage(FILE *out, const GenerateBackend *be) {
     fprintf(out,
             "usage: %s -e MODEL [--prompt TEXT] [flags]   (no --prompt: the prompt is read from stdin)\n\n"
             "  -e PATH              model: an llm.c checkpoint (model_*.bin), a Hugging Face GPT-2 directory\n"
-            "                       (config.json + safetensors), or dN for a random GPT-2 of depth N\n"
+            "                       (config.json + safetensors), or dN for a random GPT-2 of depth N; ./generate\n"
+            "                       also takes a Llama 3 (llmc's or llm.c's file, an HF Llama directory, llama3:dN)\n"
             "  --prompt TEXT        text to continue; empty: start from end-of-text\n"
             "  -g N                 tokens to generate (default: 256); stops earlier at end-of-text or maxT\n"
             "  --temperature X      0 = greedy (argmax); else sample softmax(logits / X) (default: 1)\n"

@@ -40,14 +40,24 @@ void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, c
 /* ---- the architecture table ------------------------------------------------------------------ */
 /* A dimension of an HF tensor, in the config's terms. Rows of DIM_V are the vocabulary: V rows in
  * the file, Vp in our tensor (the rows past V are zero). */
-typedef enum { DIM_ONE, DIM_V, DIM_C, DIM_MAXT, DIM_QKV, DIM_F } HfDim;
+typedef enum { DIM_ZERO, DIM_ONE, DIM_V, DIM_C, DIM_MAXT, DIM_QKV, DIM_F, DIM_KV, DIM_NH, DIM_NKV } HfDim;
 
 typedef struct {
-    const char *param; /* the tensor of model.h's table */
+    const char *param; /* the tensor of the architecture's table */
     const char *key;   /* HF key without the model prefix; "%d" = the layer (one HF tensor per layer) */
     HfDim rows, cols;  /* HF shape: (rows), or (rows, cols) */
     int conv1d;        /* stored (in, out) = (rows, cols); ours is (out, in): transposed both ways */
+    HfDim at, at2;     /* where its rows start in our layer's slice: dim(at) + dim(at2) (q/k/v in qkvw) */
+    HfDim rope_heads;  /* Llama q/k: rows laid out per head for HF's rotate-half RoPE (heads of HS rows,
+                        * first the even then the odd channels of each pair); ours pairs (2i, 2i+1) */
+    int bare;          /* the key never has the model prefix (Llama's lm_head.weight) */
 } HfTensor;
+
+/* The configuration an HF directory describes: Llama's knobs around the shared ModelConfig (a
+ * GPT-2 uses .base only, .tied = 1). */
+typedef LlamaConfig HfConfig;
+enum { HF_MAX_PARAMS = (int)NUM_PARAMETER_TENSORS > (int)LLAMA3_NUM_PARAMETERS ? (int)NUM_PARAMETER_TENSORS
+                                                                              : (int)LLAMA3_NUM_PARAMETERS };
 
 typedef struct {
     const char *architecture; /* config.json "architectures"[0] */
@@ -58,27 +68,30 @@ typedef struct {
     const HfTensor *tensors;
     int num_tensors;
     /* config.json -> cfg; 0, or -1 with a message (naming the field) in err */
-    int (*read_config)(const cJSON *json, ModelConfig *cfg, char *err, size_t errlen);
-    void (*write_config)(cJSON *json, const ModelConfig *cfg, int bf16);
+    int (*read_config)(const cJSON *json, HfConfig *cfg, char *err, size_t errlen);
+    void (*write_config)(cJSON *json, const HfConfig *cfg, int bf16);
+    /* our parameter table for cfg (specs may be NULL): the total element count */
+    size_t (*param_specs)(const HfConfig *cfg, TensorSpec *specs);
+    int num_params;
 } HfArchitecture;
 
 static const HfTensor gpt2_tensors[] = {
-    {"wte", "wte.weight", DIM_V, DIM_C, 0},
-    {"wpe", "wpe.weight", DIM_MAXT, DIM_C, 0},
-    {"ln1w", "h.%d.ln_1.weight", DIM_C, DIM_ONE, 0},
-    {"ln1b", "h.%d.ln_1.bias", DIM_C, DIM_ONE, 0},
-    {"qkvw", "h.%d.attn.c_attn.weight", DIM_C, DIM_QKV, 1},
-    {"qkvb", "h.%d.attn.c_attn.bias", DIM_QKV, DIM_ONE, 0},
-    {"attprojw", "h.%d.attn.c_proj.weight", DIM_C, DIM_C, 1},
-    {"attprojb", "h.%d.attn.c_proj.bias", DIM_C, DIM_ONE, 0},
-    {"ln2w", "h.%d.ln_2.weight", DIM_C, DIM_ONE, 0},
-    {"ln2b", "h.%d.ln_2.bias", DIM_C, DIM_ONE, 0},
-    {"fcw", "h.%d.mlp.c_fc.weight", DIM_C, DIM_F, 1},
-    {"fcb", "h.%d.mlp.c_fc.bias", DIM_F, DIM_ONE, 0},
-    {"fcprojw", "h.%d.mlp.c_proj.weight", DIM_F, DIM_C, 1},
-    {"fcprojb", "h.%d.mlp.c_proj.bias", DIM_C, DIM_ONE, 0},
-    {"lnfw", "ln_f.weight", DIM_C, DIM_ONE, 0},
-    {"lnfb", "ln_f.bias", DIM_C, DIM_ONE, 0},
+    {"wte", "wte.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"wpe", "wpe.weight", DIM_MAXT, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln1w", "h.%d.ln_1.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln1b", "h.%d.ln_1.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"qkvw", "h.%d.attn.c_attn.weight", DIM_C, DIM_QKV, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"qkvb", "h.%d.attn.c_attn.bias", DIM_QKV, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"attprojw", "h.%d.attn.c_proj.weight", DIM_C, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"attprojb", "h.%d.attn.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln2w", "h.%d.ln_2.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln2b", "h.%d.ln_2.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcw", "h.%d.mlp.c_fc.weight", DIM_C, DIM_F, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcb", "h.%d.mlp.c_fc.bias", DIM_F, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcprojw", "h.%d.mlp.c_proj.weight", DIM_F, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcprojb", "h.%d.mlp.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"lnfw", "ln_f.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"lnfb", "ln_f.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
 };
 static const char *const gpt2_buffers[] = {"h.%d.attn.bias", "h.%d.attn.masked_bias", NULL};
 
@@ -110,7 +123,10 @@ static int config_bool(const cJSON *json, const char *key, int def, char *err, s
     return cJSON_IsTrue(v);
 }
 
-static int gpt2_read_config(const cJSON *json, ModelConfig *cfg, char *err, size_t errlen) {
+static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t errlen) {
+    memset(hc, 0, sizeof *hc);
+    hc->tied = 1;
+    ModelConfig *cfg = &hc->base;
     static const struct {
         const char *key;
         size_t offset;
@@ -167,7 +183,8 @@ static int gpt2_read_config(const cJSON *json, ModelConfig *cfg, char *err, size
     return 0;
 }
 
-static void gpt2_write_config(cJSON *json, const ModelConfig *cfg, int bf16) {
+static void gpt2_write_config(cJSON *json, const HfConfig *hc, int bf16) {
+    const ModelConfig *cfg = &hc->base;
     cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
     cJSON_AddItemToArray(archs, cJSON_CreateString("GPT2LMHeadModel"));
     cJSON_AddStringToObject(json, "model_type", "gpt2");
@@ -190,9 +207,145 @@ static void gpt2_write_config(cJSON *json, const ModelConfig *cfg, int bf16) {
     cJSON_AddStringToObject(json, "torch_dtype", bf16 ? "bfloat16" : "float32");
 }
 
+static size_t gpt2_specs(const HfConfig *cfg, TensorSpec *specs) { return gpt2_parameter_specs(&cfg->base, specs); }
+
+/* ---- LlamaForCausalLM ---- */
+static const HfTensor llama_tensors[] = {
+    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0},
+    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0},
+    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0},
+    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcw", "layers.%d.mlp.gate_proj.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"fcw", "layers.%d.mlp.up_proj.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0},
+    {"fcprojw", "layers.%d.mlp.down_proj.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1}, /* untied only */
+};
+static const char *const llama_buffers[] = {"layers.%d.self_attn.rotary_emb.inv_freq", NULL};
+
+/* json[key] as a positive finite number: 1 found, 0 absent (or null), -1 wrong. */
+static int config_float(const cJSON *json, const char *key, float *out, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
+        return fail(err, errlen, "%s is not a positive number", key);
+    *out = (float)v->valuedouble;
+    return 1;
+}
+
+static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t errlen) {
+    static const struct {
+        const char *key;
+        size_t offset;
+        int hi;
+    } sizes[] = {
+        {"hidden_size", offsetof(ModelConfig, channels), MODEL_MAX_CHANNELS},
+        {"intermediate_size", offsetof(ModelConfig, ffn_hidden), 4 * MODEL_MAX_CHANNELS},
+        {"num_hidden_layers", offsetof(ModelConfig, num_layers), MODEL_MAX_LAYERS},
+        {"num_attention_heads", offsetof(ModelConfig, num_heads), MODEL_MAX_CHANNELS},
+        {"max_position_embeddings", offsetof(ModelConfig, max_seq_len), MODEL_MAX_SEQ_LEN},
+        {"vocab_size", offsetof(ModelConfig, vocab_size), MODEL_MAX_VOCAB},
+    };
+    memset(cfg, 0, sizeof *cfg);
+    ModelConfig *b = &cfg->base;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)b + sizes[i].offset), err, errlen);
+        if (rc < 0) return -1;
+        if (rc == 0) return fail(err, errlen, "%s is missing", sizes[i].key);
+    }
+    b->padded_vocab_size = (b->vocab_size + 127) / 128 * 128;
+    b->num_kv_heads = b->num_heads; /* HF's default: no grouping */
+    if (config_int(json, "num_key_value_heads", 1, MODEL_MAX_CHANNELS, &b->num_kv_heads, err, errlen) < 0) return -1;
+    int head_dim = 0, rc = config_int(json, "head_dim", 1, MODEL_MAX_CHANNELS, &head_dim, err, errlen);
+    if (rc < 0) return -1;
+    if (rc == 1 && head_dim * b->num_heads != b->channels)
+        return fail(err, errlen, "head_dim %d is not hidden_size / num_attention_heads = %d, the only head size here",
+                    head_dim, b->channels / b->num_heads);
+    cfg->norm_eps = 1e-6f;      /* transformers' LlamaConfig defaults */
+    cfg->rope_theta = 10000.0f;
+    if (config_float(json, "rms_norm_eps", &cfg->norm_eps, err, errlen) < 0 ||
+        config_float(json, "rope_theta", &cfg->rope_theta, err, errlen) < 0)
+        return -1;
+    cfg->tied = config_bool(json, "tie_word_embeddings", 0, err, errlen);
+    if (cfg->tied < 0) return -1;
+    for (const char *const *k = (const char *const[]){"attention_bias", "mlp_bias", NULL}; *k; k++) {
+        int v = config_bool(json, *k, 0, err, errlen);
+        if (v < 0) return -1;
+        if (v) return fail(err, errlen, "%s true is not supported: Llama here has no biases", *k);
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(json, "hidden_act");
+    if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
+        return fail(err, errlen, "hidden_act '%.40s' is not supported: the MLP is SwiGLU (silu)",
+                    cJSON_IsString(act) ? act->valuestring : "(not a string)");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(json, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
+        if (!cJSON_IsObject(rs) || !cJSON_IsString(type) || strcmp(type->valuestring, "llama3") != 0)
+            return fail(err, errlen, "rope_scaling of type '%.40s' is not supported (only \"llama3\" or null)",
+                        cJSON_IsString(type) ? type->valuestring : "(none)");
+        if (config_float(rs, "factor", &cfg->rope_factor, err, errlen) != 1 ||
+            config_float(rs, "low_freq_factor", &cfg->rope_low_freq_factor, err, errlen) != 1 ||
+            config_float(rs, "high_freq_factor", &cfg->rope_high_freq_factor, err, errlen) != 1 ||
+            config_int(rs, "original_max_position_embeddings", 1, MODEL_MAX_SEQ_LEN, &cfg->rope_original_max_pos, err,
+                       errlen) != 1) {
+            if (!err[0]) fail(err, errlen, "rope_scaling needs factor, low_freq_factor, high_freq_factor and "
+                              "original_max_position_embeddings");
+            return -1;
+        }
+    }
+    const char *bad = llama_config_validate(cfg);
+    if (bad) return fail(err, errlen, "hidden_size %d, num_attention_heads %d, num_key_value_heads %d: %s", b->channels,
+                         b->num_heads, b->num_kv_heads, bad);
+    return 0;
+}
+
+static void llama_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
+    const ModelConfig *b = &cfg->base;
+    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(json, "model_type", "llama");
+    cJSON_AddNumberToObject(json, "vocab_size", b->vocab_size);
+    cJSON_AddNumberToObject(json, "hidden_size", b->channels);
+    cJSON_AddNumberToObject(json, "intermediate_size", b->ffn_hidden);
+    cJSON_AddNumberToObject(json, "num_hidden_layers", b->num_layers);
+    cJSON_AddNumberToObject(json, "num_attention_heads", b->num_heads);
+    cJSON_AddNumberToObject(json, "num_key_value_heads", b->num_kv_heads);
+    cJSON_AddNumberToObject(json, "head_dim", b->channels / b->num_heads);
+    cJSON_AddNumberToObject(json, "max_position_embeddings", b->max_seq_len);
+    cJSON_AddStringToObject(json, "hidden_act", "silu");
+    cJSON_AddNumberToObject(json, "rms_norm_eps", cfg->norm_eps);
+    cJSON_AddNumberToObject(json, "rope_theta", cfg->rope_theta);
+    if (cfg->rope_factor > 0) {
+        cJSON *rs = cJSON_AddObjectToObject(json, "rope_scaling");
+        cJSON_AddStringToObject(rs, "rope_type", "llama3");
+        cJSON_AddNumberToObject(rs, "factor", cfg->rope_factor);
+        cJSON_AddNumberToObject(rs, "low_freq_factor", cfg->rope_low_freq_factor);
+        cJSON_AddNumberToObject(rs, "high_freq_factor", cfg->rope_high_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", cfg->rope_original_max_pos);
+    } else {
+        cJSON_AddNullToObject(json, "rope_scaling");
+    }
+    cJSON_AddBoolToObject(json, "tie_word_embeddings", cfg->tied);
+    cJSON_AddFalseToObject(json, "attention_bias");
+    cJSON_AddFalseToObject(json, "mlp_bias");
+    cJSON_AddNumberToObject(json, "initializer_range", 0.02);
+    cJSON_AddTrueToObject(json, "use_cache");
+    cJSON_AddStringToObject(json, "torch_dtype", bf16 ? "bfloat16" : "float32");
+}
+
+static size_t llama_specs(const HfConfig *cfg, TensorSpec *specs) { return llama_parameter_specs(cfg, specs); }
+
 static const HfArchitecture architectures[] = {
     {"GPT2LMHeadModel", "gpt2", "transformer.", "lm_head.weight", gpt2_buffers, gpt2_tensors,
-     (int)(sizeof gpt2_tensors / sizeof gpt2_tensors[0]), gpt2_read_config, gpt2_write_config},
+     (int)(sizeof gpt2_tensors / sizeof gpt2_tensors[0]), gpt2_read_config, gpt2_write_config, gpt2_specs,
+     NUM_PARAMETER_TENSORS},
+    {"LlamaForCausalLM", "llama", "model.", "lm_head.weight", llama_buffers, llama_tensors,
+     (int)(sizeof llama_tensors / sizeof llama_tensors[0]), llama_read_config, llama_write_config, llama_specs,
+     LLAMA3_NUM_PARAMETERS},
 };
 enum { NUM_ARCHITECTURES = sizeof architectures / sizeof architectures[0] };
 
@@ -204,30 +357,61 @@ static int64_t dim_value(HfDim d, const ModelConfig *c) {
     case DIM_MAXT: return c->max_seq_len;
     case DIM_QKV: return (int64_t)(c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads);
     case DIM_F: return c->ffn_hidden;
+    case DIM_KV: return (int64_t)c->num_kv_heads * (c->channels / c->num_heads);
+    case DIM_NH: return c->num_heads;
+    case DIM_NKV: return c->num_kv_heads;
+    case DIM_ZERO: return 0;
     }
     return 0;
 }
 
+/* the rows of a layer's slice of our tensor where this HF tensor starts */
+static size_t row_offset(const HfTensor *t, const ModelConfig *c) {
+    return (size_t)(dim_value(t->at, c) + dim_value(t->at2, c)) * (size_t)(t->cols == DIM_ONE ? 1 : dim_value(t->cols, c));
+}
+
+/* HF rotate-half row r of a head <-> our interleaved row: HF row p * HS/2 + i holds our row 2i + p */
+static size_t rope_row(size_t hf_row, size_t HS) {
+    size_t h = hf_row / HS, r = hf_row % HS, p = r / (HS / 2), i = r % (HS / 2);
+    return h * HS + 2 * i + p;
+}
+
 static int per_layer(const HfTensor *t) { return strstr(t->key, "%d") != NULL; }
 
-/* The spec of t's parameter; the table covers model.h's table exactly (checked on every use). */
+/* The spec of t's parameter; t's rows lie inside its layer slice (checked on every use). */
 static const TensorSpec *param_spec(const HfArchitecture *a, const HfTensor *t, const TensorSpec *specs,
                                     const ModelConfig *cfg) {
-    llmcCheck(a->num_tensors == NUM_PARAMETER_TENSORS, "the HF tensor map names every parameter once");
     const TensorSpec *s = NULL;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS && !s; i++)
+    for (int i = 0; i < a->num_params && !s; i++)
         if (strcmp(specs[i].name, t->param) == 0) s = &specs[i];
-    llmcCheck(s != NULL, "the HF tensor map names parameters of model.h's table");
+    llmcCheck(s != NULL, "the HF tensor map names parameters of the architecture's table");
     size_t rows = t->rows == DIM_V ? (size_t)cfg->padded_vocab_size : (size_t)dim_value(t->rows, cfg);
     size_t layers = per_layer(t) ? (size_t)cfg->num_layers : 1;
-    llmcCheck(layers * rows * (size_t)dim_value(t->cols, cfg) == s->numel, "HF shapes match model.h's table");
+    llmcCheck(s->numel == 0 || row_offset(t, cfg) + rows * (size_t)dim_value(t->cols, cfg) <= s->numel / layers,
+              "HF shapes fit the architecture's table"); /* numel 0: a tied head, not in the directory */
     return s;
+}
+
+/* the HF tensors of cfg: a tied model has no lm_head row (its head is the embedding) */
+static int row_present(const HfTensor *t, const TensorSpec *s) { (void)t; return s->numel > 0; }
+
+/* Every element of the table but the padded vocabulary rows is some HF tensor's, exactly once. */
+static void check_coverage(const HfArchitecture *a, const TensorSpec *specs, const ModelConfig *cfg, size_t numel) {
+    size_t covered = 0;
+    for (int r = 0; r < a->num_tensors; r++) {
+        const HfTensor *t = &a->tensors[r];
+        const TensorSpec *s = param_spec(a, t, specs, cfg);
+        if (!row_present(t, s)) continue;
+        size_t rows = t->rows == DIM_V ? (size_t)cfg->padded_vocab_size : (size_t)dim_value(t->rows, cfg);
+        covered += (per_layer(t) ? (size_t)cfg->num_layers : 1) * rows * (size_t)dim_value(t->cols, cfg);
+    }
+    llmcCheck(covered == numel, "the HF tensor map covers every parameter once");
 }
 
 static void key_name(const HfTensor *t, const char *prefix, int layer, char *out, size_t len) {
     char key[256];
     snprintf(key, sizeof key, t->key, layer);
-    snprintf(out, len, "%s%s", prefix, key);
+    snprintf(out, len, "%s%s", t->bare ? "" : prefix, key);
 }
 
 /* ---- config.json --------------------------------------------------------------------------------- */
@@ -274,12 +458,12 @@ static const HfArchitecture *find_architecture(const cJSON *json, char *err, siz
         }
         return a;
     }
-    fail(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s)", name,
-         architectures[0].architecture);
+    fail(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s, %s)", name,
+         architectures[0].architecture, architectures[1].architecture);
     return NULL;
 }
 
-static const HfArchitecture *read_config(const char *dir, ModelConfig *cfg) {
+static const HfArchitecture *read_config(const char *dir, HfConfig *cfg) {
     char path[4400];
     snprintf(path, sizeof path, "%s/config.json", dir);
     size_t len;
@@ -296,7 +480,23 @@ static const HfArchitecture *read_config(const char *dir, ModelConfig *cfg) {
     return arch;
 }
 
-void hf_read_config(const char *dir, ModelConfig *cfg) { read_config(dir, cfg); }
+static int is_llama(const HfArchitecture *a) { return a == &architectures[1]; }
+
+void hf_read_config(const char *dir, ModelConfig *cfg) {
+    HfConfig hc;
+    if (is_llama(read_config(dir, &hc)))
+        llmc_die("Hugging Face directory '%s' is a LlamaForCausalLM: this program reads GPT-2 models only (Llama: "
+                 "./train_gpt_cpu, ./generate, ./hf_convert)", dir);
+    *cfg = hc.base;
+}
+
+int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
+    if (!hf_is_model_dir(dir)) return 0;
+    HfConfig hc;
+    if (!is_llama(read_config(dir, &hc))) return 0;
+    *cfg = hc;
+    return 1;
+}
 
 /* ---- loading ------------------------------------------------------------------------------------- */
 static void verify_checksums(const char *dir, const Safetensors *st) {
@@ -371,10 +571,11 @@ static int is_buffer(const HfArchitecture *a, const char *prefix, const char *na
     return 0;
 }
 
-/* Reads an HF tensor into dst: transposed for Conv1D, rows beyond the file's left as they are.
+/* Reads an HF tensor into dst: transposed for Conv1D, rows reordered from HF's rotate-half layout
+ * for RoPE'd projections (HS = head size), rows beyond the file's left as they are.
  * Returns 0, or -1 with a message in err (a non-finite weight). */
 static int read_into(const char *dir, const Safetensors *st, const StTensor *t, const HfTensor *row, float *buf,
-                     float *dst, char *err, size_t errlen) {
+                     float *dst, size_t HS, char *err, size_t errlen) {
     safetensors_read_f32(st, t, buf);
     const uint64_t n = safetensors_numel(t);
     for (uint64_t i = 0; i < n; i++)
@@ -385,18 +586,24 @@ static int read_into(const char *dir, const Safetensors *st, const StTensor *t, 
         const size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
         for (size_t i = 0; i < in; i++)
             for (size_t o = 0; o < out; o++) dst[o * in + i] = buf[i * out + o];
+    } else if (row->rope_heads != DIM_ZERO) {
+        const size_t rows = (size_t)t->shape[0], cols = (size_t)t->shape[1];
+        for (size_t r = 0; r < rows; r++) memcpy(dst + rope_row(r, HS) * cols, buf + r * cols, cols * sizeof(float));
     } else {
         memcpy(dst, buf, n * sizeof(float));
     }
     return 0;
 }
 
-int hf_load(const char *dir, float *params, size_t numel) {
-    ModelConfig cfg;
-    const HfArchitecture *a = read_config(dir, &cfg);
-    TensorSpec specs[NUM_PARAMETER_TENSORS];
-    if (gpt2_parameter_specs(&cfg, specs) != numel)
+/* Loads dir (architecture a, configuration cfg) into params laid out by a's table. Returns 1 when
+ * every weight was stored as BF16. */
+static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, float *params, size_t numel) {
+    const ModelConfig cfg = hc->base;
+    TensorSpec specs[HF_MAX_PARAMS];
+    if (a->param_specs(hc, specs) != numel)
         llmc_die("Hugging Face directory '%s' does not match the model being loaded", dir);
+    check_coverage(a, specs, &cfg, numel);
+    const size_t HS = (size_t)(cfg.channels / cfg.num_heads);
     Safetensors *st = safetensors_open_dir(dir);
     const char *prefix = key_prefix(dir, st, a);
     /* first every key and shape, so that a bad directory fails before any data is read */
@@ -404,13 +611,13 @@ int hf_load(const char *dir, float *params, size_t numel) {
     uint64_t largest = 0;
     for (int r = 0; r < a->num_tensors; r++) {
         const HfTensor *row = &a->tensors[r];
-        param_spec(a, row, specs, &cfg);
+        if (!row_present(row, param_spec(a, row, specs, &cfg))) continue;
         for (int l = 0; l < (per_layer(row) ? cfg.num_layers : 1); l++) {
             uint64_t n = safetensors_numel(locate(dir, st, a, row, prefix, l, &cfg, used));
             if (n > largest) largest = n;
         }
     }
-    const StTensor *head = safetensors_find(st, a->tied_head);
+    const StTensor *head = hc->tied ? safetensors_find(st, a->tied_head) : NULL;
     if (head) {
         HfTensor head_row = a->tensors[0];
         head_row.key = a->tied_head;
@@ -419,8 +626,8 @@ int hf_load(const char *dir, float *params, size_t numel) {
     for (int i = 0; i < st->num_tensors; i++)
         if (!used[i] && !is_buffer(a, prefix, st->tensors[i].name, cfg.num_layers))
             llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') is not part of an %s with config.json's sizes "
-                     "(n_layer %d) and '%s' keys", dir, st->tensors[i].name, st->files[st->tensors[i].file].path,
-                     a->architecture, cfg.num_layers, prefix[0] ? prefix : "unprefixed");
+                     "(%d layers%s) and '%s' keys", dir, st->tensors[i].name, st->files[st->tensors[i].file].path,
+                     a->architecture, cfg.num_layers, hc->tied ? ", tied head" : "", prefix[0] ? prefix : "unprefixed");
     free(used);
     verify_checksums(dir, st);
 
@@ -432,13 +639,15 @@ int hf_load(const char *dir, float *params, size_t numel) {
     for (int r = 0; r < a->num_tensors && rc == 0; r++) {
         const HfTensor *row = &a->tensors[r];
         const TensorSpec *s = param_spec(a, row, specs, &cfg);
+        if (!row_present(row, s)) continue;
         const int layers = per_layer(row) ? cfg.num_layers : 1;
         char name[512];
         for (int l = 0; l < layers && rc == 0; l++) {
             key_name(row, prefix, l, name, sizeof name);
             const StTensor *t = safetensors_find(st, name);
             all_bf16 &= t->dtype == ST_BF16;
-            rc = read_into(dir, st, t, row, buf, params + s->offset + l * (s->numel / layers), err, sizeof err);
+            rc = read_into(dir, st, t, row, buf, params + s->offset + l * (s->numel / layers) + row_offset(row, &cfg),
+                           HS, err, sizeof err);
         }
     }
     if (rc == 0 && head) { /* tied: it must be the embedding, row for row */
@@ -459,8 +668,22 @@ int hf_load(const char *dir, float *params, size_t numel) {
     return all_bf16;
 }
 
+int hf_load(const char *dir, float *params, size_t numel) {
+    HfConfig hc;
+    const HfArchitecture *a = read_config(dir, &hc);
+    if (is_llama(a)) llmc_die("Hugging Face directory '%s' is a LlamaForCausalLM: not a GPT-2 model", dir);
+    return load_dir(dir, a, &hc, params, numel);
+}
+
+int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
+    HfConfig hc;
+    const HfArchitecture *a = read_config(dir, &hc);
+    llmcCheck(is_llama(a) && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0, "hf_llama_load: the directory's config");
+    return load_dir(dir, a, &hc, params, numel);
+}
+
 /* ---- writing ------------------------------------------------------------------------------------- */
-static void write_config(const char *path, const HfArchitecture *a, const ModelConfig *cfg, int bf16) {
+static void write_config(const char *path, const HfArchitecture *a, const HfConfig *cfg, int bf16) {
     cJSON *json = cJSON_CreateObject();
     a->write_config(json, cfg, bf16);
     char *text = cJSON_Print(json);
@@ -474,22 +697,104 @@ static void write_config(const char *path, const HfArchitecture *a, const ModelC
     atomic_commit(&af);
 }
 
-void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
-    const HfArchitecture *a = &architectures[0]; /* the model table is GPT-2's */
-    TensorSpec specs[NUM_PARAMETER_TENSORS];
-    llmcCheck(gpt2_parameter_specs(cfg, specs) == numel, "hf_save: params laid out by model.h's table");
+/* Above this many bytes the weights are written as shards model-0000i-of-0000n.safetensors with
+ * model.safetensors.index.json, as save_pretrained does (its default max_shard_size, 5 GB);
+ * LLMC_HF_SHARD_BYTES overrides it (tests write small shards). */
+static uint64_t shard_limit(void) {
+    const char *e = getenv("LLMC_HF_SHARD_BYTES");
+    char *end;
+    unsigned long long v = e && *e ? strtoull(e, &end, 10) : 0;
+    if (e && *e && (*end || v == 0)) llmc_die("LLMC_HF_SHARD_BYTES=%s: not a positive byte count", e);
+    return v ? (uint64_t)v : 5000000000ull;
+}
+
+static void write_index(const char *path, const StWriteTensor *w, int count, const int *shard_of, int shards,
+                        uint64_t total) {
+    cJSON *json = cJSON_CreateObject(), *meta = cJSON_AddObjectToObject(json, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *map = cJSON_AddObjectToObject(json, "weight_map");
+    char file[64];
+    for (int k = 0; k < count; k++) {
+        snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[k] + 1, shards);
+        cJSON_AddStringToObject(map, w[k].name, file);
+    }
+    char *text = cJSON_Print(json);
+    cJSON_Delete(json);
+    if (!text) llmc_die("out of memory writing '%s'", path);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
+    fwriteCheck("\n", 1, 1, af.f, af.tmp_path);
+    free(text);
+    atomic_commit(&af);
+}
+
+/* Writes the safetensors of dir (the temporary directory): one file, or shards with their index. */
+static void write_weights(const char *dir, const StWriteTensor *w, int count, int bf16) {
+    const size_t esize = bf16 ? 2 : 4;
+    uint64_t total = 0;
+    for (int k = 0; k < count; k++) total += (uint64_t)w[k].shape[0] * (uint64_t)(w[k].ndim == 2 ? w[k].shape[1] : 1) * esize;
+    const uint64_t limit = shard_limit();
+    char path[4400];
+    uint64_t bytes;
+    if (total <= limit) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        uint32_t crc = safetensors_write(path, w, count, bf16 ? ST_BF16 : ST_F32, &bytes);
+        model_sum_write(path, crc, (long long)bytes);
+        return;
+    }
+    int *shard_of = (int *)callocCheck((size_t)count, sizeof(int), "HF shard map");
+    int shards = 0;
+    uint64_t in_shard = 0;
+    for (int k = 0; k < count; k++) { /* in order; a new shard when this tensor would pass the limit */
+        uint64_t b = (uint64_t)w[k].shape[0] * (uint64_t)(w[k].ndim == 2 ? w[k].shape[1] : 1) * esize;
+        if (k == 0 || (in_shard > 0 && in_shard + b > limit)) shards++, in_shard = 0;
+        shard_of[k] = shards - 1;
+        in_shard += b;
+    }
+    for (int sh = 0, first = 0; sh < shards; sh++) {
+        int last = first;
+        while (last < count && shard_of[last] == sh) last++;
+        snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, sh + 1, shards);
+        uint32_t crc = safetensors_write(path, w + first, last - first, bf16 ? ST_BF16 : ST_F32, &bytes);
+        model_sum_write(path, crc, (long long)bytes);
+        first = last;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    write_index(path, w, count, shard_of, shards, total);
+    free(shard_of);
+}
+
+static void save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, const float *params, size_t numel,
+                     int bf16) {
+    const ModelConfig *cfg = &hc->base;
+    TensorSpec specs[HF_MAX_PARAMS];
+    llmcCheck(a->param_specs(hc, specs) == numel, "hf_save: params laid out by the architecture's table");
+    check_coverage(a, specs, cfg, numel);
     for (size_t i = 0; i < numel; i++)
         if (!isfinite(params[i]))
             llmc_die("not writing Hugging Face directory '%s': weight %zu is %g (the weights are not finite)", dir, i,
                      (double)params[i]);
+    const size_t HS = (size_t)(cfg->channels / cfg->num_heads);
     int count = 0;
-    for (int r = 0; r < a->num_tensors; r++) count += per_layer(&a->tensors[r]) ? cfg->num_layers : 1;
+    size_t permuted = 0; /* floats of the rows rewritten into HF's rotate-half order */
+    for (int r = 0; r < a->num_tensors; r++) {
+        const HfTensor *row = &a->tensors[r];
+        if (!row_present(row, param_spec(a, row, specs, cfg))) continue;
+        int layers = per_layer(row) ? cfg->num_layers : 1;
+        count += layers;
+        if (row->rope_heads != DIM_ZERO)
+            permuted += (size_t)layers * (size_t)dim_value(row->rows, cfg) * (size_t)dim_value(row->cols, cfg);
+    }
     StWriteTensor *w = (StWriteTensor *)callocCheck((size_t)count, sizeof *w, "HF tensor list");
     char (*names)[512] = (char (*)[512])callocCheck((size_t)count, 512, "HF tensor names");
+    float *perm = (float *)mallocCheck((permuted ? permuted : 1) * sizeof(float), "HF rotate-half rows");
+    float *next = perm;
     int k = 0;
     for (int r = 0; r < a->num_tensors; r++) {
         const HfTensor *row = &a->tensors[r];
         const TensorSpec *s = param_spec(a, row, specs, cfg);
+        if (!row_present(row, s)) continue;
         const int layers = per_layer(row) ? cfg->num_layers : 1;
         for (int l = 0; l < layers; l++, k++) {
             key_name(row, a->prefix, l, names[k], sizeof names[k]);
@@ -497,22 +802,39 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
             w[k].ndim = row->cols == DIM_ONE ? 1 : 2;
             w[k].shape[0] = dim_value(row->rows, cfg); /* DIM_V: the first V of our Vp rows */
             w[k].shape[1] = dim_value(row->cols, cfg);
-            w[k].data = params + s->offset + l * (s->numel / layers);
+            w[k].data = params + s->offset + l * (s->numel / layers) + row_offset(row, cfg);
             w[k].transpose = row->conv1d;
+            if (row->rope_heads != DIM_ZERO) { /* HF row r holds our row rope_row(r) */
+                const size_t rows = (size_t)w[k].shape[0], cols = (size_t)w[k].shape[1];
+                for (size_t i = 0; i < rows; i++)
+                    memcpy(next + i * cols, w[k].data + rope_row(i, HS) * cols, cols * sizeof(float));
+                w[k].data = next;
+                next += rows * cols;
+            }
         }
     }
     AtomicDir ad;
     atomic_dir_open(&ad, dir);
     char path[4400];
     snprintf(path, sizeof path, "%s/config.json", ad.tmp_path);
-    write_config(path, a, cfg, bf16);
-    snprintf(path, sizeof path, "%s/model.safetensors", ad.tmp_path);
-    uint64_t bytes;
-    uint32_t crc = safetensors_write(path, w, count, bf16 ? ST_BF16 : ST_F32, &bytes);
-    model_sum_write(path, crc, (long long)bytes);
+    write_config(path, a, hc, bf16);
+    write_weights(ad.tmp_path, w, count, bf16);
+    free(perm);
     free(names);
     free(w);
     atomic_dir_commit(&ad);
+}
+
+void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
+    HfConfig hc;
+    memset(&hc, 0, sizeof hc);
+    hc.base = *cfg;
+    hc.tied = 1;
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16);
+}
+
+void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
+    save_dir(dir, &architectures[1], cfg, params, numel, bf16);
 }
 
 #else /* no cJSON: the directory is recognised, but cannot be read or written */
@@ -527,6 +849,18 @@ int hf_load(const char *dir, float *params, size_t numel) {
     llmc_die("'%s' is a Hugging Face model directory, but %s", dir, NO_CJSON);
 }
 void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
+    (void)cfg, (void)params, (void)numel, (void)bf16;
+    llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
+}
+int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
+    (void)dir, (void)cfg;
+    return 0; /* the GPT-2 reader then says that this build cannot read it */
+}
+int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
+    (void)cfg, (void)params, (void)numel;
+    llmc_die("'%s' is a Hugging Face model directory, but %s", dir, NO_CJSON);
+}
+void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
     (void)cfg, (void)params, (void)numel, (void)bf16;
     llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
 }

@@ -6,8 +6,8 @@
  *
  * Each architecture is one row of a table in hf.c: the name in config.json's "architectures",
  * a reader and a writer of its config.json, and its tensor map (HF key, HF shape in the config's
- * dimensions, stored transposed or not). GPT2LMHeadModel is the row today; LlamaForCausalLM
- * becomes one more row once the model has Llama blocks.
+ * dimensions, stored transposed or not, where its rows start in our tensor, RoPE row order).
+ * GPT2LMHeadModel and LlamaForCausalLM are its rows.
  *
  * GPT-2 (transformers' GPT2LMHeadModel):
  * - config.json: n_embd, n_layer, n_head, n_positions, vocab_size are required; what this model
@@ -30,6 +30,7 @@
 
 #include <stddef.h>
 
+#include "llama.h"
 #include "model.h"
 
 #ifdef __cplusplus
@@ -48,6 +49,21 @@ int hf_load(const char *dir, float *params, size_t numel);
  * AtomicDir: a directory already there is replaced whole). Dies, writing nothing, on a
  * non-finite weight. */
 void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16);
+/* Llama (transformers' LlamaForCausalLM): config.json's hidden_size, intermediate_size,
+ * num_hidden_layers, num_attention_heads, max_position_embeddings, vocab_size (required),
+ * num_key_value_heads, head_dim (= hidden_size / heads), rms_norm_eps (default 1e-6), rope_theta
+ * (default 10000), rope_scaling (null or type "llama3"), tie_word_embeddings (default false);
+ * hidden_act silu, no attention/mlp bias. Keys "model." + embed_tokens, layers.N.{input_layernorm,
+ * self_attn.{q,k,v,o}_proj, post_attention_layernorm, mlp.{gate,up,down}_proj}, norm; lm_head.weight
+ * when untied. q_proj/k_proj rows are in HF's rotate-half order (per head: the first, then the
+ * second element of every pair); ours pairs channels (2i, 2i+1) (llmc/cpu/rope.h), so those rows
+ * are permuted on reading and writing. Written as one model.safetensors, or above 5 GB as shards
+ * model-0000i-of-0000n.safetensors with model.safetensors.index.json (LLMC_HF_SHARD_BYTES sets
+ * the limit). hf_read_llama_config returns 1 and fills cfg when dir is an HF Llama directory, 0
+ * for any other path; hf_llama_load returns 1 when every weight was BF16. */
+int hf_read_llama_config(const char *dir, LlamaConfig *cfg);
+int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel);
+void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16);
 /* The HF directory written beside checkpoint step of a run: "<run_dir>/model_%08d_hf". */
 void hf_checkpoint_dir(const char *run_dir, int step, char *out, size_t len);
 /* --save-hf 1: writes that directory (hf_save) for the checkpoint of step. */

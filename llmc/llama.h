@@ -26,6 +26,8 @@ typedef struct {
     float rope_factor;       /* Llama 3.1 frequency scaling (0: none): factor, low, high, original */
     float rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;
+    float ffn_multiplier;    /* how F was derived (llama_ffn_hidden), when known (0: unknown): kept so */
+    int ffn_multiple_of;     /* that llm.c's Llama 3 header, which stores these, round-trips */
 } LlamaConfig;
 
 /* Llama's MLP width: 2/3 of 4C, times ffn_dim_multiplier (<= 0: none), rounded up to a multiple
@@ -94,6 +96,7 @@ void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3
  *   [4] V  [5] Vp  [6] L  [7] NH  [8] NKV  [9] C  [10] F  [11] tied (1: no lm_head stored)
  *   float32 in int32 slots: [16] norm eps  [17] rope theta  [18] rope factor (0: no scaling)
  *   [19] low_freq_factor  [20] high_freq_factor;  [21] original max position (int32)
+ *   [22] ffn_dim_multiplier (float32)  [23] multiple_of: how F was derived, 0 when unknown
  * Every bad header field is a clear error naming the file (exit 1). */
 #define LLAMA_FILE_MAGIC 20261130
 #define LLAMA_FILE_VERSION 1
@@ -103,6 +106,34 @@ void llama_file_read_header(const char *path, LlamaConfig *cfg);
 void llama_file_load(const char *path, float *params, size_t n);
 /* Writes header and parameters atomically. */
 void llama_file_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
+
+/* llm.c's Llama 3 file (its llama3 branch, train_llama3.py write_model): int32 header[256]
+ *   [0] 20240803 (LLMC_LLAMA3_MAGIC)  [1] version 3 (fp32) or 5 (bf16)  [2] maxT  [3] V  [4] L
+ *   [5] NH  [6] NKV  [7] C  [8] multiple_of  [9] use_scaled_rope  [10] major  [11] minor version
+ * then float32 header[256]: [0] ffn_dim_multiplier  [1] norm eps  [2] rope theta; then the
+ * tensors: wte (V, C) (not padded), ln_1 (L, C), c_attn (L, QKV, C), c_proj (L, C, C), ln_2 (L, C),
+ * c_fc = up (L, F, C), c_fc2 = gate (L, F, C), mlp c_proj (L, C, F), ln_f (C), lm_head (V, C).
+ * F is llama_ffn_hidden(C, multiplier, multiple_of); use_scaled_rope means llm.c's fixed Llama 3.1
+ * scaling (factor 8, low 1, high 4, original 8192). The head is always stored: a tied model is
+ * written with lm_head = wte and reads back untied (the same function). A model whose F, RoPE
+ * scaling or eps/theta the header cannot express is refused when writing, naming what. */
+#define LLMC_LLAMA3_MAGIC 20240803
+void llmc_llama3_read_header(const char *path, LlamaConfig *cfg, int *version);
+void llmc_llama3_load(const char *path, const LlamaConfig *cfg, float *params, size_t n);
+/* Writes version 3 (fp32) or 5 (bf16, round to nearest even), atomically. */
+void llmc_llama3_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16);
+
+/* What -e names, when it is a Llama: a name (llama_config_from_name), a Hugging Face
+ * LlamaForCausalLM directory (hf.h), llmc's Llama file or llm.c's Llama 3 file (by magic). Returns 1 and fills cfg (header only, no parameters read), or 0 when
+ * init is not a Llama (a GPT-2 descriptor or file, or a path that does not open: the GPT-2 reader
+ * then reports it). Dies on a bad Llama header. */
+int llama_config_from_init(const char *init, LlamaConfig *cfg);
+/* The parameters for init (cfg from llama_config_from_init): random for a name, else the file's. */
+void llama_load_init(const char *init, const LlamaConfig *cfg, float *params, size_t n, unsigned long long seed);
+/* llmc's Llama checkpoint (llama_file_write) plus "<path>.sum"; returns the file's CRC-32. */
+uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
+/* Training flops per token, 6N + 6LCT as gpt2_flops_per_token. */
+double llama_flops_per_token(const LlamaConfig *cfg, int T);
 
 #ifdef __cplusplus
 }

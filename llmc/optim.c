@@ -9,17 +9,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs) {
-    optim_init_state(o, d, zero, n, specs, OPTSTATE_FP32);
+void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs) {
+    optim_init_state(o, d, zero, n, specs, num_specs, OPTSTATE_FP32);
 }
 
-void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int state) {
+void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state) {
     memset(o, 0, sizeof *o);
     o->dist = d;
     o->zero = zero;
     o->n = n;
     o->specs = specs;
     o->state = state;
+    o->num_specs = num_specs;
     o->lo = 0;
     o->hi = n;
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
@@ -111,13 +112,13 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
     if (o->state != OPTSTATE_FP32) {
         if (o->hi > o->lo) {
             OptSegments seg;
-            optstate_segments(&seg, o->specs, NUM_PARAMETER_TENSORS, o->lo, o->hi, weight_decay);
+            optstate_segments(&seg, o->specs, o->num_specs, o->lo, o->hi, weight_decay);
             adamw_update_compact(p, g, o->m, o->v, o->state, o->hi - o->lo, &seg, lr, beta1, beta2, eps, t, grad_scale);
         }
         if (o->zero == 1 || o->zero == 2) dist_allgather_f32(o->dist, params, o->n);
         return;
     }
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+    for (int i = 0; i < o->num_specs; i++) {
         const TensorSpec *s = &o->specs[i];
         size_t a = s->offset > o->lo ? s->offset : o->lo;
         size_t b = s->offset + s->numel < o->hi ? s->offset + s->numel : o->hi;

@@ -46,16 +46,17 @@ typedef struct Optimizer {
     float *gshard;       /* -z >= 2: this rank's shard of the summed gradient */
     int *parts;          /* -z >= 2: per bucket call, every rank's counts then displacements (x 4 slots) */
     DistRequest gather[3]; /* -z 3: gathers in flight, by slot */
-    const TensorSpec *specs; /* NUM_PARAMETER_TENSORS: offsets and weight decay choice */
+    const TensorSpec *specs; /* the parameter table: offsets and weight decay choice */
+    int num_specs;           /* its entries (the architecture's table) */
 } Optimizer;
 
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */
 enum { OPTIM_MAX_ZERO = 3 };
 
 /* optim_init keeps fp32 moments; optim_init_state stores them as state (OptStateType: fp32,
- * bf16, int8; llmc/optstate.h). */
-void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs);
-void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int state);
+ * bf16, int8; llmc/optstate.h). specs: the architecture's parameter table, num_specs entries. */
+void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs);
+void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state);
 /* Bytes of m (and of v) that rank allocates for moments stored as state: the plan's and
  * optim_init_state's one rule. */
 size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state);

@@ -222,10 +222,12 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     }
     TrainState st = {0};
     if (tc->process_rank == 0) {
-        st.model_crc = model_file_save(model, &be->cfg, params, be->num_parameters,
-                                       tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        st.model_crc = be->save_model ? be->save_model(be->model, model, tc->ckpt_bf16)
+                                      : model_file_save(model, &be->cfg, params, be->num_parameters,
+                                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
         st.has_model_crc = 1;
-        if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
+        if (tc->save_hf && be->save_hf) be->save_hf(be->model, tc->output_dir, step, tc->ckpt_bf16);
+        else if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
     }
     st.step = step;
     st.numel = be->num_parameters;
@@ -618,7 +620,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     /* the loop's optimizer when the backend hands over host gradients; else the backend's own */
     Optimizer opt = {0};
     if (be->host_grads)
-        optim_init_state(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs, optstate_parse(tc->optim_state));
+        optim_init_state(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs,
+                         be->num_param_specs ? be->num_param_specs : NUM_PARAMETER_TENSORS, optstate_parse(tc->optim_state));
     else if (tc->zero_stage > be->zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
     check_ranks_agree(dist, &rc, be, train); /* (before -z 3 leaves each rank only its shard) */
@@ -660,7 +663,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     fflush(stdout);
 
     const int schedule = lr_schedule_parse(tc->schedule);
-    const double flops_per_step = gpt2_flops_per_token(cfg, T) * (double)total_batch;
+    const double flops_per_step =
+        (be->flops_per_token > 0 ? be->flops_per_token : gpt2_flops_per_token(cfg, T)) * (double)total_batch;
     Outliers loss_hist = {{0}, 0, 0}, norm_hist = {{0}, 0, 0};
     const float diverged_loss = 10.0f * logf((float)cfg->vocab_size > 2.0f ? (float)cfg->vocab_size : 2.0f);
     /* last_ckpt: the newest checkpoint written (or resumed from); healthy_ckpt: the newest one a

@@ -4,11 +4,13 @@
 # run. Prints ms/step, tokens/s, GFLOP/s, the fraction of this CPU's measured fp32 peak, peak
 # RSS, and the ratio. Runs twice: with the environment as it is, and with OPENBLAS_CORETYPE and
 # OPENBLAS_L2_SIZE unset (OpenBLAS picks kernels for this CPU itself) — both peers get the same.
-# Env: BENCH_STEPS (timed steps, default 6), BENCH_MODES ("as-is autodetect").
+# Then a Llama 3 of about the same size against dev/reference/train_llama3.py (run_llama below).
+# Env: BENCH_STEPS (timed steps, default 6), BENCH_MODES ("as-is autodetect"; "" = none: the Llama only),
+# BENCH_LLAMA (1; 0 skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${BENCH_STEPS:-6}
-modes=${BENCH_MODES:-as-is autodetect}
+modes=${BENCH_MODES-as-is autodetect}
 out=build/bench
 mkdir -p "$out"
 py=/usr/bin/python3
@@ -66,5 +68,43 @@ print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference
 PY
 }
 
+# Llama 3 of about GPT-2 124M's size (issue 11): L 12, C 768, NH 12, NKV 4 (grouped-query), F 2048
+# (Llama's 2/3 * 4C rounded to 256), RoPE theta 500000, GPT-2's vocabulary, untied head: 153M
+# parameters. The reference writes the model it times (llmc's Llama checkpoint), our trainer
+# loads that file; same B, T and steps, the environment as it is.
+run_llama() {
+    local shape=(--depth 12 --channels 768 --heads 12 --kv-heads 4 --ffn 2048 --max-seq-len 1024 --vocab 50257
+                 --theta 500000 --rope-factor 0 --batch-size 4 --seq-len 64)
+    /usr/bin/time -v $py dev/reference/train_llama3.py "${shape[@]}" --bench-steps "$steps" \
+        --save-model "$out/llama.bin" > "$out/llama_torch.txt" 2> "$out/llama_torch.time"
+    local torch_ms ours_ms
+    torch_ms=$(sed -n 's/^BENCH pytorch ms_per_step=\([0-9.]*\).*/\1/p' "$out/llama_torch.txt")
+    rm -rf "$out/llama_ours"
+    /usr/bin/time -v ./train_gpt_cpu -i "$out/tokens.bin" -j "$out/tokens.bin" -e "$out/llama.bin" -b 4 -t 64 -r 0 \
+        -x $((steps + 1)) -v 0 -s 0 -o "$out/llama_ours" > "$out/llama_ours.txt" 2> "$out/llama_ours.time"
+    ours_ms=$($py -c "
+import json, statistics
+ms = [json.loads(l)['step_ms'] for l in open('$out/llama_ours/log.jsonl') if 'train_loss' in l][1:]
+print(statistics.median(ms))")
+    local params
+    params=$(sed -n 's/^model: .*: \([0-9]*\) parameters$/\1/p' "$out/llama_ours.txt")
+    rm -f "$out/llama.bin" "$out"/llama_ours/model_* "$out"/llama_ours/state_*
+    $py - "$peak" "$params" "$ours_ms" "$(peak_rss "$out/llama_ours.time")" "$torch_ms" \
+        "$(peak_rss "$out/llama_torch.time")" <<'PY'
+import sys
+peak, params, ours, ours_rss, torch, torch_rss = sys.argv[1:]
+peak, params, ours, torch = float(peak), int(params), float(ours), float(torch)
+flops = (6 * params + 6 * 12 * 768 * 64) * 4 * 64
+print(f"\n### Llama 3, L 12, C 768, NH 12, NKV 4, F 2048, V 50257 ({params / 1e6:.0f}M parameters), B=4, T=64, fp32\n")
+print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
+print("|---|---|---|---|---|---|")
+for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):
+    g = flops / (ms * 1e6)
+    print(f"| {name} | {ms:.0f} | {256 / (ms / 1e3):.0f} | {g:.1f} | {100 * g / peak:.0f}% | {rss} |")
+print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference on this Llama (target: 3x)")
+PY
+}
+
 echo "## make bench: GPT-2 124M (d12), B=4, T=64, fp32, $(nproc) cores, median of $steps steps ($(date -u +%F))"
 for m in $modes; do run_mode "$m"; done
+if [ "${BENCH_LLAMA:-1}" = 1 ]; then run_llama; fi

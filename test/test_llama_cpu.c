@@ -55,6 +55,34 @@ static void test_shapes(void) {
                 "unknown Llama names are refused", "");
 }
 
+/* ./generate's KV-cache forward (llama_forward_cached) against the full forward: the first
+ * sequence of the batch fed in chunks of 1, 2, 3, ... tokens gives the full forward's logits at
+ * every position (RoPE at the cache's position, NKV key/value heads cached per group). */
+static void test_decode(const char *path, const int *tokens, int T) {
+    LlamaModel model;
+    load(&model, path);
+    llama_allocate_for(&model, 1, T, 0);
+    llama_forward(&model, tokens, NULL, 1, T, 0.0f);
+    const int Vp = model.cfg.base.padded_vocab_size, V = model.cfg.base.vocab_size;
+    const float *full = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
+    LlamaKVCache cache;
+    llama_kvcache_init(&cache, &model, 8);
+    float *got = (float *)mallocCheck((size_t)T * V * sizeof(float), "cached logits");
+    float *want = (float *)mallocCheck((size_t)T * V * sizeof(float), "full logits");
+    for (int pos = 0, chunk = 1; pos < T; pos += chunk, chunk = chunk % 8 + 1) {
+        int n = pos + chunk > T ? T - pos : chunk;
+        const float *logits = llama_forward_cached(&model, &cache, tokens + pos, n);
+        for (int i = 0; i < n; i++) memcpy(got + (size_t)(pos + i) * V, logits + (size_t)i * Vp, V * sizeof(float));
+        chunk = n;
+    }
+    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, full + (size_t)t * Vp, V * sizeof(float));
+    test_close("KV-cache decode (chunks of 1..8 tokens) equals the full forward's logits", got, want, (size_t)T * V,
+               1e-5, 1e-4);
+    llama_kvcache_free(&cache);
+    llama_free(&model);
+    free(got), free(want);
+}
+
 int main(int argc, char **argv) {
     if (argc == 2 && strcmp(argv[1], "--shapes") == 0) {
         test_shapes();
@@ -133,6 +161,7 @@ int main(int argc, char **argv) {
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d.params_after, n, 1e-5, 1e-4);
     llama_free(&model);
+    test_decode(argv[1], d.x, T);
     free(logits), free(m), free(v);
     return test_exit_code();
 }

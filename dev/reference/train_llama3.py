@@ -212,8 +212,12 @@ def main(argv=None):
                           ("--rope-high", 4.0), ("--norm-eps", 1e-5), ("--lr", 1e-3)):
         p.add_argument(flag, type=float, default=default)
     p.add_argument("--save-model", required=True)
-    p.add_argument("--debug-state", required=True)
+    p.add_argument("--debug-state", help="the debug state (logits, loss, gradients, --steps trajectory)")
+    p.add_argument("--bench-steps", type=int, default=0,
+                   help="time this many fp32 training steps on the CPU (after 2 warm-up steps); 0 = no bench")
     a = p.parse_args(argv)
+    if not a.debug_state and not a.bench_steps:
+        p.error("nothing to do: give --debug-state and/or --bench-steps")
     torch.set_num_threads(os.cpu_count())
     torch.use_deterministic_algorithms(True)
     F = a.ffn or 4 * a.channels  # small test models: a plain width; the real ones use llama_ffn_hidden
@@ -224,11 +228,20 @@ def main(argv=None):
     save_model(a.save_model, cfg, tensors)
     x, y = ref.random_batch(a.batch_size, a.seq_len, cfg.vocab_size, a.seed)
     hp = ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
-    model = Llama(cfg, {k: t.clone() for k, t in tensors.items()})
-    out = ref.run_reference(model, x, y, hp, a.steps)
-    write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
-    print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses "
-          + " ".join(f"{v:.6f}" for v in out["losses"]))
+    if a.debug_state:
+        model = Llama(cfg, {k: t.clone() for k, t in tensors.items()})
+        out = ref.run_reference(model, x, y, hp, a.steps)
+        write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
+        print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses "
+              + " ".join(f"{v:.6f}" for v in out["losses"]))
+    if a.bench_steps:  # as train_gpt2.py --bench-steps: the same AdamW steps, timed
+        model = Llama(cfg, {k: t.clone() for k, t in tensors.items()})
+        ms, loss = ref.bench(model, x, y, hp, a.bench_steps, "float32", False)
+        B, T = x.shape
+        print(f"BENCH pytorch ms_per_step={ms:.2f} tokens_per_s={B * T / (ms / 1000.0):.0f} "
+              f"torch={torch.__version__} threads={torch.get_num_threads()} B={B} T={T} L={cfg.n_layer} "
+              f"C={cfg.channels} NKV={cfg.n_kv_head} F={cfg.ffn} V={cfg.vocab_size} steps={a.bench_steps} "
+              f"last_loss={loss:.4f}")
     return 0
 
 

@@ -1,5 +1,6 @@
 #include "llama.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,28 +19,62 @@ void llama_build(LlamaModel *model, const LlamaConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = llama_parameter_specs(cfg, model->param_specs);
-    model->params_memory = (float *)mallocCheck(model->num_parameters * sizeof(float), "parameters");
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
 }
 
-void llama_allocate(LlamaModel *model, int B, int T) {
+/* backward scratch: dresidual, dbuf_c (N, C each), dbuf_f1 (N, max(2F, QKV)), dbuf_f2 (N, F) */
+static size_t llama_scratch_f1(const ModelConfig *c) {
+    size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads);
+    return 2 * (size_t)c->ffn_hidden > QKV ? 2 * (size_t)c->ffn_hidden : QKV;
+}
+
+void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p) {
+    const ModelConfig *c = &cfg->base;
+    p->num_parameters = llama_parameter_specs(cfg, NULL);
+    p->recompute = 0;
+    p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
+    TensorSpec act[LLAMA3_NUM_ACTIVATIONS];
+    size_t acts = llama_activation_specs(cfg, B, T, act);
+    _Static_assert((int)LLAMA3_NUM_ACTIVATIONS <= (int)NUM_ACTIVATION_TENSORS, "MemPlan.act holds the Llama table");
+    memset(p->act, 0, sizeof p->act);
+    memset(p->act_bytes, 0, sizeof p->act_bytes);
+    for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++) p->act[i] = act[i], p->act_bytes[i] = act[i].numel * sizeof(float);
+    /* the activation arena plus RoPE's cos/sin table (T, HS) */
+    p->host[MEM_ACTIVATIONS] = (acts + (size_t)T * (c->channels / c->num_heads)) * sizeof(float);
+    if (!training) return;
+    p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
+    size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
+    p->host[MEM_BWD_SCRATCH] = N * (2 * C + llama_scratch_f1(c) + F) * sizeof(float);
+    /* the sgemm packs op(A) of its largest call, the LM head's weight gradient (as gpt2_plan) */
+    p->host[MEM_BLAS_PACKING] = N * (size_t)c->padded_vocab_size * sizeof(float);
+}
+
+void llama_allocate(LlamaModel *model, int B, int T) { llama_allocate_for(model, B, T, 1); }
+
+void llama_allocate_for(LlamaModel *model, int B, int T, int training) {
     const ModelConfig *c = &model->cfg.base;
     if (T > c->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T, c->max_seq_len);
     model->B = B, model->T = T;
+    MemPlan plan;
+    mem_plan_init(&plan, "CPU");
+    llama_plan(&model->cfg, B, T, training, &plan);
     model->num_activations = llama_activation_specs(&model->cfg, B, T, model->act_specs);
-    model->acts_memory = (float *)mallocCheck(model->num_activations * sizeof(float), "activations");
     const int HS = c->channels / c->num_heads;
-    model->freqs = (float *)mallocCheck((size_t)T * HS * sizeof(float), "RoPE frequencies");
+    model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, plan.host[MEM_ACTIVATIONS] / sizeof(float), sizeof(float),
+                                             "activations");
+    model->freqs = model->acts_memory + model->num_activations;
     RopeConfig rc = {model->cfg.rope_theta, model->cfg.rope_factor, model->cfg.rope_low_freq_factor,
                      model->cfg.rope_high_freq_factor, model->cfg.rope_original_max_pos};
     rope_freqs(model->freqs, T, HS, &rc);
-    size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
-    size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * HS, F1 = 2 * F > QKV ? 2 * F : QKV;
-    model->scratch_memory = (float *)mallocCheck(N * (2 * C + F1 + F) * sizeof(float), "backward scratch");
+    if (!training) return;
+    size_t N = (size_t)B * T, C = (size_t)c->channels;
+    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
     model->dresidual = model->scratch_memory;
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * F1;
-    model->grads_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "gradients");
+    model->dbuf_f2 = model->dbuf_f1 + N * llama_scratch_f1(c);
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->num_parameters, sizeof(float), "gradients");
 }
 
 /* Layer l's view of a parameter, gradient or activation, derived from the tables. */
@@ -129,11 +164,100 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
     }
 }
 
+void llama_zero_grad(LlamaModel *model) {
+    if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+}
+
 void llama_free(LlamaModel *model) {
-    free(model->params_memory);
-    free(model->grads_memory);
-    free(model->acts_memory);
-    free(model->scratch_memory);
-    free(model->freqs);
+    const size_t pbytes = model->num_parameters * sizeof(float);
+    const ModelConfig *c = &model->cfg.base;
+    mem_free(MEM_PARAMETERS, model->params_memory, pbytes);
+    mem_free(MEM_GRADIENTS, model->grads_memory, pbytes);
+    if (model->acts_memory)
+        mem_free(MEM_ACTIVATIONS, model->acts_memory,
+                 (model->num_activations + (size_t)model->T * (c->channels / c->num_heads)) * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
+}
+
+void llama_print_memory(const LlamaModel *model, FILE *out) {
+    const double MiB = 1048576.0, pbytes = model->num_parameters * sizeof(float);
+    double kinds[ACT_NUM_KINDS] = {0};
+    for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++)
+        kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
+    fprintf(out, "memory (CPU, fp32, Llama): parameters %zu (%.1f MiB), gradients %.1f MiB, activations", model->num_parameters,
+            pbytes / MiB, model->grads_memory ? pbytes / MiB : 0.0);
+    for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
+    fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
+}
+
+/* ---- decode with a key/value cache (./generate) -------------------------------------------- */
+
+void llama_kvcache_init(LlamaKVCache *c, const LlamaModel *model, int max_chunk) {
+    const ModelConfig *cfg = &model->cfg.base;
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, Vp = (size_t)cfg->padded_vocab_size;
+    const size_t L = (size_t)cfg->num_layers, T = (size_t)cfg->max_seq_len, NH = (size_t)cfg->num_heads;
+    const size_t HS = C / NH, KV = 2 * (size_t)cfg->num_kv_heads * HS, QKV = NH * HS + KV, n = (size_t)max_chunk;
+    memset(c, 0, sizeof *c);
+    c->max_len = cfg->max_seq_len;
+    c->max_chunk = max_chunk;
+    size_t sizes[] = {L * T * KV, T * HS, n * C, n * C, n * QKV, n * C, n * C, n * 2 * F, n * F, n * Vp, n, NH * T};
+    float **ptrs[] = {&c->kv, &c->freqs, &c->residual, &c->ln, &c->qkv, &c->atty, &c->proj,
+                      &c->fch, &c->fch_swiglu, &c->logits, &c->rstd, &c->att};
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    c->memory = (float *)mallocCheck(total * sizeof(float), "Llama KV cache");
+    float *p = c->memory;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) *ptrs[i] = p, p += sizes[i];
+    RopeConfig rc = {model->cfg.rope_theta, model->cfg.rope_factor, model->cfg.rope_low_freq_factor,
+                     model->cfg.rope_high_freq_factor, model->cfg.rope_original_max_pos};
+    rope_freqs(c->freqs, (int)T, (int)HS, &rc);
+}
+
+void llama_kvcache_free(LlamaKVCache *c) {
+    free(c->memory);
+    memset(c, 0, sizeof *c);
+}
+
+const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, const int *tokens, int n) {
+    const ModelConfig *cfg = &model->cfg.base;
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int F = cfg->ffn_hidden, HS = C / NH, KV = 2 * NKV * HS, QKV = NH * HS + KV;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, pos = c->len;
+    const float eps = model->cfg.norm_eps, scale = 1.0f / sqrtf((float)HS);
+    if (n < 1 || n > c->max_chunk) llmc_die("llama_forward_cached: %d tokens, expected 1..%d", n, c->max_chunk);
+    if (pos + n > c->max_len)
+        llmc_die("the sequence would reach %d tokens, beyond the model's context of %d (maxT)", pos + n, c->max_len);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) llmc_die("token id %d is outside the vocabulary [0, %d)", tokens[i], V);
+        memcpy(c->residual + (size_t)i * C, PARAM(wte, 0) + (size_t)tokens[i] * C, (size_t)C * sizeof(float));
+    }
+    for (int l = 0; l < L; l++) {
+        float *kv = c->kv + (size_t)l * c->max_len * KV;
+        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln1w, l), n, C, eps);
+        matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), NULL, n, C, QKV);
+        /* positions [pos, pos + n): the cos/sin rows from pos on */
+        rope_forward(c->qkv, c->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
+        for (int i = 0; i < n; i++) /* cache this position's keys and values (NKV heads each) */
+            memcpy(kv + (size_t)(pos + i) * KV, c->qkv + (size_t)i * QKV + NH * HS, (size_t)KV * sizeof(float));
+        for (int i = 0; i < n; i++) {
+#pragma omp parallel for schedule(static)
+            for (int h = 0; h < NH; h++) { /* query head h reads key/value head h / (NH / NKV) */
+                const float *k = kv + (size_t)(h / (NH / NKV)) * HS;
+                attention_row(c->atty + (size_t)i * C + h * HS, c->att + (size_t)h * (pos + n),
+                              c->qkv + (size_t)i * QKV + h * HS, k, k + NKV * HS, (size_t)KV, pos + i, HS, scale);
+            }
+        }
+        matmul_forward(c->proj, c->atty, PARAM(attprojw, l), NULL, n, C, C);
+        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
+        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln2w, l), n, C, eps);
+        matmul_forward(c->fch, c->ln, PARAM(fcw, l), NULL, n, C, 2 * F);
+        swiglu_forward(c->fch_swiglu, c->fch, n, F);
+        matmul_forward(c->proj, c->fch_swiglu, PARAM(fcprojw, l), NULL, n, F, C);
+        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
+    }
+    rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(lnfw, 0), n, C, eps);
+    matmul_forward(c->logits, c->ln, HEAD(PARAM), NULL, n, C, Vp);
+    c->len = pos + n;
+    return c->logits;
 }

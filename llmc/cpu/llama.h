@@ -7,7 +7,10 @@
 #ifndef LLMC_CPU_LLAMA_H
 #define LLMC_CPU_LLAMA_H
 
+#include <stdio.h>
+
 #include "../llama.h"
+#include "../plan.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -22,20 +25,41 @@ typedef struct {
     TensorSpec act_specs[LLAMA3_NUM_ACTIVATIONS];
     size_t num_activations;
     float *acts_memory;
-    float *freqs; /* RoPE cos/sin (T, HS/2, 2) for the allocated T */
+    float *freqs; /* RoPE cos/sin (T, HS/2, 2) for the allocated T, after the activations */
     /* backward scratch, one layer's worth: dresidual (B,T,C) flows from the top down; dbuf_c
      * (B,T,C): dln2, then datty, then dln1; dbuf_f1 (B,T,max(2F,QKV)): dfch, later dqkv;
      * dbuf_f2 (B,T,F): dfch_swiglu. */
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
+    size_t num_scratch;
     float mean_loss;
 } LlamaModel;
 
-/* cfg must pass llama_config_validate; params random (seeded) or loaded by the caller. */
+/* cfg must pass llama_config_validate; params random (seeded) or loaded by the caller. Every
+ * buffer goes through plan.h's accounting allocator, sized by llama_plan. */
 void llama_build(LlamaModel *model, const LlamaConfig *cfg);
-void llama_allocate(LlamaModel *model, int B, int T);
+/* The memory plan for (B, T, training): parameters, gradients, activations by tensor (+ the RoPE
+ * table), backward scratch, the sgemm's packing. llama_allocate_for allocates exactly these. */
+void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p);
+void llama_allocate_for(LlamaModel *model, int B, int T, int training);
+void llama_allocate(LlamaModel *model, int B, int T); /* training */
+void llama_zero_grad(LlamaModel *model);
+void llama_print_memory(const LlamaModel *model, FILE *out);
 float llama_forward(LlamaModel *model, const int *inputs, const int *targets, int B, int T, float dloss);
 void llama_backward(LlamaModel *model, const int *inputs, int B, int T);
 void llama_free(LlamaModel *model);
+
+/* Inference with a key/value cache, as decode.h does for GPT-2: kv (L, maxT, 2 NKV HS) holds each
+ * position's NKV keys then NKV values (after RoPE); query head h reads group h / (NH / NKV). */
+typedef struct {
+    int len, max_len, max_chunk;
+    float *kv, *freqs; /* freqs: RoPE cos/sin for positions [0, maxT) */
+    float *residual, *ln, *qkv, *atty, *proj, *fch, *fch_swiglu, *logits, *rstd, *att;
+    float *memory;
+} LlamaKVCache;
+void llama_kvcache_init(LlamaKVCache *c, const LlamaModel *model, int max_chunk);
+void llama_kvcache_free(LlamaKVCache *c);
+/* tokens[0..n) at positions [len, len + n): their logits (n, Vp), valid until the next call. */
+const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, const int *tokens, int n);
 
 #ifdef __cplusplus
 }

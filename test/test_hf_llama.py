@@ -1,0 +1,298 @@
+#!/usr/bin/env python3
+"""Hugging Face LlamaForCausalLM directories (llmc/hf.c's Llama row), issue 11 item 3.
+
+transformers is not installed: the test builds HF directories itself with the `safetensors`
+package from the PyTorch reference's weights (dev/reference/train_llama3.py, 2 layers, C 64,
+NH 4, NKV 2, V 1000), in HF's names and layout: q_proj/k_proj rows in HF's rotate-half order.
+That order is checked first against HF's RoPE (rotate_half) computed here, so the directory is
+what transformers would hold for this model. Then:
+- -e DIR trains with the same losses as the reference's llmc file (bit for bit) and the PyTorch
+  reference's 10-step trajectory; BF16 and F16 directories load as their rounded weights;
+- --save-hf 1 and ./hf_convert: HF -> train -> HF holds the trained weights exactly; llmc -> HF
+  equals the directory built here tensor for tensor; sharded directories (index.json) read and,
+  above the shard limit, written; a tied head (tie_word_embeddings) round-trips;
+- bad directories are clear errors: missing tensor, wrong shape, unknown dtype, unknown
+  architecture, an index naming a missing shard, unsupported rope_scaling, biases.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
+from testlib import failures, report, write_shard  # noqa: E402
+import train_llama3 as ll  # noqa: E402
+
+PY = "/usr/bin/python3"
+B, T, V, C, L, NH, NKV, F, STEPS = 4, 32, 1000, 64, 2, 4, 2, 256, 10
+HS = C // NH
+
+
+def run(cmd, env=None):
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env=None if env is None else {**os.environ, **env})
+
+
+def reference(tmp):
+    model, state = os.path.join(tmp, "ref.bin"), os.path.join(tmp, "state.bin")
+    p = run([PY, "dev/reference/train_llama3.py", "--depth", str(L), "--channels", str(C), "--heads", str(NH),
+             "--kv-heads", str(NKV), "--max-seq-len", "64", "--vocab", str(V), "--seed", "42", "--batch-size", str(B),
+             "--seq-len", str(T), "--steps", str(STEPS), "--save-model", model, "--debug-state", state])
+    if p.returncode != 0:
+        sys.exit(f"reference failed: {p.stderr[-2000:]}")
+    raw = open(state, "rb").read()
+    P = (os.path.getsize(model) - 1024) // 4
+    x = np.frombuffer(raw, "<i4", B * T, 1024)
+    y = np.frombuffer(raw, "<i4", B * T, 1024 + 4 * B * T)
+    off = 1024 + 8 * B * T + 4 * (B * T * V + 1 + P)
+    return model, np.frombuffer(raw, "<f4", STEPS, off), list(x) + [int(y[-1])]
+
+
+def read_llmc(path):
+    """(header ints, {name: array}) of llmc's Llama checkpoint, in the reference's table shapes."""
+    raw = open(path, "rb").read()
+    h = struct.unpack("<256i", raw[:1024])
+    f32 = lambda i: struct.unpack("<f", struct.pack("<i", h[i]))[0]  # noqa: E731
+    cfg = ll.LlamaConfig(h[3], h[4], h[6], h[7], h[8], h[9], h[10], eps=f32(16), theta=f32(17), factor=f32(18),
+                         low=f32(19), high=f32(20), original=h[21])
+    p = np.frombuffer(raw, "<f4", offset=1024)
+    out, o = {}, 0
+    for name, shape, _, _ in ll.param_table(cfg):
+        k = int(np.prod(shape))
+        out[name] = p[o:o + k].reshape(shape).copy()
+        o += k
+    return cfg, out
+
+
+def to_hf_rows(w, heads):
+    """Our interleaved RoPE rows (pairs 2i, 2i+1 per head) -> HF's rotate-half order."""
+    return w.reshape(heads, HS // 2, 2, -1).transpose(0, 2, 1, 3).reshape(heads * HS, -1)
+
+
+def hf_tensors(cfg, t, tied=False):
+    QKV = (NH + 2 * NKV) * HS
+    out = {"model.embed_tokens.weight": t["wte"][:V], "model.norm.weight": t["lnfw"]}
+    for l in range(L):
+        q, k, v = np.split(t["qkvw"][l].reshape(QKV, C), [NH * HS, (NH + NKV) * HS])
+        p = f"model.layers.{l}."
+        out[p + "self_attn.q_proj.weight"] = to_hf_rows(q, NH)
+        out[p + "self_attn.k_proj.weight"] = to_hf_rows(k, NKV)
+        out[p + "self_attn.v_proj.weight"] = v
+        out[p + "self_attn.o_proj.weight"] = t["attprojw"][l]
+        out[p + "input_layernorm.weight"] = t["ln1w"][l]
+        out[p + "post_attention_layernorm.weight"] = t["ln2w"][l]
+        out[p + "mlp.gate_proj.weight"] = t["fcw"][l][:F]
+        out[p + "mlp.up_proj.weight"] = t["fcw"][l][F:]
+        out[p + "mlp.down_proj.weight"] = t["fcprojw"][l]
+    if not tied:
+        out["lm_head.weight"] = t["lm_head"][:V]
+    return {k: np.ascontiguousarray(a, dtype=np.float32) for k, a in out.items()}
+
+
+def hf_config(cfg, tied=False, **extra):
+    c = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": C,
+         "intermediate_size": F, "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
+         "max_position_embeddings": cfg.max_seq_len, "rms_norm_eps": cfg.eps, "rope_theta": cfg.theta,
+         "rope_scaling": {"rope_type": "llama3", "factor": cfg.factor, "low_freq_factor": cfg.low,
+                          "high_freq_factor": cfg.high, "original_max_position_embeddings": cfg.original},
+         "hidden_act": "silu", "tie_word_embeddings": tied, "torch_dtype": "float32"}
+    c.update(extra)
+    return c
+
+
+def write_dir(path, config, tensors, shards=1):
+    os.makedirs(path)
+    json.dump(config, open(os.path.join(path, "config.json"), "w"))
+    if shards == 1:
+        save_file(tensors, os.path.join(path, "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = list(tensors)
+    weight_map = {}
+    for s in range(shards):
+        part = names[s::shards]
+        fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(path, fname), metadata={"format": "pt"})
+        weight_map.update({n: fname for n in part})
+    json.dump({"metadata": {"total_size": sum(a.nbytes for a in tensors.values())}, "weight_map": weight_map},
+              open(os.path.join(path, "model.safetensors.index.json"), "w"))
+
+
+def rotate_half_matches(cfg, t):
+    """HF's RoPE (rotate_half, cos/sin of cat(freqs, freqs)) on the HF rows equals the reference's
+    interleaved RoPE on ours, rows permuted: the directory is what transformers computes with."""
+    x = torch.randn(T, C, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+    q = torch.from_numpy(t["qkvw"][0][:NH * HS].astype(np.float64))
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * ll.rope_inv_freq(cfg)[None, :]
+    ours = ll.rope((x @ q.t()).view(T, NH, HS).transpose(0, 1), ang.cos(), ang.sin())  # (NH, T, HS)
+    qh = torch.from_numpy(to_hf_rows(t["qkvw"][0][:NH * HS], NH).astype(np.float64))
+    y = (x @ qh.t()).view(T, NH, HS).transpose(0, 1)
+    cos, sin = torch.cat((ang.cos(), ang.cos()), -1), torch.cat((ang.sin(), ang.sin()), -1)
+    rot = torch.cat((-y[..., HS // 2:], y[..., :HS // 2]), -1)
+    hf = y * cos + rot * sin
+    # HF channel p * HS/2 + i of a head is our channel 2i + p
+    back = hf.view(NH, T, 2, HS // 2).transpose(-1, -2).reshape(NH, T, HS)
+    return torch.allclose(back, ours, rtol=1e-12, atol=1e-12)
+
+
+def train(init, shard, outdir, steps=STEPS, extra=(), env=None):
+    return run(["./train_gpt_cpu", "-e", init, "-i", shard, "-j", shard, "-b", str(B), "-t", str(T), "-x", str(steps),
+                "-k", "constant", "-l", "1e-3", "-c", "0.1", "--shuffle", "0", "-v", "0", "-s", "0", "-r", "0",
+                "-o", outdir] + list(extra), env=env)
+
+
+def losses_of(outdir):
+    with open(os.path.join(outdir, "log.jsonl")) as f:
+        return [r["train_loss"] for r in map(json.loads, f) if "train_loss" in r]
+
+
+def tensors_equal(a, b):
+    x, y = load_file(a), load_file(b)
+    return x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
+
+
+def dir_tensors(path):
+    if os.path.exists(os.path.join(path, "model.safetensors")):
+        return load_file(os.path.join(path, "model.safetensors"))
+    out = {}
+    for f in sorted(os.listdir(path)):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(path, f)))
+    return out
+
+
+def error_check(name, cmd, pattern):
+    p = run(cmd)
+    out = p.stdout + p.stderr
+    report(p.returncode == 1 and "error: " in out and pattern in out, name, f"exit {p.returncode}: {out[-500:]}")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="llmc_hf_llama_")
+    try:
+        ref, ref_losses, tokens = reference(tmp)
+        shard = os.path.join(tmp, "batch.bin")
+        write_shard(shard, tokens)
+        cfg, t = read_llmc(ref)
+        report(rotate_half_matches(cfg, t), "HF's rotate-half RoPE on the permuted q rows equals the reference's "
+               "interleaved RoPE (the permutation the directory needs)")
+        tensors = hf_tensors(cfg, t)
+        hf = os.path.join(tmp, "hf")
+        write_dir(hf, hf_config(cfg), tensors)
+
+        # -e DIR: the reference's losses
+        p1, p2 = train(ref, shard, os.path.join(tmp, "run_bin")), train(hf, shard, os.path.join(tmp, "run_hf"),
+                                                                        extra=["--save-hf", "1", "-n", "10"])
+        ok = p1.returncode == 0 and p2.returncode == 0
+        got = losses_of(os.path.join(tmp, "run_hf")) if ok else []
+        report(ok and got == losses_of(os.path.join(tmp, "run_bin")), "-e <HF Llama dir> trains with the losses of "
+               "the reference's llmc file, bit for bit", (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-1500:])
+        report(ok and all(abs(g - r) <= 1e-4 * r for g, r in zip(got, ref_losses)) and len(got) == STEPS,
+               "-e <HF Llama dir>: 10-step trajectory equals the PyTorch reference's", f"{got} vs {list(ref_losses)}")
+        # HF -> train -> HF: --save-hf holds the trained weights exactly
+        run_hf = os.path.join(tmp, "run_hf")
+        back = os.path.join(tmp, "back.bin")
+        p = run(["./hf_convert", os.path.join(run_hf, "model_00000010_hf"), back, "--format", "llmc"])
+        ok = p.returncode == 0 and open(back, "rb").read()[1024:] == open(os.path.join(run_hf, "model_00000010.bin"),
+                                                                          "rb").read()[1024:]
+        report(ok, "HF -> train -> --save-hf 1 -> llmc file: the trained weights exactly", (p.stdout + p.stderr)[-800:])
+        # llmc -> HF equals the directory built here
+        out = os.path.join(tmp, "from_llmc_hf")
+        p = run(["./hf_convert", ref, out, "--format", "hf"])
+        cj = json.load(open(os.path.join(out, "config.json"))) if p.returncode == 0 else {}
+        ok = p.returncode == 0 and tensors_equal(os.path.join(out, "model.safetensors"),
+                                                 os.path.join(hf, "model.safetensors"))
+        ok = ok and cj.get("architectures") == ["LlamaForCausalLM"] and cj.get("num_key_value_heads") == NKV
+        report(ok, "llmc file -> HF directory: the tensors (rotate-half q/k rows) and config of the directory built "
+               "from the reference", (p.stdout + p.stderr)[-800:])
+        # BF16 and F16 tensors load as their rounded values
+        for dtype, tdt in (("BF16", torch.bfloat16), ("F16", torch.float16)):
+            d = os.path.join(tmp, f"hf_{dtype}")
+            os.makedirs(d)
+            json.dump(hf_config(cfg), open(os.path.join(d, "config.json"), "w"))
+            from safetensors.torch import save_file as save_torch
+            save_torch({k: torch.from_numpy(a).to(tdt) for k, a in tensors.items()},
+                       os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+            out = os.path.join(tmp, f"{dtype}.bin")
+            p = run(["./hf_convert", d, out, "--format", "llmc"])
+            ok = p.returncode == 0
+            if ok:
+                _, got = read_llmc(out)
+                want = {k: torch.from_numpy(a).to(tdt).float().numpy() for k, a in t.items()}
+                ok = all(np.array_equal(got[k], want[k]) for k in t)
+            report(ok, f"{dtype} HF Llama directory loads as the rounded weights", (p.stdout + p.stderr)[-800:])
+        # sharded: read (index.json), and written above the shard limit
+        sh = os.path.join(tmp, "hf_sharded")
+        write_dir(sh, hf_config(cfg), tensors, shards=3)
+        out = os.path.join(tmp, "sharded.bin")
+        p = run(["./hf_convert", sh, out, "--format", "llmc"])
+        report(p.returncode == 0 and open(out, "rb").read()[1024:] == open(ref, "rb").read()[1024:],
+               "sharded HF Llama directory (3 shards + index) reads as the reference's weights", (p.stdout + p.stderr)[-800:])
+        out = os.path.join(tmp, "written_sharded")
+        p = run(["./hf_convert", ref, out, "--format", "hf"], env={"LLMC_HF_SHARD_BYTES": "300000"})
+        files = sorted(os.listdir(out)) if p.returncode == 0 else []
+        ok = "model.safetensors.index.json" in files and sum(f.endswith(".safetensors") for f in files) > 1
+        ok = ok and dir_tensors(out).keys() == tensors.keys() and all(
+            np.array_equal(dir_tensors(out)[k], tensors[k]) for k in tensors)
+        again = os.path.join(tmp, "sharded_again.bin")
+        p2 = run(["./hf_convert", out, again, "--format", "llmc"]) if ok else p
+        ok = ok and p2.returncode == 0 and open(again, "rb").read()[1024:] == open(ref, "rb").read()[1024:]
+        report(ok, "above LLMC_HF_SHARD_BYTES the HF directory is written as shards + index, and reads back",
+               f"{files} {(p.stdout + p.stderr + p2.stdout + p2.stderr)[-800:]}")
+        # tied head
+        tied = os.path.join(tmp, "hf_tied")
+        write_dir(tied, hf_config(cfg, tied=True), hf_tensors(cfg, t, tied=True))
+        mid, out = os.path.join(tmp, "tied.bin"), os.path.join(tmp, "tied_again")
+        p1 = run(["./hf_convert", tied, mid, "--format", "llmc"])
+        p2 = run(["./hf_convert", mid, out, "--format", "hf"])
+        ok = p1.returncode == 0 and p2.returncode == 0 and tensors_equal(os.path.join(tied, "model.safetensors"),
+                                                                         os.path.join(out, "model.safetensors"))
+        ok = ok and json.load(open(os.path.join(out, "config.json")))["tie_word_embeddings"] is True
+        p3 = train(tied, shard, os.path.join(tmp, "run_tied"), steps=2)
+        report(ok and p3.returncode == 0, "tied head (tie_word_embeddings, no lm_head): HF -> llmc -> HF and training",
+               (p1.stdout + p1.stderr + p2.stdout + p2.stderr + p3.stdout + p3.stderr)[-800:])
+
+        # bad directories: clear errors naming what is wrong
+        def bad_dir(name, config=None, drop=None, change=None, shards=1):
+            d = os.path.join(tmp, "bad_" + name.replace(" ", "_"))
+            ts = dict(tensors)
+            if drop:
+                del ts[drop]
+            if change:
+                ts.update(change)
+            write_dir(d, config or hf_config(cfg), ts, shards=shards)
+            return d
+        cases = [
+            ("missing tensor", bad_dir("missing", drop="model.layers.1.self_attn.k_proj.weight"),
+             "has no tensor 'model.layers.1.self_attn.k_proj.weight'"),
+            ("wrong shape", bad_dir("shape", change={"model.layers.0.self_attn.v_proj.weight":
+                                                     np.zeros((C, C), np.float32)}), "has shape [64, 64]"),
+            ("unknown dtype", bad_dir("dtype", change={"model.norm.weight": np.zeros(C, np.int32)}), "I32"),
+            ("unknown architecture", bad_dir("arch", config=hf_config(cfg, architectures=["MistralForCausalLM"],
+                                                                      model_type="mistral")), "MistralForCausalLM"),
+            ("rope_scaling yarn", bad_dir("yarn", config=hf_config(cfg, rope_scaling={"rope_type": "yarn",
+                                                                                       "factor": 4.0})), "yarn"),
+            ("attention_bias true", bad_dir("bias", config=hf_config(cfg, attention_bias=True)), "attention_bias"),
+        ]
+        missing = bad_dir("index", shards=2)
+        os.remove(os.path.join(missing, "model-00002-of-00002.safetensors"))
+        cases.append(("sharded index naming a missing file", missing, "model-00002-of-00002.safetensors"))
+        for name, d, pattern in cases:
+            error_check(f"HF Llama directory, {name}: a clear error", ["./train_gpt_cpu", "-e", d, "-i", shard, "-j",
+                        shard, "-b", str(B), "-t", str(T), "-x", "1"], pattern)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{failures()} failed")
+    return 1 if failures() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
