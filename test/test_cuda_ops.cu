@@ -330,6 +330,15 @@ template <class T> static void test_matmul(Rng *r, const CudaContext *ctx, int N
     Tols tg = {{1e-5 * sqrt((double)N), 1e-5}, {2e-2 * sqrt((double)N) / 4, 8e-3}, {4e-3 * sqrt((double)N) / 4, 1e-3}};
     expect("matmul_backward dweight", dgw, gw, pick<T>(tg), sh);
     expect("matmul_backward dbias", dgb, gb, pick<T>(tg), sh);
+    {   /* where the bias gradient came from: the BGRADB epilogue in 16-bit, our kernels in fp32 */
+        int bgrad_plans = 0;
+        for (int i = 0; ctx->lt_plans && i < ctx->lt_plans->count; i++)
+            bgrad_plans += ctx->lt_plans->plans[i].key.epilogue == CUBLASLT_EPILOGUE_BGRADB &&
+                           ctx->lt_plans->plans[i].key.type == (int)StorageInfo<T>::cuda_type;
+        char name[256];
+        snprintf(name, sizeof name, "matmul_backward dbias from the BGRADB epilogue in 16-bit only [%s %s]", StorageInfo<T>::name, sh);
+        test_report((bgrad_plans > 0) == (sizeof(T) == 2), name, "%d BGRADB plans of this type", bgrad_plans);
+    }
 
     if (C % 8 == 0) { /* DGELU epilogue: dinp = (dout @ W) * gelu'(pre) */
         float *pre = randn(r, (size_t)N * C, 0, 1.5f);
