@@ -305,7 +305,7 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
-    if (tc->gelu_fusion < 0 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be 0, 1 or 2", tc->gelu_fusion);
+    if (tc->gelu_fusion < -1 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be -1 (auto), 0, 1 or 2", tc->gelu_fusion);
     if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
     if (strcmp(tc->offload, "optimizer") == 0) {
         if (*precision == PRECISION_FP16)
@@ -399,7 +399,7 @@ int main(int argc, char **argv) {
     char name[512];
     snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
              tr.ctx.props.name, tr.ctx.props.major, tr.ctx.props.minor, m->master ? ", fp32 master weights" : "",
-             m->precision == PRECISION_FP32 ? (tc.tf32 ? ", TF32 on" : ", TF32 off") : "", tc.gelu_fusion, tc.recompute);
+             m->precision == PRECISION_FP32 ? (tc.tf32 ? ", TF32 on" : ", TF32 off") : "", m->gelu_fusion, tc.recompute);
     TrainBackend be;
     memset(&be, 0, sizeof be);
     be.name = name;

@@ -69,7 +69,7 @@ static const Flag flags[] = {
     {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
     {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
-    {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: 0 off, 1 forward, 2 forward+backward"},
+    {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: -1 auto (2 where the MLP width is a multiple of 8, else 0), 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
@@ -123,6 +123,7 @@ void train_config_defaults(TrainConfig *c) {
     c->tf32 = 1;
     c->matmul_algos = 8;
     c->master_weights = 1;
+    c->gelu_fusion = -1;
     c->gpu_log_every = -1;
     c->num_processes = 1;
     c->gpus_per_node = 8;
@@ -442,7 +443,7 @@ static void validate(const TrainConfig *c) {
         llmc_die("flag --offload: unknown value '%s' (none, optimizer)", c->offload);
     check_range("-f (--tf32)", c->tf32, 0, 1);
     check_range("-w (--master-weights)", c->master_weights, 0, 1);
-    check_range("-ge (--gelu-fusion)", c->gelu_fusion, 0, 2);
+    check_range("-ge (--gelu-fusion)", c->gelu_fusion, -1, 2);
     check_range("--matmul-algos", c->matmul_algos, 1, 64);
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
     if (c->gpu_log_every < -1)

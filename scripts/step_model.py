@@ -12,6 +12,7 @@ run one after another: no overlap is assumed), so measured time / model time is 
     scripts/step_model.py -e d24 -b 16 --gpu H100 -r 3
     scripts/step_model.py --measured-ms 280.4     # prints the gap against a measured step
     scripts/step_model.py --json                  # one JSON object (ops, totals)
+    scripts/step_model.py -ge 0 --bias-grad kernel   # the trainer before GELU/bias-gradient fusion
 
 Peaks are datasheet figures (dense, no sparsity); --peak-tflops / --bandwidth-tbs override them
 with measured ceilings. MFU is reported as the trainers report it: 6N + 6LCT flops per token
@@ -47,8 +48,12 @@ def num_parameters(m):
     return Vp * C + maxT * C + L * per_layer + 2 * C
 
 
-def step_ops(m, B, T, S, recompute, attention):
-    """[(name, count, flops, bytes)] for one step; S = bytes per stored activation/parameter."""
+def step_ops(m, B, T, S, recompute, attention, gelu_fusion=2, bias_kernel=False):
+    """[(name, count, flops, bytes)] for one step; S = bytes per stored activation/parameter.
+    gelu_fusion: the trainer's -ge (1: the GELU in the fc product's epilogue, which also writes the
+    pre-activation; 2: also gelu' in the fcproj dinp product's epilogue, which reads it);
+    bias_kernel: bias gradients by a column-sum kernel that reads dout again (fp32, and 16-bit
+    before the BGRADB epilogue) instead of the dweight product's epilogue."""
     L, C, F, Vp, NH = m["L"], m["C"], m["F"], m["Vp"], m["NH"]
     N = B * T
     f4 = 4  # fp32 statistics, master weights, moments
@@ -57,11 +62,14 @@ def step_ops(m, B, T, S, recompute, attention):
     def op(name, count, flops, nbytes):
         ops.append((name, count, float(flops), float(nbytes)))
 
-    def mm(name, n, k, oc, count, bias=True):  # out (n, oc) = inp (n, k) @ w (oc, k)^T
-        op(name + " fwd", count, 2 * n * k * oc, S * (n * k + oc * k + n * oc + (oc if bias else 0)))
+    def mm(name, n, k, oc, count, bias=True, aux_fwd=0, aux_bwd=0):  # out (n, oc) = inp (n, k) @ w (oc, k)^T
+        # aux_fwd / aux_bwd: GELU epilogue tensors written by the forward / read by dinp
+        op(name + " fwd", count, 2 * n * k * oc, S * (n * k + oc * k + n * oc + (oc if bias else 0) + aux_fwd))
         # backward: dinp = dout @ w, dweight += dout^T @ inp (read and write dweight), dbias
         op(name + " bwd", count, 4 * n * k * oc,
-           S * (2 * n * oc + oc * k + n * k + n * k + 2 * oc * k + (2 * oc if bias else 0)))
+           S * (2 * n * oc + oc * k + n * k + n * k + 2 * oc * k + (2 * oc if bias else 0) + aux_bwd))
+        if bias and bias_kernel:
+            op("bias grad " + name.split()[-1] + " (kernel)", count, n * oc, S * n * oc)
 
     op("encoder fwd", 1, 0, 4 * N + S * (2 * N * C + N * C))
     op("encoder bwd", 1, 0, 4 * N + S * (N * C + 2 * N * C))
@@ -73,9 +81,10 @@ def step_ops(m, B, T, S, recompute, attention):
     att_fwd = 2 * B * T * T * C  # QK^T and PV, causal half of 4 B T^2 C
     op("attention fwd", L, att_fwd, S * (3 * N * C + N * C) + f4 * B * NH * T)
     mm("matmul attproj", N, C, C, L)
-    mm("matmul fc", N, C, F, L)
-    op("gelu fwd", L, 0, S * 2 * N * F)
-    mm("matmul fcproj", N, F, C, L)
+    mm("matmul fc", N, C, F, L, aux_fwd=N * F if gelu_fusion >= 1 else 0)
+    if gelu_fusion == 0:
+        op("gelu fwd", L, 0, S * 2 * N * F)
+    mm("matmul fcproj", N, F, C, L, aux_bwd=N * F if gelu_fusion >= 2 else 0)
     # recompute in backward (llmc's levels): 1 gelu, 2 also layernorm, 3 the whole block
     if recompute >= 1:
         op("gelu recompute", L, 0, S * 2 * N * F)
@@ -86,7 +95,8 @@ def step_ops(m, B, T, S, recompute, attention):
             op(name + " fwd (recompute)", L, 2 * N * k * oc, S * (N * k + oc * k + N * oc))
         op("attention fwd (recompute)", L, att_fwd, S * (3 * N * C + N * C))
     # per layer, backward
-    op("gelu bwd", L, 0, S * 3 * N * F)
+    if gelu_fusion < 2:
+        op("gelu bwd", L, 0, S * 3 * N * F)
     # backward = 5 products (recomputed scores, dV, dP, dQ, dK) against the forward's 2
     op("attention bwd", L, 2.5 * att_fwd, S * (3 * N * C + 2 * N * C + 3 * N * C) + f4 * B * NH * T)
     # layernorm backward adds into the residual stream's gradient (read x, dout, dres; write dres):
@@ -110,6 +120,11 @@ def main(argv=None):
     p.add_argument("-t", type=int, default=1024, help="sequence length T")
     p.add_argument("-r", type=int, default=0, choices=(0, 1, 2, 3), help="recompute level")
     p.add_argument("--precision", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("-ge", type=int, default=2, choices=(0, 1, 2),
+                   help="GELU fusion as the trainer's -ge (default 2: what its default -1 picks for GPT-2)")
+    p.add_argument("--bias-grad", default="auto", choices=("auto", "kernel", "epilogue"),
+                   help="bias gradients: the dweight product's epilogue or a column-sum kernel (auto: as "
+                        "the trainer, the epilogue in bf16/fp16, the kernel in fp32)")
     p.add_argument("--gpu", default="H200", help="one of " + ", ".join(GPUS))
     p.add_argument("--peak-tflops", type=float, help="override the matrix peak (a measured ceiling)")
     p.add_argument("--bandwidth-tbs", type=float, help="override the memory bandwidth (TB/s)")
@@ -127,7 +142,8 @@ def main(argv=None):
     peak = (a.peak_tflops or (fp32_peak if a.precision == "fp32" else bf16_peak)) * 1e12
     bw = (a.bandwidth_tbs or bw) * 1e12
     S = 4 if a.precision == "fp32" else 2
-    ops = step_ops(m, a.b, a.t, S, a.r, "own")
+    bias_kernel = a.bias_grad == "kernel" or (a.bias_grad == "auto" and a.precision == "fp32")
+    ops = step_ops(m, a.b, a.t, S, a.r, "own", a.ge, bias_kernel)
     rows = []
     for name, count, flops, nbytes in ops:
         tc, tm = count * flops / peak, count * nbytes / bw
@@ -139,6 +155,7 @@ def main(argv=None):
     P = num_parameters(m)
     flops_per_token = 6 * P + 6 * m["L"] * m["C"] * a.t
     out = {"gpu": a.gpu, "model": a.e, "B": a.b, "T": a.t, "precision": a.precision, "recompute": a.r,
+           "gelu_fusion": a.ge, "bias_grad": "kernel" if bias_kernel else "epilogue",
            "parameters": P, "peak_tflops": peak / 1e12, "bandwidth_tbs": bw / 1e12,
            "step_ms": total_ms, "tokens_per_s": tokens / (total_ms / 1e3),
            "mfu": flops_per_token * tokens / (total_ms / 1e3) / peak,
@@ -151,6 +168,7 @@ def main(argv=None):
         print(json.dumps(out))
         return 0
     print(f"# roofline step model: GPT-2 {a.e} ({P:,} parameters), B={a.b}, T={a.t}, {a.precision}, -r {a.r}, "
+          f"-ge {a.ge}, bias gradients by {out['bias_grad']}, "
           f"{a.gpu} ({peak / 1e12:.0f} TFLOP/s, {bw / 1e12:.2f} TB/s)")
     print()
     print("| op | x | GFLOP | MB | compute ms | memory ms | roofline ms | bound |")

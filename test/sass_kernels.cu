@@ -1,9 +1,11 @@
 /* sass_kernels.cu - the memory-bound ops' host wrappers instantiated for every storage type, so
  * test/test_sass.sh can read their machine code (cuobjdump) and ptxas's resource report without
  * compiling a whole trainer (with ./generate_gpu's attention_decode, for the spill check). Compiled only by that test; never linked or run. */
+#include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/decode.cuh"
+#include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/residual.cuh"
@@ -16,7 +18,17 @@
     template void layernorm_backward<T>(T *, T *, T *, const T *, const T *, const T *, const float *, const float *, \
                                         int, int, float *, cudaStream_t);                          \
     template void fused_classifier<T>(T *, float *, const int *, float, int, int, int, int, cudaStream_t); \
-    template void attention_decode<T>(T *, float *, const T *, const T *, int, int, int, int, int, int, cudaStream_t);
+    template void attention_decode<T>(T *, float *, const T *, const T *, int, int, int, int, int, int, cudaStream_t); \
+    template void encoder_forward<T>(T *, const int *, const T *, const T *, int, int, int, cudaStream_t);    \
+    template void encoder_backward<T>(T *, T *, const T *, const EncoderBuckets *, int, int, int, cudaStream_t); \
+    template void layernorm_forward<T>(T *, float *, float *, const T *, const T *, const T *, int, int, cudaStream_t); \
+    template void fused_residual_layernorm_forward<T>(T *, T *, float *, float *, const T *, const T *, const T *,      \
+                                                      const T *, int, int, cudaStream_t);                            \
+    template void layernorm_recompute<T>(T *, const T *, const float *, const float *, const T *, const T *, int, int, \
+                                         cudaStream_t);                                                              \
+    template void adamw_update<T>(T *, float *, const T *, float *, float *, size_t, float, float, float, float, float, \
+                                  int, float, uint64_t, cudaStream_t, size_t);                                       \
+    template void global_norm_squared<T>(float *, const T *, size_t, float *, cudaStream_t);
 LLMC_SASS_INSTANTIATE(float)
 LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)

@@ -181,8 +181,10 @@ static void shape_text(char *buf, size_t len, const Shape &s) {
 }
 
 /* ---- the ops ------------------------------------------------------------------------------- */
-template <class T> static void test_encoder(Rng *r, const Shape &s, const char *sh) {
+template <class T> static void test_encoder(Rng *r, const Shape &s, const char *sh_) {
     const int N = s.B * s.T, C = s.C;
+    char sh[200]; /* which kernels ran: packed when C is a whole number of 16-byte packs */
+    snprintf(sh, sizeof sh, "%s, %s", sh_, C % Pack16<T>::size == 0 ? "packed" : "element per thread");
     float *wte = randn(r, (size_t)s.Vp * C, 0, 1), *wpe = randn(r, (size_t)s.T * C, 0, 1);
     int *inp = (int *)malloc(N * sizeof(int));
     for (int i = 0; i < N; i++) inp[i] = (int)(rng_u32(r) % (uint32_t)(s.V < 5 ? s.V : 5)); /* repeats on purpose */
@@ -215,8 +217,10 @@ template <class T> static void test_encoder(Rng *r, const Shape &s, const char *
     dev_free(dwte_), dev_free(dwpe), dev_free(dinp), dev_free(dout), dev_free(dg), dev_free(db);
 }
 
-template <class T> static void test_layernorm(Rng *r, const Shape &s, const char *sh) {
+template <class T> static void test_layernorm(Rng *r, const Shape &s, const char *sh_) {
     const int N = s.B * s.T, C = s.C;
+    char sh[200]; /* the forwards' path: packs per lane (0: element per thread) */
+    snprintf(sh, sizeof sh, "%s, forward packs/lane %d", sh_, C % Pack16<T>::size ? 0 : layernorm_forward_packs<T>(C, {}));
     const size_t NC = (size_t)N * C;
     /* a large mean offset: the two-pass variance must not cancel */
     float *x = randn(r, NC, 300.0f, 2.0f), *w = randn(r, C, 1, 0.3f), *b = randn(r, C, 0, 0.3f);
@@ -326,6 +330,15 @@ template <class T> static void test_matmul(Rng *r, const CudaContext *ctx, int N
     Tols tg = {{1e-5 * sqrt((double)N), 1e-5}, {2e-2 * sqrt((double)N) / 4, 8e-3}, {4e-3 * sqrt((double)N) / 4, 1e-3}};
     expect("matmul_backward dweight", dgw, gw, pick<T>(tg), sh);
     expect("matmul_backward dbias", dgb, gb, pick<T>(tg), sh);
+    {   /* where the bias gradient came from: the BGRADB epilogue in 16-bit, our kernels in fp32 */
+        int bgrad_plans = 0;
+        for (int i = 0; ctx->lt_plans && i < ctx->lt_plans->count; i++)
+            bgrad_plans += ctx->lt_plans->plans[i].key.epilogue == CUBLASLT_EPILOGUE_BGRADB &&
+                           ctx->lt_plans->plans[i].key.type == (int)StorageInfo<T>::cuda_type;
+        char name[256];
+        snprintf(name, sizeof name, "matmul_backward dbias from the BGRADB epilogue in 16-bit only [%s %s]", StorageInfo<T>::name, sh);
+        test_report((bgrad_plans > 0) == (sizeof(T) == 2), name, "%d BGRADB plans of this type", bgrad_plans);
+    }
 
     if (C % 8 == 0) { /* DGELU epilogue: dinp = (dout @ W) * gelu'(pre) */
         float *pre = randn(r, (size_t)N * C, 0, 1.5f);
@@ -628,6 +641,27 @@ template <class T> static void test_adamw(Rng *r, size_t n, const char *sh) {
     } else {
         expect("adamw_update params", dp, rp, tight, sh);
     }
+    {   /* the element-per-thread kernel (pointers one element off 16 bytes) gives the packed
+         * kernel's bits: the same inputs at index 1 of each buffer, the same random bits (idx0) */
+        Dev<T> up = dev_alloc<T>(n + 1), ug = dev_alloc<T>(n + 1);
+        Dev<float> um = dev_alloc<float>(n + 1), uv = dev_alloc<float>(n + 1), umaster = dev_alloc<float>(n + 1);
+        T *tmp = (T *)malloc(n * sizeof(T));
+        for (size_t i = 0; i < n; i++) tmp[i] = from_float<T>(p[i]);
+        cudaCheck(cudaMemcpy(up.p + 1, tmp, n * sizeof(T), cudaMemcpyHostToDevice));
+        for (size_t i = 0; i < n; i++) tmp[i] = from_float<T>(g[i]);
+        cudaCheck(cudaMemcpy(ug.p + 1, tmp, n * sizeof(T), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(um.p + 1, m, n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(uv.p + 1, v, n * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(umaster.p + 1, p, n * 4, cudaMemcpyHostToDevice));
+        adamw_update(up.p + 1, use_master ? umaster.p + 1 : (float *)NULL, ug.p + 1, um.p + 1, uv.p + 1, n, lr, b1, b2, eps,
+                     wd, t, clip, 42, (cudaStream_t)0);
+        float *packed_p = download(dp), *packed_m = download(dm), *packed_v = download(dv);
+        expect_view("adamw_update element kernel == packed: params", up.p + 1, n, packed_p, {0, 0}, sh);
+        expect_view("adamw_update element kernel == packed: m", um.p + 1, n, packed_m, {0, 0}, sh);
+        expect_view("adamw_update element kernel == packed: v", uv.p + 1, n, packed_v, {0, 0}, sh);
+        free(tmp), free(packed_p), free(packed_m), free(packed_v);
+        dev_free(up), dev_free(ug), dev_free(um), dev_free(uv), dev_free(umaster);
+    }
     free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv);
     dev_free(dp), dev_free(dg), dev_free(dm), dev_free(dv), dev_free(dmaster);
 }
@@ -664,6 +698,11 @@ template <class T> static void test_norm(Rng *r, size_t n, const char *sh) {
     global_norm_squared(out.p, dg.p, n, scratch.p, (cudaStream_t)0);
     /* fp32 sums of n squares in another order; the inputs are identical */
     expect("global_norm_squared", out, &ref, {1e-6, 1e-5}, sh);
+    {   /* the element-per-thread kernel: a view one element off 16 bytes */
+        float ref1 = (float)global_norm_squared(g + 1, n - 1);
+        global_norm_squared(out.p, dg.p + 1, n - 1, scratch.p, (cudaStream_t)0);
+        expect("global_norm_squared (unaligned view)", out, &ref1, {1e-6, 1e-5}, sh);
+    }
     /* an inf or a NaN anywhere must make the result non-finite (fp16 overflow detection) */
     const float bad[2] = {INFINITY, NAN};
     for (int k = 0; k < 2; k++) {
@@ -748,13 +787,16 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
             /* the layernorm backward's paths: one-pass packed kernel with 1..4 packs per lane (C = 768
              * bf16: 3, C = 1024 bf16: 4; fp32 C = 768: two-pass), C not a whole number of packs
              * (36: packed in fp32 only; 30: never), several chunks with uneven rows per warp (600) */
+            /* the packed forwards hold 1, 2, 4 or 8 packs per lane: C = 384 gives 2 (bf16) and 4
+             * (fp32), C = 1024 fp32 8; the encoder's packed and element-per-thread kernels alike */
             static const Shape ln_extra[] = {{1, 7, 768, 12, 7, 16, 3072}, {1, 3, 1024, 16, 7, 16, 4096},
                                              {2, 5, 36, 3, 7, 16, 144},    {1, 9, 30, 3, 7, 16, 120},
-                                             {1, 600, 64, 4, 7, 16, 256}};
+                                             {1, 600, 64, 4, 7, 16, 256},  {1, 3, 384, 6, 7, 16, 1536}};
             for (const Shape &e : ln_extra) {
                 char she[128];
                 shape_text(she, sizeof she, e);
                 test_layernorm<T>(&r, e, she);
+                if (e.C < 64) test_encoder<T>(&r, e, she);
             }
         }
         test_matmul<T>(&r, ctx, s.B * s.T, s.C, 3 * s.C, sh);

@@ -72,6 +72,8 @@ mutant ln-fused-zero-barrier layernorm.cuh '/ln_acc\[i\] = 0.0f;/{n;s/__syncthre
 mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # the packed classifier forgetting the real columns of the last, partly padded pack
 mutant classifier-pack-tail classifier.cuh 's/live = (V + P - 1) \/ P;/live = V \/ P;/'
+# the packed encoder backward (dwte, one block per token) dropping each token's first position
+mutant encoder-wte16-first-position encoder.cuh '/encoder_backward_wte_kernel16(T \*dwte/,/store16(row + c, r)/s/int p = offsets\[j\]; p < offsets\[j + 1\]/int p = offsets[j] + 1; p < offsets[j + 1]/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
 # harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows
 # scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an

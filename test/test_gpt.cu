@@ -180,25 +180,37 @@ static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
     GPT2 cpu;
     gpt2_build_from_checkpoint(&cpu, s->ckpt);
     gpt2_allocate(&cpu, s->B, s->T, 0, 1);
-    float ref[STEPS], got[2][STEPS];
+    float ref[STEPS], got[3][STEPS];
     for (int t = 1; t <= STEPS; t++) ref[t - 1] = cpu_step(&cpu, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, t);
     gpt2_free(&cpu);
-    for (int run = 0; run < 2; run++) {
-        GPT2Cuda *m = cuda_model(s, ctx, p, 1, 0, s->B, s->T);
+    /* -ge 0 twice, then (bf16, the trainer's default precision) -ge -1, the trainer's default:
+     * the GELU epilogues (fp32 runs them in check_recompute; fp16 through train_gpt in
+     * test_cuda_trainer_sim.sh) */
+    int auto_ge = -1;
+    const int runs = p == PRECISION_BF16 ? 3 : 2;
+    for (int run = 0; run < runs; run++) {
+        GPT2Cuda *m = cuda_model(s, ctx, p, 1, run < 2 ? 0 : -1, s->B, s->T);
+        if (run == 2) auto_ge = m->gelu_fusion;
         for (int t = 1; t <= STEPS; t++) got[run][t - 1] = cuda_step(m, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, 1, t);
         cuda_model_free(m);
     }
     char name[256];
     /* Adam normalises each update, so small gradient differences move weights by up to lr:
      * the tolerance grows with the step for 16-bit types */
-    snprintf(name, sizeof name, "10-step loss trajectory vs CPU [%s]", pn);
+    snprintf(name, sizeof name, "10-step loss trajectory vs CPU [%s%s]", pn, s->tag);
     /* fp32: summation order alone, which grows with the reduction length like the per-op fp32
      * tolerances (sqrt(C)): 1e-4 at the tiny model's C = 64; GPT-2 124M (C = 768) drifted 1.3e-4
      * apart by step 10 on an H200 (2026-11-30) while every per-op check passed */
     const double fp32_atol = 1e-4 * sqrt(fmax(1.0, s->cfg.channels / 64.0));
     test_close(name, got[0], ref, STEPS, p == PRECISION_FP32 ? fp32_atol : 3 * tol.loss_atol, 0);
     printf("      losses: cpu %.6f -> %.6f, gpu %.6f -> %.6f\n", ref[0], ref[STEPS - 1], got[0][0], got[0][STEPS - 1]);
-    snprintf(name, sizeof name, "two runs bit-identical [%s]", pn);
+    if (runs == 3) {
+        snprintf(name, sizeof name, "10-step loss trajectory vs CPU, -ge -1 resolved to %d (MLP width %d) [%s%s]", auto_ge,
+                 s->cfg.ffn_hidden, pn, s->tag);
+        test_report(auto_ge == (s->cfg.ffn_hidden % 8 == 0 ? 2 : 0), name, "-ge -1 resolved to %d", auto_ge);
+        test_close(name, got[2], ref, STEPS, 3 * tol.loss_atol, 0);
+    }
+    snprintf(name, sizeof name, "two runs bit-identical [%s%s]", pn, s->tag);
     test_report(memcmp(got[0], got[1], sizeof got[0]) == 0, name, "losses differ between two identical runs");
 }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The memory-bound kernels' machine code (issue 13): every packed kernel (NAME_kernel16 or
 # NAME_fused16_kernel in llmc/cuda/: 16-byte packs, common.cuh's Pack16) of gelu, residual, cast,
-# the layernorm backward, the classifier and the Llama ops (RMSNorm, SwiGLU, RoPE), in
+# the encoder, the layernorm forward/fused residual forward/recompute/backward, AdamW, the
+# classifier and the Llama ops (RMSNorm, SwiGLU, RoPE) (and, loads only, the gradient norm's
+# NAME_reduce16), in
 # fp32, bf16 and fp16, must load and store with 128-bit accesses (LDG.E.128 / STG.E.128 in
 # cuobjdump's SASS for sm_90), and no bf16/fp16 kernel of the trainer may spill registers
 # (ptxas: "0 bytes spill stores, 0 bytes spill loads"); the FA2 attention kernels use HMMA,
@@ -34,13 +36,14 @@ fail=0
 
 # global accesses per kernel: "kernel OPCODE" lines
 accesses() { cuobjdump --dump-sass "$1" | awk '/Function :/{f=$3} /[^A-Z](LDG|STG)\./{match($0,/(LDG|STG)[.A-Z0-9_]*/); print f, substr($0,RSTART,RLENGTH)}'; }
-check_packed() { # object, label: every *_kernel16 has a 128-bit load and store
+check_packed() { # object [name regex]: every *_kernel16 (or matching kernel) has a 128-bit load and store
     local acc kernels k n=0 bad=0
     acc=$(accesses "$1")
-    kernels=$(printf '%s\n' "$acc" | awk '{print $1}' | grep -E 'kernel16|fused16' | sort -u)
+    kernels=$(printf '%s\n' "$acc" | awk '{print $1}' | grep -E "${2:-kernel16|fused16}" | sort -u)
     for k in $kernels; do
         n=$((n + 1))
-        if ! printf '%s\n' "$acc" | grep -q "^$k LDG\.E\.128" || ! printf '%s\n' "$acc" | grep -q "^$k STG\.E\.128"; then
+        if ! printf '%s\n' "$acc" | grep -q "^$k LDG\.E\.128" ||
+            { [ -z "${3:-}" ] && ! printf '%s\n' "$acc" | grep -q "^$k STG\.E\.128"; }; then
             echo "      $k: $(printf '%s\n' "$acc" | grep "^$k " | awk '{print $2}' | sort -u | tr '\n' ' ')"
             bad=$((bad + 1))
         fi
@@ -55,17 +58,26 @@ read -r n bad < <(check_packed "$dir/k.o" | tail -1)
 check_packed "$dir/k.o" | head -n -1
 # gelu fwd + bwd, residual, cast T <- fp32 for 3 types, and fp32 <- bf16/fp16: 14 kernels; the
 # layernorm backward, 1..4 packs per lane for 3 types: 12; the classifier for 3 types: 3; the
-# Llama ops for 3 types: RMSNorm forward 1, its backward 1..4 packs per lane 4, SwiGLU forward
-# and backward 2, RoPE 1: 24
-if [ "$bad" = 0 ] && [ "$n" -ge 53 ]; then
-    echo "PASS: $n packed memory-bound kernels (gelu, residual, cast, layernorm backward, classifier, rmsnorm, swiglu, rope; fp32/bf16/fp16) load and store 128 bits"
+# encoder forward, dwte and dwpe: 9; the layernorm forward and fused residual forward, 1/2/4/8
+# packs per lane: 24; the recompute: 3; AdamW: 3; Llama ops for 3 types: RMSNorm forward 1, its
+# backward 1..4 packs per lane 4, SwiGLU forward and backward 2, RoPE 1: 24
+if [ "$bad" = 0 ] && [ "$n" -ge 92 ]; then
+    echo "PASS: $n packed memory-bound kernels (gelu, residual, cast, encoder, layernorm forward/fused/recompute/backward, AdamW, classifier, rmsnorm, swiglu, rope; fp32/bf16/fp16) load and store 128 bits"
 else
-    echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 53, all 128-bit)"; fail=1
+    echo "FAIL: packed kernels: $bad of $n without 128-bit loads and stores (want at least 92, all 128-bit)"; fail=1
+fi
+# the gradient norm's partial sums (3 types): 128-bit loads (they store one float per block)
+check_packed "$dir/k.o" reduce16 loads | head -n -1
+read -r n bad < <(check_packed "$dir/k.o" reduce16 loads | tail -1)
+if [ "$bad" = 0 ] && [ "$n" -ge 3 ]; then
+    echo "PASS: $n packed reductions (gradient norm; fp32/bf16/fp16) load 128 bits"
+else
+    echo "FAIL: packed reductions: $bad of $n without 128-bit loads (want at least 3)"; fail=1
 fi
 # spills of the kernels this file is about: the packed memory-bound ones and attention_decode in
 # every precision, and any bf16/fp16 kernel (FA2). The fp32 CUDA-core attention kernels that
 # attention.cuh brings in are the tight reference path and may spill (as in train_gpt's check below).
-spills=$(awk '/Compiling entry function/{f=$0} /spill stores/{ if (($5 > 0 || $9 > 0) && f ~ /(kernel16|fused16|attention_decode|13__nv_bfloat16|6__half)/) print f " -> " $0 }' "$dir/ptxas.txt" | head -5)
+spills=$(awk '/Compiling entry function/{f=$0} /spill stores/{ if (($5 > 0 || $9 > 0) && f ~ /(kernel16|fused16|reduce16|attention_decode|13__nv_bfloat16|6__half)/) print f " -> " $0 }' "$dir/ptxas.txt" | head -5)
 nentries=$(grep -c 'Compiling entry function' "$dir/ptxas.txt")
 if [ -z "$spills" ] && [ "$nentries" -gt 0 ]; then echo "PASS: the memory-bound kernels, attention_decode (./generate_gpu) and the bf16/fp16 kernels do not spill ($nentries entry functions)"; else echo "FAIL: spills ($nentries entries): $spills"; fail=1; fi
 
@@ -76,10 +88,16 @@ __global__ void planted_kernel16(__nv_bfloat16 *o, const __nv_bfloat16 *i, unsig
     unsigned long k = blockIdx.x * blockDim.x + threadIdx.x;
     if (k < n) o[k] = i[k];
 }
+__global__ void planted_reduce16(float *o, const __nv_bfloat16 *i, unsigned long n) {
+    unsigned long k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k < n) o[k] = __bfloat162float(i[k]);
+}
 CU
 "$NVCC" -O3 -arch=sm_90 -c "$dir/planted.cu" -o "$dir/p.o" 2>/dev/null
 read -r pn pbad < <(check_packed "$dir/p.o" | tail -1)
 if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted 2-byte kernel16 is reported"; else echo "FAIL: the planted 2-byte kernel16 was not reported ($pn kernels, $pbad bad)"; fail=1; fi
+read -r pn pbad < <(check_packed "$dir/p.o" reduce16 loads | tail -1)
+if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted 2-byte reduce16 is reported"; else echo "FAIL: the planted 2-byte reduce16 was not reported ($pn kernels, $pbad bad)"; fail=1; fi
 
 # the FlashAttention-2-class kernels (attention_fa2.cuh) run on tensor cores from registers:
 # every one must hold mma.sync (HMMA.16816), ldmatrix and ldmatrix.trans (LDSM.16.M88 /
@@ -104,7 +122,7 @@ if [ "$bad" = 0 ] && [ "$n" -ge 8 ]; then
 else
     echo "FAIL: FA2 attention kernels: $bad of $n lack HMMA/LDSM/LDGSTS (want at least 8, all with them)"; fail=1
 fi
-read -r pn pbad < <(check_tc "$dir/p.o" planted | tail -1)
+read -r pn pbad < <(check_tc "$dir/p.o" planted_kernel16 | tail -1)
 if [ "$pn" = 1 ] && [ "$pbad" = 1 ]; then echo "PASS: a planted kernel without HMMA/LDSM/LDGSTS is reported"; else echo "FAIL: the planted kernel was not reported by the tensor-core check ($pn kernels, $pbad bad)"; fail=1; fi
 
 # no bf16/fp16 kernel of the trainer spills: ptxas's report of train_gpt.cu (mk/cuda.mk keeps it

@@ -53,6 +53,24 @@ for e, L, C in (("d12", 12, 768), ("d24", 24, 1024), ("d3", 3, 192)):
     check(r3["total_flops"] > o["total_flops"] and r3["step_ms"] > o["step_ms"], f"step_model {e}: -r 3 adds the recomputed forward")
 h100, h200 = run("--gpu", "H100"), run("--gpu", "H200")
 check(h100["step_ms"] > h200["step_ms"], "step_model: the H100 (less bandwidth) is slower than the H200 on the same step")
+# GELU fusion: -ge 1 drops the gelu forward pass (2SNF per layer) for the epilogue's aux write
+# (SNF); -ge 2 also the gelu backward pass (3SNF) for the dinp product's aux read (SNF)
+d = {ge: run("-ge", str(ge)) for ge in (0, 1, 2)}
+N, F, L, S = 64 * 1024, 3072, 12, 2
+names = lambda o: {r["op"] for r in o["ops"]}
+check("gelu fwd" in names(d[0]) and "gelu fwd" not in names(d[1]) and "gelu bwd" in names(d[1]) and "gelu bwd" not in names(d[2])
+      and math.isclose(d[0]["total_bytes"] - d[1]["total_bytes"], L * S * N * F, rel_tol=1e-12)
+      and math.isclose(d[1]["total_bytes"] - d[2]["total_bytes"], 2 * L * S * N * F, rel_tol=1e-12)
+      and d[2]["total_flops"] == d[0]["total_flops"] and d[2]["gelu_fusion"] == 2,
+      "step_model -ge: fusion removes the GELU passes, the epilogues move SNF per layer each way (default 2)")
+# bias gradients: the column-sum kernels read each biased product's dout once more (S N oc);
+# auto is the epilogue in bf16 and the kernel in fp32
+k, e = run("--bias-grad", "kernel"), run()
+C = 768
+check(math.isclose(k["total_bytes"] - e["total_bytes"], L * S * N * (3 * C + C + F + C), rel_tol=1e-12)
+      and e["bias_grad"] == "epilogue" and run("--precision", "fp32")["bias_grad"] == "kernel"
+      and k["matmul_flops"] == e["matmul_flops"],
+      "step_model --bias-grad: the kernels read dout again (S N oc per biased product); auto = epilogue in bf16, kernel in fp32")
 m = run("--measured-ms", "280.4")
 check(math.isclose(m["measured_mfu"] / m["mfu"], m["step_ms"] / 280.4, rel_tol=1e-9), "step_model: measured MFU scales with the step time")
 raise SystemExit(0 if ok else 1)

@@ -10,6 +10,11 @@
  * block owns one token's row of dwte, summing its positions in that order starting from the
  * old dwte value - the same order of additions as the CPU reference, so in fp32 the result is
  * bit-identical to it. dwpe: one thread per (t, c) sums over b in order, likewise.
+ *
+ * Packed forms (16-byte packs, common.cuh): when C is a whole number of packs and the tables
+ * and outputs are 16-byte aligned (encoder_packed), each thread moves one pack (forward,
+ * dwpe) or one pack of a token's row (dwte), with the same additions in the same order as the
+ * element-per-thread kernels, which remain for the other shapes.
  */
 #ifndef LLMC_CUDA_ENCODER_CUH
 #define LLMC_CUDA_ENCODER_CUH
@@ -28,11 +33,35 @@ static __global__ void encoder_forward_kernel(T *out, const int *inp, const T *w
     out[idx] = from_float<T>(to_float(wte[(size_t)inp[bt] * C + c]) + to_float(wpe[(size_t)t * C + c]));
 }
 
+/* One pack of one position per thread. */
+template <class T>
+static __global__ void encoder_forward_kernel16(T *out, const int *inp, const T *wte, const T *wpe, int N, int T_, int C) {
+    constexpr int P = Pack16<T>::size;
+    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (idx >= (size_t)N * C) return;
+    size_t bt = idx / C;
+    int c = (int)(idx % C), t = (int)(bt % T_);
+    Pack16<T> a = load16(wte + (size_t)inp[bt] * C + c), b = load16(wpe + (size_t)t * C + c), y;
+#pragma unroll
+    for (int k = 0; k < P; k++) y.v[k] = from_float<T>(to_float(a.v[k]) + to_float(b.v[k]));
+    store16(out + idx, y);
+}
+
+/* Whether the packed kernels can run: C a whole number of packs, the (C)-strided tables and
+ * the outputs 16-byte aligned. */
+template <class T> inline bool encoder_packed(int C, const void *a, const void *b, const void *c) {
+    return C % Pack16<T>::size == 0 && aligned16(a) && aligned16(b) && aligned16(c);
+}
+
 template <class T>
 void encoder_forward(T *out, const int *inp, const T *wte, const T *wpe, int B, int T_, int C, cudaStream_t stream) {
     llmcCheck(B > 0 && T_ > 0 && C > 0, "encoder_forward: B, T, C must be positive");
     const int block = 256;
-    encoder_forward_kernel<<<ceil_div((long long)B * T_ * C, block), block, 0, stream>>>(out, inp, wte, wpe, B * T_, T_, C);
+    if (encoder_packed<T>(C, out, wte, wpe))
+        encoder_forward_kernel16<<<ceil_div((long long)B * T_ * C / Pack16<T>::size, block), block, 0, stream>>>(
+            out, inp, wte, wpe, B * T_, T_, C);
+    else
+        encoder_forward_kernel<<<ceil_div((long long)B * T_ * C, block), block, 0, stream>>>(out, inp, wte, wpe, B * T_, T_, C);
     kernelCheck();
 }
 
@@ -105,13 +134,62 @@ static __global__ void encoder_backward_wpe_kernel(T *dwpe, const T *dout, int B
     dwpe[idx] = from_float<T>(acc);
 }
 
+/* Packed twins of the two kernels above: a thread owns P consecutive channels. */
+template <class T>
+static __global__ void encoder_backward_wte_kernel16(T *dwte, const T *dout, const int *ints, int n, int C) {
+    constexpr int P = Pack16<T>::size;
+    const int *tokens = ints, *offsets = ints + n, *positions = ints + 2 * n + 1;
+    int j = blockIdx.x;
+    T *row = dwte + (size_t)tokens[j] * C;
+    for (int c = threadIdx.x * P; c < C; c += blockDim.x * P) {
+        Pack16<T> r = load16(row + c);
+        float acc[P];
+#pragma unroll
+        for (int k = 0; k < P; k++) acc[k] = to_float(r.v[k]);
+        for (int p = offsets[j]; p < offsets[j + 1]; p++) {
+            const Pack16<T> d = load16(dout + (size_t)positions[p] * C + c);
+#pragma unroll
+            for (int k = 0; k < P; k++) acc[k] += to_float(d.v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < P; k++) r.v[k] = from_float<T>(acc[k]);
+        store16(row + c, r);
+    }
+}
+
+template <class T>
+static __global__ void encoder_backward_wpe_kernel16(T *dwpe, const T *dout, int B, int T_, int C) {
+    constexpr int P = Pack16<T>::size;
+    size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (idx >= (size_t)T_ * C) return;
+    Pack16<T> r = load16(dwpe + idx);
+    float acc[P];
+#pragma unroll
+    for (int k = 0; k < P; k++) acc[k] = to_float(r.v[k]);
+    for (int b = 0; b < B; b++) {
+        const Pack16<T> d = load16(dout + (size_t)b * T_ * C + idx);
+#pragma unroll
+        for (int k = 0; k < P; k++) acc[k] += to_float(d.v[k]);
+    }
+#pragma unroll
+    for (int k = 0; k < P; k++) r.v[k] = from_float<T>(acc[k]);
+    store16(dwpe + idx, r);
+}
+
 template <class T>
 void encoder_backward(T *dwte, T *dwpe, const T *dout, const EncoderBuckets *buckets, int B, int T_, int C,
                       cudaStream_t stream) {
     llmcCheck(B > 0 && T_ > 0 && C > 0 && buckets->num_tokens > 0, "encoder_backward: empty batch");
+    const int block = 256;
+    if (encoder_packed<T>(C, dwte, dwpe, dout)) {
+        encoder_backward_wte_kernel16<<<buckets->num_tokens, 128, 0, stream>>>(dwte, dout, buckets->d_ints, buckets->num_tokens, C);
+        kernelCheck();
+        encoder_backward_wpe_kernel16<<<ceil_div((long long)T_ * C / Pack16<T>::size, block), block, 0, stream>>>(dwpe, dout, B, T_, C);
+        kernelCheck();
+        return;
+    }
     encoder_backward_wte_kernel<<<buckets->num_tokens, 128, 0, stream>>>(dwte, dout, buckets->d_ints, buckets->num_tokens, C);
     kernelCheck();
-    const int block = 256;
     encoder_backward_wpe_kernel<<<ceil_div((long long)T_ * C, block), block, 0, stream>>>(dwpe, dout, B, T_, C);
     kernelCheck();
 }

@@ -21,9 +21,16 @@
  * The backward runs as one kernel over 16-byte packs (layernorm_backward_fused16_kernel) when C is
  * a whole number of packs (C % 8 for 16-bit, C % 4 for fp32) up to 128 packs and the pointers are
  * 16-byte aligned; otherwise as the dinp kernel plus a column-sum kernel (two passes).
+ * The forward, the fused residual forward and the recompute likewise run over 16-byte packs
+ * (*_kernel16) when C is a whole number of packs and the pointers are 16-byte aligned (the
+ * forwards: up to 8 packs per lane, the row held in registers), else element by element; the
+ * packed forward and the fused one share ln_row_finish16, so they stay bit-identical.
  */
 #ifndef LLMC_CUDA_LAYERNORM_CUH
 #define LLMC_CUDA_LAYERNORM_CUH
+
+#include <initializer_list>
+#include <type_traits>
 
 #include "common.cuh"
 
@@ -96,6 +103,131 @@ static __global__ void layernorm_recompute_kernel(T *out, const T *inp, const fl
     size_t row = idx / C;
     int c = (int)(idx % C);
     out[idx] = from_float<T>(ln_apply(to_float(inp[idx]), mean[row], rstd[row], to_float(weight[c]), to_float(bias[c])));
+}
+
+/* ---- packed forwards: one warp per row, lane l holds packs l, l + 32, ... (K at most) ------ */
+
+/* Statistics of a row held in registers (x[k] is pack lane + 32 k; packs >= npacks are
+ * ignored), then out = ln_apply(...) stored in packs, and mean/rstd by lane 0. */
+template <class T, int K>
+__device__ inline void ln_row_finish16(T *out, float *mean, float *rstd, int row, const float (&x)[K][Pack16<T>::size],
+                                       const T *weight, const T *bias, int npacks, int C, int lane) {
+    constexpr int P = Pack16<T>::size;
+    float s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < npacks)
+#pragma unroll
+            for (int j = 0; j < P; j++) s += x[k][j];
+    const float m = warp_sum(s) / (float)C;
+    float v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        if (lane + 32 * k < npacks)
+#pragma unroll
+            for (int j = 0; j < P; j++) {
+                const float d = x[k][j] - m;
+                v += d * d;
+            }
+    const float rs = 1.0f / sqrtf(warp_sum(v) / (float)C + 1e-5f);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        if (p >= npacks) continue;
+        const Pack16<T> w = load16(weight + (size_t)p * P), b = load16(bias + (size_t)p * P);
+        Pack16<T> y;
+#pragma unroll
+        for (int j = 0; j < P; j++) y.v[j] = from_float<T>(ln_apply(x[k][j], m, rs, to_float(w.v[j]), to_float(b.v[j])));
+        store16(out + (size_t)row * C + (size_t)p * P, y);
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = rs;
+    }
+}
+
+template <class T, int K>
+static __global__ void layernorm_forward_kernel16(T *out, float *mean, float *rstd, const T *inp, const T *weight,
+                                                  const T *bias, int N, int C) {
+    constexpr int P = Pack16<T>::size;
+    const int row = blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
+    if (row >= N) return;
+    float x[K][P];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        Pack16<T> a;
+        if (p < npacks) a = load16(inp + (size_t)row * C + (size_t)p * P);
+#pragma unroll
+        for (int j = 0; j < P; j++) x[k][j] = p < npacks ? to_float(a.v[j]) : 0.0f;
+    }
+    ln_row_finish16<T, K>(out, mean, rstd, row, x, weight, bias, npacks, C, lane);
+}
+
+/* residual = round_T(inp1 + inp2), stored, and its LayerNorm from the rounded values; residual
+ * may alias inp1 (each lane reads its packs before writing them). */
+template <class T, int K>
+static __global__ void fused_residual_layernorm_kernel16(T *residual, T *out, float *mean, float *rstd, const T *inp1,
+                                                         const T *inp2, const T *weight, const T *bias, int N, int C) {
+    constexpr int P = Pack16<T>::size;
+    const int row = blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
+    if (row >= N) return;
+    float x[K][P];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        const size_t at = (size_t)row * C + (size_t)p * P;
+        Pack16<T> a, b;
+        if (p < npacks) {
+            a = load16(inp1 + at), b = load16(inp2 + at);
+#pragma unroll
+            for (int j = 0; j < P; j++) a.v[j] = from_float<T>(to_float(a.v[j]) + to_float(b.v[j]));
+            store16(residual + at, a);
+        }
+#pragma unroll
+        for (int j = 0; j < P; j++) x[k][j] = p < npacks ? to_float(a.v[j]) : 0.0f;
+    }
+    ln_row_finish16<T, K>(out, mean, rstd, row, x, weight, bias, npacks, C, lane);
+}
+
+/* The recompute, one pack per thread. */
+template <class T>
+static __global__ void layernorm_recompute_kernel16(T *out, const T *inp, const float *mean, const float *rstd,
+                                                    const T *weight, const T *bias, int N, int C) {
+    constexpr int P = Pack16<T>::size;
+    const size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
+    if (idx >= (size_t)N * C) return;
+    const size_t row = idx / C;
+    const int c = (int)(idx % C);
+    const float m = mean[row], s = rstd[row];
+    const Pack16<T> x = load16(inp + idx), w = load16(weight + c), b = load16(bias + c);
+    Pack16<T> y;
+#pragma unroll
+    for (int j = 0; j < P; j++) y.v[j] = from_float<T>(ln_apply(to_float(x.v[j]), m, s, to_float(w.v[j]), to_float(b.v[j])));
+    store16(out + idx, y);
+}
+
+/* Whether C is a whole number of packs and every pointer given is 16-byte aligned. */
+template <class T> inline bool ln_packable(int C, std::initializer_list<const void *> ptrs) {
+    if (C % Pack16<T>::size != 0) return false;
+    for (const void *p : ptrs)
+        if (!aligned16(p)) return false;
+    return true;
+}
+
+/* The packs per lane (1, 2, 4 or 8) a packed forward holds for C, or 0: element by element. */
+template <class T> inline int layernorm_forward_packs(int C, std::initializer_list<const void *> ptrs) {
+    if (!ln_packable<T>(C, ptrs)) return 0;
+    const int k = ceil_div(C / Pack16<T>::size, 32);
+    return k <= 1 ? 1 : k <= 2 ? 2 : k <= 4 ? 4 : k <= 8 ? 8 : 0;
+}
+
+/* Calls launch(std::integral_constant<int, K>{}) with K = packs (1, 2, 4 or 8). */
+template <class Fn> inline void ln_with_packs(int packs, Fn &&launch) {
+    if (packs == 1) launch(std::integral_constant<int, 1>{});
+    else if (packs == 2) launch(std::integral_constant<int, 2>{});
+    else if (packs == 4) launch(std::integral_constant<int, 4>{});
+    else launch(std::integral_constant<int, 8>{});
 }
 
 /* dinp += ..., one warp per row. */
@@ -261,6 +393,15 @@ template <class T>
 void layernorm_forward(T *out, float *mean, float *rstd, const T *inp, const T *weight, const T *bias, int N, int C,
                        cudaStream_t stream) {
     llmcCheck(N > 0 && C > 0, "layernorm_forward: N and C must be positive");
+    const int grid = ceil_div(N, LN_WARPS_PER_BLOCK), block = 32 * LN_WARPS_PER_BLOCK;
+    if (int k = layernorm_forward_packs<T>(C, {out, inp, weight, bias})) {
+        ln_with_packs(k, [&](auto K) {
+            auto kernel = layernorm_forward_kernel16<T, decltype(K)::value>;
+            kernel<<<grid, block, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C);
+        });
+        kernelCheck();
+        return;
+    }
     layernorm_forward_rowwarp_kernel<<<ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, stream>>>(
         out, mean, rstd, inp, weight, bias, N, C);
     kernelCheck();
@@ -271,6 +412,15 @@ void fused_residual_layernorm_forward(T *residual, T *out, float *mean, float *r
                                       const T *weight, const T *bias, int N, int C, cudaStream_t stream) {
     llmcCheck(N > 0 && C > 0, "fused_residual_layernorm_forward: N and C must be positive");
     llmcCheck(inp2 != residual, "fused_residual_layernorm_forward: only inp1 may alias residual");
+    if (int k = layernorm_forward_packs<T>(C, {residual, out, inp1, inp2, weight, bias})) {
+        ln_with_packs(k, [&](auto K) {
+            auto kernel = fused_residual_layernorm_kernel16<T, decltype(K)::value>;
+            kernel<<<ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, stream>>>(residual, out, mean, rstd, inp1, inp2,
+                                                                                           weight, bias, N, C);
+        });
+        kernelCheck();
+        return;
+    }
     fused_residual_layernorm_rowwarp_kernel<<<ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0, stream>>>(
         residual, out, mean, rstd, inp1, inp2, weight, bias, N, C);
     kernelCheck();
@@ -281,6 +431,12 @@ void layernorm_recompute(T *out, const T *inp, const float *mean, const float *r
                          int N, int C, cudaStream_t stream) {
     llmcCheck(N > 0 && C > 0, "layernorm_recompute: N and C must be positive");
     const int block = 256;
+    if (ln_packable<T>(C, {out, inp, weight, bias})) {
+        layernorm_recompute_kernel16<<<ceil_div((long long)N * C / Pack16<T>::size, block), block, 0, stream>>>(
+            out, inp, mean, rstd, weight, bias, N, C);
+        kernelCheck();
+        return;
+    }
     layernorm_recompute_kernel<<<ceil_div((long long)N * C, block), block, 0, stream>>>(out, inp, mean, rstd, weight, bias, N, C);
     kernelCheck();
 }

@@ -61,6 +61,7 @@ static inline const char *lt_epilogue_name(int e) {
     case CUBLASLT_EPILOGUE_BIAS: return "bias";
     case CUBLASLT_EPILOGUE_GELU_AUX_BIAS: return "bias+gelu";
     case CUBLASLT_EPILOGUE_DGELU: return "dgelu";
+    case CUBLASLT_EPILOGUE_BGRADB: return "bgradb";
     default: return "other";
     }
 }

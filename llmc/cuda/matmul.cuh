@@ -15,8 +15,11 @@
  * Precision: T in {float, bf16, fp16} for A, B, C, D and bias; accumulation and scaling are
  * always fp32 (CUBLAS_COMPUTE_32F), TF32 only when ctx->allow_tf32 and T is float.
  * cuBLASLt's GELU is the same tanh approximation as gelu.cuh but not bit-identical to it.
- * The bias gradient is our own deterministic column sum: fixed chunks of MM_ROWS_PER_CHUNK
- * rows into `scratch` (matmul_backward_scratch_floats(N, OC) floats), then an ordered sum.
+ * The bias gradient: in bf16/fp16 from the dweight product's epilogue (CUBLASLT_EPILOGUE_BGRADB:
+ * cuBLASLt sums dout's rows while it reads them for dweight, into OC values of T at the start of
+ * `scratch`, which one small kernel adds to dbias: dout is not read a second time); in fp32 (the
+ * tight reference) our own deterministic column sum: fixed chunks of MM_ROWS_PER_CHUNK rows into
+ * `scratch` (matmul_backward_scratch_floats(N, OC) floats), then an ordered sum.
  *
  * cuBLASLt is column-major: a row-major (R, K) matrix is a column-major (K, R) one, so
  * out^T (OC, N) = weight^T-as-stored (C, OC)^T @ inp^T (C, N), i.e. m = OC, n = N, k = C.
@@ -86,6 +89,13 @@ static __global__ void bias_grad_finish_kernel(T *dbias, const float *partial, i
     dbias[o] = from_float<T>(to_float(dbias[o]) + sum);
 }
 
+/* dbias += bgrad (OC values of T, from the BGRADB epilogue). */
+template <class T>
+static __global__ void bias_grad_add_kernel(T *dbias, const T *bgrad, int OC) {
+    int o = blockIdx.x * blockDim.x + threadIdx.x;
+    if (o < OC) dbias[o] = from_float<T>(to_float(dbias[o]) + to_float(bgrad[o]));
+}
+
 inline size_t matmul_backward_scratch_floats(int N, int OC) { return (size_t)ceil_div(N, MM_ROWS_PER_CHUNK) * OC; }
 
 static inline void matmul_check_sizes(const char *what, int N, int C, int OC) {
@@ -115,7 +125,15 @@ static void matmul_backward_impl(T *dinp, T *dweight, T *dbias, const T *dout, c
     /* dinp (C, N col-major) = weight-as-stored (C, OC) @ dout (OC, N) [* gelu'(pre_gelu)] */
     lt_matmul(ctx, type, 0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0.0f,
               pre_gelu ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, NULL, (void *)pre_gelu, C);
-    /* dweight (C, OC col-major) += inp (C, N) @ dout^T (N, OC) */
+    /* dweight (C, OC col-major) += inp (C, N) @ dout^T (N, OC); in 16-bit, with the bias
+     * gradient, sum over N of dout^T's rows (the product's k dimension), from the epilogue */
+    if (dbias && sizeof(T) == 2) {
+        T *bgrad = (T *)scratch; /* OC values of T fit in the OC floats of scratch */
+        lt_matmul(ctx, type, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, CUBLASLT_EPILOGUE_BGRADB, bgrad, NULL, 0);
+        bias_grad_add_kernel<<<ceil_div(OC, 256), 256, 0, ctx->stream>>>(dbias, bgrad, OC);
+        kernelCheck();
+        return;
+    }
     lt_matmul(ctx, type, 0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1.0f, CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0);
     if (!dbias) return;
     int chunks = ceil_div(N, MM_ROWS_PER_CHUNK);

@@ -336,7 +336,10 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     const ModelConfig *cfg = &m->cfg;
     if (T_ > cfg->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T_, cfg->max_seq_len);
     if (recompute < 0 || recompute > 3) llmc_die("recompute level -r %d: use 0, 1, 2 or 3", recompute);
-    if (gelu_fusion < 0 || gelu_fusion > 2) llmc_die("-ge %d: use 0, 1 or 2", gelu_fusion);
+    if (gelu_fusion < -1 || gelu_fusion > 2) llmc_die("-ge %d: use -1 (auto), 0, 1 or 2", gelu_fusion);
+    /* auto: the cuBLASLt GELU epilogues (forward and backward) wherever the shape allows them
+     * (GPT-2's MLP width 4C always does: C is a multiple of the head size) */
+    if (gelu_fusion == -1) gelu_fusion = cfg->ffn_hidden % 8 == 0 ? 2 : 0;
     if (gelu_fusion > 0 && cfg->ffn_hidden % 8 != 0) llmc_die("-ge %d needs the MLP width %d to be a multiple of 8", gelu_fusion, cfg->ffn_hidden);
     const int HS = cfg->channels / cfg->num_heads;
     if (HS != 16 && HS != 32 && HS != 64 && HS != 128) llmc_die("head size %d: the CUDA attention supports 16, 32, 64, 128", HS);
