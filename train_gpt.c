@@ -224,7 +224,7 @@ int main(int argc, char **argv) {
     GPT2 model;
     build_model(&model, init, tc.seed);
     if (tc.memory_budget[0]) {
-        budget_fit(&tc, &model.cfg, &space, budget_parse_size(tc.memory_budget), "--memory-budget", dist->rank == 0 ? stdout : NULL);
+        budget_fit(&tc, &model.cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", dist->rank == 0 ? stdout : NULL);
         budget_agree(dist, &tc);
     }
     gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);

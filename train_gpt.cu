@@ -376,7 +376,7 @@ int main(int argc, char **argv) {
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
     FILE *note = dist->rank == 0 ? stdout : NULL;
-    if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, budget_parse_size(tc.memory_budget), "--memory-budget", note);
+    if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", note);
     if (budget_peak(&tc, &m->cfg, &space) > device_free) { /* it would run out of memory: fit the device instead */
         if (note) fprintf(note, "memory: the plan exceeds the device's free memory; searching with that as the budget\n");
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);

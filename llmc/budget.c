@@ -2,32 +2,11 @@
 #include "check.h"
 #include "dist.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-size_t budget_parse_size(const char *s) {
-    if (!s[0]) return 0;
-    char *end = NULL;
-    errno = 0;
-    double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN; /* no sign, no "inf", no hex */
-    if (end && strpbrk(s, "xXpP")) v = NAN;
-    int shift = 0;
-    if (end && *end) {
-        const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
-        if (u) shift = 10 * (int)(u - units + 1), end++;
-        if (*end == 'i' && shift) end++;
-        if (*end == 'B' || *end == 'b') end++;
-    }
-    double bytes = v * ldexp(1.0, shift);
-    if (!end || *end || errno || !isfinite(v) || bytes < 1.0 || bytes >= 0x1p63)
-        llmc_die("flag --memory-budget expects a size such as 16G, 1500M or a byte count (K, M, G, T are powers of "
-                 "1024), got '%s'", s);
-    return (size_t)bytes;
-}
 
 /* Rough factors (README "Memory"): an elementwise pass per layer recomputed in the backward
  * costs about 1% of a step (-r 1: GELU; -r 2: also the two layernorms, 1% more); halving the
@@ -161,7 +140,7 @@ int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const Budget
 int budget_plan_main(TrainConfig *tc, const BudgetSpace *s) {
     ModelConfig model_cfg, *cfg = &model_cfg;
     train_plan_model_config(tc, cfg);
-    size_t budget = budget_parse_size(tc->memory_budget);
+    size_t budget = cli_memory_budget_bytes(tc->memory_budget);
     FILE *note = tc->json ? stderr : stdout;
     if (tc->max_batch) {
         size_t peak, next;

@@ -33,10 +33,6 @@ typedef struct {
     size_t overhead;       /* bytes outside the plan counted against the budget (CPU: VmRSS at start) */
 } BudgetSpace;
 
-/* SIZE of --memory-budget: bytes, or a number with K, M, G or T (powers of 1024, an optional
- * trailing B or iB: 16G, 1500M, 1.5GiB). Returns 0 for ''; dies naming the flag otherwise. */
-size_t budget_parse_size(const char *s);
-
 /* The predicted step-time cost of (recompute, B, zero) against tc's own, as a fraction (0.05 =
  * 5% slower); README "Memory" states the factors. */
 double budget_cost(const TrainConfig *tc, const ModelConfig *cfg, int recompute, int B, int zero, int offload);

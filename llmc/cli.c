@@ -1,9 +1,9 @@
 #include "cli.h"
-#include "budget.h"
 #include "optstate.h"
 #include "check.h"
 #include "schedule.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -425,7 +425,7 @@ static void validate(const TrainConfig *c) {
     check_range("--plan", c->plan, 0, 1);
     check_range("--json", c->json, 0, 1);
     if (c->json && !c->plan) llmc_die("flag --json goes with --plan (print the memory plan as JSON)");
-    budget_parse_size(c->memory_budget); /* dies naming the flag */
+    cli_memory_budget_bytes(c->memory_budget); /* dies naming the flag */
     check_range("--max-batch", c->max_batch, 0, 1);
     if (c->max_batch && (!c->plan || !c->memory_budget[0]))
         llmc_die("flag --max-batch goes with --plan --memory-budget SIZE (print the largest -b that fits)");
@@ -492,4 +492,24 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         set_value(f, c, arg, value);
     }
     validate(c);
+}
+
+size_t cli_memory_budget_bytes(const char *s) {
+    if (!s[0]) return 0;
+    char *end = NULL;
+    errno = 0;
+    double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN; /* no sign, no "inf", no hex */
+    if (end && strpbrk(s, "xXpP")) v = NAN;
+    int shift = 0;
+    if (end && *end) {
+        const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
+        if (u) shift = 10 * (int)(u - units + 1), end++;
+        if (*end == 'i' && shift) end++;
+        if (*end == 'B' || *end == 'b') end++;
+    }
+    double bytes = v * ldexp(1.0, shift);
+    if (!end || *end || errno || !isfinite(v) || bytes < 1.0 || bytes >= 0x1p63)
+        llmc_die("flag --memory-budget expects a size such as 16G, 1500M or a byte count (K, M, G, T are powers of "
+                 "1024), got '%s'", s);
+    return (size_t)bytes;
 }

@@ -96,6 +96,10 @@ void train_config_compare(const TrainConfig *saved, const TrainConfig *now, cons
  * without dashes, '-' as '_'), values typed as in the table. */
 void train_config_log(const TrainConfig *cfg, Logger *lg);
 
+/* SIZE of --memory-budget: bytes, or a number with K, M, G or T (powers of 1024, an optional
+ * trailing B or iB: 16G, 1500M, 1.5GiB). Returns 0 for ''; dies naming the flag otherwise. */
+size_t cli_memory_budget_bytes(const char *s);
+
 #ifdef __cplusplus
 }
 #endif
