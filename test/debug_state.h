@@ -11,9 +11,12 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmc/check.h"
+#include "llmc/model.h"
+#include "test/testing.h"
 
 typedef struct {
     int B, T, V, Vp, nsteps, L, NH, C, maxT, NKV, F;
@@ -57,6 +60,26 @@ static float max_abs(const float *a, size_t n) {
     float m = 0.0f;
     for (size_t i = 0; i < n; i++) m = fabsf(a[i]) > m ? fabsf(a[i]) : m;
     return m;
+}
+
+/* The forward's logits (B*T rows of Vp, the first V of each real) against the reference's. */
+static void check_debug_logits(const DebugState *d, const float *logits_vp) {
+    const size_t rows = (size_t)d->B * d->T, V = (size_t)d->V;
+    float *logits = (float *)mallocCheck(rows * V * sizeof(float), "logits copy");
+    for (size_t i = 0; i < rows; i++) memcpy(logits + i * V, logits_vp + i * (size_t)d->Vp, V * sizeof(float));
+    test_close("forward logits", logits, d->logits, rows * V, 1e-4, 1e-4);
+    free(logits);
+}
+
+/* Every gradient of the parameter table (n tensors) against the reference's. */
+static void check_debug_gradients(const DebugState *d, const TensorSpec *specs, int n, const float *grads) {
+    for (int i = 0; i < n; i++) {
+        const TensorSpec *s = &specs[i];
+        char name[64];
+        snprintf(name, sizeof name, "gradient %s %s", s->name, s->shape);
+        const float *ref = d->grads + s->offset;
+        test_close(name, grads + s->offset, ref, s->numel, 1e-3 * max_abs(ref, s->numel), 1e-3);
+    }
 }
 
 #endif

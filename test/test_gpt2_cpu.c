@@ -46,25 +46,17 @@ int main(int argc, char **argv) {
                 cfg->vocab_size, d.Vp, cfg->padded_vocab_size, d.L, cfg->num_layers, d.C, cfg->channels);
     printf("config: L %d NH %d C %d V %d Vp %d, batch B %d T %d, %d steps, recompute %d\n", d.L, d.NH, d.C, d.V, d.Vp,
            d.B, d.T, d.nsteps, recompute);
-    const int B = d.B, T = d.T, V = d.V, Vp = d.Vp;
+    const int B = d.B, T = d.T;
     gpt2_allocate(&model, B, T, recompute, 1);
 
     /* forward: logits before the classifier overwrites them, then the loss */
     gpt2_forward(&model, d.x, NULL, B, T, 0.0f);
-    float *logits = (float *)mallocCheck((size_t)B * T * V * sizeof(float), "logits copy");
-    for (int i = 0; i < B * T; i++) memcpy(logits + (size_t)i * V, model.acts.logits + (size_t)i * Vp, V * sizeof(float));
-    test_close("forward logits", logits, d.logits, (size_t)B * T * V, 1e-4, 1e-4);
+    check_debug_logits(&d, model.acts.logits);
     gpt2_zero_grad(&model);
     float loss = gpt2_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
     test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
     gpt2_backward(&model, d.x, B, T);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const TensorSpec *s = &model.param_specs[i];
-        char name[64];
-        snprintf(name, sizeof name, "gradient %s %s", s->name, s->shape);
-        const float *ref = d.grads + s->offset;
-        test_close(name, model.grads_memory + s->offset, ref, s->numel, 1e-3 * max_abs(ref, s->numel), 1e-3);
-    }
+    check_debug_gradients(&d, model.param_specs, NUM_PARAMETER_TENSORS, model.grads_memory);
 
     /* the N-step trajectory on the same batch, with the reference's AdamW settings */
     gpt2_build_from_checkpoint(&model, argv[1]);
@@ -86,6 +78,5 @@ int main(int argc, char **argv) {
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d.params_after, model.num_parameters, 1e-5, 1e-4);
     gpt2_free(&model);
-    free(logits);
     return test_exit_code();
 }

@@ -116,23 +116,15 @@ int main(int argc, char **argv) {
     fclose(a), fclose(b), remove(path);
     test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
 
-    const int B = d.B, T = d.T, V = d.V, Vp = d.Vp;
+    const int B = d.B, T = d.T;
     llama_allocate(&model, B, T);
     float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
     llama_forward(&model, d.x, NULL, B, T, 0.0f);
-    float *logits = (float *)mallocCheck((size_t)B * T * V * sizeof(float), "logits copy");
-    for (int i = 0; i < B * T; i++) memcpy(logits + (size_t)i * V, act_logits + (size_t)i * Vp, V * sizeof(float));
-    test_close("forward logits", logits, d.logits, (size_t)B * T * V, 1e-4, 1e-4);
+    check_debug_logits(&d, act_logits);
     float loss = llama_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
     test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
     llama_backward(&model, d.x, B, T);
-    for (int i = 0; i < LLAMA3_NUM_PARAMETERS; i++) {
-        const TensorSpec *s = &model.param_specs[i];
-        char name[64];
-        snprintf(name, sizeof name, "gradient %s %s", s->name, s->shape);
-        const float *ref = d.grads + s->offset;
-        test_close(name, model.grads_memory + s->offset, ref, s->numel, 1e-3 * max_abs(ref, s->numel), 1e-3);
-    }
+    check_debug_gradients(&d, model.param_specs, LLAMA3_NUM_PARAMETERS, model.grads_memory);
 
     /* the N-step trajectory on the same batch, with the reference's AdamW settings */
     llama_free(&model);
@@ -162,6 +154,6 @@ int main(int argc, char **argv) {
     test_close("parameters after the trajectory", model.params_memory, d.params_after, n, 1e-5, 1e-4);
     llama_free(&model);
     test_decode(argv[1], d.x, T);
-    free(logits), free(m), free(v);
+    free(m), free(v);
     return test_exit_code();
 }
