@@ -34,6 +34,15 @@ flops=$($py -c "print((6 * 124475904 + 6 * 12 * 768 * 64) * 4 * 64)")
 
 peak_rss() { awk '/Maximum resident set size/ {printf "%.0f", $NF / 1024}' "$1"; }
 
+# the median step time of a run directory's log.jsonl, without its first step (which pays for the
+# page faults of fresh buffers)
+median_step_ms() {
+    $py -c "
+import json, statistics, sys
+ms = [json.loads(l)['step_ms'] for l in open(sys.argv[1] + '/log.jsonl') if 'train_loss' in l][1:]
+print(statistics.median(ms))" "$1"
+}
+
 run_mode() {
     local mode=$1
     local -a env_cmd=(env)
@@ -42,11 +51,7 @@ run_mode() {
     rm -rf "$out/ours"
     "${env_cmd[@]}" /usr/bin/time -v ./train_gpt_cpu -i "$out/tokens.bin" -j "$out/tokens.bin" -e d12 -b 4 -t 64 \
         -x $((steps + 1)) -v 0 -s 0 -o "$out/ours" > "$out/ours.txt" 2> "$out/ours.time"
-    # the first step pays for page faults of fresh buffers: time the rest
-    ours_ms=$($py -c "
-import json, statistics
-ms = [json.loads(l)['step_ms'] for l in open('$out/ours/log.jsonl') if 'train_loss' in l][1:]
-print(statistics.median(ms))")
+    ours_ms=$(median_step_ms "$out/ours")
     local core
     # e.g. "Cooperlake kernels (chosen by llmc from the CPU's features; OpenBLAS detected Prescott)"
     core=$(sed -n 's/^backend: CPU fp32, OpenBLAS \(.* kernels\( ([^)]*)\)\{0,1\}\), [0-9]* threads\{0,1\}$/\1/p' "$out/ours.txt")
@@ -82,10 +87,7 @@ run_llama() {
     rm -rf "$out/llama_ours"
     /usr/bin/time -v ./train_gpt_cpu -i "$out/tokens.bin" -j "$out/tokens.bin" -e "$out/llama.bin" -b 4 -t 64 -r 0 \
         -x $((steps + 1)) -v 0 -s 0 -o "$out/llama_ours" > "$out/llama_ours.txt" 2> "$out/llama_ours.time"
-    ours_ms=$($py -c "
-import json, statistics
-ms = [json.loads(l)['step_ms'] for l in open('$out/llama_ours/log.jsonl') if 'train_loss' in l][1:]
-print(statistics.median(ms))")
+    ours_ms=$(median_step_ms "$out/llama_ours")
     local params
     params=$(sed -n 's/^model: .*: \([0-9]*\) parameters$/\1/p' "$out/llama_ours.txt")
     rm -f "$out/llama.bin" "$out"/llama_ours/model_* "$out"/llama_ours/state_*
