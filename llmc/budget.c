@@ -68,9 +68,12 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     for (int B = base.B; B >= 1; B--) {
         if (base.total_batch % ((long long)B * base.T * P) != 0) continue;
         for (int r = base.recompute; r <= s->max_recompute; r++)
-            for (int z = base.zero_stage; z <= zmax; z++)
-                for (int o = offloaded(&base); o <= (s->can_offload && P == 1 && z == 0); o++) {
-                    TrainConfig c = base; /* o: --offload optimizer (one process, -z 0: as the trainer builds it) */
+            for (int z = base.zero_stage; z <= zmax; z++) {
+                /* o: --offload optimizer, as given, or tried last where the trainer builds it (one
+                 * process, -z 0) */
+                const int o_lo = offloaded(&base), o_hi = s->can_offload && P == 1 && z == 0 ? 1 : o_lo;
+                for (int o = o_lo; o <= o_hi; o++) {
+                    TrainConfig c = base;
                     c.B = B, c.recompute = r, c.zero_stage = z;
                     if (o) snprintf(c.offload, sizeof c.offload, "optimizer");
                     size_t peak = budget_peak(&c, cfg, s);
@@ -78,6 +81,7 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
                     double cost = budget_cost(&base, cfg, r, B, z, o);
                     if (peak <= budget && cost < best_cost) best = c, best_cost = cost, best_peak = peak;
                 }
+            }
     }
     /* -b 1 always keeps -d exact (it is a multiple of T * processes), so only -b 1 has no smaller one */
     const char *no_batch = base.B == 1 ? " (-b is 1 already: no smaller micro-batch)" : "";

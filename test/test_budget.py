@@ -84,6 +84,12 @@ def main():
     report(len(a) == len(b) == 3 and worst is not None and worst <= 1e-4,
            "the budgeted run's losses equal the unconstrained run's (rel 1e-4)", f"{a} vs {b}")
 
+    # --offload optimizer changes nothing in the CPU trainer (its optimizer is on the host): the
+    # same search, the same choice
+    got2, p = plan(CPU, cfg + ["-o", out, "--offload", "optimizer", "--memory-budget", size])
+    report(got and got2 and (got2["B"], got2["recompute"], got2["peak_bytes"]) == (got["B"], got["recompute"], got["peak_bytes"]),
+           "train_gpt_cpu --offload optimizer --memory-budget: the same choice as without the flag", (got, got2, p.stderr[-300:]))
+
     p = run(CPU, cfg + ["--plan", "--memory-budget", "20M"])
     report(p.returncode == 1 and re.search(r"error: --memory-budget 0\.020 GiB: nothing fits; .* smallest peak found is "
                                            r"\d+\.\d+ GiB \(-r \d, -b 1,", p.stderr),
