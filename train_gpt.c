@@ -57,9 +57,10 @@ static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) 
     if (shard_stage(tc)) gpt2_plan_shard(cfg, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
-/* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer */
+/* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer; params: the model's
+ * parameter arena (-z 3: its shard), read when a gather starts */
 typedef struct {
-    GPT2 *model;
+    float *const *params;
     Optimizer *opt;
 } CpuShard;
 static void cpu_reduce_bucket(void *ctx, float *packed, const Bucket *b) {
@@ -67,17 +68,20 @@ static void cpu_reduce_bucket(void *ctx, float *packed, const Bucket *b) {
 }
 static void cpu_gather_begin(void *ctx, float *packed, const Bucket *b, int slot) {
     CpuShard *s = (CpuShard *)ctx;
-    optim_gather_bucket_begin(s->opt, s->model->params_memory, packed, b, slot);
+    optim_gather_bucket_begin(s->opt, *s->params, packed, b, slot);
 }
 static void cpu_gather_end(void *ctx, int slot) { optim_gather_bucket_end(((CpuShard *)ctx)->opt, slot); }
 
-static void cpu_attach_optimizer(void *m, Optimizer *opt, float **host_params, float **host_grads) {
+static CpuShardHooks shard_hooks(float *const *params, Optimizer *opt) {
     static CpuShard shard;
-    GPT2 *model = (GPT2 *)m;
-    shard.model = model;
+    shard.params = params;
     shard.opt = opt;
-    GPT2ShardHooks hooks = {&shard, cpu_reduce_bucket, cpu_gather_begin, cpu_gather_end};
-    gpt2_shard(model, opt->zero, opt->dist->size, opt->dist->rank, hooks);
+    return (CpuShardHooks){&shard, cpu_reduce_bucket, cpu_gather_begin, cpu_gather_end};
+}
+
+static void cpu_attach_optimizer(void *m, Optimizer *opt, float **host_params, float **host_grads) {
+    GPT2 *model = (GPT2 *)m;
+    gpt2_shard(model, opt->zero, opt->dist->size, opt->dist->rank, shard_hooks(&model->params_memory, opt));
     *host_params = model->params_memory;
     *host_grads = model->grads_memory;
 }
@@ -105,17 +109,24 @@ static const float *llama_next_logits(void *m, const int *tokens, int n) {
 
 static void llama_memory(void *m, FILE *out) { llama_print_memory((LlamaModel *)m, out); }
 
-static uint32_t llama_save_model(void *m, const char *path, int bf16) {
+static void llama_attach_optimizer(void *m, Optimizer *opt, float **host_params, float **host_grads) {
     LlamaModel *model = (LlamaModel *)m;
-    (void)bf16; /* refused at startup: llmc's Llama checkpoint is fp32 */
-    return llama_checkpoint_save(path, &model->cfg, model->params_memory, model->num_parameters);
+    llama_shard(model, opt->zero, opt->dist->size, opt->dist->rank, shard_hooks(&model->params_memory, opt));
+    *host_params = model->params_memory;
+    *host_grads = model->grads_memory;
 }
 
-static void llama_save_hf(void *m, const char *run_dir, int step, int bf16) {
+static uint32_t llama_save_model(void *m, const float *params, const char *path, int bf16) {
+    LlamaModel *model = (LlamaModel *)m;
+    (void)bf16; /* refused at startup: llmc's Llama checkpoint is fp32 */
+    return llama_checkpoint_save(path, &model->cfg, params, model->num_parameters);
+}
+
+static void llama_save_hf(void *m, const float *params, const char *run_dir, int step, int bf16) {
     LlamaModel *model = (LlamaModel *)m;
     char dir[4400];
     hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
-    hf_llama_save(dir, &model->cfg, model->params_memory, model->num_parameters, bf16);
+    hf_llama_save(dir, &model->cfg, params, model->num_parameters, bf16);
 }
 
 /* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
@@ -123,14 +134,21 @@ static LlamaConfig plan_llama;
 static void llama_cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg;
     llama_plan(&plan_llama, tc->B, tc->T, 1, p);
+    if (shard_stage(tc)) llama_plan_shard(&plan_llama, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+}
+
+/* -r: the CPU Llama keeps every activation; the run (and its plan and budget search) is -r 0 */
+static void llama_no_recompute(TrainConfig *tc) {
+    if (tc->recompute != 0) /* (--plan --json: stdout is the JSON) */
+        fprintf(tc->plan && tc->json ? stderr : stdout,
+                "note: -r %d: the CPU Llama keeps every activation (no recompute levels yet); running -r 0\n", tc->recompute);
+    tc->recompute = 0;
 }
 
 static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
     if (tc->ckpt_bf16)
         llmc_die("--checkpoint-bf16 1: a Llama's checkpoints are llmc's fp32 Llama file (./hf_convert writes bf16 "
                  "llm.c Llama 3 files and HF directories from it)");
-    if (tc->recompute != 0)
-        printf("note: -r %d: the CPU Llama keeps every activation (no recompute levels yet)\n", tc->recompute);
     be->model = model;
     be->cfg = model->cfg.base;
     be->num_parameters = model->num_parameters;
@@ -142,6 +160,7 @@ static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig
     be->host_grads = model->grads_memory;
     be->param_specs = model->param_specs;
     be->num_param_specs = LLAMA3_NUM_PARAMETERS;
+    if (shard_stage(tc)) be->attach_optimizer = llama_attach_optimizer;
     be->print_memory = llama_memory;
     be->plan = llama_cpu_plan;
     be->save_model = llama_save_model;
@@ -168,12 +187,12 @@ int main(int argc, char **argv) {
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
+    /* a Llama's: no recompute levels on the CPU (the search skips that knob) */
+    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
     if (tc.plan && llama_config_from_init(tc.init, &plan_llama)) { /* a Llama: its header or name only */
-        if (tc.memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
-        if (tc.zero_stage >= 2)
-            llmc_die("-z %d: a Llama model trains with -z 0 or 1 for now (its backward does not hand gradient buckets to "
-                     "the optimizer, which -z 2 and 3 need)", tc.zero_stage);
+        llama_no_recompute(&tc);
+        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &llama_space, &plan_llama.base);
         MemPlan p;
         train_memory_plan(&tc, &plan_llama.base, llama_cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
@@ -207,10 +226,12 @@ int main(int argc, char **argv) {
     be.sync_to_host = cpu_sync_noop;
     be.sync_from_host = cpu_sync_noop;
     if (llama_config_from_init(init, &plan_llama)) { /* the architecture is the model's: name or file header */
-        if (tc.memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
-        if (tc.zero_stage >= 2)
-            llmc_die("-z %d: a Llama model trains with -z 0 or 1 for now (its backward does not hand gradient buckets to "
-                     "the optimizer, which -z 2 and 3 need)", tc.zero_stage);
+        llama_no_recompute(&tc);
+        if (tc.memory_budget[0]) {
+            budget_fit(&tc, &plan_llama.base, &llama_space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget",
+                       dist->rank == 0 ? stdout : NULL);
+            budget_agree(dist, &tc);
+        }
         LlamaModel llama;
         llama_build(&llama, &plan_llama);
         llama_load_init(init, &plan_llama, llama.params_memory, llama.num_parameters, tc.seed);

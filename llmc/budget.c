@@ -142,8 +142,12 @@ int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const Budget
 }
 
 int budget_plan_main(TrainConfig *tc, const BudgetSpace *s) {
-    ModelConfig model_cfg, *cfg = &model_cfg;
-    train_plan_model_config(tc, cfg);
+    ModelConfig cfg;
+    train_plan_model_config(tc, &cfg);
+    return budget_plan_main_for(tc, s, &cfg);
+}
+
+int budget_plan_main_for(TrainConfig *tc, const BudgetSpace *s, const ModelConfig *cfg) {
     size_t budget = cli_memory_budget_bytes(tc->memory_budget);
     FILE *note = tc->json ? stderr : stdout;
     if (tc->max_batch) {

@@ -60,6 +60,9 @@ int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const Budget
 /* --plan with --memory-budget [--max-batch]: the search's answer, then the chosen plan (or the
  * largest B); the model's shape as train_plan_main reads it (no model allocated). Returns 0. */
 int budget_plan_main(TrainConfig *tc, const BudgetSpace *s);
+/* The same for a model whose shape the caller has resolved (another architecture: s->plan prices
+ * it, cfg carries its common shape). */
+int budget_plan_main_for(TrainConfig *tc, const BudgetSpace *s, const ModelConfig *cfg);
 
 #ifdef __cplusplus
 }

@@ -222,11 +222,11 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     }
     TrainState st = {0};
     if (tc->process_rank == 0) {
-        st.model_crc = be->save_model ? be->save_model(be->model, model, tc->ckpt_bf16)
+        st.model_crc = be->save_model ? be->save_model(be->model, params, model, tc->ckpt_bf16)
                                       : model_file_save(model, &be->cfg, params, be->num_parameters,
                                                         tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
         st.has_model_crc = 1;
-        if (tc->save_hf && be->save_hf) be->save_hf(be->model, tc->output_dir, step, tc->ckpt_bf16);
+        if (tc->save_hf && be->save_hf) be->save_hf(be->model, params, tc->output_dir, step, tc->ckpt_bf16);
         else if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
     }
     st.step = step;

@@ -79,13 +79,14 @@ typedef struct {
      * workspaces): the same function its allocation code takes its sizes from. */
     void (*plan)(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p);
     /* Optional, for an architecture other than GPT-2 (NULL/0: GPT-2's). num_param_specs: the
-     * entries of param_specs (0: NUM_PARAMETER_TENSORS). save_model writes host_params as the
-     * architecture's checkpoint file at path and returns its CRC-32 (NULL: llm.c's GPT-2 file);
-     * save_hf writes the HF directory beside checkpoint step (NULL: hf_save_checkpoint's GPT-2).
+     * entries of param_specs (0: NUM_PARAMETER_TENSORS). save_model writes params (the whole
+     * model: host_params, or at -z 3 the ranks' shards gathered) as the architecture's checkpoint
+     * file at path and returns its CRC-32 (NULL: llm.c's GPT-2 file); save_hf writes them as the
+     * HF directory beside checkpoint step (NULL: hf_save_checkpoint's GPT-2).
      * flops_per_token: training flops per token at the run's T (0: gpt2_flops_per_token). */
     int num_param_specs;
-    uint32_t (*save_model)(void *model, const char *path, int bf16);
-    void (*save_hf)(void *model, const char *run_dir, int step, int bf16);
+    uint32_t (*save_model)(void *model, const float *params, const char *path, int bf16);
+    void (*save_hf)(void *model, const float *params, const char *run_dir, int step, int bf16);
     double flops_per_token;
 } TrainBackend;
 

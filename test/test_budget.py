@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 
+from test_llama_dist import llama_file
 from test_plan import write_shard
+from testlib import write_shard as write_tokens
 
 CPU, SIM = "./train_gpt_cpu", "build/cudasim/train_gpt"
 MiB = 1 << 20
@@ -45,6 +47,30 @@ def losses(stdout):
     return [float(x) for x in re.findall(r"^step +\d+/\d+ \| loss (\S+)", stdout, re.M)]
 
 
+def check_budgeted_run(what, args, ref_out, out, size, budget, total_batch, chosen):
+    """Trains args unconstrained (into ref_out) and with --memory-budget size (into out); checks
+    that the budgeted run trains with the chosen (-r, -b) and -d total_batch, that its measured
+    VmHWM (log.jsonl) is within budget bytes, and that its losses equal the unconstrained run's."""
+    ref = run(CPU, args + ["-o", ref_out])
+    fit = run(CPU, args + ["-o", out, "--memory-budget", size])
+    m = re.search(rf"chose -r (\d), -b (\d+), -z 0, --offload none, -d {total_batch} \((\d+) accumulation steps\)",
+                  fit.stdout)
+    rec = [r for r in map(json.loads, open(os.path.join(out, "log.jsonl"))) if "mem_measured_hwm" in r] \
+        if fit.returncode == 0 else []
+    hwm = rec[0]["mem_measured_hwm"] if rec else None
+    report(fit.returncode == 0 and m and (int(m[1]), int(m[2])) == chosen and f"x {m[3]} accumulation steps" in fit.stdout
+           and hwm is not None and hwm <= budget,
+           f"{what} trains with the chosen configuration and its measured VmHWM ({hwm}) is within the budget ({budget})",
+           fit.stdout[-600:] + fit.stderr[-400:])
+    # recompute repeats the same float ops; more accumulation steps sum the same gradients in
+    # another order (fp32: ~1e-6 relative), which 3 AdamW steps may amplify: rel 1e-4 as
+    # test_train_cpu's accumulation check
+    a, b = losses(ref.stdout), losses(fit.stdout)
+    worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=None)
+    report(len(a) == len(b) == 3 and worst is not None and worst <= 1e-4,
+           f"{what}: its losses equal the unconstrained run's (rel 1e-4)", f"{a} vs {b}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="llmc_test_budget_")
     tr, va = os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin")
@@ -66,23 +92,8 @@ def main():
     report("chose -r" in p.stderr and "predicted cost +" in p.stderr, "the choice and its predicted cost are printed",
            p.stderr[-400:])
 
-    ref = run(CPU, cfg + train + ["-o", os.path.join(tmp, "ref")])
-    fit = run(CPU, cfg + train + ["-o", out, "--memory-budget", size])
-    m = re.search(r"chose -r (\d), -b (\d+), -z 0, --offload none, -d 512 \((\d+) accumulation steps\)", fit.stdout)
-    rec = [r for r in map(json.loads, open(os.path.join(out, "log.jsonl"))) if "mem_measured_hwm" in r] \
-        if fit.returncode == 0 else []
-    hwm = rec[0]["mem_measured_hwm"] if rec else None
-    report(fit.returncode == 0 and m and got and (int(m[1]), int(m[2])) == (got["recompute"], got["B"])
-           and f"x {m[3]} accumulation steps" in fit.stdout and hwm is not None and hwm <= budget,
-           f"the run trains with the chosen configuration and its measured VmHWM ({hwm}) is within the budget ({budget})",
-           fit.stdout[-600:] + fit.stderr[-400:])
-    # recompute repeats the same float ops; more accumulation steps sum the same gradients in
-    # another order (fp32: ~1e-6 relative), which 3 AdamW steps may amplify: rel 1e-4 as
-    # test_train_cpu's accumulation check
-    a, b = losses(ref.stdout), losses(fit.stdout)
-    worst = max((abs(x - y) / abs(x) for x, y in zip(a, b)), default=None)
-    report(len(a) == len(b) == 3 and worst is not None and worst <= 1e-4,
-           "the budgeted run's losses equal the unconstrained run's (rel 1e-4)", f"{a} vs {b}")
+    check_budgeted_run("the budgeted run", cfg + train, os.path.join(tmp, "ref"), out, size, budget, 512,
+                       (got["recompute"], got["B"]) if got else None)
 
     # --offload optimizer changes nothing in the CPU trainer (its optimizer is on the host): the
     # same search, the same choice
@@ -122,7 +133,7 @@ def main():
            "--max-batch without --plan is a clear error", p.stderr[-300:])
 
     # --- --max-batch: B fits, B + 1 does not, by the plan -------------------------------------
-    def max_batch(trainer, args, size):
+    def max_batch(trainer, args, size, label=None):
         p = run(trainer, ["--plan", "--json", "--max-batch", "--memory-budget", size] + args)
         if p.returncode != 0:
             report(False, f"{trainer} --max-batch {' '.join(args)}", p.stderr[-300:])
@@ -131,10 +142,41 @@ def main():
         B, over = j["max_batch"], j["overhead_bytes"]
         at, after = plan(trainer, args + ["-b", str(B)])[0], plan(trainer, args + ["-b", str(B + 1)])[0]
         report(B >= 1 and at and after and at["peak_bytes"] + over <= j["budget_bytes"] < after["peak_bytes"] + over,
-               f"{trainer} --max-batch {' '.join(args)} {size}: -b {B} fits, -b {B + 1} does not", (j, at and at["peak_bytes"],
+               f"{trainer} --max-batch {label or ' '.join(args)} {size}: -b {B} fits, -b {B + 1} does not", (j, at and at["peak_bytes"],
                                                                                                  after and after["peak_bytes"]))
 
     max_batch(CPU, ["-e", "d2", "-t", "32", "-r", "1"], size)
+
+    # --- a Llama (priced by llama_plan; the CPU Llama has no recompute levels, so the search
+    # changes -b, and -z with several ranks) ------------------------------------------------------
+    llama, llama48, ltr = os.path.join(tmp, "llama.bin"), os.path.join(tmp, "llama48.bin"), os.path.join(tmp, "ltr.bin")
+    llama_file(llama)  # L 2, C 64, NH 4, NKV 2, V 1000: the activations dominate at -b 16 -t 64
+    write_tokens(ltr, [(i * 37 + i // 7) % 1000 for i in range(6000)])
+    lcfg = ["-e", llama, "-b", "16", "-t", "64", "-d", "1024", "-r", "0"]
+    ltrain = ["-i", ltr, "-j", ltr, "-x", "3", "-v", "0", "-s", "0"]
+    lout = os.path.join(tmp, "llama_fit")
+    want, _ = plan(CPU, lcfg + ["-o", lout])
+    lbudget = int(want["peak_bytes"] * 0.75) // MiB * MiB
+    lsize = f"{lbudget // MiB}M"
+    got, p = plan(CPU, lcfg + ["-o", lout, "--memory-budget", lsize])
+    report(got is not None and got["peak_bytes"] <= lbudget and got["B"] < 16 and got["recompute"] == 0
+           and got["total_batch"] == 1024 and got["accum"] * got["B"] * 64 == 1024,
+           f"Llama --plan --memory-budget {lsize} (requested plan {want['peak_bytes']} bytes): a plan within the budget, "
+           "a smaller -b, the same -d", (got, p.stderr[-400:]))
+    check_budgeted_run("the budgeted Llama run", lcfg + ltrain, os.path.join(tmp, "llama_ref"), lout, lsize, lbudget,
+                       1024, (0, got["B"]) if got else None)
+    # several ranks: a deep Llama with a small vocabulary, where -z 3's parameter shard saves more
+    # than its gather buffers cost; a budget between the -z 2 and -z 3 plans picks -z 3
+    llama_file(llama48, layers=48, vocab=256)
+    zl = ["-e", llama48, "-b", "1", "-t", "16", "-pn", "2"]
+    z2, z3 = plan(CPU, zl + ["-z", "2"])[0], plan(CPU, zl + ["-z", "3"])[0]
+    over = json.loads(run(CPU, zl + ["--plan", "--json", "--max-batch", "--memory-budget", "1G"]).stdout)["overhead_bytes"]
+    zsize = f"{((z2['peak_bytes'] + z3['peak_bytes']) // 2 + over) // 1024}K"
+    got, p = plan(CPU, zl + ["--memory-budget", zsize])
+    report(z3["peak_bytes"] < z2["peak_bytes"] and got is not None and got["zero"] == 3 and got["B"] == 1
+           and "ZeRO +15%" in p.stderr,
+           f"Llama -pn 2 --memory-budget {zsize}: -z 3 is chosen between the -z 2 and -z 3 plans", (got, p.stderr[-300:]))
+    max_batch(CPU, ["-e", llama, "-t", "64", "-r", "0"], "20M", "-e <2-layer Llama> -t 64 -r 0")
 
     # --- the CUDA trainer (cudasim) -----------------------------------------------------------
     if not os.path.exists(SIM):

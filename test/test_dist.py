@@ -94,6 +94,24 @@ def param_diff(pa, pb):
     return max(abs(x - y) for x, y in zip(pa, pb))
 
 
+def shard_bytes(p, out, z, numel, ranks, outer, layer):
+    """-z z (2 or 3) on `ranks` ranks (p: the run, out: its directory): (printed, got, bad). printed:
+    the startup printed rank 0's shard of m, the reduced gradient and (-z 3) the parameters,
+    ceil(numel / ranks) floats; got: the log's mem_by_class records (rank 0's accounting allocator);
+    bad: per record, the classes that differ from the plan in closed form: m, v, the gradient shard
+    (and -z 3 the parameters) that shard, the gradients the outer bucket plus one layer's (outer,
+    layer: bytes), the -z 3 gather buffers the outer bucket plus two layers'."""
+    shard = (numel + ranks - 1) // ranks * 4
+    printed = (f"AdamW m {shard} bytes" in p.stdout and f"reduced gradient {shard} bytes" in p.stdout and
+               f"parameters {shard if z == 3 else 4 * numel} bytes" in p.stdout)
+    want = {"adamw_m": shard, "adamw_v": shard, "gradient_shard": shard, "gradients": outer + layer,
+            "parameters": shard if z == 3 else 4 * numel}
+    if z == 3:
+        want["parameter_gather"] = outer + 2 * layer
+    got = [r["mem_by_class"] for r in read_log(out) if "train_loss" in r]
+    return printed, got, [{k: (g.get(k), v) for k, v in want.items() if g.get(k) != v} for g in got]
+
+
 def train(tmp, name, np, args):
     out = os.path.join(tmp, name)
     p = mpirun(np, args + ["-o", out])
@@ -158,17 +176,9 @@ def main():
             # the shard and two buckets (wte, wpe, lnf; one layer), the -z 3 parameters in the shard
             # and the gather buffers (the outer bucket, two layers)
             z, numel = int(name[-1]), len(ref_par)
-            shard = (numel + 2) // 3 * 4
             C, L = 128, 2  # d2
             outer, layer = 4 * (50304 * C + 1024 * C + 2 * C), 4 * (12 * C * C + 13 * C)
-            printed = (f"AdamW m {shard} bytes" in p.stdout and f"reduced gradient {shard} bytes" in p.stdout and
-                       f"parameters {shard if z == 3 else 4 * numel} bytes" in p.stdout)
-            want = {"adamw_m": shard, "adamw_v": shard, "gradient_shard": shard, "gradients": outer + layer,
-                    "parameters": shard if z == 3 else 4 * numel}
-            if z == 3:
-                want["parameter_gather"] = outer + 2 * layer
-            got = [r["mem_by_class"] for r in read_log(out) if "train_loss" in r]
-            bad = [{k: (g.get(k), v) for k, v in want.items() if g.get(k) != v} for g in got]
+            printed, got, bad = shard_bytes(p, out, z, numel, 3, outer, layer)
             report(printed and got and not any(bad) and L * layer + outer == 4 * numel,
                    f"-z {z} on 3 ranks: per-rank bytes printed and allocated: m, v, gradient shard{', parameters' if z == 3 else ''} "
                    f"ceil(numel / 3) floats, gradients two buckets (no full-size buffer)",

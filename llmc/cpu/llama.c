@@ -19,7 +19,8 @@ void llama_build(LlamaModel *model, const LlamaConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = llama_parameter_specs(cfg, model->param_specs);
-    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
+    model->params_floats = model->num_parameters;
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->params_floats, sizeof(float), "parameters");
 }
 
 /* backward scratch: dresidual, dbuf_c (N, C each), dbuf_f1 (N, max(2F, QKV)), dbuf_f2 (N, F) */
@@ -74,12 +75,30 @@ void llama_allocate_for(LlamaModel *model, int B, int T, int training) {
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
     model->dbuf_f2 = model->dbuf_f1 + N * llama_scratch_f1(c);
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->num_parameters, sizeof(float), "gradients");
+    model->grads_floats = model->num_parameters;
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
 }
 
-/* Layer l's view of a parameter, gradient or activation, derived from the tables. */
-#define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[LLAMA3_P_##name], l)
-#define GRAD(name, l) tensor_layer(model->grads_memory, &model->param_specs[LLAMA3_P_##name], l)
+void llama_plan_shard(const LlamaConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
+    TensorSpec specs[LLAMA3_NUM_PARAMETERS];
+    size_t n = llama_parameter_specs(cfg, specs);
+    cpu_zero_plan(specs, LLAMA3_NUM_PARAMETERS, n, zero, ranks, rank, p);
+}
+
+void llama_shard(LlamaModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
+    cpu_zero_shard(&model->zs, model->param_specs, LLAMA3_NUM_PARAMETERS, model->cfg.base.num_layers,
+                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->params_floats,
+                   &model->grads_memory, &model->grads_floats);
+}
+
+/* Layer l's view of a parameter, gradient or activation, derived from the tables (-z 2/3: in
+ * the layer's bucket or the outer bucket, zero.h). */
+#define PARAM(name, l)                                                                                   \
+    cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->params_memory,              \
+                  model->zs.cur_params, model->zs.zero == 3 ? model->zs.gather_memory : NULL)
+#define GRAD(name, l)                                                                                    \
+    cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->grads_memory, model->zs.cur_grads, \
+                  model->zs.zero >= 2 ? model->grads_memory : NULL)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
 /* the output head: lm_head, or wte when tied (lm_head then has no elements) */
@@ -94,12 +113,15 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
     const float eps = model->cfg.norm_eps;
+    cpu_zero_gather_outer(&model->zs);
+    cpu_zero_prefetch_layer(&model->zs, 0);
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
     for (int l = 0; l < L; l++) {
+        cpu_zero_use_layer(&model->zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         float *residual3 = ACT(residual3, l);
@@ -115,6 +137,7 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
         matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
+    cpu_zero_end_layers(&model->zs);
     rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual3, L - 1), PARAM(lnfw, 0), N, C, eps);
     matmul_forward(ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), NULL, N, C, Vp);
     if (!targets) return model->mean_loss = 0.0f;
@@ -131,11 +154,14 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int Vp = cfg->padded_vocab_size, N = B * T;
     float *dres = model->dresidual;
+    cpu_zero_backward_begin(&model->zs, model->grads_memory);
     /* logits = lnf @ head^T (dlogits already in the logits activation) */
     matmul_backward(model->dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
     memset(dres, 0, (size_t)N * C * sizeof(float));
     rmsnorm_backward(dres, GRAD(lnfw, 0), model->dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
     for (int l = L - 1; l >= 0; l--) {
+        cpu_zero_use_layer(&model->zs, l, l - 1);
+        cpu_zero_layer_grads(&model->zs, model->grads_memory);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
@@ -155,24 +181,28 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
         float *dln1 = model->dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), NULL, dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_rstd, l), N, C);
+        cpu_zero_reduce_layer(&model->zs, l);
     }
+    cpu_zero_end_layers(&model->zs);
     /* encoded = wte[inputs] */
     float *dwte = GRAD(wte, 0);
     for (int i = 0; i < N; i++) {
         float *row = dwte + (size_t)inputs[i] * C;
         for (int j = 0; j < C; j++) row[j] += dres[(size_t)i * C + j];
     }
+    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 
 void llama_zero_grad(LlamaModel *model) {
+    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
 void llama_free(LlamaModel *model) {
-    const size_t pbytes = model->num_parameters * sizeof(float);
     const ModelConfig *c = &model->cfg.base;
-    mem_free(MEM_PARAMETERS, model->params_memory, pbytes);
-    mem_free(MEM_GRADIENTS, model->grads_memory, pbytes);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
+    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
+    cpu_zero_free(&model->zs);
     if (model->acts_memory)
         mem_free(MEM_ACTIVATIONS, model->acts_memory,
                  (model->num_activations + (size_t)model->T * (c->channels / c->num_heads)) * sizeof(float));
@@ -181,12 +211,15 @@ void llama_free(LlamaModel *model) {
 }
 
 void llama_print_memory(const LlamaModel *model, FILE *out) {
-    const double MiB = 1048576.0, pbytes = model->num_parameters * sizeof(float);
+    const double MiB = 1048576.0;
     double kinds[ACT_NUM_KINDS] = {0};
     for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
-    fprintf(out, "memory (CPU, fp32, Llama): parameters %zu (%.1f MiB), gradients %.1f MiB, activations", model->num_parameters,
-            pbytes / MiB, model->grads_memory ? pbytes / MiB : 0.0);
+    fprintf(out, "memory (CPU, fp32, Llama): parameters %zu (%.1f MiB%s), ", model->num_parameters,
+            model->params_floats * sizeof(float) / MiB, model->zs.zero == 3 ? " this shard" : "");
+    if (model->zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->zs.gather_floats * sizeof(float) / MiB);
+    fprintf(out, "gradients%s %.1f MiB, activations", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
+            model->grads_floats * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
     fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
 }

@@ -11,6 +11,7 @@
 
 #include "../llama.h"
 #include "../plan.h"
+#include "zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,6 +33,10 @@ typedef struct {
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
     size_t num_scratch;
     float mean_loss;
+    /* ZeRO-2/3 (llama_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
+     * gathers over this model's table; params_floats / grads_floats: as allocated. */
+    CpuZero zs;
+    size_t params_floats, grads_floats;
 } LlamaModel;
 
 /* cfg must pass llama_config_validate; params random (seeded) or loaded by the caller. Every
@@ -43,6 +48,13 @@ void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p);
 void llama_allocate_for(LlamaModel *model, int B, int T, int training);
 void llama_allocate(LlamaModel *model, int B, int T); /* training */
 void llama_zero_grad(LlamaModel *model);
+/* ZeRO -z 2 or 3 on rank `rank` of `ranks` (after llama_allocate with training), as gpt2_shard:
+ * the backward hands per-layer gradient buckets to hooks.reduce and, -z 3, the model keeps only
+ * this rank's parameter shard, each layer gathered before its forward and backward. The sizes
+ * are llama_plan_shard's. */
+void llama_shard(LlamaModel *model, int zero, int ranks, int rank, CpuShardHooks hooks);
+/* llama_plan's classes for -z zero (>= 2) on rank `rank` of `ranks`. */
+void llama_plan_shard(const LlamaConfig *cfg, int zero, int ranks, int rank, MemPlan *p);
 void llama_print_memory(const LlamaModel *model, FILE *out);
 float llama_forward(LlamaModel *model, const int *inputs, const int *targets, int B, int T, float dloss);
 void llama_backward(LlamaModel *model, const int *inputs, int B, int T);

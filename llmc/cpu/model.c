@@ -91,101 +91,32 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
 }
 
-/* ---- ZeRO-2/3 (gpt2_shard): buckets ----------------------------------------------------------
- * The outer bucket holds the tensors outside the layers (wte, wpe, lnfw, lnfb), a layer's bucket
- * that layer's slice of every stacked tensor; both packed in table order (= flat offset order). */
-static void bucket_sizes(const TensorSpec specs[NUM_PARAMETER_TENSORS], size_t *outer, size_t *layer, size_t *pos) {
-    *outer = *layer = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t *n = specs[i].layer_numel ? layer : outer;
-        if (pos) pos[i] = *n;
-        *n += specs[i].layer_numel ? specs[i].layer_numel : specs[i].numel;
-    }
-}
-
-static void make_bucket(const GPT2 *m, int l, Bucket *b) { /* l < 0: the outer bucket */
-    memset(b, 0, sizeof *b);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const TensorSpec *s = &m->param_specs[i];
-        if (l < 0 && !s->layer_numel) bucket_add(b, s->offset, s->numel);
-        if (l >= 0 && s->layer_numel) bucket_add(b, s->offset + (size_t)l * s->layer_numel, s->layer_numel);
-    }
-}
-
+/* ---- ZeRO-2/3 (gpt2_shard): zero.h's buckets over the GPT-2 table --------------------------- */
 void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
     TensorSpec specs[NUM_PARAMETER_TENSORS];
-    size_t n = gpt2_parameter_specs(cfg, specs), outer, layer;
-    bucket_sizes(specs, &outer, &layer, NULL);
-    p->host[MEM_GRADIENTS] = (outer + layer) * sizeof(float);
-    if (zero < 3) return;
-    p->host[MEM_PARAMETERS] = optim_shard_floats(n, zero, ranks, rank) * sizeof(float);
-    p->host[MEM_PARAM_GATHER] = (outer + 2 * layer) * sizeof(float);
+    size_t n = gpt2_parameter_specs(cfg, specs);
+    cpu_zero_plan(specs, NUM_PARAMETER_TENSORS, n, zero, ranks, rank, p);
 }
 
 void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks) {
     if (zero < 2) return;
-    if (!model->grads_memory) llmc_die("gpt2_shard: the model was allocated without training buffers");
-    MemPlan plan;
-    mem_plan_init(&plan, "CPU");
-    gpt2_plan_shard(&model->cfg, zero, ranks, rank, &plan);
-    bucket_sizes(model->param_specs, &model->outer_numel, &model->layer_numel, model->pos);
-    model->zero = zero;
-    model->hooks = hooks;
-    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    model->grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradient buckets");
+    CpuZero *z = &model->zs;
+    cpu_zero_shard(z, model->param_specs, NUM_PARAMETER_TENSORS, model->cfg.num_layers, model->num_parameters, zero,
+                   ranks, rank, hooks, &model->params_memory, &model->params_floats, &model->grads_memory,
+                   &model->grads_floats);
     float **g = gpt2_parameter_slots(&model->grads), **p = gpt2_parameter_slots(&model->params);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-        g[i] = model->param_specs[i].layer_numel ? NULL : model->grads_memory + model->pos[i];
+        g[i] = model->param_specs[i].layer_numel ? NULL : model->grads_memory + z->pos[i];
     if (zero < 3) return;
-    size_t lo, hi, k = plan.host[MEM_PARAMETERS] / sizeof(float);
-    dist_shard(model->num_parameters, ranks, rank, &lo, &hi);
-    float *shard = (float *)mem_calloc(MEM_PARAMETERS, k, sizeof(float), "parameter shard");
-    memcpy(shard, model->params_memory + lo, (hi - lo) * sizeof(float));
-    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
-    model->params_memory = shard;
-    model->params_floats = k;
-    model->gather_floats = plan.host[MEM_PARAM_GATHER] / sizeof(float);
-    model->gather_memory = (float *)mem_calloc(MEM_PARAM_GATHER, model->gather_floats, sizeof(float), "gathered parameters");
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
-        p[i] = model->param_specs[i].layer_numel ? NULL : model->gather_memory + model->pos[i];
+        p[i] = model->param_specs[i].layer_numel ? NULL : z->gather_memory + z->pos[i];
 }
 
-/* -z 3: the outer parameters gathered (they stay for the backward that may follow) */
-static void gather_outer(GPT2 *m) {
-    if (m->zero != 3) return;
-    Bucket b;
-    make_bucket(m, -1, &b);
-    m->hooks.gather_begin(m->hooks.ctx, m->gather_memory, &b, 2);
-    m->hooks.gather_end(m->hooks.ctx, 2);
-}
-
-static float *layer_slot(const GPT2 *m, int l) { return m->gather_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel; }
-
-/* -z 3: starts gathering layer l's parameters (nothing when l is not a layer) */
-static void prefetch_layer(GPT2 *m, int l) {
-    if (m->zero != 3 || l < 0 || l >= m->cfg.num_layers) return;
-    Bucket b;
-    make_bucket(m, l, &b);
-    m->hooks.gather_begin(m->hooks.ctx, layer_slot(m, l), &b, l & 1);
-}
-
-/* -z 3: layer l's parameters in use (its gather waited for), layer next's gather started */
-static void use_layer(GPT2 *m, int l, int next) {
-    if (m->zero != 3) return;
-    m->hooks.gather_end(m->hooks.ctx, l & 1);
-    m->cur_params = layer_slot(m, l);
-    prefetch_layer(m, next);
-}
-
-static float *layer_tensor(const float *cur, float *arena, const GPT2 *m, int i, int l) {
-    return cur ? (float *)cur + m->pos[i] : tensor_layer(arena, &m->param_specs[i], l);
-}
 
 /* Layer l's view of a parameter, gradient or activation, derived from the tensor table (one
  * shared copy for every l when the table keeps a single layer; -z 2/3: the layer's bucket). */
-#define PARAM(name, l) layer_tensor(model->cur_params, model->params_memory, model, GPT2_P_##name, l)
-#define GRAD(name, l) layer_tensor(model->cur_grads, model->grads_memory, model, GPT2_P_##name, l)
+#define PARAM(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->params_memory, model->zs.cur_params, NULL)
+#define GRAD(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->zs.cur_grads, NULL)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[GPT2_A_##name], l)
 /* the residual stream entering block l */
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
@@ -205,11 +136,11 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     ActivationTensors *a = &model->acts;
 
     const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
-    gather_outer(model);
-    prefetch_layer(model, 0);
+    cpu_zero_gather_outer(&model->zs);
+    cpu_zero_prefetch_layer(&model->zs, 0);
     encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        use_layer(model, l, l + 1);
+        cpu_zero_use_layer(&model->zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         float *residual3 = ACT(residual3, l);
@@ -224,7 +155,7 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
-    model->cur_params = NULL;
+    cpu_zero_end_layers(&model->zs);
     const float *top = ACT(residual3, L - 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
     matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
@@ -245,9 +176,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     ParameterTensors *g = &model->grads;
     ActivationTensors *a = &model->acts;
     float *dres = model->dresidual;
-    Bucket bucket;
-    prefetch_layer(model, L - 1);
-    if (model->zero >= 2) zero(model->grads_memory, model->outer_numel);
+    cpu_zero_backward_begin(&model->zs, model->grads_memory);
 
     /* logits = lnf @ wte^T (dlogits already in a->logits) */
     matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
@@ -260,11 +189,8 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     for (int l = L - 1; l >= 0; l--) {
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
-        use_layer(model, l, l - 1);
-        if (model->zero >= 2) {
-            model->cur_grads = model->grads_memory + model->outer_numel;
-            zero(model->cur_grads, model->layer_numel);
-        }
+        cpu_zero_use_layer(&model->zs, l, l - 1);
+        cpu_zero_layer_grads(&model->zs, model->grads_memory);
         /* recompute what the forward did not keep, with the forward's own code */
         if (model->recompute >= 1) gelu_forward(fch_gelu, fch, NF);
         if (model->recompute >= 2)
@@ -294,34 +220,27 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
                            ACT(ln1_rstd, l), N, C);
-        if (model->zero >= 2) {
-            make_bucket(model, l, &bucket);
-            model->hooks.reduce(model->hooks.ctx, model->cur_grads, &bucket);
-        }
+        cpu_zero_reduce_layer(&model->zs, l);
     }
-    model->cur_params = NULL;
-    model->cur_grads = NULL;
+    cpu_zero_end_layers(&model->zs);
     /* encoded = wte[inputs] + wpe */
     encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C);
-    if (model->zero >= 2) {
-        make_bucket(model, -1, &bucket);
-        model->hooks.reduce(model->hooks.ctx, model->grads_memory, &bucket);
-    }
+    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 
 void gpt2_zero_grad(GPT2 *model) {
-    if (model->zero >= 2) return; /* the buckets are cleared as the backward fills them */
+    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) zero(model->grads_memory, model->num_parameters);
 }
 
 float gpt2_grad_norm(const GPT2 *model) {
-    if (model->zero >= 2) llmc_die("internal: gpt2_grad_norm on a sharded model (the optimizer has the gradients)");
+    if (model->zs.zero >= 2) llmc_die("internal: gpt2_grad_norm on a sharded model (the optimizer has the gradients)");
     return (float)sqrt(global_norm_squared(model->grads_memory, model->num_parameters));
 }
 
 void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
-    if (model->zero >= 2) llmc_die("internal: gpt2_update on a sharded model (the optimizer updates it)");
+    if (model->zs.zero >= 2) llmc_die("internal: gpt2_update on a sharded model (the optimizer updates it)");
     if (!model->m_memory) { /* allocated on first use: a trainer's optimizer (llmc/optim.c) keeps its own */
         model->m_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW m");
         model->v_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW v");
@@ -337,7 +256,7 @@ void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, flo
 void gpt2_free(GPT2 *model) {
     mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
     mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    mem_free(MEM_PARAM_GATHER, model->gather_memory, model->gather_floats * sizeof(float));
+    cpu_zero_free(&model->zs);
     free(model->m_memory);
     free(model->v_memory);
     mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
@@ -348,7 +267,7 @@ void gpt2_free(GPT2 *model) {
 void gpt2_print_memory(const GPT2 *model, FILE *out) {
     const double MiB = 1048576.0;
     double pbytes = model->num_parameters * sizeof(float), shard = model->params_floats * sizeof(float);
-    double gbytes = model->grads_floats * sizeof(float), gather = model->gather_floats * sizeof(float);
+    double gbytes = model->grads_floats * sizeof(float), gather = model->zs.gather_floats * sizeof(float);
     double kinds[ACT_NUM_KINDS] = {0};
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
@@ -358,10 +277,10 @@ void gpt2_print_memory(const GPT2 *model, FILE *out) {
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (CPU, fp32)                  |        MiB |\n");
     fprintf(out, "+-------------------------------------+------------+\n");
-    fprintf(out, "| parameters (%12zu)%-13s| %10.1f |\n", model->num_parameters, model->zero == 3 ? " this shard" : "",
+    fprintf(out, "| parameters (%12zu)%-13s| %10.1f |\n", model->num_parameters, model->zs.zero == 3 ? " this shard" : "",
             shard / MiB);
-    if (model->zero == 3) fprintf(out, "| parameters gathered (3 buckets)     | %10.1f |\n", gather / MiB);
-    if (training) fprintf(out, "| gradients%-27s| %10.1f |\n", model->zero >= 2 ? " (2 buckets, -z >= 2)" : "", gbytes / MiB);
+    if (model->zs.zero == 3) fprintf(out, "| parameters gathered (3 buckets)     | %10.1f |\n", gather / MiB);
+    if (training) fprintf(out, "| gradients%-27s| %10.1f |\n", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "", gbytes / MiB);
     if (moments) {
         fprintf(out, "| AdamW m                             | %10.1f |\n", pbytes / MiB);
         fprintf(out, "| AdamW v                             | %10.1f |\n", pbytes / MiB);

@@ -14,21 +14,14 @@
 #include "../dist.h"
 #include "../model.h"
 #include "../plan.h"
+#include "zero.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ZeRO-2/3 (gpt2_shard): what the trainer's optimizer (llmc/optim.h) does with a bucket (the
- * outer one: wte, wpe, lnfw, lnfb; or one layer's tensors). reduce: the bucket's gradients
- * (packed) are complete for this micro-step. gather_begin/_end (-z 3): the bucket's parameters
- * into packed from the shards, nonblocking in slot 0..2 (0/1: layers, 2: the outer bucket). */
-typedef struct {
-    void *ctx;
-    void (*reduce)(void *ctx, float *packed, const Bucket *b);
-    void (*gather_begin)(void *ctx, float *packed, const Bucket *b, int slot);
-    void (*gather_end)(void *ctx, int slot);
-} GPT2ShardHooks;
+/* ZeRO-2/3 (gpt2_shard): what the trainer's optimizer (llmc/optim.h) does with a bucket (zero.h) */
+typedef CpuShardHooks GPT2ShardHooks;
 
 typedef struct {
     ModelConfig cfg;
@@ -50,18 +43,10 @@ typedef struct {
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
     size_t num_scratch;
     float mean_loss;
-    /* ZeRO-2/3 (gpt2_shard; 0: whole gradients and parameters). -z >= 2: grads_memory holds the
-     * outer bucket's gradients (through the whole backward) then one layer's, each handed to
-     * hooks.reduce when complete. -z 3: params_memory is this rank's shard of the flat
-     * parameters; gather_memory holds the outer bucket's parameters, then two layers' (the one
-     * in use and the next, prefetched). */
-    int zero;
-    GPT2ShardHooks hooks;
-    size_t outer_numel, layer_numel, pos[NUM_PARAMETER_TENSORS]; /* a tensor's place in its bucket */
-    size_t params_floats, grads_floats, gather_floats;          /* as allocated */
-    float *gather_memory;
-    const float *cur_params; /* the gathered layer in use (-z 3), else NULL */
-    float *cur_grads;        /* the layer's gradient bucket in use (-z >= 2), else NULL */
+    /* ZeRO-2/3 (gpt2_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
+     * gathers over this model's table; params_floats / grads_floats: as allocated. */
+    CpuZero zs;
+    size_t params_floats, grads_floats;
 } GPT2;
 
 /* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
