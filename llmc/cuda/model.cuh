@@ -334,6 +334,13 @@ inline void gpt2cuda_set_offload(GPT2Cuda *m) {
     cudaCheck(cudaMallocHost((void **)&m->host_grads, n * sizeof(float)));
     memset(m->host_grads, 0, n * sizeof(float));
     mem_account(MEM_GRADIENTS, (long long)(n * sizeof(float)), 0);
+    /* the staging buffer (same bytes, same class) pinned too: the bf16 gradients' per-bucket copies
+     * (gpt2cuda_grads_copy_to_host) then run asynchronously; into pageable memory each copy would
+     * hold the host, and with it the queueing of the rest of the backward, until it completed */
+    const size_t stage = n * precision_bytes(m->precision);
+    free(m->h_staging);
+    cudaCheck(cudaMallocHost(&m->h_staging, stage));
+    memset(m->h_staging, 0, stage);
     m->offload = 1;
     m->use_master = 0;
 }
@@ -805,6 +812,8 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     void *dev[] = {m->params_memory, m->grads_memory, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
                    m->fscratch, m->d_norm, m->d_inputs, m->d_targets, m->d_buckets};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+    if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (gpt2cuda_set_offload) */
+    if (m->offload) m->h_staging = NULL;
     void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     if (m->host_grads) cudaCheck(cudaFreeHost(m->host_grads));
