@@ -9,18 +9,25 @@
  * unique id rank 0 broadcasts over MPI (-pi mpi). -z 0: each rank keeps the whole AdamW state; the
  * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
  * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
- * own stream, ordered after the backward and before the norm by events, so every rank holds the
- * same gradients and agrees on the norm, the clip, the fp16 skip decision and the update.
+ * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
+ * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
+ * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
+ * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
+ * shards (ncclReduce of each slice's part to the rank owning it) and the norm is the shards'
+ * squares summed over the ranks; the full-size gradient buffer stays (the memory of -z 1).
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
  * rank count); checkpoints gather m and v over MPI.
  * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
  * adamw_update_compact). --offload optimizer (one process, fp32 or bf16): the device keeps no m, v
- * or master weights; after the micro-steps the gradients are copied to pinned host memory, the
+ * or master weights; the step's gradients are copied to pinned host memory, the
  * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
- * bf16). Not overlapped with the backward yet: the copies and the CPU update follow it.
+ * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
+ * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
+ * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
+ * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
  */
 #include <math.h>
 #include <stdio.h>
