@@ -20,12 +20,14 @@
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
  * rank count); checkpoints gather m and v over MPI.
  * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
- * adamw_update_compact). --offload optimizer (one process, fp32 or bf16): the device keeps no m, v
+ * adamw_update_compact). --offload optimizer (fp32 or bf16, -z 0 or 1): the device keeps no m, v
  * or master weights; the step's gradients are copied to pinned host memory, the
  * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
  * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
  * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
+ * With several ranks the loop's optimizer reduces the host gradients over MPI and (-z 1) shards m
+ * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
  * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
  */
@@ -432,9 +434,8 @@ static void check_flags(const TrainConfig *tc, int *precision) {
         if (*precision == PRECISION_FP16)
             llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "
                      "optimizer); use --precision bf16 or fp32");
-        if (tc->num_processes > 1 || tc->zero_stage > 0)
-            llmc_die("--offload optimizer in train_gpt runs on one process with -z 0 for now (-pn %d, -z %d given)",
-                     tc->num_processes, tc->zero_stage);
+        if (tc->zero_stage > 1) /* the loop's optimizer takes -z 2 buckets only from a backend that hands them over */
+            llmc_die("--offload optimizer in train_gpt runs with -z 0 or 1 for now (-z %d given)", tc->zero_stage);
     }
 }
 
@@ -503,11 +504,12 @@ int main(int argc, char **argv) {
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);
     }
     budget_agree(dist, &tc);
+    check_flags(&tc, &precision); /* what the search chose, too */
     tr.tc = tc;
     const int offload = strcmp(tc.offload, "optimizer") == 0;
     if (offload) gpt2cuda_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
     else gpt2cuda_set_optim_state(m, optstate_parse(tc.optim_state));
-    if (tc.zero_stage >= 1) { /* this rank's optimizer state only (-z 2: and reduced gradients) */
+    if (tc.zero_stage >= 1 && !offload) { /* this rank's optimizer state only (-z 2: and reduced gradients) */
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
         gpt2cuda_set_shard(m, lo, hi);

@@ -18,6 +18,9 @@
 #   codes and fails by far more;
 #   The same for -z 1 on 2 ranks (mpirun; cudasim's NCCL), where each rank's int8 blocks start at
 #   its shard;
+# - --offload optimizer -z 1 on 2 ranks (the loop's optimizer: host gradients reduced over MPI, m
+#   and v sharded) gives the same model bits as the device optimizer's -z 1 (NCCL) in fp32 (each
+#   rank's gradients weighted 1/2 and summed, or summed and halved: the same floats);
 # - the plan: device adamw_m/adamw_v are the compact bytes, and with --offload the moments and
 #   master weights are host bytes (closed forms); each run checks allocated == plan at startup;
 # - --offload optimizer with bf16 trains; with fp16 it is an error naming the flags.
@@ -63,6 +66,14 @@ if command -v mpirun > /dev/null; then
     mp="mpirun --oversubscribe -np 2"
     run sim_z1_int8 "$mp $SIM" -z 1 --optim-state int8 -b 1
     run cpu_z1_int8 "$mp ./train_gpt_cpu" -z 1 --optim-state int8 -b 1
+    run sim_z1_fp32 "$mp $SIM" -z 1 -b 1
+    run sim_z1_offload "$mp $SIM" -z 1 --offload optimizer -b 1
+    if cmp -s "$W/sim_z1_fp32/model_00000003.bin" "$W/sim_z1_offload/model_00000003.bin" &&
+        grep -q "optimizer (per rank, -z 1: moments sharded, 2 ranks" "$W/sim_z1_offload.out"; then
+        pass "train_gpt (harness) --offload optimizer -z 1 on 2 ranks: the same model bits as the device optimizer's -z 1"
+    else
+        fail "train_gpt (harness) --offload optimizer -z 1 on 2 ranks differs from the device optimizer's -z 1"
+    fi
 fi
 during=$(grep -c "^trace: gradient bucket -\?[0-9]* issued during the backward" "$W/sim_offload.out")
 if [ "$during" = 6 ] && ! grep -q "issued after the backward" "$W/sim_offload.out"; then
@@ -142,10 +153,10 @@ if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer with --pr
 else
     fail "train_gpt --offload optimizer --precision fp16: exit $rc: $out"
 fi
-out=$($SIM $common --precision bf16 --offload optimizer -z 1 -o "$W/z1" 2>&1); rc=$?
-if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs on one process with -z 0"; then
-    pass "train_gpt --offload optimizer -z 1 is an error (one process, -z 0 for now)"
+out=$($SIM $common --precision bf16 --offload optimizer -z 2 -o "$W/z2" 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs with -z 0 or 1" && [ ! -e "$W/z2" ]; then
+    pass "train_gpt --offload optimizer -z 2 is an error (-z 0 or 1 for now)"
 else
-    fail "train_gpt --offload optimizer -z 1: exit $rc: $out"
+    fail "train_gpt --offload optimizer -z 2: exit $rc: $out"
 fi
 exit $FAILED
