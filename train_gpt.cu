@@ -9,18 +9,27 @@
  * unique id rank 0 broadcasts over MPI (-pi mpi). -z 0: each rank keeps the whole AdamW state; the
  * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
  * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
- * own stream, ordered after the backward and before the norm by events, so every rank holds the
- * same gradients and agrees on the norm, the clip, the fp16 skip decision and the update.
+ * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
+ * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
+ * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
+ * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
+ * shards (ncclReduce of each slice's part to the rank owning it) and the norm is the shards'
+ * squares summed over the ranks; the full-size gradient buffer stays (the memory of -z 1).
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
  * rank count); checkpoints gather m and v over MPI.
  * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
- * adamw_update_compact). --offload optimizer (one process, fp32 or bf16): the device keeps no m, v
- * or master weights; after the micro-steps the gradients are copied to pinned host memory, the
+ * adamw_update_compact). --offload optimizer (fp32 or bf16, -z 0 or 1): the device keeps no m, v
+ * or master weights; the step's gradients are copied to pinned host memory, the
  * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
- * bf16). Not overlapped with the backward yet: the copies and the CPU update follow it.
+ * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
+ * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
+ * With several ranks the loop's optimizer reduces the host gradients over MPI and (-z 1) shards m
+ * and v; NCCL is not used then.
+ * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
+ * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
  */
 #include <math.h>
 #include <stdio.h>
@@ -52,6 +61,14 @@ typedef struct {
     TrainConfig tc;
     GpuTelemetry telemetry;  /* -lg; opened only when asked for */
     Dist *dist;
+    /* Gradient buckets (the model's grad_hook, cuda_bucket_ready): on the last micro-step of a
+     * step, each bucket's reduction (or --offload's copy to the host) is queued on a side stream
+     * as soon as the backward has queued the kernels that finish its gradients. */
+    int accum, micro;      /* micro-steps per optimizer step; this step's so far */
+    int buckets_issued;    /* this step's */
+    int trace;             /* LLMC_TEST_TRACE_BUCKETS set: a line per bucket (tests) */
+    cudaStream_t copy_stream; /* --offload optimizer: the gradients' copies to the host */
+    cudaEvent_t bucket_ready; /* recorded on the compute stream, waited for by the side stream */
 #if LLMC_HAVE_NCCL
     ncclComm_t comm;          /* NULL with one rank */
     cudaStream_t comm_stream; /* gradient reduction */
@@ -81,19 +98,55 @@ static void nccl_start(CudaTrainer *tr, const char *method) {
     cudaCheck(cudaEventCreateWithFlags(&tr->reduced, cudaEventDisableTiming));
 }
 
-/* Gradients averaged over the ranks on comm_stream: after the compute stream's backward, before
- * anything later on the compute stream. */
+static ncclDataType_t nccl_type(Precision p) {
+    return p == PRECISION_FP32 ? ncclFloat32 : p == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+}
+
+/* A bucket's gradients averaged over the ranks, queued on comm_stream (ordered after the compute
+ * stream's work by the caller): -z 0/1 every rank gets the whole average (an in-place all-reduce
+ * per slice); -z 2 only the part in each rank's shard is needed, so each slice's part in rank r's
+ * shard is reduced to rank r (a reduce-scatter into the shards, as ncclReduce calls: the shards
+ * need not be equal or aligned to the slices), and the rest of the rank's gradient buffer is left
+ * unreduced (never read: the norm and the update use the shard only). */
+static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
+    GPT2Cuda *m = &tr->model;
+    const size_t elem = precision_bytes(m->precision);
+    const ncclDataType_t type = nccl_type(m->precision);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < b->n; i++) {
+        char *p = (char *)m->grads_memory + b->off[i] * elem;
+        if (tr->tc.zero_stage < 2) {
+            nccl_check(ncclAllReduce(p, p, b->len[i], type, ncclAvg, tr->comm, tr->comm_stream), "ncclAllReduce (gradients)");
+            continue;
+        }
+        for (int r = 0; r < tr->dist->size; r++) {
+            size_t lo, hi;
+            dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+            size_t a = lo > b->off[i] ? lo : b->off[i], e = hi < b->off[i] + b->len[i] ? hi : b->off[i] + b->len[i];
+            char *q = (char *)m->grads_memory + a * elem;
+            if (a < e) nccl_check(ncclReduce(q, q, e - a, type, ncclAvg, r, tr->comm, tr->comm_stream), "ncclReduce (gradients)");
+        }
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    tr->dist->comm_bytes += (long long)(b->numel * elem); /* the step line's "comm" */
+}
+
+/* Before the norm: the gradients averaged over the ranks, and the compute stream made to wait for
+ * that. The buckets were queued during the backward (cuda_bucket_ready); without the hook
+ * (LLMC_TEST_UNBUCKETED) the whole arena is one bucket, queued now. */
 static void nccl_reduce_grads(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
     if (!tr->comm) return;
-    NVTX_RANGE("all-reduce gradients");
-    ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
-    cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
-    cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
-    nccl_check(ncclAllReduce(m->grads_memory, m->grads_memory, m->num_parameters, type, ncclAvg, tr->comm, tr->comm_stream),
-               "ncclAllReduce (gradients)");
+    NVTX_RANGE("gradient reduction (wait)");
+    if (!m->grad_hook) {
+        Bucket all;
+        memset(&all, 0, sizeof all);
+        bucket_add(&all, 0, m->num_parameters);
+        cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
+        nccl_reduce_bucket(tr, &all);
+    }
     cudaCheck(cudaEventRecord(tr->reduced, tr->comm_stream));
-    tr->dist->comm_bytes += (long long)(m->num_parameters * precision_bytes(m->precision)); /* the step line's "comm" */
     cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
 }
 
@@ -103,7 +156,7 @@ static void nccl_gather_params(CudaTrainer *tr) {
     if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
     NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
-    ncclDataType_t type = m->precision == PRECISION_FP32 ? ncclFloat32 : m->precision == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
+    ncclDataType_t type = nccl_type(m->precision);
     cudaCheck(cudaEventRecord(tr->grads_done, tr->ctx.stream));
     cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->grads_done, 0));
     nccl_check(ncclGroupStart(), "ncclGroupStart");
@@ -117,6 +170,15 @@ static void nccl_gather_params(CudaTrainer *tr) {
     cudaCheck(cudaEventRecord(tr->reduced, tr->comm_stream));
     cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->reduced, 0));
     tr->dist->comm_bytes += (long long)((m->shard_hi - m->shard_lo) * elem);
+}
+
+/* -z 2: the norm from each rank's shard, the sums of squares added over the ranks. */
+static float nccl_grad_norm_sharded(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    gpt2cuda_grad_norm_squared(m, m->shard_lo, m->shard_hi);
+    nccl_check(ncclAllReduce(m->d_norm, m->d_norm, 1, ncclFloat32, ncclSum, tr->comm, tr->ctx.stream), "ncclAllReduce (norm)");
+    tr->dist->comm_bytes += (long long)sizeof(float);
+    return gpt2cuda_grad_norm_finish(m);
 }
 
 static void nccl_stop(CudaTrainer *tr) {
@@ -157,8 +219,49 @@ static double peak_flops_for(const cudaDeviceProp *props, Precision prec, int tf
 }
 
 /* ---- the CUDA backend: thin adapters from TrainBackend to llmc/cuda/model.cuh ---------------- */
+/* The model's grad_hook: bucket l's gradients are final (queued on the compute stream). The side
+ * stream waits for them and then reduces them over the ranks (comm_stream) or, --offload
+ * optimizer, copies them to the host (copy_stream), while the compute stream goes on with the
+ * backward of the layers below. */
+static void cuda_bucket_ready(void *p, int l) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    Bucket b;
+    bucket_of_layer(&b, m->param_specs, NUM_PARAMETER_TENSORS, l);
+    tr->buckets_issued++;
+    if (tr->trace) {
+        if (m->in_backward) printf("trace: gradient bucket %d issued during the backward at layer %d\n", l, m->backward_layer);
+        else printf("trace: gradient bucket %d issued after the backward\n", l);
+    }
+#if LLMC_HAVE_NCCL
+    cudaStream_t side = m->offload ? tr->copy_stream : tr->comm_stream;
+#else
+    cudaStream_t side = tr->copy_stream;
+#endif
+    cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+    cudaCheck(cudaStreamWaitEvent(side, tr->bucket_ready, 0));
+    if (m->offload) {
+        for (int i = 0; i < b.n; i++) gpt2cuda_grads_copy_to_host(m, b.off[i], b.len[i], side);
+        return;
+    }
+#if LLMC_HAVE_NCCL
+    NVTX_RANGE_LAYER("reduce gradient bucket", l);
+    nccl_reduce_bucket(tr, &b);
+#endif
+}
+
+/* Every bucket of the step was issued (the hook ran on the step's last micro-step). */
+static void check_buckets_issued(const CudaTrainer *tr) {
+    const int want = tr->model.cfg.num_layers + 1;
+    if (tr->model.grad_hook && tr->buckets_issued != want)
+        llmc_die("internal: %d of the %d gradient buckets were issued this step (micro-step %d of %d)", tr->buckets_issued,
+                 want, tr->micro, tr->accum);
+}
+
 static float cuda_train_micro_step(void *p, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
-    GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    m->grad_hook_armed = ++tr->micro == tr->accum; /* the step's gradients are final in its last backward */
     float loss = gpt2cuda_forward(m, inputs, targets, B, T, dloss_scale * m->loss_scale / (float)(B * T));
     gpt2cuda_backward(m, inputs, B, T);
     return loss;
@@ -168,13 +271,19 @@ static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int 
     return gpt2cuda_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
-static void cuda_zero_grad(void *p) { gpt2cuda_zero_grad(&((CudaTrainer *)p)->model); }
+static void cuda_zero_grad(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    tr->micro = tr->buckets_issued = 0;
+    gpt2cuda_zero_grad(&tr->model);
+}
 /* The loop asks for the norm once per step, after the last micro-step: the gradients are reduced
  * over the ranks first, so every rank computes the same norm. */
 static float cuda_grad_norm(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
+    check_buckets_issued(tr);
 #if LLMC_HAVE_NCCL
     nccl_reduce_grads(tr);
+    if (tr->comm && tr->tc.zero_stage >= 2) return nccl_grad_norm_sharded(tr);
 #endif
     return gpt2cuda_grad_norm(&tr->model);
 }
@@ -210,7 +319,20 @@ static void cuda_sync_to_host(void *p) {
     }
 }
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
-static void cuda_grads_to_host(void *p) { gpt2cuda_grads_to_host(&((CudaTrainer *)p)->model); }
+/* --offload optimizer: the buckets' copies (queued during the backward) waited for, then converted;
+ * without the hook (LLMC_TEST_UNBUCKETED) one copy after the backward. */
+static void cuda_grads_to_host(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    check_buckets_issued(tr);
+    if (!m->grad_hook) {
+        gpt2cuda_grads_to_host(m);
+        return;
+    }
+    NVTX_RANGE("gradients to host (wait)");
+    cudaCheck(cudaStreamSynchronize(tr->copy_stream));
+    gpt2cuda_grads_from_staging(m);
+}
 static void cuda_params_from_host(void *p) { gpt2cuda_params_from_host(&((CudaTrainer *)p)->model); }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
@@ -279,7 +401,7 @@ static void cuda_load_backend_state(void *p, const int64_t words[4]) {
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     size_t lo = 0, hi = gpt2_parameter_specs(cfg, NULL);
-    if (tc->zero_stage == 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
+    if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
     gpt2cuda_plan(cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights, 0,
                   hi - lo, 1, p);
 }
@@ -298,22 +420,22 @@ static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainCon
            planned / 1048576.0, used / 1048576.0, overhead / 1048576.0, measured / 1048576.0, planned / measured);
 }
 
-/* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights). */
-enum { CUDA_MAX_ZERO = 1 };
+/* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights; -z 2: also the
+ * reduced gradients, reduce-scattered into the shard, though a full-size gradient buffer stays). */
+enum { CUDA_MAX_ZERO = 2 };
 
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < -1 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be -1 (auto), 0, 1 or 2", tc->gelu_fusion);
-    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0 or 1)", tc->zero_stage, tc->zero_stage);
+    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0, 1 or 2)", tc->zero_stage, tc->zero_stage);
     if (strcmp(tc->offload, "optimizer") == 0) {
         if (*precision == PRECISION_FP16)
             llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "
                      "optimizer); use --precision bf16 or fp32");
-        if (tc->num_processes > 1 || tc->zero_stage > 0)
-            llmc_die("--offload optimizer in train_gpt runs on one process with -z 0 for now (-pn %d, -z %d given)",
-                     tc->num_processes, tc->zero_stage);
+        if (tc->zero_stage > 1) /* the loop's optimizer takes -z 2 buckets only from a backend that hands them over */
+            llmc_die("--offload optimizer in train_gpt runs with -z 0 or 1 for now (-z %d given)", tc->zero_stage);
     }
 }
 
@@ -382,11 +504,12 @@ int main(int argc, char **argv) {
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);
     }
     budget_agree(dist, &tc);
+    check_flags(&tc, &precision); /* what the search chose, too */
     tr.tc = tc;
     const int offload = strcmp(tc.offload, "optimizer") == 0;
     if (offload) gpt2cuda_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
     else gpt2cuda_set_optim_state(m, optstate_parse(tc.optim_state));
-    if (tc.zero_stage == 1) { /* this rank's optimizer state only */
+    if (tc.zero_stage >= 1 && !offload) { /* this rank's optimizer state only (-z 2: and reduced gradients) */
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
         gpt2cuda_set_shard(m, lo, hi);
@@ -395,6 +518,21 @@ int main(int argc, char **argv) {
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
     tr.flops_per_token = gpt2_flops_per_token(cfg, tc.T);
+    /* gradient buckets: reduced over the ranks, or copied to the host, as the backward makes them */
+    const long long micro_tokens = (long long)tc.B * tc.T * dist->size;
+    tr.accum = tc.total_batch > 0 ? (int)(tc.total_batch / micro_tokens) : 1;
+    tr.trace = getenv("LLMC_TEST_TRACE_BUCKETS") != NULL;
+#if LLMC_HAVE_NCCL
+    const int comm = tr.comm != NULL;
+#else
+    const int comm = 0;
+#endif
+    if ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED")) {
+        cudaCheck(cudaEventCreateWithFlags(&tr.bucket_ready, cudaEventDisableTiming));
+        if (offload) cudaCheck(cudaStreamCreateWithFlags(&tr.copy_stream, cudaStreamNonBlocking));
+        m->grad_hook = cuda_bucket_ready;
+        m->grad_hook_ctx = &tr;
+    }
 
     char name[512];
     snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
@@ -440,6 +578,8 @@ int main(int argc, char **argv) {
 
     int status = train_run(&tc, &be, resume_step);
     gpu_telemetry_close(&tr.telemetry);
+    if (tr.copy_stream) cudaCheck(cudaStreamDestroy(tr.copy_stream));
+    if (tr.bucket_ready) cudaCheck(cudaEventDestroy(tr.bucket_ready));
 #if LLMC_HAVE_NCCL
     nccl_stop(&tr);
 #endif

@@ -386,6 +386,15 @@ void bucket_add(Bucket *b, size_t off, size_t len) {
     b->numel += len;
 }
 
+void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l) {
+    memset(b, 0, sizeof *b);
+    for (int i = 0; i < num_specs; i++) {
+        const TensorSpec *s = &specs[i];
+        if (l < 0 && !s->layer_numel && s->numel) bucket_add(b, s->offset, s->numel);
+        if (l >= 0 && s->layer_numel) bucket_add(b, s->offset + (size_t)l * s->layer_numel, s->layer_numel);
+    }
+}
+
 static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *lo) {
     *lo = a0 > b0 ? a0 : b0;
     size_t hi = a1 < b1 ? a1 : b1;

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "model.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -77,6 +79,9 @@ typedef struct {
     size_t numel; /* packed length */
 } Bucket;
 void bucket_add(Bucket *b, size_t off, size_t len);
+/* The bucket of layer l (every stacked tensor's layer-l slice) or, l < 0, the outer bucket (the
+ * non-empty tensors kept once: GPT-2's wte, wpe, lnfw, lnfb), in table order = flat offset order. */
+void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l);
 /* The packed run [*pos, *pos + *count) of b whose flat indices lie in [lo, hi). */
 void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count);
 /* For every element of b with flat index in [lo, hi): shard[i - lo] += packed[k] (add 1, with

@@ -4,6 +4,10 @@
 # - --offload optimizer (gradients to the host, the loop's CPU optimizer, parameters back) gives
 #   bit-identical losses and final model file to the device optimizer (--grad-clip 0: the two
 #   compute the gradient norm in different orders, and a clip would carry that difference);
+#   each bucket's gradients are copied to the host as soon as the backward has queued them
+#   (LLMC_TEST_TRACE_BUCKETS: every step issues its 2 buckets during the backward), and in bf16
+#   (staged, converted on the host) the bucketed copies give the same model bits as one copy
+#   after the backward (LLMC_TEST_UNBUCKETED);
 # - --optim-state bf16 / int8: the CUDA kernel (adamw_update_compact, on optstate.h's codes)
 #   against the CPU trainer's compact states: losses within 1e-5 relative (the fp32 GPU and CPU
 #   models differ only in summation orders, as in test_cuda_trainer_sim.sh) and the moments of
@@ -14,6 +18,9 @@
 #   codes and fails by far more;
 #   The same for -z 1 on 2 ranks (mpirun; cudasim's NCCL), where each rank's int8 blocks start at
 #   its shard;
+# - --offload optimizer -z 1 on 2 ranks (the loop's optimizer: host gradients reduced over MPI, m
+#   and v sharded) gives the same model bits as the device optimizer's -z 1 (NCCL) in fp32 (each
+#   rank's gradients weighted 1/2 and summed, or summed and halved: the same floats);
 # - the plan: device adamw_m/adamw_v are the compact bytes, and with --offload the moments and
 #   master weights are host bytes (closed forms); each run checks allocated == plan at startup;
 # - --offload optimizer with bf16 trains; with fp16 it is an error naming the flags.
@@ -46,7 +53,7 @@ run() { # name, binary, flags...: output in $W/<name>.out, run directory $W/<nam
     fail "$name: did not train 3 steps"; tail -3 "$W/$name.out"; return 1
 }
 run sim_fp32 $SIM
-run sim_offload $SIM --offload optimizer
+LLMC_TEST_TRACE_BUCKETS=1 run sim_offload $SIM --offload optimizer
 run sim_bf16 $SIM --optim-state bf16
 run sim_int8 $SIM --optim-state int8
 run cpu_bf16 ./train_gpt_cpu --optim-state bf16
@@ -59,6 +66,20 @@ if command -v mpirun > /dev/null; then
     mp="mpirun --oversubscribe -np 2"
     run sim_z1_int8 "$mp $SIM" -z 1 --optim-state int8 -b 1
     run cpu_z1_int8 "$mp ./train_gpt_cpu" -z 1 --optim-state int8 -b 1
+    run sim_z1_fp32 "$mp $SIM" -z 1 -b 1
+    run sim_z1_offload "$mp $SIM" -z 1 --offload optimizer -b 1
+    if cmp -s "$W/sim_z1_fp32/model_00000003.bin" "$W/sim_z1_offload/model_00000003.bin" &&
+        grep -q "optimizer (per rank, -z 1: moments sharded, 2 ranks" "$W/sim_z1_offload.out"; then
+        pass "train_gpt (harness) --offload optimizer -z 1 on 2 ranks: the same model bits as the device optimizer's -z 1"
+    else
+        fail "train_gpt (harness) --offload optimizer -z 1 on 2 ranks differs from the device optimizer's -z 1"
+    fi
+fi
+during=$(grep -c "^trace: gradient bucket -\?[0-9]* issued during the backward" "$W/sim_offload.out")
+if [ "$during" = 6 ] && ! grep -q "issued after the backward" "$W/sim_offload.out"; then
+    pass "train_gpt (harness) --offload optimizer: each step's 2 gradient buckets are copied to the host during the backward"
+else
+    fail "train_gpt (harness) --offload optimizer: $during of 6 bucket copies issued during the backward"
 fi
 a=$(losses "$W/sim_fp32.out"); b=$(losses "$W/sim_offload.out")
 if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$W/sim_fp32/model_00000003.bin" "$W/sim_offload/model_00000003.bin"; then
@@ -120,16 +141,22 @@ if $SIM $common --precision bf16 --offload optimizer --optim-state int8 -o "$W/b
 else
     fail "train_gpt (harness) bf16 --offload optimizer"; tail -3 "$W/bo.out"
 fi
+if LLMC_TEST_UNBUCKETED=1 $SIM $common --precision bf16 --offload optimizer --optim-state int8 -o "$W/bf16_offload_whole" \
+    > "$W/bow.out" 2>&1 && cmp -s "$W/bf16_offload/model_00000003.bin" "$W/bf16_offload_whole/model_00000003.bin"; then
+    pass "train_gpt (harness) bf16 --offload optimizer: bucket-by-bucket copies == one copy after the backward (model bits)"
+else
+    fail "train_gpt (harness) bf16 --offload optimizer: bucketed copies differ from one copy"; tail -3 "$W/bow.out"
+fi
 out=$($SIM $common --precision fp16 --offload optimizer -o "$W/fp16" 2>&1); rc=$?
 if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer with --precision fp16"; then
     pass "train_gpt --offload optimizer --precision fp16 is an error naming both flags"
 else
     fail "train_gpt --offload optimizer --precision fp16: exit $rc: $out"
 fi
-out=$($SIM $common --precision bf16 --offload optimizer -z 1 -o "$W/z1" 2>&1); rc=$?
-if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs on one process with -z 0"; then
-    pass "train_gpt --offload optimizer -z 1 is an error (one process, -z 0 for now)"
+out=$($SIM $common --precision bf16 --offload optimizer -z 2 -o "$W/z2" 2>&1); rc=$?
+if [ $rc -eq 1 ] && echo "$out" | grep -q "^error: --offload optimizer in train_gpt runs with -z 0 or 1" && [ ! -e "$W/z2" ]; then
+    pass "train_gpt --offload optimizer -z 2 is an error (-z 0 or 1 for now)"
 else
-    fail "train_gpt --offload optimizer -z 1: exit $rc: $out"
+    fail "train_gpt --offload optimizer -z 2: exit $rc: $out"
 fi
 exit $FAILED

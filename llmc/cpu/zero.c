@@ -16,12 +16,7 @@ static void bucket_sizes(const TensorSpec *specs, int n, size_t *outer, size_t *
 }
 
 static void make_bucket(const CpuZero *z, int l, Bucket *b) { /* l < 0: the outer bucket */
-    memset(b, 0, sizeof *b);
-    for (int i = 0; i < z->num_specs; i++) {
-        const TensorSpec *s = &z->specs[i];
-        if (l < 0 && !s->layer_numel && s->numel) bucket_add(b, s->offset, s->numel);
-        if (l >= 0 && s->layer_numel) bucket_add(b, s->offset + (size_t)l * s->layer_numel, s->layer_numel);
-    }
+    bucket_of_layer(b, z->specs, z->num_specs, l);
 }
 
 void cpu_zero_plan(const TensorSpec *specs, int num_specs, size_t num_parameters, int zero, int ranks, int rank, MemPlan *p) {

@@ -81,6 +81,19 @@ typedef struct {
      * caller gathers the updated parameters from the ranks after gpt2cuda_update and gathers the
      * host copies of m, v (and master) after gpt2cuda_sync_to_host, which fills only the shard. */
     size_t shard_lo, shard_hi;
+    /* Gradient buckets (set by the trainer; NULL/0 by default: no hook, today's one reduction after
+     * the backward). In the backward of a micro-step with grad_hook_armed (the optimizer step's
+     * last), grad_hook(grad_hook_ctx, l) is called as soon as layer l's parameter gradients are
+     * final - once layer l's backward is queued on the compute stream, before layer l - 1's is -
+     * for l = L-1 .. 0, then grad_hook(ctx, -1) for the outer bucket (wte, wpe, lnfw, lnfb: wte's
+     * gradient gets its last part from the encoder backward, the backward's last op). A bucket is
+     * bucket_of_layer's (dist.h): one layer's slice of each of the 12 stacked tensors. GPT-2's table
+     * stacks each tensor over the layers, so a layer's gradients are 12 ranges of the arena, not
+     * one. The hook runs on the host while the queued kernels run: it orders its own work after
+     * them with an event. in_backward and backward_layer say where the backward's queueing is. */
+    void (*grad_hook)(void *ctx, int bucket);
+    void *grad_hook_ctx;
+    int grad_hook_armed, in_backward, backward_layer;
     /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
@@ -321,6 +334,13 @@ inline void gpt2cuda_set_offload(GPT2Cuda *m) {
     cudaCheck(cudaMallocHost((void **)&m->host_grads, n * sizeof(float)));
     memset(m->host_grads, 0, n * sizeof(float));
     mem_account(MEM_GRADIENTS, (long long)(n * sizeof(float)), 0);
+    /* the staging buffer (same bytes, same class) pinned too: the bf16 gradients' per-bucket copies
+     * (gpt2cuda_grads_copy_to_host) then run asynchronously; into pageable memory each copy would
+     * hold the host, and with it the queueing of the rest of the backward, until it completed */
+    const size_t stage = n * precision_bytes(m->precision);
+    free(m->h_staging);
+    cudaCheck(cudaMallocHost(&m->h_staging, stage));
+    memset(m->h_staging, 0, stage);
     m->offload = 1;
     m->use_master = 0;
 }
@@ -547,6 +567,11 @@ inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
+/* Bucket l's gradients are final for this step (see grad_hook). */
+inline void gpt2cuda_bucket_ready(GPT2Cuda *m, int l) {
+    if (m->grad_hook && m->grad_hook_armed) m->grad_hook(m->grad_hook_ctx, l);
+}
+
 template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int B, int T_) {
     NVTX_RANGE("backward");
     const ModelConfig *cfg = &m->cfg;
@@ -566,8 +591,10 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
     T *top = (T *)a->residual3 + (size_t)(L - 1) * NC;
     layernorm_backward(dres, (T *)g->lnfw, (T *)g->lnfb, dbuf_c, top, (T *)p->lnfw, (float *)a->lnf_mean, (float *)a->lnf_rstd,
                        N, C, fs, s);
+    m->in_backward = 1;
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE_LAYER("backward layer", l);
+        m->backward_layer = l;
         LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
         const T *ln1w = LLMC_LAYER(T, p->ln1w, l, C), *ln1b = LLMC_LAYER(T, p->ln1b, l, C);
         /* recompute what the forward did not keep, with the forward's own kernels */
@@ -614,6 +641,7 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, LLMC_LAYER(T, g->ln1w, l, C), LLMC_LAYER(T, g->ln1b, l, C), dln1, x.residual, ln1w,
                            x.ln1_mean, x.ln1_rstd, N, C, fs, s);
+        gpt2cuda_bucket_ready(m, l);
     }
     /* encoded = wte[inputs] + wpe */
     EncoderBuckets eb;
@@ -622,7 +650,9 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
                               cudaMemcpyHostToDevice, s));
     eb.d_ints = m->d_buckets;
     encoder_backward((T *)g->wte, (T *)g->wpe, dres, &eb, B, T_, C, s);
+    gpt2cuda_bucket_ready(m, -1);
     cudaCheck(cudaStreamSynchronize(s)); /* h_buckets is reused by the next call */
+    m->in_backward = 0;
 }
 
 inline void gpt2cuda_backward(GPT2Cuda *m, const int *inputs, int B, int T_) {
@@ -635,13 +665,22 @@ inline void gpt2cuda_zero_grad(GPT2Cuda *m) {
         cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * precision_bytes(m->precision), m->ctx->stream));
 }
 
-/* The global L2 norm of the (unscaled) gradients; fp16: also the overflow check (see top). */
-inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
-    NVTX_RANGE("gradient norm");
+/* The sum of squares of the gradients [lo, hi) into d_norm (fp32, device; 0 for an empty range),
+ * on the compute stream: a ZeRO-2 rank's part of the norm (the ranks then sum d_norm). */
+inline void gpt2cuda_grad_norm_squared(GPT2Cuda *m, size_t lo, size_t hi) {
+    if (hi <= lo) {
+        cudaCheck(cudaMemsetAsync(m->d_norm, 0, sizeof(float), m->ctx->stream));
+        return;
+    }
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        global_norm_squared(m->d_norm, (const T *)m->grads_memory, m->num_parameters, m->fscratch, m->ctx->stream);
+        global_norm_squared(m->d_norm, (const T *)m->grads_memory + lo, hi - lo, m->fscratch, m->ctx->stream);
     });
+}
+
+/* The norm from the sum of squares in d_norm (gpt2cuda_grad_norm_squared's, maybe summed over
+ * the ranks since), unscaled; fp16: the overflow check. */
+inline float gpt2cuda_grad_norm_finish(GPT2Cuda *m) {
     float sq;
     cudaCheck(cudaMemcpyAsync(&sq, m->d_norm, sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
     cudaCheck(cudaStreamSynchronize(m->ctx->stream));
@@ -654,23 +693,40 @@ inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
     return norm;
 }
 
-/* --offload optimizer: the accumulated device gradients (T) into host_grads (fp32, pinned). */
-inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
+/* The global L2 norm of the (unscaled) gradients; fp16: also the overflow check (see top). */
+inline float gpt2cuda_grad_norm(GPT2Cuda *m) {
+    NVTX_RANGE("gradient norm");
+    gpt2cuda_grad_norm_squared(m, 0, m->num_parameters);
+    return gpt2cuda_grad_norm_finish(m);
+}
+
+/* --offload optimizer: the device gradients [off, off + len) queued for copying on stream st, to
+ * host_grads (fp32) or, in bf16/fp16, to the same place of the staging buffer
+ * (gpt2cuda_grads_from_staging converts them once every copy has completed). */
+inline void gpt2cuda_grads_copy_to_host(GPT2Cuda *m, size_t off, size_t len, cudaStream_t st) {
+    const size_t elem = precision_bytes(m->precision);
+    void *dst = m->precision == PRECISION_FP32 ? (void *)(m->host_grads + off) : (void *)((char *)m->h_staging + off * elem);
+    cudaCheck(cudaMemcpyAsync(dst, (const char *)m->grads_memory + off * elem, len * elem, cudaMemcpyDeviceToHost, st));
+}
+
+/* The staged bf16/fp16 gradients into host_grads (fp32); nothing in fp32 (copied there directly). */
+inline void gpt2cuda_grads_from_staging(GPT2Cuda *m) {
     const size_t n = m->num_parameters;
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        if (sizeof(T) == sizeof(float)) {
-            cudaCheck(cudaMemcpyAsync(m->host_grads, m->grads_memory, n * sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
-            cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-            return;
-        }
-        T *stage = (T *)m->h_staging;
-        cudaCheck(cudaMemcpyAsync(stage, m->grads_memory, n * sizeof(T), cudaMemcpyDeviceToHost, m->ctx->stream));
-        cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+        if (sizeof(T) == sizeof(float)) return;
+        const T *stage = (const T *)m->h_staging;
         if (m->precision == PRECISION_BF16) optstate_from_bf16(m->host_grads, (const uint16_t *)stage, n); /* OpenMP */
         else
             for (size_t i = 0; i < n; i++) m->host_grads[i] = to_float(stage[i]);
     });
+}
+
+/* --offload optimizer: the accumulated device gradients (T) into host_grads (fp32, pinned). */
+inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
+    gpt2cuda_grads_copy_to_host(m, 0, m->num_parameters, m->ctx->stream);
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    gpt2cuda_grads_from_staging(m);
 }
 
 /* --offload optimizer, after the host update: host_params (fp32 master) -> the device parameters
@@ -756,6 +812,8 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     void *dev[] = {m->params_memory, m->grads_memory, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
                    m->fscratch, m->d_norm, m->d_inputs, m->d_targets, m->d_buckets};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+    if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (gpt2cuda_set_offload) */
+    if (m->offload) m->h_staging = NULL;
     void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     if (m->host_grads) cudaCheck(cudaFreeHost(m->host_grads));

@@ -9,6 +9,7 @@
  *   ReduceScatter(recvcount)    recv[i] = op over ranks of send[rank*recvcount + i]
  *   AllGather(sendcount)        recv[r*sendcount + i] = send of rank r [i]
  *   Broadcast(count, root)      recv[i] = send of root [i]
+ *   Reduce(count, root)         on root: recv[i] = op over ranks of send[i]; other ranks' recv untouched
  * In-place forms (send == recv, or NCCL's offset in-place forms) work. ncclAvg is the sum divided
  * by nranks. Reductions are deterministic: the values are combined in rank order (r0, r1, ...);
  * fp16/bf16 are combined in fp32 and rounded once (round to nearest even), so every rank gets
@@ -58,10 +59,10 @@ const size_t kStage = 4u << 20; /* staging bytes per rank */
 const int kCommMagic = 0x4e43434c;
 const int kSegMagic = 0x53494d4e;
 
-enum Kind { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kJoin };
+enum Kind { kAllReduce = 1, kReduceScatter, kAllGather, kBroadcast, kJoin, kReduce };
 const char *kind_name(int k) {
-    static const char *n[] = {"?", "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "join"};
-    return k >= 0 && k <= kJoin ? n[k] : "?";
+    static const char *n[] = {"?", "ncclAllReduce", "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "join", "ncclReduce"};
+    return k >= 0 && k <= kReduce ? n[k] : "?";
 }
 
 struct Desc {
@@ -248,7 +249,7 @@ ncclResult_t collective(Kind kind, const void *send, void *recv, size_t count, n
         return ncclRemoteError;
     }
     Slot &mine = c->seg->slot[me];
-    mine.desc = Desc{kind, (int)t, kind == kAllReduce || kind == kReduceScatter ? (int)op : 0, root, count};
+    mine.desc = Desc{kind, (int)t, kind == kAllReduce || kind == kReduceScatter || kind == kReduce ? (int)op : 0, root, count};
     /* chunk: elements per rank block that fit in a slot */
     size_t chunk = kind == kReduceScatter ? kStage / es / P : kStage / es;
     bool first = true;
@@ -268,6 +269,9 @@ ncclResult_t collective(Kind kind, const void *send, void *recv, size_t count, n
         }
         switch (kind) {
         case kAllReduce: reduce(c, 0, n, d + i0 * es, t, op); break;
+        case kReduce:
+            if (me == root) reduce(c, 0, n, d + i0 * es, t, op);
+            break;
         case kReduceScatter: reduce(c, me * n, n, d + i0 * es, t, op); break;
         case kAllGather:
             for (int b = 0; b < P; b++) memcpy(d + (b * count + i0) * es, c->seg->slot[b].stage, n * es);
@@ -434,6 +438,10 @@ ncclResult_t ncclReduceScatter(const void *s, void *r, size_t recvcount, ncclDat
 }
 ncclResult_t ncclAllGather(const void *s, void *r, size_t sendcount, ncclDataType_t t, ncclComm_t c, cudaStream_t) {
     return collective(kAllGather, s, r, sendcount, t, ncclSum, 0, c);
+}
+ncclResult_t ncclReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, int root, ncclComm_t c,
+                        cudaStream_t) {
+    return collective(kReduce, s, r, count, t, op, root, c);
 }
 ncclResult_t ncclBroadcast(const void *s, void *r, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t) {
     return collective(kBroadcast, s, r, count, t, ncclSum, root, c);

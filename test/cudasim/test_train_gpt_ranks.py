@@ -7,8 +7,18 @@ and the final weights); -z 1 against -z 0 on 2 ranks in bf16 with fp32 master we
 bits (model and state file: the shards' updates, their stochastic rounding and the gathers lose
 nothing); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
 with SIGKILL (the other exits non-zero within 60 s); ranks started with different flags (a startup
-error naming the flag); -z 2 refused with a clear error. Prints PASS:/FAIL:; exits non-zero on any
-failure. Run from the repository root after `make build/cudasim/train_gpt`.
+error naming the flag); -z 3 refused with a clear error.
+Gradient buckets (a tiny L 2 model, 2 ranks x B 1 with 2 accumulation steps, so the reduction must
+happen on the last micro-step only): -z 2 against one process with B 2 (losses, weights; the plan's
+per-rank AdamW bytes = ceil(n / 2) floats, and every run checks allocated == plan at startup), then
+its checkpoint resumed by one process at -z 2 (2 -> 1); the per-layer buckets reduced during the
+backward against one reduction after it (LLMC_TEST_UNBUCKETED) at -z 0 and -z 2: the same model and
+state bits (cudasim's NCCL adds in rank order whatever the call's size, so slicing the arena into
+buckets changes no sum); and the order of issue (LLMC_TEST_TRACE_BUCKETS): every step issues layer
+1's bucket while the backward is still at layer 1 (layer 0's backward not yet queued), then layer
+0's, then the outer bucket, all before the backward returns.
+Prints PASS:/FAIL:; exits non-zero on any failure. Run from the repository root after
+`make build/cudasim/train_gpt`.
 
 Tolerances: the same as test/test_dist.py's and for the same reason: the two runs do the same math
 and differ only in the order of float additions (one process accumulates the two micro-batches'
@@ -28,6 +38,78 @@ import test_dist  # noqa: E402
 from testlib import kill_a_rank  # noqa: E402
 
 SIM = "build/cudasim/train_gpt"
+
+
+def run_env(np, args, extra):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(np), SIM] + args if np else [SIM] + args
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**ENV, **extra})
+
+
+def same_files(a, b, step):
+    files = [f"model_{step:08d}.bin", f"state_{step:08d}_00000.bin"]
+    return all(open(os.path.join(a, f), "rb").read() == open(os.path.join(b, f), "rb").read() for f in files)
+
+
+def buckets(tmp):
+    """-z 2 and the per-layer gradient buckets on a tiny 2-layer model (see the head comment)"""
+    from hardening_util import write_model
+    init = os.path.join(tmp, "tiny.bin")
+    write_model(init, maxT=64, V=256, L=2, NH=2, C=32, Vp=256, seed=5)
+    import random
+    rng = random.Random(9)
+    data = os.path.join(tmp, "tiny_train.bin")
+    write_shard(data, [rng.randrange(256) for _ in range(6000)])
+    tiny = ["-e", init, "-i", data, "-t", "16", "-d", "64", "-l", "1e-3", "-v", "0", "-s", "0", "--seed", "7",
+            "--precision", "fp32"]
+    d = {}
+    for name, np, args, extra in (("one", 0, ["-b", "2", "-x", "3", "-n", "2"], {}),
+                                  ("z2", 2, ["-b", "1", "-x", "2", "-z", "2"], {"LLMC_TEST_TRACE_BUCKETS": "1"}),
+                                  ("z2_whole", 2, ["-b", "1", "-x", "2", "-z", "2"], {"LLMC_TEST_UNBUCKETED": "1"}),
+                                  ("z0", 2, ["-b", "1", "-x", "2"], {}),
+                                  ("z0_whole", 2, ["-b", "1", "-x", "2"], {"LLMC_TEST_UNBUCKETED": "1"})):
+        d[name] = os.path.join(tmp, "tiny_" + name)
+        p = run_env(np, tiny + args + ["-o", d[name]], extra)
+        d[name + ".out"] = p.stdout
+        if p.returncode != 0:
+            report(False, f"tiny model, {name}: trains", p.stdout[-300:] + p.stderr[-600:])
+            return
+    ref_loss, z2_loss = losses(d["one"]), losses(d["z2"])
+    ld = loss_diff({s: ref_loss[s] for s in (1, 2) if s in ref_loss}, z2_loss)
+    pd = param_diff(params(os.path.join(d["z2"], "model_00000002.bin")), params(os.path.join(d["one"], "model_00000002.bin")))
+    report(ld is not None and ld <= LOSS_RTOL and pd <= PARAM_ATOL and "AdamW m (fp32, shard)" in d["z2.out"],
+           f"-z 2: 2 ranks x B 1 (2 accumulation steps) == one process x B 2 (losses rel {ld}, weights abs {pd})",
+           d["z2.out"][-400:])
+    p = run_env(0, tiny + ["-b", "2", "-x", "3", "-z", "2", "-y", "1", "--allow-config-change", "1", "-o", d["z2"]], {})
+    res_loss = losses(d["z2"]) if p.returncode == 0 else {}
+    ld = loss_diff(ref_loss, res_loss)
+    pd = param_diff(params(os.path.join(d["z2"], "model_00000003.bin")), params(os.path.join(d["one"], "model_00000003.bin"))) \
+        if p.returncode == 0 else float("inf")
+    report(p.returncode == 0 and ld is not None and ld <= LOSS_RTOL and pd <= PARAM_ATOL,
+           f"-z 2: a 2-rank checkpoint resumed by one process at -z 2 == the one-process run (rel {ld}, abs {pd})",
+           p.stdout[-300:] + p.stderr[-400:])
+    p = run_env(0, tiny + ["-b", "1", "-pn", "2", "-pr", "1", "-z", "2", "--plan", "--json"], {})
+    import json
+    try:
+        plan = json.loads(p.stdout)
+        n = plan["parameters"]
+        want = -(-n // 2) * 4
+        ok = plan["classes"]["adamw_m"] == want and plan["classes"]["adamw_v"] == want and plan["classes"]["gradients"] == 4 * n
+    except (ValueError, KeyError) as e:
+        ok, want = False, str(e)
+    report(ok, f"-z 2 --plan, rank 1 of 2: AdamW m and v = ceil(n / 2) floats each ({want} bytes), gradients the full n",
+           p.stdout[-400:] + p.stderr[-300:])
+    for z in ("z0", "z2"):
+        same = same_files(d[z], d[z + "_whole"], 2)
+        report(same, f"-{z[0]} {z[1]}: per-layer buckets reduced during the backward == one reduction after it (model and "
+                     "state bits, fp32)")
+    import re
+    trace = re.findall(r"^trace: gradient bucket (-?\d+) issued (during the backward at layer (\d+)|after the backward)",
+                       d["z2.out"], re.M)
+    want = [("1", "during the backward at layer 1", "1"), ("0", "during the backward at layer 0", "0"),
+            ("-1", "during the backward at layer 0", "0")] * 2
+    report(trace == want, "-z 2, 2 layers: each step's buckets are issued during the backward, layer 1's before layer 0's "
+                          "backward is queued, then layer 0's and the outer bucket (once per step: the last micro-step)",
+           f"{trace}")
 
 
 def main():
@@ -79,6 +161,8 @@ def main():
            f"a 2-rank checkpoint resumed by one process: losses and weights equal the one-process run's (rel {d}, abs {pd})",
            p.stderr[-400:])
 
+    buckets(tmp)
+
     # a rank killed with SIGKILL: the other must not hang in the gradient reduction
     out = os.path.join(tmp, "killed")
     problem, rc, text, took = kill_a_rank(["mpirun", "--oversubscribe", "-np", "2", SIM] + base + ["-x", "100000", "-o", out],
@@ -91,10 +175,10 @@ def main():
                        capture_output=True, text=True, timeout=300, env=ENV)
     report(p.returncode != 0 and "rank 1 was started differently from rank 0" in p.stderr and "lr" in p.stderr,
            "train_gpt ranks started with different flags: a startup error naming the rank and the flag", p.stderr[-600:])
-    out = os.path.join(tmp, "z2")
-    p = mpirun(2, base + ["-x", "1", "-z", "2", "-o", out], trainer=SIM)
-    report(p.returncode == 1 and "error:" in p.stderr and "-z 2" in p.stderr and not os.path.exists(out),
-           "train_gpt -z 2: refused with a clear error before touching -o", p.stderr[-300:])
+    out = os.path.join(tmp, "z3")
+    p = mpirun(2, base + ["-x", "1", "-z", "3", "-o", out], trainer=SIM)
+    report(p.returncode == 1 and "error:" in p.stderr and "-z 3" in p.stderr and not os.path.exists(out),
+           "train_gpt -z 3: refused with a clear error before touching -o", p.stderr[-300:])
 
     import shutil
     shutil.rmtree(tmp, ignore_errors=True)
