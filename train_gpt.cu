@@ -462,7 +462,8 @@ int main(int argc, char **argv) {
     /* --plan: no device, no process group, no run directory, no model */
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, given_offload, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
-    Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
+    const DistFlags dist_flags = train_config_dist_flags(&tc);
+    Dist *dist = dist_init(&argc, &argv, &dist_flags, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
     tc.process_rank = dist->rank;
     check_flags(&tc, &precision); /* again: the launcher may have given the process count */
