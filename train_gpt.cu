@@ -82,12 +82,11 @@ static void nccl_check(ncclResult_t r, const char *what) {
         llmc_die("NCCL %s on rank %d: %s", what, dist_world()->rank, ncclGetErrorString(r));
 }
 
-/* The communicator of the process group: rank 0's unique id reaches the others over MPI. */
-static void nccl_start(CudaTrainer *tr, const char *method) {
+/* The communicator of the process group: rank 0's unique id reaches the others through the
+ * group's own broadcast (MPI with -pi mpi; TCP with -pi tcp | fs, llmc/dist_tcp.c). */
+static void nccl_start(CudaTrainer *tr) {
     Dist *d = tr->dist;
     if (d->size == 1) return;
-    if (strcmp(method, "mpi") != 0)
-        llmc_die("-pi %s: only -pi mpi (the NCCL unique id broadcast over MPI) is built in train_gpt", method);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (d->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -483,7 +482,7 @@ int main(int argc, char **argv) {
         device_free = free_b + tr.ctx.lt_workspace_bytes; /* the plan counts that workspace */
     }
 #if LLMC_HAVE_NCCL
-    nccl_start(&tr, tc.nccl_init);
+    nccl_start(&tr);
 #endif
     tr.ctx.lt_algos = tc.matmul_algos;
     tr.ctx.lt_log = stdout;

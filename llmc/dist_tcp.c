@@ -217,7 +217,9 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
         double left = limit - (now_s() - last);
         if (left <= 0) {
             Io *x = &io[which[0]];
-            fail(d, io, n, x->peer, WHY_SILENT, what, "");
+            char detail[64];
+            snprintf(detail, sizeof detail, "waited %g s", limit);
+            fail(d, io, n, x->peer, WHY_SILENT, what, detail);
         }
         int k = poll(p, (nfds_t)np, (int)(left * 1e3) + 1);
         if (k < 0 && errno != EINTR) llmc_die("rank %d: poll failed in the %s: %s", d->rank, what, strerror(errno));
@@ -476,10 +478,12 @@ static int move_exact(int fd, void *buf, size_t n, int out, double deadline) {
     return 0;
 }
 
-/* One connection attempt to host:port within the deadline; the socket, or -1 (errno). */
-static int connect_once(const char *host, const char *port, double deadline, char *err, size_t errlen) {
+/* One connection attempt to host:port (family: AF_UNSPEC, or AF_INET for -pi fs, whose rank 0
+ * listens on IPv4) within the deadline; the socket, or -1 (err says why). */
+static int connect_once(const char *host, const char *port, int family, double deadline, char *err, size_t errlen) {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_family = family;
     int e = getaddrinfo(host, port, &hints, &res);
     if (e) {
         snprintf(err, errlen, "cannot resolve '%s': %s", host, gai_strerror(e));
@@ -643,7 +647,7 @@ static void join(Dist *d, const DistFlags *f, int fs, double deadline) {
         }
         if (ranks != d->size)
             llmc_die("rank %d: -pn %d, but rank 0 (in %s) has -pn %d: start every rank with the same -pn", d->rank, d->size, path, ranks);
-        int fd = connect_once(host, port, deadline, err, sizeof err);
+        int fd = connect_once(host, port, fs ? AF_INET : AF_UNSPEC, deadline, err, sizeof err);
         if (fd < 0) {
             nap_ms(50);
             continue;
