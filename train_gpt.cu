@@ -4,9 +4,9 @@
  * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
  * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
  *
- * Data parallelism (built with MPI and NCCL, LLMC_HAVE_NCCL): under mpirun/srun every rank drives
- * the GPU of its local rank, joins llmc/dist.c's process group and an NCCL communicator whose
- * unique id rank 0 broadcasts over MPI (-pi mpi). -z 0: each rank keeps the whole AdamW state; the
+ * Data parallelism (built with NCCL, LLMC_HAVE_NCCL): under mpirun/srun (with MPI) or started
+ * with -pi tcp|fs every rank drives the GPU of its local rank, joins llmc/dist.c's process group
+ * and an NCCL communicator whose unique id rank 0 broadcasts over that group (MPI or TCP). -z 0: each rank keeps the whole AdamW state; the
  * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
  * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
  * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
@@ -18,7 +18,7 @@
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
- * rank count); checkpoints gather m and v over MPI.
+ * rank count); checkpoints gather m and v over the process group.
  * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
  * adamw_update_compact). --offload optimizer (fp32 or bf16, -z 0 or 1): the device keeps no m, v
  * or master weights; the step's gradients are copied to pinned host memory, the
