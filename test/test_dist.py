@@ -8,8 +8,9 @@ into the -z 2/3 gradient shard); per-rank bytes of every sharded class as printe
 (2->1, 1->2, 2->3 into -z 3, 4 -> 2 at -z 3; bit-exact 2->2); a rank killed with SIGKILL; a rank
 that hangs (the collective watchdog names it within --dist-timeout); ranks started with different
 flags; a build without MPI asked for 2 processes. Without mpirun (-pi tcp | fs, the build without
-MPI, scripts/run_dist.sh local N --pi): 2 ranks bit-identical to mpirun's at -z 0, 1, 2; a rank
-killed or hung named by every other rank; different flags; a stale rendezvous file; bad -ps / -pf.
+MPI, scripts/run_dist.sh local N --pi): 2 ranks bit-identical to mpirun's at -z 0, 1, 2, 3 ranks
+at -z 3 equal within the tolerance; a rank killed or hung named by every other rank; different
+flags; a stale rendezvous file; bad -ps / -pf.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 
 Tolerances (float reordering only: the same math, sums taken in another order):
@@ -151,6 +152,19 @@ def pi_tests(tmp, base, toks, final):
         comm = ok and all(r.get("comm_bytes", 0) > 0 for r in read_log(out) if "train_loss" in r)
         report(same and comm, f"2 ranks over -pi {pi} (a build without MPI, no mpirun), -z {z}: losses, grad norms and the "
                "final model bit-identical to mpirun -np 2; comm bytes logged", f"exit {p.returncode}: {p.stderr[-500:]}")
+
+    # 3 ranks at -z 3: uneven shards and the nonblocking parameter gathers; rank 0 sums in rank
+    # order, MPI in its own: equal within the reordering tolerance
+    out, ref = os.path.join(tmp, "pi_fs_p3_z3"), os.path.join(tmp, "p3_z3")
+    p = launch(3, "fs", base + ["-b", "4", "-z", "3", "-o", out])
+    if p.returncode != 0 or not os.path.exists(os.path.join(ref, final)):
+        report(False, "3 ranks over -pi fs, -z 3: trains", f"exit {p.returncode}: {p.stderr[-500:]}")
+    else:
+        ld = max(loss_diff(losses(out, k), losses(ref, k)) or float("inf") for k in ("train_loss", "val_loss", "grad_norm"))
+        pd = param_diff(params(os.path.join(out, final)), params(os.path.join(ref, final)))
+        report(ld <= LOSS_RTOL and pd <= PARAM_ATOL, f"3 ranks over -pi fs, -z 3 (uneven shards): losses and grad norms (rel "
+               f"{LOSS_RTOL}; largest {ld:.1e}) and final parameters (abs {PARAM_ATOL}; largest {pd:.1e}) equal mpirun -np 3's",
+               f"{ld} {pd}")
 
     # a rank killed: rank 0 names it at once and tells rank 2, which names it too
     out = os.path.join(tmp, "pi_killed")
