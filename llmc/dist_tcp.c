@@ -159,12 +159,12 @@ static void fail(Dist *d, Io *io, int n, int culprit, int why, const char *what,
 }
 
 /* A header arrived from peer: an ABORT (from rank 0) names the failed rank; else it must be this
- * collective's with the payload expected. */
-static void check_header(Dist *d, Io *io, int n, const Hdr *h, const char *what, size_t expect) {
+ * collective's with the payload expected. (io, n: the step's transfers, for fail) */
+static void check_header(Dist *d, Io *io, int n, int peer, const Hdr *h, const char *what, size_t expect) {
     char detail[160];
     if (h->magic != HDR_MAGIC) {
         snprintf(detail, sizeof detail, "its message does not start with a header (a stray connection, or a bug)");
-        fail(d, io, n, io->peer, WHY_STEP, what, detail);
+        fail(d, io, n, peer, WHY_STEP, what, detail);
     }
     if (h->kind == K_ABORT && d->rank != 0) {
         int culprit = (int)(h->arg & 0xffffffffu), why = (int)(h->arg >> 32);
@@ -174,13 +174,14 @@ static void check_header(Dist *d, Io *io, int n, const Hdr *h, const char *what,
     if (h->kind != K_DATA || h->collective != d->collectives || h->bytes != expect) {
         snprintf(detail, sizeof detail, "it sent collective #%llu with %llu bytes where this rank expects #%llu with %zu",
                  (unsigned long long)h->collective, (unsigned long long)h->bytes, d->collectives, expect);
-        fail(d, io, n, io->peer, WHY_STEP, what, detail);
+        fail(d, io, n, peer, WHY_STEP, what, detail);
     }
 }
 
 /* Reads a message nobody expects from peer (rank 0: its connection closed, or it is out of
  * step; the others: rank 0's ABORT) and fails accordingly. */
-static void unexpected(Dist *d, Io *io, int n, int fd, const char *what) {
+static void unexpected(Dist *d, Io *io, int n, int peer, const char *what) {
+    const int fd = tcp_of(d)->fd[peer];
     Hdr h;
     size_t got = 0;
     double end = now_s() + 1.0;
@@ -193,8 +194,8 @@ static void unexpected(Dist *d, Io *io, int n, int fd, const char *what) {
             poll(&p, 1, 50);
         }
     }
-    if (got == sizeof h) check_header(d, io, n, &h, what, (size_t)-1);
-    fail(d, io, n, io->peer, WHY_CLOSED, what, "");
+    if (got == sizeof h) check_header(d, io, n, peer, &h, what, (size_t)-1);
+    fail(d, io, n, peer, WHY_CLOSED, what, "");
 }
 
 static void xfer(Dist *d, Io *io, int n, const char *what) {
@@ -227,7 +228,7 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
             Io *x = &io[which[j]];
             int fd = p[j].fd;
             if (p[j].revents & (POLLIN | POLLHUP | POLLERR)) {
-                if (x->ii == x->nin) unexpected(d, io, n, fd, what);
+                if (x->ii == x->nin) unexpected(d, io, n, x->peer, what);
                 Seg *s = &x->in[x->ii];
                 ssize_t got = recv(fd, s->p + x->io, s->n - x->io, 0);
                 if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -237,14 +238,14 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
                 }
                 if (got > 0) {
                     x->io += (size_t)got, last = now_s();
-                    if (x->has_hdr && x->ii == 0 && x->io == s->n) check_header(d, io, n, &x->hdr_in, what, x->expect);
+                    if (x->has_hdr && x->ii == 0 && x->io == s->n) check_header(d, io, n, x->peer, &x->hdr_in, what, x->expect);
                 }
             }
             if ((p[j].revents & POLLOUT) && x->oi < x->nout) {
                 Seg *s = &x->out[x->oi];
                 ssize_t put = send(fd, s->p + x->oo, s->n - x->oo, MSG_NOSIGNAL);
                 if (put < 0 && errno != EAGAIN && errno != EINTR) {
-                    if (d->rank != 0) unexpected(d, io, n, fd, what); /* rank 0's ABORT may be waiting */
+                    if (d->rank != 0) unexpected(d, io, n, x->peer, what); /* rank 0's ABORT may be waiting */
                     fail(d, io, n, x->peer, WHY_CLOSED, what, strerror(errno));
                 }
                 if (put > 0) x->oo += (size_t)put, last = now_s();
@@ -260,9 +261,8 @@ enum { CHUNK_FLOATS = 1 << 18 };
 
 static void tcp_reduce_scatter_f32(Dist *d, const float *send, float *recv, const int *counts, const char *what) {
     const int P = d->size;
-    size_t total = 0, mine = 0;
+    size_t total = 0;
     for (int r = 0; r < P; r++) total += (size_t)counts[r];
-    for (int r = 0; r < d->rank; r++) mine += (size_t)counts[r];
     Io *io = (Io *)callocCheck((size_t)P, sizeof(Io), "transfers");
     if (d->rank != 0) { /* everything to rank 0, this rank's run of the sum back */
         io_send(d, io, 0, send ? send : recv, total * sizeof(float));
@@ -309,7 +309,6 @@ static void tcp_reduce_scatter_f32(Dist *d, const float *send, float *recv, cons
         memcpy(recv, sum, (size_t)counts[0] * sizeof(float));
         free(sum);
     }
-    (void)mine;
     free(io);
 }
 

@@ -167,17 +167,18 @@ def pi_tests(tmp, base, toks, final):
                f"{LOSS_RTOL}; largest {ld:.1e}) and final parameters (abs {PARAM_ATOL}; largest {pd:.1e}) equal mpirun -np 3's",
                f"{ld} {pd}")
 
-    # a rank killed: rank 0 names it at once and tells rank 2, which names it too
+    # a rank killed (rank 2: not rank 0's first connection): rank 0 names it at once and tells
+    # rank 1, which names it too
     out = os.path.join(tmp, "pi_killed")
     problem, rc, text, took = kill_a_rank(["scripts/run_dist.sh", "local", "3", "--pi", "fs"] + base[:-2] +
                                           ["-b", "4", "-x", "100000", "-o", out], 3, out, {**ENV, "TRAINER": NOMPI},
-                                          timeout=60, start_timeout=60)
+                                          timeout=60, start_timeout=60, which=2)
     # (the ranks' stderr lines may interleave: each message is matched on its own)
-    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 1 closed its connection", text)
-    named2 = re.search(r"rank 2: the [^:]+? over -pi tcp/fs failed: rank 1 closed its connection \(it died, or stopped on "
+    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 2 closed its connection", text)
+    named1 = re.search(r"rank 1: the [^:]+? over -pi tcp/fs failed: rank 2 closed its connection \(it died, or stopped on "
                        r"an error of its own\) \(reported by rank 0\)", text)
-    report(problem is None and rc == 1 and named0 and named2,
-           f"-pi fs, 3 ranks, rank 1 killed with SIGKILL: ranks 0 and 2 exit 1 naming rank 1 ({took:.1f} s)",
+    report(problem is None and rc == 1 and named0 and named1,
+           f"-pi fs, 3 ranks, rank 2 killed with SIGKILL: ranks 0 and 1 exit 1 naming rank 2 ({took:.1f} s)",
            problem or f"exit {rc}: {text[-600:]}")
 
     # a rank that hangs (sleeps 3 s before step 3's reduction): --dist-timeout 1.5 names it on ranks 0 and 2
