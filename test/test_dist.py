@@ -181,16 +181,17 @@ def pi_tests(tmp, base, toks, final):
            f"-pi fs, 3 ranks, rank 2 killed with SIGKILL: ranks 0 and 1 exit 1 naming rank 2 ({took:.1f} s)",
            problem or f"exit {rc}: {text[-600:]}")
 
-    # a rank that hangs (sleeps 3 s before step 3's reduction): --dist-timeout 1.5 names it on ranks 0 and 2
+    # a rank that hangs (rank 2 sleeps 3 s before step 3's reduction): --dist-timeout 1.5 names it
+    # on ranks 0 and 1
     t0 = time.time()
     p = launch(3, "tcp", base[:-2] + ["-b", "4", "-x", "5", "--dist-timeout", "1.5", "-o", os.path.join(tmp, "pi_hung")],
-               env={"LLMC_TEST_HANG": "1:3:3"}, timeout=120)
+               env={"LLMC_TEST_HANG": "2:3:3"}, timeout=120)
     took = time.time() - t0
-    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 1 moved no data within --dist-timeout", p.stderr)
-    named2 = re.search(r"rank 2: the [^:]+? over -pi tcp/fs failed: rank 1 moved no data within --dist-timeout \(hung, "
+    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 2 moved no data within --dist-timeout", p.stderr)
+    named1 = re.search(r"rank 1: the [^:]+? over -pi tcp/fs failed: rank 2 moved no data within --dist-timeout \(hung, "
                        r"stopped or dead\) \(reported by rank 0\)", p.stderr)
-    report(p.returncode == 1 and named0 and named2 and "step     2/5" in p.stdout,
-           f"-pi tcp, 3 ranks, rank 1 hangs: ranks 0 and 2 exit 1 naming it after --dist-timeout 1.5 ({took:.1f} s in all)",
+    report(p.returncode == 1 and named0 and named1 and "step     2/5" in p.stdout,
+           f"-pi tcp, 3 ranks, rank 2 hangs: ranks 0 and 1 exit 1 naming it after --dist-timeout 1.5 ({took:.1f} s in all)",
            f"exit {p.returncode}: {p.stderr[-600:]}")
 
     # ranks started with different flags: the startup check works over TCP too
