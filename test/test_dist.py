@@ -10,7 +10,7 @@ that hangs (the collective watchdog names it within --dist-timeout); ranks start
 flags; a build without MPI asked for 2 processes. Without mpirun (-pi tcp | fs, the build without
 MPI, scripts/run_dist.sh local N --pi): 2 ranks bit-identical to mpirun's at -z 0, 1, 2, 3 ranks
 at -z 3 equal within the tolerance; a rank killed or hung named by every other rank; different
-flags; a stale rendezvous file; bad -ps / -pf.
+flags; a stale rendezvous file; bad -ps / -pf; ranks that disagree on -pn or share a -pr.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 
 Tolerances (float reordering only: the same math, sums taken in another order):
@@ -215,6 +215,20 @@ def pi_tests(tmp, base, toks, final):
     report(p0.returncode == 0 and p1.returncode == 0 and "step     1/1" in p0.stdout and not os.listdir(rv),
            "-pi fs: a stale rendezvous file is read again until rank 0 replaces it; none is left after the start",
            f"{p0.stderr[-300:]} {err1[-300:]} {os.listdir(rv)}")
+
+    # ranks that disagree on -pn, or two processes with one -pr: rank 0 and the newcomer stop naming it
+    one = base + ["-b", "6", "-x", "1", "--dist-timeout", "20", "-pi", "tcp"]
+    for ranks, what, want in (([(2, 0), (3, 1)], "a rank started with another -pn", "-pn"),
+                              ([(3, 0), (3, 1), (3, 1)], "two processes with one -pr", "-pr")):
+        port, t0 = free_port(), time.time()
+        procs = [subprocess.Popen([NOMPI] + one + ["-ps", f"127.0.0.1:{port}", "-pn", str(n), "-pr", str(r)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n, r in ranks]
+        errs = [pr.communicate(timeout=60)[1] for pr in procs]
+        took = time.time() - t0
+        named = procs[0].returncode == 1 and want in errs[0] and \
+            any(pr.returncode == 1 and want in e for pr, e in zip(procs[1:], errs[1:]))
+        report(named and took < 15, f"-pi tcp, {what}: rank 0 and that rank exit 1 naming {want} ({took:.1f} s)",
+               " | ".join(e[-200:] for e in errs))
 
     # bad flags: named, at once or within --dist-timeout
     one = base + ["-b", "6", "-x", "1", "-pn", "2", "--dist-timeout", "1"]
