@@ -8,8 +8,8 @@
  * with -pi tcp|fs every rank drives the GPU of its local rank, joins llmc/dist.c's process group
  * and an NCCL communicator whose unique id rank 0 broadcasts over that group (MPI or TCP).
  * -z 0: each rank keeps the whole AdamW state; the summed micro-step gradients are averaged
- * over the ranks (ncclAvg; each rank's are weighted 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
- * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
+ * over the ranks (ncclAvg; each rank's are weighted 1/accum by the loop, so the result is the
+ * gradient of the global batch's mean loss) on their own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
  * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
  * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
  * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
