@@ -4,12 +4,13 @@
  * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
  * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
  *
- * Data parallelism (built with NCCL, LLMC_HAVE_NCCL): under mpirun/srun (with MPI) or started
- * with -pi tcp|fs every rank drives the GPU of its local rank, joins llmc/dist.c's process group
+ * Data parallelism (built with NCCL, LLMC_HAVE_NCCL): under mpirun/srun (with MPI), or started
+ * with -pi tcp|fs, every rank drives the GPU of its local rank, joins llmc/dist.c's process group
  * and an NCCL communicator whose unique id rank 0 broadcasts over that group (MPI or TCP).
- * -z 0: each rank keeps the whole AdamW state; the summed micro-step gradients are averaged
- * over the ranks (ncclAvg; each rank's are weighted 1/accum by the loop, so the result is the
- * gradient of the global batch's mean loss) on their own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
+ * -z 0: each rank keeps the whole AdamW state; the
+ * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
+ * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
+ * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
  * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
  * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
  * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
@@ -26,7 +27,7 @@
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
  * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
  * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
- * With several ranks the loop's optimizer reduces the host gradients over MPI and (-z 1) shards m
+ * With several ranks the loop's optimizer reduces the host gradients over dist.c and (-z 1) shards m
  * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
  * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
@@ -460,7 +461,7 @@ int main(int argc, char **argv) {
     const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, given_offload, "GPU");
-    /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
+    /* the process group: mpirun/srun ranks (a build with MPI and NCCL), -pi tcp|fs ranks (NCCL), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
     Dist *dist = dist_init(&argc, &argv, &dist_flags, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
