@@ -107,10 +107,10 @@ features:
 	@echo "  $(if $(HAVE_LIBMVEC),✓,✗) libmvec  $(if $(HAVE_LIBMVEC),(vector tanhf for GELU),(scalar tanhf))"
 	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
 	@echo "  $(if $(HAVE_CJSON),✓,✗) cJSON    $(if $(HAVE_CJSON),(Hugging Face directories: -e DIR, --save-hf, ./hf_convert),(apt-get install libcjson-dev; needed for Hugging Face directories and ./hf_convert))"
-	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),(train_gpt_cpu runs data-parallel under mpirun/srun),(apt-get install openmpi-bin libopenmpi-dev; train_gpt_cpu runs one process))"
+	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),(train_gpt_cpu runs data-parallel under mpirun/srun),(apt-get install openmpi-bin libopenmpi-dev for mpirun/srun; without it train_gpt_cpu runs data-parallel with -pi tcp|fs))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt and ./generate_gpu not built))"
 	@echo "  $(if $(HAVE_CUDNN),✓,✗) cuDNN    $(if $(HAVE_CUDNN),(used by make train_gpt USE_CUDNN=1),)"
-	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found (with MPI: ./train_gpt trains data-parallel),(./train_gpt runs one process))"
+	@echo "  $(if $(HAVE_NCCL),✓,✗) NCCL     $(if $(HAVE_NCCL),found (./train_gpt trains data-parallel: -pi tcp|fs, with MPI also under mpirun/srun),(./train_gpt runs one process))"
 
 # The git commit the binaries are built from (llmc_version(), logged in log.jsonl); only
 # rundir.o is rebuilt when it changes. "unknown" outside a git checkout.

@@ -201,7 +201,8 @@ int main(int argc, char **argv) {
     }
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
-    Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, 1);
+    const DistFlags dist_flags = train_config_dist_flags(&tc);
+    Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
     tc.num_processes = dist->size;
     tc.process_rank = dist->rank;
     if (tc.gpu_log_every > 0)

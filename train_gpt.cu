@@ -4,9 +4,10 @@
  * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
  * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
  *
- * Data parallelism (built with MPI and NCCL, LLMC_HAVE_NCCL): under mpirun/srun every rank drives
- * the GPU of its local rank, joins llmc/dist.c's process group and an NCCL communicator whose
- * unique id rank 0 broadcasts over MPI (-pi mpi). -z 0: each rank keeps the whole AdamW state; the
+ * Data parallelism (built with NCCL, LLMC_HAVE_NCCL): under mpirun/srun (with MPI), or started
+ * with -pi tcp|fs, every rank drives the GPU of its local rank, joins llmc/dist.c's process group
+ * and an NCCL communicator whose unique id rank 0 broadcasts over that group (MPI or TCP).
+ * -z 0: each rank keeps the whole AdamW state; the
  * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
  * 1/accum by the loop, so the result is the gradient of the global batch's mean loss) on their
  * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
@@ -18,7 +19,7 @@
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
- * rank count); checkpoints gather m and v over MPI.
+ * rank count); checkpoints gather m and v over the process group.
  * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
  * adamw_update_compact). --offload optimizer (fp32 or bf16, -z 0 or 1): the device keeps no m, v
  * or master weights; the step's gradients are copied to pinned host memory, the
@@ -26,7 +27,7 @@
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
  * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
  * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
- * With several ranks the loop's optimizer reduces the host gradients over MPI and (-z 1) shards m
+ * With several ranks the loop's optimizer reduces the host gradients over dist.c and (-z 1) shards m
  * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
  * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
@@ -82,12 +83,11 @@ static void nccl_check(ncclResult_t r, const char *what) {
         llmc_die("NCCL %s on rank %d: %s", what, dist_world()->rank, ncclGetErrorString(r));
 }
 
-/* The communicator of the process group: rank 0's unique id reaches the others over MPI. */
-static void nccl_start(CudaTrainer *tr, const char *method) {
+/* The communicator of the process group: rank 0's unique id reaches the others through the
+ * group's own broadcast (MPI with -pi mpi; TCP with -pi tcp | fs, llmc/dist_tcp.c). */
+static void nccl_start(CudaTrainer *tr) {
     Dist *d = tr->dist;
     if (d->size == 1) return;
-    if (strcmp(method, "mpi") != 0)
-        llmc_die("-pi %s: only -pi mpi (the NCCL unique id broadcast over MPI) is built in train_gpt", method);
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     if (d->rank == 0) nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
@@ -461,8 +461,9 @@ int main(int argc, char **argv) {
     const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, given_offload, "GPU");
-    /* the process group: mpirun/srun ranks (a build with MPI and NCCL), or one process */
-    Dist *dist = dist_init(&argc, &argv, tc.num_processes, tc.process_rank, LLMC_HAVE_NCCL);
+    /* the process group: mpirun/srun ranks (a build with MPI and NCCL), -pi tcp|fs ranks (NCCL), or one process */
+    const DistFlags dist_flags = train_config_dist_flags(&tc);
+    Dist *dist = dist_init(&argc, &argv, &dist_flags, LLMC_HAVE_NCCL);
     tc.num_processes = dist->size;
     tc.process_rank = dist->rank;
     check_flags(&tc, &precision); /* again: the launcher may have given the process count */
@@ -482,7 +483,7 @@ int main(int argc, char **argv) {
         device_free = free_b + tr.ctx.lt_workspace_bytes; /* the plan counts that workspace */
     }
 #if LLMC_HAVE_NCCL
-    nccl_start(&tr, tc.nccl_init);
+    nccl_start(&tr);
 #endif
     tr.ctx.lt_algos = tc.matmul_algos;
     tr.ctx.lt_log = stdout;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { MAX_GEN_TOKENS = 1 << 20 };
@@ -82,12 +83,12 @@ static const Flag flags[] = {
     {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
     {NULL, "--max-batch", F_SWITCH, FIELD(max_batch), "with --plan --memory-budget: print the largest -b that fits and exit"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
-    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given)"},
-    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it)"},
+    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given; -pi tcp|fs: every process gets it)"},
+    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it; -pi tcp|fs: 0 .. -pn - 1, one each)"},
     {"-pg", "--gpus-per-node", F_INT, FIELD(gpus_per_node), "GPUs per node"},
-    {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "NCCL init: mpi | tcp | fs"},
-    {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp init: server IP"},
-    {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs init: shared directory"},
+    {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "process group (and NCCL id): mpi (mpirun/srun) | tcp (-ps) | fs (-pf); tcp and fs need no MPI"},
+    {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp: HOST[:PORT] where rank 0 listens (port 12345 when not given)"},
+    {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs: a directory every rank sees; rank 0 publishes its address there"},
     {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead)"},
 };
 #undef FIELD
@@ -456,6 +457,22 @@ static void validate(const TrainConfig *c) {
     if (!(c->dist_timeout > 0.0f)) llmc_die("flag --dist-timeout must be a number of seconds > 0, got %g", (double)c->dist_timeout);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
+    if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])
+        llmc_die("flag -pi tcp needs -ps (--server-ip) HOST[:PORT]: the address rank 0 listens on and the other ranks connect to");
+    if (strcmp(c->nccl_init, "fs") == 0) {
+        struct stat st;
+        if (!c->fs_path[0])
+            llmc_die("flag -pi fs needs -pf (--fs-path) DIR: a directory every rank sees, where rank 0 publishes its address");
+        int e = stat(c->fs_path, &st) != 0 ? errno : 0;
+        if (e || !S_ISDIR(st.st_mode))
+            llmc_die("flag -pf (--fs-path): '%s' is not a directory (%s); create it on a filesystem every rank sees", c->fs_path,
+                     e ? strerror(e) : "not a directory");
+    }
+}
+
+DistFlags train_config_dist_flags(const TrainConfig *c) {
+    DistFlags f = {c->num_processes, c->process_rank, c->nccl_init, c->server_ip, c->fs_path, c->dist_timeout};
+    return f;
 }
 
 static int is_integer(const char *s) {

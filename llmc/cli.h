@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "dist.h"
 #include "logger.h"
 
 #ifdef __cplusplus
@@ -77,6 +78,8 @@ void train_config_defaults(TrainConfig *cfg);
 void train_config_parse(TrainConfig *cfg, int argc, char **argv, const char *program);
 /* The startup print: the flags that differ from the defaults first, then the others on a few
  * lines; gpu 0 leaves out the GPU-only flags, one process leaves out the multi-process ones. */
+/* The process-group flags (-pn -pr -pi -ps -pf --dist-timeout) for dist_init. */
+DistFlags train_config_dist_flags(const TrainConfig *cfg);
 void train_config_print(const TrainConfig *cfg, int gpu, FILE *out);
 void train_config_help(const TrainConfig *defaults, const char *program, FILE *out);
 

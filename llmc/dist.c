@@ -1,4 +1,5 @@
 #include "dist.h"
+#include "dist_ops.h"
 #include "check.h"
 #include "rundir.h"
 
@@ -33,32 +34,68 @@ static int launcher_size(const char **var) {
     return 0;
 }
 
-#if LLMC_HAVE_MPI
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
 }
-#endif
 
 int dist_have_mpi(void) { return LLMC_HAVE_MPI ? 1 : 0; }
 
-static Dist world = {0, 1, 0, 0, "one process", 0.0, 0, DIST_DEFAULT_TIMEOUT_S, 0};
+size_t dist_type_size(DistType t) { return t == DIST_F32 ? 4 : 8; }
+
+static Dist world = {.size = 1, .launcher = "one process", .timeout_s = DIST_DEFAULT_TIMEOUT_S};
 Dist *dist_world(void) { return &world; }
 
-Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_parallel) {
+#if LLMC_HAVE_MPI
+static const DistOps mpi_ops;
+#endif
+
+/* -pi tcp | fs: the size and rank from -pn / -pr, or from the launcher that started the
+ * processes (srun, mpirun) when it announces them; then dist_tcp.c connects them. */
+static void join_tcp(Dist *d, const DistFlags *f, int env_size, const char *var) {
+    int size = f->pn, rank = f->pr;
+    if (env_size > 1) {
+        const char *rv = getenv("OMPI_COMM_WORLD_RANK") ? "OMPI_COMM_WORLD_RANK" : getenv("SLURM_PROCID") ? "SLURM_PROCID" : NULL;
+        if (!rv)
+            llmc_die("-pi %s: this process was started as one of %d (%s=%s) but the launcher gives no rank "
+                     "(OMPI_COMM_WORLD_RANK or SLURM_PROCID): give each process -pn %d -pr RANK", f->init, env_size, var,
+                     getenv(var), env_size);
+        if (f->pn > 1 && f->pn != env_size)
+            llmc_die("-pn %d does not match the %d processes the launcher started (%s=%s)", f->pn, env_size, var, getenv(var));
+        int launcher_rank = atoi(getenv(rv));
+        if (f->pr != 0 && f->pr != launcher_rank)
+            llmc_die("-pr %d does not match this process's rank %d from the launcher (%s); drop -pr", f->pr, launcher_rank, rv);
+        size = env_size, rank = launcher_rank;
+    }
+    if (rank < 0 || rank >= size) llmc_die("-pr %d: a rank is 0 .. %d with -pn %d", rank, size - 1, size);
+    dist_tcp_join(d, f, size, rank);
+}
+
+/* The other ranks keep stderr (their errors) and lose stdout. */
+static Dist *one_voice(Dist *d) {
+    if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) llmc_die("rank %d: cannot silence stdout", d->rank);
+    return d;
+}
+
+Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
     Dist *d = &world;
     memset(d, 0, sizeof *d);
     d->size = 1;
-    d->timeout_s = DIST_DEFAULT_TIMEOUT_S;
+    d->timeout_s = f->timeout_s > 0 ? f->timeout_s : DIST_DEFAULT_TIMEOUT_S;
     snprintf(d->launcher, sizeof d->launcher, "one process");
     const char *var;
     int env_size = launcher_size(&var);
-    if (!can_parallel || (env_size <= 1 && flag_pn <= 1)) {
+    if (!can_parallel || (env_size <= 1 && f->pn <= 1)) {
         if (!can_parallel) rundir_refuse_launcher();
         (void)argc, (void)argv;
         return d;
     }
+    if (strcmp(f->init, "mpi") != 0) {
+        join_tcp(d, f, env_size, var);
+        return one_voice(d);
+    }
+    const int flag_pn = f->pn, flag_pr = f->pr;
 #if LLMC_HAVE_MPI
     /* the launchers this build joins set a rank beside the size: OpenMPI's mpirun, Slurm's srun */
     int joinable = (getenv("OMPI_COMM_WORLD_SIZE") && getenv("OMPI_COMM_WORLD_RANK")) ||
@@ -74,8 +111,9 @@ Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_paral
     }
     if (env_size <= 1)
         llmc_die("-pn %d asks for %d processes, but this one was started alone: start them with a launcher, e.g. "
-                 "'mpirun -np %d %s ...' (one node), 'mpirun -np %d --hostfile hosts ...' or 'srun -n %d ...' "
-                 "(scripts/run_dist.sh)", flag_pn, flag_pn, flag_pn, (*argv)[0], flag_pn, flag_pn);
+                 "'mpirun -np %d %s ...' (one node), 'mpirun -np %d --hostfile hosts ...' or 'srun -n %d ...', or "
+                 "without MPI each with -pr RANK and -pi tcp -ps HOST or -pi fs -pf DIR (scripts/run_dist.sh)",
+                 flag_pn, flag_pn, flag_pn, (*argv)[0], flag_pn, flag_pn);
     int provided;
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         llmc_die("MPI_Init failed (%s=%d)", var, env_size);
@@ -94,26 +132,26 @@ Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_paral
                  d->launcher, flag_pn);
     if (flag_pr != 0)
         llmc_die("-pr %d: under %s each process takes its rank from the launcher; drop -pr", flag_pr, d->launcher);
-    /* one voice: the other ranks keep stderr (their errors) and lose stdout */
-    if (d->rank != 0 && !freopen("/dev/null", "w", stdout)) llmc_die("rank %d: cannot silence stdout", d->rank);
-    return d;
+    d->ops = &mpi_ops;
+    return one_voice(d);
 #else
     (void)argc, (void)flag_pr;
     int want = env_size > 1 ? env_size : flag_pn;
     char who[96];
     if (env_size > 1) snprintf(who, sizeof who, "the launcher (%s=%d)", var, env_size);
     else snprintf(who, sizeof who, "-pn %d", flag_pn);
-    llmc_die("%s asks for %d processes, but this %s was built without MPI and runs one process (data parallelism "
-             "needs MPI). Install OpenMPI (apt-get install openmpi-bin libopenmpi-dev), rebuild (make clean && make), "
-             "then start it with 'mpirun -np %d %s ...'", who, want, (*argv)[0], want, (*argv)[0]);
+    llmc_die("%s asks for %d processes with -pi mpi, but this %s was built without MPI. Either start the %d "
+             "processes yourself with -pn %d -pr RANK and -pi tcp -ps HOST[:PORT] or -pi fs -pf DIR (no MPI needed; "
+             "scripts/run_dist.sh local %d --pi fs ...), or install OpenMPI (apt-get install openmpi-bin "
+             "libopenmpi-dev), rebuild (make clean && make) and start it with 'mpirun -np %d %s ...'",
+             who, want, (*argv)[0], want, want, want, want, (*argv)[0]);
 #endif
     return d;
 }
 
 void dist_finalize(Dist *d) {
-#if LLMC_HAVE_MPI
-    if (d->mpi) MPI_Finalize();
-#endif
+    if (d->ops && d->ops->finalize) d->ops->finalize(d);
+    d->ops = NULL;
     d->mpi = 0;
 }
 
@@ -124,10 +162,9 @@ void dist_shard(size_t n, int P, int r, size_t *lo, size_t *hi) {
     *hi = b < n ? b : n;
 }
 
-#if LLMC_HAVE_MPI
 enum { CHUNK = 1 << 28 };
 static int count_of(size_t n) {
-    if (n > (size_t)CHUNK * 4) llmc_die("dist: a shard of %zu elements exceeds what one MPI call takes", n);
+    if (n > (size_t)CHUNK * 4) llmc_die("dist: a shard of %zu elements exceeds what one collective call takes", n);
     return (int)n;
 }
 static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
@@ -140,6 +177,8 @@ static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
 }
 #define COMM_BEGIN double t0_ = now_ms()
 #define COMM_END(bytes) (d->comm_ms += now_ms() - t0_, d->comm_bytes += (long long)(bytes))
+
+#if LLMC_HAVE_MPI
 
 /* ---- the collective watchdog ----
  * Every collective is started nonblocking and waited for by dist_wait, which polls it against
@@ -244,9 +283,48 @@ static void dist_wait(Dist *d, MPI_Request *req, const char *what) {
     }
     name_the_missing(d, req, what);
 }
-#define BEGIN_COLLECTIVE MPI_Request req_; d->collectives++
-#define WAIT_COLLECTIVE(what) dist_wait(d, &req_, what)
+#define START(call) MPI_Request req_; call; dist_wait(d, &req_, what)
+
+static MPI_Datatype mpi_type(DistType t) { return t == DIST_F32 ? MPI_FLOAT : t == DIST_F64 ? MPI_DOUBLE : MPI_UINT64_T; }
+
+static void mpi_reduce_scatter_f32(Dist *d, const float *send, float *recv, const int *counts, const char *what) {
+    START(MPI_Ireduce_scatter(send ? (const void *)send : MPI_IN_PLACE, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_));
+}
+static void mpi_allgatherv(Dist *d, void *buf, const int *counts, const int *displs, DistType t, const char *what) {
+    START(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, mpi_type(t), MPI_COMM_WORLD, &req_));
+}
+static void mpi_allgatherv_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req) {
+    (void)d;
+    _Static_assert(sizeof(MPI_Request) <= sizeof req->handle, "DistRequest holds an MPI_Request");
+    MPI_Request r;
+    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &r);
+    memcpy(req->handle, &r, sizeof r);
+    req->active = 1;
+}
+static void mpi_wait(Dist *d, DistRequest *req, const char *what) {
+    MPI_Request r;
+    memcpy(&r, req->handle, sizeof r);
+    dist_wait(d, &r, what);
+}
+static void mpi_gatherv_f32(Dist *d, const float *shard, float *full, const int *counts, const int *displs, const char *what) {
+    START(MPI_Igatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, displs, MPI_FLOAT, 0, MPI_COMM_WORLD, &req_));
+}
+static void mpi_bcast(Dist *d, void *buf, size_t bytes, const char *what) {
+    for (size_t i = 0; i < bytes; i += CHUNK) {
+        int k = (int)(bytes - i < CHUNK ? bytes - i : CHUNK);
+        if (i) d->collectives++;
+        START(MPI_Ibcast((char *)buf + i, k, MPI_BYTE, 0, MPI_COMM_WORLD, &req_));
+    }
+}
+static void mpi_barrier(Dist *d, const char *what) { START(MPI_Ibarrier(MPI_COMM_WORLD, &req_)); }
+static void mpi_finalize(Dist *d) {
+    if (d->mpi) MPI_Finalize();
+}
+static const DistOps mpi_ops = {"MPI", mpi_reduce_scatter_f32, mpi_allgatherv, mpi_allgatherv_begin, mpi_wait,
+                                mpi_gatherv_f32, mpi_bcast, mpi_barrier, mpi_finalize};
 #endif
+
+/* ---- the collectives: what every transport shares ---- */
 
 /* MPI_Allreduce may round differently on different ranks (the standard only advises against it);
  * a reduce-scatter (each element summed once, by its owner) then an all-gather gives every rank
@@ -262,15 +340,23 @@ void dist_allreduce_f32(Dist *d, float *buf, size_t n) {
     dist_allgather_f32(d, buf, n);
 }
 
+/* Every rank's n values (8 bytes each) in rank order into all[P * n] (this rank's are at
+ * all[rank * n] already). */
+static void allgather_values(Dist *d, void *all, int n, DistType t, const char *what) {
+    int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "counts");
+    for (int r = 0; r < d->size; r++) counts[r] = n, counts[d->size + r] = r * n;
+    d->collectives++;
+    d->ops->allgatherv(d, all, counts, counts + d->size, t, what);
+    free(counts);
+}
+
 /* every rank's values gathered, then summed in rank order: the same bits everywhere */
 void dist_allreduce_f64(Dist *d, double *buf, int n) {
-#if LLMC_HAVE_MPI
     if (d->size == 1) return;
     double *all = (double *)mallocCheck((size_t)n * (size_t)d->size * sizeof(double), "allreduce");
+    memcpy(all + (size_t)d->rank * n, buf, (size_t)n * sizeof(double));
     COMM_BEGIN;
-    BEGIN_COLLECTIVE;
-    MPI_Iallgather(buf, n, MPI_DOUBLE, all, n, MPI_DOUBLE, MPI_COMM_WORLD, &req_);
-    WAIT_COLLECTIVE("all-reduce (fp64)");
+    allgather_values(d, all, n, DIST_F64, "all-reduce (fp64)");
     COMM_END((size_t)n * sizeof(double));
     for (int i = 0; i < n; i++) {
         double s = 0.0;
@@ -278,104 +364,68 @@ void dist_allreduce_f64(Dist *d, double *buf, int n) {
         buf[i] = s;
     }
     free(all);
-#else
-    (void)d, (void)buf, (void)n;
-#endif
 }
 
 void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n) {
     size_t lo, hi;
     dist_shard(n, d->size, d->rank, &lo, &hi);
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
-        shard_counts(d, n, counts, counts + d->size);
-        COMM_BEGIN;
-        BEGIN_COLLECTIVE;
-        MPI_Ireduce_scatter(full, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("reduce-scatter");
-        COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
-        free(counts);
+    if (d->size == 1) {
+        memcpy(shard, full + lo, (hi - lo) * sizeof(float));
         return;
     }
-#endif
-    memcpy(shard, full + lo, (hi - lo) * sizeof(float));
+    int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
+    shard_counts(d, n, counts, counts + d->size);
+    COMM_BEGIN;
+    d->collectives++;
+    d->ops->reduce_scatter_f32(d, full, shard, counts, "reduce-scatter");
+    COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
+    free(counts);
 }
 
 void dist_allgather_f32(Dist *d, float *full, size_t n) {
-#if LLMC_HAVE_MPI
     if (d->size == 1) return;
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
     shard_counts(d, n, counts, counts + d->size);
     COMM_BEGIN;
-    BEGIN_COLLECTIVE;
-    MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, full, counts, counts + d->size, MPI_FLOAT, MPI_COMM_WORLD, &req_);
-    WAIT_COLLECTIVE("all-gather");
+    d->collectives++;
+    d->ops->allgatherv(d, full, counts, counts + d->size, DIST_F32, "all-gather");
     COMM_END((size_t)counts[d->rank] * sizeof(float) * (size_t)(d->size - 1));
     free(counts);
-#else
-    (void)d, (void)full, (void)n;
-#endif
 }
 
 void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n) {
     size_t lo, hi;
     dist_shard(n, d->size, d->rank, &lo, &hi);
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
-        shard_counts(d, n, counts, counts + d->size);
-        COMM_BEGIN;
-        BEGIN_COLLECTIVE;
-        MPI_Igatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->size, MPI_FLOAT, 0, MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("gather");
-        COMM_END((hi - lo) * sizeof(float));
-        free(counts);
+    if (d->size == 1) {
+        if (full + lo != shard) memmove(full + lo, shard, (hi - lo) * sizeof(float));
         return;
     }
-#endif
-    if (full + lo != shard) memmove(full + lo, shard, (hi - lo) * sizeof(float));
+    int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
+    shard_counts(d, n, counts, counts + d->size);
+    COMM_BEGIN;
+    d->collectives++;
+    d->ops->gatherv_f32(d, shard, full, counts, counts + d->size, "gather");
+    COMM_END((hi - lo) * sizeof(float));
+    free(counts);
 }
 
 void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
-#if LLMC_HAVE_MPI
     if (d->size == 1) return;
     COMM_BEGIN;
-    for (size_t i = 0; i < bytes; i += CHUNK) {
-        int k = (int)(bytes - i < CHUNK ? bytes - i : CHUNK);
-        BEGIN_COLLECTIVE;
-        MPI_Ibcast((char *)buf + i, k, MPI_BYTE, 0, MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("broadcast");
-    }
+    d->collectives++;
+    d->ops->bcast(d, buf, bytes, "broadcast");
     COMM_END(bytes);
-#else
-    (void)d, (void)buf, (void)bytes;
-#endif
 }
 
 void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        BEGIN_COLLECTIVE;
-        MPI_Iallgather(&v, 1, MPI_UINT64_T, out, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("all-gather (u64)");
-        return;
-    }
-#endif
-    (void)d;
-    out[0] = v;
+    out[d->rank] = v;
+    if (d->size > 1) allgather_values(d, out, 1, DIST_U64, "all-gather (u64)");
 }
 
 void dist_barrier(Dist *d) {
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        BEGIN_COLLECTIVE;
-        MPI_Ibarrier(MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("barrier");
-    }
-#else
-    (void)d;
-#endif
+    if (d->size == 1) return;
+    d->collectives++;
+    d->ops->barrier(d, "barrier");
 }
 
 void bucket_add(Bucket *b, size_t off, size_t len) {
@@ -425,48 +475,30 @@ void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, flo
 }
 
 void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts) {
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        size_t total = 0;
-        for (int r = 0; r < d->size; r++) total += (size_t)counts[r];
-        COMM_BEGIN;
-        BEGIN_COLLECTIVE;
-        MPI_Ireduce_scatter(MPI_IN_PLACE, buf, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_);
-        WAIT_COLLECTIVE("reduce-scatter (bucket)");
-        COMM_END((total - (size_t)counts[d->rank]) * sizeof(float));
-        return;
-    }
-#endif
-    (void)d, (void)buf, (void)counts;
+    if (d->size == 1) return;
+    size_t total = 0;
+    for (int r = 0; r < d->size; r++) total += (size_t)counts[r];
+    COMM_BEGIN;
+    d->collectives++;
+    d->ops->reduce_scatter_f32(d, NULL, buf, counts, "reduce-scatter (bucket)");
+    COMM_END((total - (size_t)counts[d->rank]) * sizeof(float));
 }
 
 void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req) {
     req->active = 0;
-#if LLMC_HAVE_MPI
-    if (d->size > 1) {
-        _Static_assert(sizeof(MPI_Request) <= sizeof req->handle, "DistRequest holds an MPI_Request");
-        MPI_Request r;
-        d->collectives++;
-        MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts, displs, MPI_FLOAT, MPI_COMM_WORLD, &r);
-        memcpy(req->handle, &r, sizeof r);
-        req->active = 1;
-        d->comm_bytes += (long long)counts[d->rank] * (long long)sizeof(float) * (d->size - 1);
-    }
-#endif
-    (void)d, (void)buf, (void)counts, (void)displs;
+    if (d->size == 1) return;
+    COMM_BEGIN; /* (a transport that completes it here: its time counts here) */
+    d->collectives++;
+    d->ops->allgatherv_begin(d, buf, counts, displs, req);
+    COMM_END((long long)counts[d->rank] * (long long)sizeof(float) * (d->size - 1));
 }
 
 void dist_wait_request(Dist *d, DistRequest *req, const char *what) {
-#if LLMC_HAVE_MPI
     if (req->active) {
-        MPI_Request r;
-        memcpy(&r, req->handle, sizeof r);
-        double t0 = now_ms();
-        dist_wait(d, &r, what);
-        d->comm_ms += now_ms() - t0;
+        COMM_BEGIN;
+        d->ops->wait(d, req, what);
+        COMM_END(0);
     }
-#endif
-    (void)d, (void)what;
     req->active = 0;
 }
 

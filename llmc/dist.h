@@ -1,18 +1,35 @@
 /*
  * dist.h - the process group of a data-parallel run, shared by both trainers.
  *
- * Started by mpirun (OpenMPI: OMPI_COMM_WORLD_*), by Slurm's srun (SLURM_PROCID / SLURM_NTASKS /
- * SLURM_LOCALID; MPI_Init picks the job up through PMI/PMIx), or as one process. llm.c's -pn/-pr
- * must agree with the launcher when given. Only a build with MPI (LLMC_HAVE_MPI, the Makefile
- * sets it for train_gpt_cpu when mpicc exists) runs more than one process; any other build asked
- * for more (flags or launcher) stops and says how to build with MPI.
+ * Two ways in, chosen by -pi (llm.c's flag):
+ *  -pi mpi (default): started by mpirun (OpenMPI: OMPI_COMM_WORLD_*) or by Slurm's srun
+ *    (SLURM_PROCID / SLURM_NTASKS / SLURM_LOCALID; MPI_Init picks the job up through PMI/PMIx).
+ *    llm.c's -pn/-pr must agree with the launcher when given. Needs a build with MPI
+ *    (LLMC_HAVE_MPI: the Makefile sets it for train_gpt_cpu when mpicc exists).
+ *  -pi tcp -ps HOST[:PORT] / -pi fs -pf DIR: started by anything (a shell loop,
+ *    scripts/run_dist.sh --pi, srun without MPI) with -pn P -pr R each (under srun or mpirun the
+ *    launcher's rank and size, -pn/-pr must then agree); the collectives run over TCP sockets
+ *    (llmc/dist_tcp.c), so every build can do it, with or without MPI. tcp: rank 0 listens on
+ *    HOST:PORT (default port 12345, llm.c's), the others connect. fs: rank 0 listens on a port
+ *    the OS picks and publishes its address in DIR (a filesystem every rank sees) in the file
+ *    llmc-rendezvous-<run id> (run id: $LLMC_RUN_ID, else $SLURM_JOB_ID.$SLURM_STEP_ID, else
+ *    "default"); it removes any old one before listening and its own once every rank has
+ *    connected, and a rank that read a stale one (its rank 0 is gone, or it is another run's:
+ *    the file's random token does not match) reads it again until the deadline. Runs that share
+ *    DIR at the same time need distinct run ids.
+ * Any other build or -pi asked for more than one process stops and says how to get one.
  *
  * Every collective is over host memory and counts its bytes and time into comm_bytes / comm_ms
- * (the loop logs them per step). A rank that dies makes the collectives of the others fail;
- * OpenMPI's mpirun then ends the job (MPI_ERRORS_ARE_FATAL). A rank that hangs (or dies unseen)
- * is caught by the collective watchdog: every collective is started nonblocking and polled
- * against the deadline timeout_s (--dist-timeout); past it the waiting rank asks the others
- * which collective they are in and dies naming the ranks that did not answer.
+ * (the loop logs them per step). Deadlines, --dist-timeout (timeout_s):
+ *  MPI: a rank that dies makes the collectives of the others fail; OpenMPI's mpirun then ends
+ *    the job (MPI_ERRORS_ARE_FATAL). A rank that hangs (or dies unseen) is caught by the
+ *    collective watchdog: every collective is started nonblocking and polled against the
+ *    deadline; past it the waiting rank asks the others which collective they are in and dies
+ *    naming the ranks that did not answer.
+ *  TCP: every connect, send and receive is polled; a peer whose connection closes (it died or
+ *    stopped) is named at once, one that moves no byte for timeout_s is named as hung. Rank 0
+ *    (every other rank talks to it) tells the others which rank failed before it exits, so
+ *    every rank exits 1 naming it.
  *
  * Shards (ZeRO): N elements over P ranks, rank r owns [r*S, min((r+1)*S, N)) with
  * S = ceil(N / P); ranks past the end own nothing. Any N on any P (no padding stored, the
@@ -30,26 +47,39 @@
 extern "C" {
 #endif
 
+struct DistOps;
 typedef struct {
     int rank, size, local_rank;
     int mpi;                 /* 1: MPI was initialised (finalised by dist_finalize) */
-    char launcher[64];       /* "mpirun", "srun", "one process" */
+    char launcher[64];       /* "mpirun", "srun", "-pi tcp", "-pi fs", "one process" */
     double comm_ms;          /* time spent in collectives since dist_take_comm */
     long long comm_bytes;    /* bytes this rank sent into collectives since dist_take_comm */
     double timeout_s;        /* the collective watchdog's deadline (--dist-timeout) */
     unsigned long long collectives; /* collectives started so far (the watchdog names them by number) */
+    const struct DistOps *ops;      /* the transport (size > 1): MPI or TCP (llmc/dist_ops.h) */
+    void *transport;                /* its state */
 } Dist;
 
 #define DIST_DEFAULT_TIMEOUT_S 300.0
 
-/* The process group of this run. flag_pn / flag_pr: llm.c's -pn / -pr (1 / 0 when not given).
- * can_parallel: 0 for a trainer that cannot train data-parallel yet (it refuses launchers with
- * P > 1 like rundir_refuse_launcher). Dies with a clear message on any mismatch. */
-Dist *dist_init(int *argc, char ***argv, int flag_pn, int flag_pr, int can_parallel);
+/* llm.c's process-group flags as given (cli.c's train_config_dist_flags). */
+typedef struct {
+    int pn, pr;             /* -pn / -pr (1 / 0 when not given) */
+    const char *init;       /* -pi: "mpi", "tcp" or "fs" */
+    const char *server;     /* -ps HOST[:PORT] (tcp) */
+    const char *fs_path;    /* -pf DIR (fs) */
+    double timeout_s;       /* --dist-timeout: also bounds connecting (tcp, fs) */
+} DistFlags;
+
+/* The process group of this run. can_parallel: 0 for a trainer that cannot train data-parallel
+ * yet (it refuses launchers with P > 1 like rundir_refuse_launcher). Dies with a clear message
+ * on any mismatch. */
+Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel);
 /* This process's group: dist_init's, or one process when dist_init was never called. */
 Dist *dist_world(void);
 void dist_finalize(Dist *d);
-/* 1 when this build can run several processes (compiled with MPI). */
+/* 1 when this build can run several processes under mpirun/srun with -pi mpi (compiled with
+ * MPI); -pi tcp and fs work in every build. */
 int dist_have_mpi(void);
 
 /* Shard of rank r: [*lo, *hi). */

@@ -39,15 +39,17 @@ $(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
 	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas.tmp; rc=$$?; \
 	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas.tmp >&2; mv $@.ptxas.tmp $@.ptxas; exit $$rc
 
-# Data parallelism needs MPI (llmc/dist.c's MPI build, dist_mpi.o, ahead of the archive's
-# single-process dist.o) and NCCL; without either ./train_gpt runs one process.
-TRAIN_GPT_DP := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),1,)
+# Data parallelism needs NCCL; with MPI (llmc/dist.c's MPI build, dist_mpi.o, ahead of the
+# archive's dist.o) the ranks come from mpirun/srun (-pi mpi), in every build from -pi tcp | fs.
+# Without NCCL ./train_gpt runs one process.
+TRAIN_GPT_DP := $(if $(HAVE_NCCL),1,)
+TRAIN_GPT_MPI := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),1,)
 ifeq ($(TRAIN_GPT_DP),1)
 $(BUILD)/cuda/train_gpt.o: NVCCFLAGS += -DLLMC_HAVE_NCCL=1
 endif
-$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(if $(TRAIN_GPT_DP),$(BUILD)/llmc/dist_mpi.o) $(CUDA_LIBS)
+$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(if $(TRAIN_GPT_MPI),$(BUILD)/llmc/dist_mpi.o) $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) $(if $(TRAIN_GPT_DP),$(shell mpicc --showme:link) -lnccl) -o $@
+	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) $(if $(TRAIN_GPT_MPI),$(shell mpicc --showme:link)) $(if $(TRAIN_GPT_DP),-lnccl) -o $@
 
 $(BIN_DIR)/generate_gpu: $(BUILD)/cuda/generate.o $(CUDA_LIBS)
 	@mkdir -p $(dir $@)

@@ -2,7 +2,8 @@
 # make bench-dist (a benchmark, not a test): data-parallel ./train_gpt_cpu on this machine,
 # 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads, same model, data and -d. Prints the
 # mean step time of each (first step excluded), their ratio, and the 2-rank run's per-step
-# communication time and bytes (comm_ms / comm_bytes in its log.jsonl). Then the predicted 8-GPU
+# communication time and bytes (comm_ms / comm_bytes in its log.jsonl); then the same 2 ranks
+# started without mpirun over TCP (-pi fs, llmc/dist_tcp.c: a star through rank 0). Then the predicted 8-GPU
 # step of ./train_gpt for GPT-2 124M at 524,288 tokens per step: the bytes each GPU moves (ring
 # all-reduce of the bf16 gradients; -z 1 adds the all-gather of the bf16 parameters) at a stated
 # bus bandwidth, next to the measured single-GPU step when given.
@@ -32,12 +33,13 @@ d=$((2 * b * t))
 flags=(-i "$out/tokens.bin" -e "$model" -t "$t" -d "$d" -x "$steps" -v 0 -s 0 --overwrite 1)
 ./train_gpt_cpu "${flags[@]}" -b "$((2 * b))" --threads 2 -o "$out/one" >/dev/null
 mpirun --oversubscribe -np 2 --bind-to none ./train_gpt_cpu "${flags[@]}" -b "$b" --threads 1 -o "$out/two" >/dev/null
+TRAINER=./train_gpt_cpu scripts/run_dist.sh local 2 --pi fs "${flags[@]}" -b "$b" --threads 1 -o "$out/two_tcp" >/dev/null
 /usr/bin/python3 - "$out" "$model" "$d" <<'PY'
 import json, sys
 out, model, d = sys.argv[1], sys.argv[2], sys.argv[3]
 def steps(run):
     return [r for r in map(json.loads, open(f"{out}/{run}/log.jsonl")) if "train_loss" in r][1:]
-one, two = steps("one"), steps("two")
+one, two, tcp = steps("one"), steps("two"), steps("two_tcp")
 mean = lambda rs, k: sum(r[k] for r in rs) / len(rs)
 ms1, ms2 = mean(one, "step_ms"), mean(two, "step_ms")
 print(f"bench-dist: {model}, {d} tokens per step, {len(one)} timed steps each")
@@ -45,6 +47,8 @@ print(f"  1 rank x 2 threads: {ms1:8.1f} ms/step")
 print(f"  2 ranks x 1 thread: {ms2:8.1f} ms/step (communication {mean(two, 'comm_ms'):.1f} ms, "
       f"{mean(two, 'comm_bytes') / 1e6:.2f} MB sent per rank per step)")
 print(f"  ratio (2 ranks / 1 rank): {ms2 / ms1:.2f}")
+print(f"  2 ranks x 1 thread, -pi fs (TCP, no mpirun): {mean(tcp, 'step_ms'):8.1f} ms/step (communication "
+      f"{mean(tcp, 'comm_ms'):.1f} ms, {mean(tcp, 'comm_bytes') / 1e6:.2f} MB per rank per step)")
 PY
 /usr/bin/python3 - "${BENCH_BUSBW_GBS:-360}" "${BENCH_GPU_STEP_MS:-}" <<'PY'
 import sys

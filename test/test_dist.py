@@ -7,7 +7,10 @@ into the -z 2/3 gradient shard); per-rank bytes of every sharded class as printe
 (the log's mem_by_class), no full-size gradient buffer at -z 2/3; resume with another rank count
 (2->1, 1->2, 2->3 into -z 3, 4 -> 2 at -z 3; bit-exact 2->2); a rank killed with SIGKILL; a rank
 that hangs (the collective watchdog names it within --dist-timeout); ranks started with different
-flags; a build without MPI asked for 2 processes.
+flags; a build without MPI asked for 2 processes. Without mpirun (-pi tcp | fs, the build without
+MPI, scripts/run_dist.sh local N --pi): 2 ranks bit-identical to mpirun's at -z 0, 1, 2, 3 ranks
+at -z 3 equal within the tolerance; a rank killed or hung named by every other rank; different
+flags; a stale rendezvous file; bad -ps / -pf; ranks that disagree on -pn or share a -pr.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 
 Tolerances (float reordering only: the same math, sums taken in another order):
@@ -119,6 +122,129 @@ def train(tmp, name, np, args):
         print(p.stdout[-2000:])
         print(p.stderr[-2000:])
     return p, out
+
+
+def free_port():
+    """A TCP port nobody listens on now (the OS's pick)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(np, pi, args, trainer=NOMPI, env=None, timeout=300):
+    """scripts/run_dist.sh local NP --pi PI: NP processes started without mpirun."""
+    env = {**ENV, "TRAINER": trainer, "PORT": str(free_port()), **(env or {})}
+    return subprocess.run(["scripts/run_dist.sh", "local", str(np), "--pi", pi] + args, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def pi_tests(tmp, base, toks, final):
+    """-pi tcp | fs: 2 ranks equal mpirun's 2 ranks bit for bit (with 2 ranks every sum has one
+    order: r0 + r1 == r1 + r0), faults named on every rank, bad flags named."""
+    import re
+    for pi, z in (("fs", "0"), ("tcp", "1"), ("fs", "2")):
+        out, ref = os.path.join(tmp, f"pi_{pi}_z{z}"), os.path.join(tmp, f"p2_z{z}")
+        p = launch(2, pi, base + ["-b", "6", "-z", z, "-o", out])
+        ok = p.returncode == 0 and f"ranks started by -pi {pi}" in p.stdout and os.path.exists(os.path.join(ref, final))
+        same = ok and all(losses(out, k) == losses(ref, k) for k in ("train_loss", "val_loss", "grad_norm")) and \
+            open(os.path.join(out, final), "rb").read() == open(os.path.join(ref, final), "rb").read()
+        comm = ok and all(r.get("comm_bytes", 0) > 0 for r in read_log(out) if "train_loss" in r)
+        report(same and comm, f"2 ranks over -pi {pi} (a build without MPI, no mpirun), -z {z}: losses, grad norms and the "
+               "final model bit-identical to mpirun -np 2; comm bytes logged", f"exit {p.returncode}: {p.stderr[-500:]}")
+
+    # 3 ranks at -z 3: uneven shards and the nonblocking parameter gathers; rank 0 sums in rank
+    # order, MPI in its own: equal within the reordering tolerance
+    out, ref = os.path.join(tmp, "pi_fs_p3_z3"), os.path.join(tmp, "p3_z3")
+    p = launch(3, "fs", base + ["-b", "4", "-z", "3", "-o", out])
+    if p.returncode != 0 or not os.path.exists(os.path.join(ref, final)):
+        report(False, "3 ranks over -pi fs, -z 3: trains", f"exit {p.returncode}: {p.stderr[-500:]}")
+    else:
+        diffs = [loss_diff(losses(out, k), losses(ref, k)) for k in ("train_loss", "val_loss", "grad_norm")]
+        ld = float("inf") if None in diffs else max(diffs)
+        pd = param_diff(params(os.path.join(out, final)), params(os.path.join(ref, final)))
+        report(ld <= LOSS_RTOL and pd <= PARAM_ATOL, f"3 ranks over -pi fs, -z 3 (uneven shards): losses and grad norms (rel "
+               f"{LOSS_RTOL}; largest {ld:.1e}) and final parameters (abs {PARAM_ATOL}; largest {pd:.1e}) equal mpirun -np 3's",
+               f"{ld} {pd}")
+
+    # a rank killed (rank 2: not rank 0's first connection): rank 0 names it at once and tells
+    # rank 1, which names it too
+    out = os.path.join(tmp, "pi_killed")
+    problem, rc, text, took = kill_a_rank(["scripts/run_dist.sh", "local", "3", "--pi", "fs"] + base[:-2] +
+                                          ["-b", "4", "-x", "100000", "-o", out], 3, out, {**ENV, "TRAINER": NOMPI},
+                                          timeout=60, start_timeout=60, which=2)
+    # (the ranks' stderr lines may interleave: each message is matched on its own)
+    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 2 closed its connection", text)
+    named1 = re.search(r"rank 1: the [^:]+? over -pi tcp/fs failed: rank 2 closed its connection \(it died, or stopped on "
+                       r"an error of its own\) \(reported by rank 0\)", text)
+    report(problem is None and rc == 1 and named0 and named1,
+           f"-pi fs, 3 ranks, rank 2 killed with SIGKILL: ranks 0 and 1 exit 1 naming rank 2 ({took:.1f} s)",
+           problem or f"exit {rc}: {text[-600:]}")
+
+    # a rank that hangs (rank 2 sleeps 3 s before step 3's reduction): --dist-timeout 1.5 names it
+    # on ranks 0 and 1
+    t0 = time.time()
+    p = launch(3, "tcp", base[:-2] + ["-b", "4", "-x", "5", "--dist-timeout", "1.5", "-o", os.path.join(tmp, "pi_hung")],
+               env={"LLMC_TEST_HANG": "2:3:3"}, timeout=120)
+    took = time.time() - t0
+    named0 = re.search(r"rank 0: the [^:]+? over -pi tcp/fs failed: rank 2 moved no data within --dist-timeout", p.stderr)
+    named1 = re.search(r"rank 1: the [^:]+? over -pi tcp/fs failed: rank 2 moved no data within --dist-timeout \(hung, "
+                       r"stopped or dead\) \(reported by rank 0\)", p.stderr)
+    report(p.returncode == 1 and named0 and named1 and "step     2/5" in p.stdout,
+           f"-pi tcp, 3 ranks, rank 2 hangs: ranks 0 and 1 exit 1 naming it after --dist-timeout 1.5 ({took:.1f} s in all)",
+           f"exit {p.returncode}: {p.stderr[-600:]}")
+
+    # ranks started with different flags: the startup check works over TCP too
+    rv = tempfile.mkdtemp(dir=tmp)
+    args = base + ["-b", "6", "-x", "1", "-pi", "fs", "-pf", rv, "-pn", "2"]
+    p1 = subprocess.Popen([NOMPI] + args + ["-pr", "1", "-l", "2e-3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p0 = subprocess.run([NOMPI] + args + ["-pr", "0"], capture_output=True, text=True, timeout=120)
+    _, err1 = p1.communicate(timeout=120)
+    report(p0.returncode != 0 and p1.returncode != 0 and "rank 1 was started differently from rank 0" in err1 and "lr" in err1,
+           "-pi fs, ranks started with different flags: a startup error naming the rank and the flag", err1[-400:])
+
+    # a stale rendezvous file (an earlier run's, its rank 0 gone) does not mislead the next run:
+    # rank 1 starts first and reads it, fails to connect, reads again once rank 0 replaced it
+    with open(os.path.join(rv, "llmc-rendezvous-default"), "w") as f:
+        f.write(f"llmc-rendezvous 1\nhost 127.0.0.1\nport {free_port()}\ntoken 0123\nranks 2\n")
+    args = base + ["-b", "6", "-x", "1", "-pi", "fs", "-pf", rv, "-pn", "2"]
+    p1 = subprocess.Popen([NOMPI] + args + ["-pr", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    p0 = subprocess.run([NOMPI] + args + ["-pr", "0"], capture_output=True, text=True, timeout=120)
+    _, err1 = p1.communicate(timeout=120)
+    report(p0.returncode == 0 and p1.returncode == 0 and "step     1/1" in p0.stdout and not os.listdir(rv),
+           "-pi fs: a stale rendezvous file is read again until rank 0 replaces it; none is left after the start",
+           f"{p0.stderr[-300:]} {err1[-300:]} {os.listdir(rv)}")
+
+    # ranks that disagree on -pn, or two processes with one -pr: rank 0 and the newcomer stop naming it
+    one = base + ["-b", "6", "-x", "1", "--dist-timeout", "20", "-pi", "tcp"]
+    for ranks, what, want in (([(2, 0), (3, 1)], "a rank started with another -pn", "-pn"),
+                              ([(3, 0), (3, 1), (3, 1)], "two processes with one -pr", "-pr")):
+        port, t0 = free_port(), time.time()
+        procs = [subprocess.Popen([NOMPI] + one + ["-ps", f"127.0.0.1:{port}", "-pn", str(n), "-pr", str(r)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for n, r in ranks]
+        errs = [pr.communicate(timeout=60)[1] for pr in procs]
+        took = time.time() - t0
+        named = procs[0].returncode == 1 and want in errs[0] and \
+            any(pr.returncode == 1 and want in e for pr, e in zip(procs[1:], errs[1:]))
+        report(named and took < 15, f"-pi tcp, {what}: rank 0 and that rank exit 1 naming {want} ({took:.1f} s)",
+               " | ".join(e[-200:] for e in errs))
+
+    # bad flags: named, at once or within --dist-timeout
+    one = base + ["-b", "6", "-x", "1", "-pn", "2", "--dist-timeout", "1"]
+    dead = free_port()
+    for extra, want, what in ((["-pi", "tcp", "-pr", "1"], "-ps", "-pi tcp without -ps"),
+                              (["-pi", "tcp", "-ps", f"127.0.0.1:{dead}", "-pr", "1"], "could not reach rank 0 at -ps",
+                               "-pi tcp, nobody listening at -ps"),
+                              (["-pi", "tcp", "-ps", "127.0.0.1:99999", "-pr", "1"], "-ps", "-pi tcp, -ps with a bad port"),
+                              (["-pi", "fs", "-pf", os.path.join(tmp, "no_such_dir"), "-pr", "1"], "-pf", "-pi fs, -pf not a directory"),
+                              (["-pi", "fs", "-pf", rv, "-pr", "1"], "found no rank 0 through -pf", "-pi fs, no rank 0"),
+                              (["-pi", "fs", "-pf", rv, "-pr", "2"], "-pr", "-pi fs, -pr out of range")):
+        t0 = time.time()
+        p = subprocess.run([NOMPI] + one + extra, capture_output=True, text=True, timeout=60)
+        took = time.time() - t0
+        report(p.returncode == 1 and "error:" in p.stderr and want in p.stderr and took < 10,
+               f"{what}: exit 1 with an error naming it ({took:.1f} s)", f"exit {p.returncode}: {p.stderr[-300:]}")
 
 
 def main():
@@ -296,6 +422,9 @@ def main():
            p.stderr[-300:])
 
     # ./train_gpt under mpirun (through cudasim): test/cudasim/test_train_gpt_ranks.py
+
+    # --- without mpirun: -pi tcp | fs (llmc/dist_tcp.c), in the build without MPI ---------------
+    pi_tests(tmp, base, toks, final)
 
     # --- a build without MPI --------------------------------------------------------------------
     out = os.path.join(tmp, "nompi")

@@ -40,9 +40,10 @@ def first_diff(a, b):
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
-def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120):
+def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120, which=1):
     """Starts cmd (mpirun with np ranks, training into outdir), waits until its first step is
-    logged (outdir/log.jsonl), SIGKILLs one rank (mpirun's second child) and waits up to timeout
+    logged (outdir/log.jsonl), SIGKILLs one rank (the launcher's child number `which`, in the
+    order of their process ids: the second by default) and waits up to timeout
     seconds for the job to end. Returns (problem, returncode, output, seconds): problem is None
     when the job ended, else what went wrong (the job is then killed)."""
     import os
@@ -61,7 +62,7 @@ def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120):
         proc.kill()
         text, _ = proc.communicate()
         return f"the job did not start {np} ranks training (ranks {ranks}): {text[-300:]}", proc.returncode, text, 0.0
-    os.kill(int(ranks[1]), signal.SIGKILL)
+    os.kill(int(ranks[which]), signal.SIGKILL)
     t0 = time.time()
     try:
         text, _ = proc.communicate(timeout=timeout)

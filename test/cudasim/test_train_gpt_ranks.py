@@ -3,7 +3,8 @@
 test/cudasim/nccl.cpp), under mpirun --oversubscribe -np 2 on loopback with a tiny model.
 
 Covers: 2 ranks x B 2 against one process x B 2 with 2 accumulation steps in fp32 (-z 0: losses
-and the final weights); -z 1 against -z 0 on 2 ranks in bf16 with fp32 master weights: the same
+and the final weights); the same 2 ranks started without mpirun (-pi fs) bit-identical to mpirun's;
+-z 1 against -z 0 on 2 ranks in bf16 with fp32 master weights: the same
 bits (model and state file: the shards' updates, their stochastic rounding and the gathers lose
 nothing); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
 with SIGKILL (the other exits non-zero within 60 s); ranks started with different flags (a startup
@@ -138,6 +139,15 @@ def main():
     d = loss_diff({s: ref_loss[s] for s in (1, 2) if s in ref_loss}, two_loss)
     report(d is not None and d <= LOSS_RTOL, f"-z 0: 2 ranks x B 2 == one process with accumulation 2 (losses, rel diff {d})",
            f"{two_loss} vs {ref_loss}")
+
+    # the same 2 ranks started without mpirun, meeting through -pi fs (the NCCL unique id travels
+    # over llmc/dist_tcp.c): the same bits as under mpirun
+    fs = os.path.join(tmp, "two_fs")
+    p = test_dist.launch(2, "fs", base + ["-x", "2", "-n", "2", "-o", fs], trainer=SIM, timeout=600)
+    same = p.returncode == 0 and "ranks started by -pi fs" in p.stdout and two_loss and losses(fs) == two_loss and \
+        open(os.path.join(fs, "model_00000002.bin"), "rb").read() == open(os.path.join(two, "model_00000002.bin"), "rb").read()
+    report(same, "train_gpt (cudasim), 2 ranks over -pi fs (no mpirun): losses and model bit-identical to mpirun -np 2",
+           p.stdout[-300:] + p.stderr[-600:])
 
     bf16 = base[:base.index("--precision")] + ["--precision", "bf16", "--seed", "5", "-x", "2"]
     same = {}
