@@ -91,6 +91,11 @@ def loss_diff(a, b):
     return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
 
 
+def inf_if_none(d):
+    """a loss_diff for max(): steps that differ (None) count as infinitely far; an exact match stays 0"""
+    return float("inf") if d is None else d
+
+
 def param_diff(pa, pb):
     if len(pa) != len(pb):
         return float("inf")
@@ -285,7 +290,7 @@ def main():
             continue
         # the gradient norm too: AdamW hides a wrongly scaled gradient, the norm does not
         keys = (("train_loss", ref_loss), ("grad_norm", ref_norm)) + ((("val_loss", ref_val),) if same_val else ())
-        ld = max(loss_diff(losses(out, k), want) or float("inf") for k, want in keys)
+        ld = max(inf_if_none(loss_diff(losses(out, k), want)) for k, want in keys)
         report(ld <= LOSS_RTOL, f"{what}: {'train/val' if same_val else 'train'} losses and grad norms equal one process with -b 12 (rel {LOSS_RTOL}; "
                f"largest {ld:.1e})", f"largest relative difference {ld}")
         pd = param_diff(params(os.path.join(out, final)), ref_par)

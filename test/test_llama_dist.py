@@ -25,7 +25,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from testlib import failures, report, write_shard  # noqa: E402
-from test_dist import LOSS_RTOL, PARAM_ATOL, loss_diff, losses, mpirun, param_diff, params, shard_bytes  # noqa: E402
+from test_dist import LOSS_RTOL, PARAM_ATOL, inf_if_none, loss_diff, losses, mpirun, param_diff, params, shard_bytes  # noqa: E402
 
 MAXT, V, L, NH, NKV, C, F = 64, 1000, 2, 4, 2, 64, 256
 
@@ -92,7 +92,7 @@ def main():
             p, out = train(f"p2_z{z}", 2, ["-b", "4", "-z", str(z)])
             if not report(p.returncode == 0, f"{what}: trains", p.stderr[-500:]):
                 continue
-            ld = max(loss_diff(losses(out, k), w) or float("inf") for k, w in want.items())
+            ld = max(inf_if_none(loss_diff(losses(out, k), w)) for k, w in want.items())
             report(ld <= LOSS_RTOL, f"{what}: train/val losses and grad norms equal one process with -b 8 (rel {LOSS_RTOL}; "
                    f"largest {ld:.1e})", f"largest relative difference {ld}")
             pd = param_diff(params(os.path.join(out, final)), ref_par)
