@@ -87,7 +87,13 @@ Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
     const char *var;
     int env_size = launcher_size(&var);
     if (!can_parallel || (env_size <= 1 && f->pn <= 1)) {
-        if (!can_parallel) rundir_refuse_launcher();
+        if (!can_parallel) {
+            if (f->pn > 1)
+                llmc_die("-pn %d: this build of the trainer has no data parallelism (./train_gpt needs NCCL for it; "
+                         "./train_gpt_cpu has it): each process would train alone and write the same files. Run one "
+                         "process (-pn 1), or rebuild where NCCL is installed", f->pn);
+            rundir_refuse_launcher();
+        }
         (void)argc, (void)argv;
         return d;
     }

@@ -10,9 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "llmc/checkpoint.h"
+#include "llmc/dist.h"
 #include "llmc/logger.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/model.h"
@@ -350,8 +352,37 @@ static void test_optstate(void) {
                 "adamw_update_compact with fp32 states equals adamw_update bit for bit (per-tensor decay)", "differs");
 }
 
+/* A trainer built without data parallelism (./train_gpt without NCCL: can_parallel 0) given
+ * -pn 2 and no launcher must refuse, not train alone and write what the other copies write. */
+static void test_dist_refuses_pn_without_parallelism(void) {
+    fflush(stdout);
+    int fds[2];
+    if (pipe(fds) != 0) { test_report(0, "dist_init: pipe", "pipe failed"); return; }
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        DistFlags f = {.pn = 2, .pr = 0, .init = "mpi", .timeout_s = 1.0};
+        int argc = 1;
+        char *args[] = {(char *)"train_gpt", NULL}, **argv = args;
+        dist_init(&argc, &argv, &f, 0);
+        _exit(0);
+    }
+    close(fds[1]);
+    char out[2048];
+    ssize_t n = read(fds[0], out, sizeof out - 1);
+    out[n > 0 ? n : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    test_report(WIFEXITED(status) && WEXITSTATUS(status) == 1 && strstr(out, "error: -pn 2") != NULL,
+                "dist_init: -pn 2 in a build without data parallelism is an error naming -pn, not a lone run",
+                "exit status %d, stderr: %s", status, out);
+}
+
 int main(void) {
     test_descriptors();
+    test_dist_refuses_pn_without_parallelism();
     test_optstate();
     test_schedules();
     test_float_format();
