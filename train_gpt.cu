@@ -30,11 +30,13 @@
  * With several ranks the loop's optimizer reduces the host gradients over dist.c and (-z 1) shards m
  * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
- * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued.
+ * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued;
+ * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
  */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "llmc/budget.h"
 #include "llmc/check.h"
@@ -68,6 +70,7 @@ typedef struct {
     int accum, micro;      /* micro-steps per optimizer step; this step's so far */
     int buckets_issued;    /* this step's */
     int trace;             /* LLMC_TEST_TRACE_BUCKETS set: a line per bucket (tests) */
+    int step, inf_step;    /* the step under way; LLMC_TEST_INF_RANK's step on this rank (else -1) */
     cudaStream_t copy_stream; /* --offload optimizer: the gradients' copies to the host */
     cudaEvent_t bucket_ready; /* recorded on the compute stream, waited for by the side stream */
 #if LLMC_HAVE_NCCL
@@ -262,6 +265,7 @@ static float cuda_train_micro_step(void *p, const int *inputs, const int *target
     CudaTrainer *tr = (CudaTrainer *)p;
     GPT2Cuda *m = &tr->model;
     m->grad_hook_armed = ++tr->micro == tr->accum; /* the step's gradients are final in its last backward */
+    if (m->grad_hook_armed && tr->step == tr->inf_step) dloss_scale = INFINITY; /* LLMC_TEST_INF_RANK */
     float loss = gpt2cuda_forward(m, inputs, targets, B, T, dloss_scale * m->loss_scale / (float)(B * T));
     gpt2cuda_backward(m, inputs, B, T);
     return loss;
@@ -274,6 +278,7 @@ static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int 
 static void cuda_zero_grad(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
     tr->micro = tr->buckets_issued = 0;
+    tr->step++; /* the loop zeroes the gradients once per step, first */
     gpt2cuda_zero_grad(&tr->model);
 }
 /* The loop asks for the norm once per step, after the last micro-step: the gradients are reduced
@@ -396,6 +401,32 @@ static void cuda_load_backend_state(void *p, const int64_t words[4]) {
     memcpy(&m->loss_scale, &bits, sizeof bits);
     m->clean_steps = (int)words[1];
     m->skipped_steps = words[2];
+}
+
+/* Test only: LLMC_TEST_INF_RANK=RANK:STEP makes rank RANK's gradients non-finite at step STEP (the
+ * step's last micro-step scales dloss by inf), as an fp16 overflow on that rank alone would; every
+ * rank must then skip the update and halve its loss scale. With LLMC_TEST_ALL_RANKS_STDOUT (every
+ * rank keeps stdout: llmc/dist.c) each rank ends with a line giving its parameters' CRC-32 (the
+ * device bits), loss scale and skipped steps, so that a test sees whether the ranks agree. */
+static int test_inf_step(const Dist *d) {
+    const char *e = getenv("LLMC_TEST_INF_RANK");
+    int rank, at;
+    if (!e) return -1;
+    if (sscanf(e, "%d:%d", &rank, &at) != 2) llmc_die("LLMC_TEST_INF_RANK=%s: expected RANK:STEP", e);
+    return rank == d->rank ? at : -1;
+}
+
+static void test_rank_summary(const CudaTrainer *tr) {
+    if (!getenv("LLMC_TEST_ALL_RANKS_STDOUT")) return;
+    const GPT2Cuda *m = &tr->model;
+    const size_t bytes = m->num_parameters * precision_bytes(m->precision);
+    unsigned char *h = (unsigned char *)mallocCheck(bytes, "parameters (LLMC_TEST_ALL_RANKS_STDOUT)");
+    cudaCheck(cudaMemcpy(h, m->params_memory, bytes, cudaMemcpyDeviceToHost));
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t off = 0; off < bytes; off += 1u << 30) crc = crc32(crc, h + off, (uInt)(bytes - off < (1u << 30) ? bytes - off : 1u << 30));
+    free(h);
+    printf("rank %d: parameters crc32 %08lx | loss scale %g (skipped %lld)\n", tr->dist->rank, (unsigned long)crc,
+           m->loss_scale, m->skipped_steps);
 }
 
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
@@ -523,6 +554,8 @@ int main(int argc, char **argv) {
     const long long micro_tokens = (long long)tc.B * tc.T * dist->size;
     tr.accum = tc.total_batch > 0 ? (int)(tc.total_batch / micro_tokens) : 1;
     tr.trace = getenv("LLMC_TEST_TRACE_BUCKETS") != NULL;
+    tr.step = resume_step < 0 ? 0 : resume_step; /* (-1: a fresh run) */
+    tr.inf_step = test_inf_step(dist);
 #if LLMC_HAVE_NCCL
     const int comm = tr.comm != NULL;
 #else
@@ -578,6 +611,7 @@ int main(int argc, char **argv) {
     }
 
     int status = train_run(&tc, &be, resume_step);
+    test_rank_summary(&tr);
     gpu_telemetry_close(&tr.telemetry);
     if (tr.copy_stream) cudaCheck(cudaStreamDestroy(tr.copy_stream));
     if (tr.bucket_ready) cudaCheck(cudaEventDestroy(tr.bucket_ready));
