@@ -129,6 +129,9 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
     if (o->zero == 1 || o->zero == 2) dist_allgather_f32(o->dist, params, o->n);
 }
 
+int optim_state_whole_for(int zero, int state) { return zero == 0 && state == OPTSTATE_FP32; }
+int optim_state_is_whole(const Optimizer *o) { return optim_state_whole_for(o->zero, o->state); }
+
 void optim_gather_state(Optimizer *o, float *m, float *v) {
     if (o->state != OPTSTATE_FP32) { /* decoded to fp32, one moment at a time */
         const size_t k = o->hi - o->lo;

@@ -86,6 +86,11 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
 /* Whole m and v (n floats each) for a checkpoint: gathered into m, v on rank 0 (others: unused).
  * Compact states are decoded to fp32 (the state file stays rank-count independent; see README). */
 void optim_gather_state(Optimizer *o, float *m, float *v);
+/* 1 when this rank already holds the whole of m and v in fp32 (-z 0 with fp32 states): a checkpoint
+ * then writes o->m and o->v as they are, without a gathered copy (the plan counts no transient). */
+int optim_state_is_whole(const Optimizer *o);
+/* The one rule for both: whole fp32 moments need no checkpoint copy. */
+int optim_state_whole_for(int zero, int state);
 /* -z 3: the whole parameters gathered from the shards (pshard) into full on rank 0. */
 void optim_gather_params(Optimizer *o, const float *pshard, float *full);
 /* This rank's part of a checkpoint's whole m and v (encoded when the states are compact). */

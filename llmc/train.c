@@ -199,7 +199,10 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
     float *m = be->host_m, *v = be->host_v, *params = be->host_params;
-    if (be->host_grads) {
+    /* the loop's optimizer: whole fp32 moments are written as they are; else gathered (and decoded) into copies */
+    const int gathered = be->host_grads && !optim_state_is_whole(opt);
+    if (be->host_grads && !gathered) m = opt->m, v = opt->v;
+    if (gathered) {
         size_t n = d->rank == 0 ? be->num_parameters : 1;
         m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
         v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
@@ -216,7 +219,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
                          "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
                          i, (double)params[i], step, tc->output_dir);
     if (d->rank != 0) {
-        if (be->host_grads) free(m), free(v);
+        if (gathered) free(m), free(v);
         if (params != be->host_params) free(params);
         return;
     }
@@ -244,7 +247,7 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     st.sampler_rng = sampler_rng->state;
     if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
     state_file_save(state, &st, m, v);
-    if (be->host_grads) free(m), free(v);
+    if (gathered) free(m), free(v);
     if (params != be->host_params) free(params);
     if (tc->process_rank == 0) {
         char config[16384];

@@ -76,7 +76,7 @@ def main():
 
     # --- closed form on sizes this machine could never allocate -------------------------------
     L, C, NH, B, T, P = 48, 1600, 25, 16, 1024, 8
-    for z in (1, 2, 3):
+    for z in (0, 1, 2, 3):
         for r in (0, 1, 2):
             out = os.path.join(tmp, f"never_created_{z}_{r}")
             j, err = plan_json(["-e", "d48", "-b", str(B), "-t", str(T), "-pn", str(P), "-z", str(z), "-r", str(r),
@@ -87,14 +87,15 @@ def main():
                 continue
             N, acts, scratch = gpt2_closed_form(L, C, NH, B, T, r)
             shard = -(-N // P)  # ceil: rank 0's shard
+            # (-z 0: every rank holds the whole fp32 m and v; a checkpoint writes them without a gathered copy)
             # ZeRO-2/3 buckets: the outer one (wte, wpe, lnfw, lnfb) and one layer's tensors
             outer, layer = 50304 * C + 1024 * C + 2 * C, 12 * C * C + 13 * C
             c = j["classes"]
             want = {"parameters": 4 * (shard if z == 3 else N), "gradients": 4 * (outer + layer if z >= 2 else N),
-                    "adamw_m": 4 * shard, "adamw_v": 4 * shard, "gradient_shard": 4 * shard if z >= 2 else 0,
+                    "adamw_m": 4 * (shard if z else N), "adamw_v": 4 * (shard if z else N), "gradient_shard": 4 * shard if z >= 2 else 0,
                     "parameter_gather": 4 * (outer + 2 * layer) if z == 3 else 0, "activations": 4 * acts,
                     "backward_scratch": 4 * scratch, "token_buffers": 4 * (2 * B * T + 2 * B * T * P),
-                    "checkpoint_gather": 4 * (3 if z == 3 else 2) * N, "blas_packing": 4 * B * T * 50304}
+                    "checkpoint_gather": 4 * (3 if z == 3 else 2 if z else 0) * N, "blas_packing": 4 * B * T * 50304}
             bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
             report(not bad and j["parameters"] == N, name, bad)
             report(j["peak_bytes"] == sum(c.values()) and j["step_peak_bytes"] == j["peak_bytes"] - c["checkpoint_gather"],
