@@ -68,6 +68,23 @@ typedef struct {
 Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const TokenizerSpecial *specials,
                                    size_t nspecial, const char *delimiter, char *err, size_t errlen);
 
+/* Llama 3's special tokens as Meta's tokenizer.py (Llama 3.1) defines them: 256 ids from first_id
+ * (128000 after Llama 3's 128000 ranks): <|begin_of_text|>, <|end_of_text|>,
+ * <|reserved_special_token_0|>, <|reserved_special_token_1|>, <|finetune_right_pad_id|>,
+ * <|step_id|>, <|start_header_id|>, <|end_header_id|>, <|eom_id|>, <|eot_id|>, <|python_tag|>,
+ * then <|reserved_special_token_2|> .. <|reserved_special_token_246|>. The names are written
+ * into names (at least 256 * 40 bytes). Returns TOKENIZER_LLAMA3_NSPECIAL. */
+#define TOKENIZER_LLAMA3_NSPECIAL 256
+size_t tokenizer_llama3_specials(uint32_t first_id, TokenizerSpecial out[TOKENIZER_LLAMA3_NSPECIAL], char *names,
+                                 size_t names_len);
+/* Llama 3's tokenizer: a tiktoken rank file (Llama 3's tokenizer.model is one) with the llama3
+ * pattern and Llama 3's special tokens numbered after its ranks; tokenizer_eot() is
+ * <|begin_of_text|> (what ./tokenizer shards puts before each document). NULL with a reason
+ * naming the file on failure (as tokenizer_load_tiktoken). */
+Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen);
+/* The id of the special token called name (tokenizer_load_tiktoken's), or UINT32_MAX if none. */
+uint32_t tokenizer_special_id(const Tokenizer *tok, const char *name);
+
 /* The built-in pre-tokenizer patterns by name: "gpt2", "cl100k" (cl100k_base) and "llama3";
  * NULL for another name. */
 const char *tokenizer_builtin_pattern(const char *name);
