@@ -7,7 +7,8 @@
  *
  * stdout gets the prompt and its continuation as text, byte for byte, and nothing else;
  * everything else (what was loaded, speed) goes to stderr. Generation stops after -g tokens,
- * at end-of-text (not printed), or when the sequence fills the model's context (maxT).
+ * at end-of-text (not printed; with Llama 3's tokenizer <|end_of_text|> or <|eot_id|>, and the
+ * prompt starts with <|begin_of_text|>), or when the sequence fills the model's context (maxT).
  * Decoding runs the model on new tokens only, against a key/value cache (the backend's).
  */
 #include <errno.h>
@@ -49,7 +50,7 @@ static void usage(FILE *out, const GenerateBackend *be) {
             "                       (an HF Llama directory). Default: -e's directory when it holds tokenizer.model or\n"
             "                       original/tokenizer.model, else $LLMC_DATA_DIR/gpt2, data/gpt2, ../shared/data/gpt2,\n"
             "                       then data/gpt2_tokenizer.bin. Its vocabulary must be the model's: a Llama without\n"
-            "                       its tokenizer is an error (nothing is generated)\n"
+            "                       its tokenizer is an error (nothing is generated).\n"
             "                       With Llama 3's tokenizer the prompt is <|begin_of_text|> then the text (special\n"
             "                       tokens' names in it, e.g. <|start_header_id|>, become those tokens), and generation\n"
             "                       stops at <|end_of_text|> or <|eot_id|>\n"
@@ -120,32 +121,9 @@ static char *read_all(FILE *f, size_t *len) {
     return buf;
 }
 
-/* Llama 3's tokenizer in dir: tokenizer.model, or original/tokenizer.model (as in an HF Llama 3
- * directory). Returns 1 with the file in path, else 0. */
-static int llama3_tokenizer_in(const char *dir, char *path, size_t len) {
-    static const char *const names[] = {"tokenizer.model", "original/tokenizer.model"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        struct stat st;
-        if ((size_t)snprintf(path, len, "%s/%s", dir, names[i]) < len && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-            return 1;
-    }
-    return 0;
-}
-
 static int is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* A regular file that is not llm.c's tokenizer file (magic 20240328): a tiktoken rank file. */
-static int is_rank_file(const char *path) {
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
-    FILE *f = fopen(path, "rb");
-    uint32_t magic = 0;
-    int rank_file = f && !(fread(&magic, sizeof magic, 1, f) == 1 && magic == TOKENIZER_MAGIC);
-    if (f) fclose(f);
-    return rank_file;
 }
 
 /* The tokenizer to use: --tokenizer, else Llama 3's in -e's directory, else the GPT-2 directory
@@ -153,14 +131,15 @@ static int is_rank_file(const char *path) {
 static Tokenizer *open_tokenizer(const GenConfig *g, int need_encode, char *path, size_t len) {
     char err[1024];
     if (g->tokenizer) {
-        if (!(is_dir(g->tokenizer) && llama3_tokenizer_in(g->tokenizer, path, len))) snprintf(path, len, "%s", g->tokenizer);
-    } else if (!(is_dir(g->init) && llama3_tokenizer_in(g->init, path, len)) && tokenizer_find_default(path, len) != 0) {
+        if (!(is_dir(g->tokenizer) && tokenizer_find_llama3(g->tokenizer, path, len) == 0))
+            snprintf(path, len, "%s", g->tokenizer);
+    } else if (!(is_dir(g->init) && tokenizer_find_llama3(g->init, path, len) == 0) && tokenizer_find_default(path, len) != 0) {
         if (access("data/gpt2_tokenizer.bin", R_OK) != 0)
             llmc_die("no tokenizer found: give --tokenizer PATH (GPT-2: a directory with encoder.json + vocab.bpe, or run "
                      "'make data'; a Llama 3: its tokenizer.model or the HF directory holding it)");
         snprintf(path, len, "data/gpt2_tokenizer.bin");
     }
-    Tokenizer *tok = is_rank_file(path) ? tokenizer_load_llama3(path, err, sizeof err) : tokenizer_load(path, err, sizeof err);
+    Tokenizer *tok = tokenizer_load(path, err, sizeof err);
     if (!tok) llmc_die("--tokenizer: %s", err);
     if (need_encode && !tokenizer_can_encode(tok))
         llmc_die("--tokenizer %s can only decode (llm.c's file has no merges); encoding the prompt needs a "

@@ -967,13 +967,41 @@ uint32_t tokenizer_special_id(const Tokenizer *t, const char *name) {
     return NO_TOKEN;
 }
 
+int tokenizer_find_llama3(const char *dir, char *out, size_t outlen) {
+    static const char *const names[] = {"tokenizer.model", "original/tokenizer.model"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        struct stat st;
+        if ((size_t)snprintf(out, outlen, "%s/%s", dir, names[i]) < outlen && stat(out, &st) == 0 && S_ISREG(st.st_mode))
+            return 0;
+    }
+    return -1;
+}
+
+/* Does the regular file at path start like a tiktoken rank file ("BASE64 RANK" line)? */
+static int looks_like_rank_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f), i = 0;
+    fclose(f);
+    while (i < n && (b64_value(buf[i]) >= 0 || buf[i] == '=')) i++;
+    if (i == 0 || i == n || buf[i] != ' ') return 0;
+    size_t digits = ++i;
+    while (i < n && buf[i] >= '0' && buf[i] <= '9') i++;
+    return i > digits && (i == n || buf[i] == '\n' || buf[i] == '\r');
+}
+
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
         set_err(err, errlen, "cannot open tokenizer '%s': %s", path, strerror(errno));
         return NULL;
     }
-    if (S_ISDIR(st.st_mode)) return load_gpt2_dir(path, err, errlen);
+    char model[4200];
+    if (S_ISDIR(st.st_mode))
+        return tokenizer_find_llama3(path, model, sizeof model) == 0 ? tokenizer_load_llama3(model, err, errlen)
+                                                                      : load_gpt2_dir(path, err, errlen);
+    if (S_ISREG(st.st_mode) && looks_like_rank_file(path)) return tokenizer_load_llama3(path, err, errlen);
     return load_llmc_file(path, err, errlen);
 }
 

@@ -46,8 +46,8 @@ B, T, V, C, L, NH, NKV, F, STEPS = 4, 32, 1000, 64, 2, 4, 2, 256, 10
 HS = C // NH
 
 
-def run(cmd, env=None):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+def run(cmd, env=None, text=True):
+    return subprocess.run(cmd, capture_output=True, text=text, timeout=600,
                           env=None if env is None else {**os.environ, **env})
 
 
@@ -153,10 +153,10 @@ def rotate_half_matches(cfg, t):
     return torch.allclose(back, ours, rtol=1e-12, atol=1e-12)
 
 
-def train(init, shard, outdir, steps=STEPS, extra=(), env=None):
+def train(init, shard, outdir, steps=STEPS, extra=(), env=None, text=True):
     return run(["./train_gpt_cpu", "-e", init, "-i", shard, "-j", shard, "-b", str(B), "-t", str(T), "-x", str(steps),
                 "-k", "constant", "-l", "1e-3", "-c", "0.1", "--shuffle", "0", "-v", "0", "-s", "0", "-r", "0",
-                "-o", outdir] + list(extra), env=env)
+                "-o", outdir] + list(extra), env=env, text=text)
 
 
 def losses_of(outdir):
@@ -255,6 +255,21 @@ def tokenizer_and_finetune(tmp, hf, ref, shard, run_hf):
                    "--tokenizer", hf], enc, "Romeo, Romeo", os.path.join(run_hf, "model_00000010.bin"), tok)
     check_generate("./generate --tokenizer <tokenizer.model> with an llmc Llama file, empty prompt (<|begin_of_text|> "
                    "alone)", ["-e", ref, "--tokenizer", tok], enc, "", ref, tok)
+    # the trainer's samples (-s) decode with it too (found in -e's directory): the text of the ids that a
+    # decode-only tokenizer file (token i reads "<i>", starting token <|begin_of_text|>) shows
+    ids_tok = os.path.join(tmp, "ids_tok.bin")
+    with open(ids_tok, "wb") as f:
+        f.write(struct.pack("<256I", *([20240328, 2, V, enc.encode_single_token("<|begin_of_text|>")] + [0] * 252)))
+        f.write(b"".join(bytes([len(f"<{i}>")]) + f"<{i}>".encode() for i in range(V)))
+    sample = ["-s", "1", "-g", "16"]
+    p1 = train(hf, shard, os.path.join(tmp, "samples_ids"), steps=1, extra=sample + ["--tokenizer", ids_tok], text=False)
+    p2 = train(hf, shard, os.path.join(tmp, "samples_text"), steps=1, extra=sample, text=False)
+    between = lambda out: out.split(b"generating:\n---\n")[-1].split(b"\n---\n")[0]  # noqa: E731
+    ids = [int(x) for x in between(p1.stdout).replace(b">", b"").split(b"<")[1:]] if p1.returncode == 0 else []
+    want = bytes(c for c in enc.decode_bytes(ids) if c >= 0x20 or c in b"\n\t")
+    ok = p1.returncode == 0 and p2.returncode == 0 and len(ids) == 16
+    report(ok and between(p2.stdout) == want, "train_gpt_cpu -e <HF Llama dir> -s: samples decoded with its "
+           "original/tokenizer.model", f"{ids} -> {want!r}: {(p2.stdout + p2.stderr)[-600:]!r}")
     bad = os.path.join(tmp, "bad_tokenizer.model")
     lines = open(tok).read().splitlines()
     open(bad, "w").write("\n".join(lines[:300] + ["not-base64! 300"] + lines[301:]) + "\n")
