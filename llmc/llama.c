@@ -171,11 +171,12 @@ static int read_header(const char *path, LlamaConfig *cfg) {
     cfg->rope_low_freq_factor = slot_f32(h, 19), cfg->rope_high_freq_factor = slot_f32(h, 20);
     cfg->rope_original_max_pos = h[21];
     cfg->ffn_multiplier = slot_f32(h, 22), cfg->ffn_multiple_of = h[23];
-    const char *bad = h[11] != 0 && h[11] != 1                                  ? "tied must be 0 or 1"
-                      : h[LLAMA_FILE_DTYPE] != LLAMA_DTYPE_FP32 && h[LLAMA_FILE_DTYPE] != LLAMA_DTYPE_BF16 ? "dtype (slot 12) must be 0 (fp32) or 1 (bf16)"
-                                                                                    : llama_config_validate(cfg);
+    const int dtype = h[LLAMA_FILE_DTYPE];
+    const char *bad = h[11] != 0 && h[11] != 1                                   ? "tied must be 0 or 1"
+                      : dtype != LLAMA_DTYPE_FP32 && dtype != LLAMA_DTYPE_BF16 ? "dtype (slot 12) must be 0 (fp32) or 1 (bf16)"
+                                                                               : llama_config_validate(cfg);
     if (bad) llmc_die("'%s': invalid Llama header: %s", path, bad);
-    return h[LLAMA_FILE_DTYPE] == LLAMA_DTYPE_BF16;
+    return dtype == LLAMA_DTYPE_BF16;
 }
 
 void llama_file_read_header(const char *path, LlamaConfig *cfg) { (void)read_header(path, cfg); }
