@@ -11,7 +11,7 @@ what transformers would hold for this model. Then:
 - --save-hf 1 and ./hf_convert: HF -> train -> HF holds the trained weights exactly; llmc -> HF
   equals the directory built here tensor for tensor; sharded directories (index.json) read and,
   above the shard limit, written; a tied head (tie_word_embeddings) round-trips;
-- Llama 3's tokenizer in ./generate (item 2; a tiktoken rank file of 744 ranks made here, Llama 3's
+- Llama 3's tokenizer in ./generate, the trainer's samples and ./tokenizer (item 2; a tiktoken rank file of 744 ranks made here, Llama 3's
   256 special tokens after them: V 1000): found in the HF directory's original/tokenizer.model, the
   prompt encoded as tiktoken encodes it (special names included) after <|begin_of_text|>, greedy
   continuation and its text equal PyTorch's / tiktoken's; a bad rank file and a Llama without its
@@ -255,6 +255,13 @@ def tokenizer_and_finetune(tmp, hf, ref, shard, run_hf):
                    "--tokenizer", hf], enc, "Romeo, Romeo", os.path.join(run_hf, "model_00000010.bin"), tok)
     check_generate("./generate --tokenizer <tokenizer.model> with an llmc Llama file, empty prompt (<|begin_of_text|> "
                    "alone)", ["-e", ref, "--tokenizer", tok], enc, "", ref, tok)
+    # ./tokenizer reads the directory as Llama 3's too
+    text, shard_out = os.path.join(tmp, "prompt.txt"), os.path.join(tmp, "prompt_ids.bin")
+    open(text, "w").write(prompt)
+    p = run(["./tokenizer", "encode", "-q", "--tokenizer", hf, text, shard_out])
+    got = list(memoryview(open(shard_out, "rb").read()[1024:]).cast("H")) if p.returncode == 0 else None
+    report(got == enc.encode_ordinary(prompt), "./tokenizer encode --tokenizer <HF Llama dir>: tiktoken's ids",
+           f"{got} vs {enc.encode_ordinary(prompt)}: {p.stderr[-400:]}")
     # the trainer's samples (-s) decode with it too (found in -e's directory): the text of the ids that a
     # decode-only tokenizer file (token i reads "<i>", starting token <|begin_of_text|>) shows
     ids_tok = os.path.join(tmp, "ids_tok.bin")
