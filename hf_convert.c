@@ -12,8 +12,8 @@
  *
  * Llama 3 (llmc/llama.h): IN is llmc's Llama checkpoint (magic 20261130), llm.c's Llama 3 file
  * (magic 20240803) or an HF LlamaForCausalLM directory; --format llmc|llama3|hf picks OUT's kind
- * (default: hf for a file, llmc for a directory). llmc's is fp32; the others keep the input's
- * precision unless --dtype says:
+ * (default: hf for a file, llmc for a directory), keeping the input's precision (fp32 or bf16)
+ * unless --dtype says:
  *   ./hf_convert out/run1/model_00000010.bin llama3.bin --format llama3 [--dtype bf16]
  *   ./hf_convert Llama-3.2-1B/ model.bin                 # HF directory -> llmc's Llama checkpoint
  */
@@ -36,7 +36,7 @@ static void usage(FILE *out) {
             "  IN a Hugging Face directory (config.json + model.safetensors or sharded safetensors with\n"
             "     model.safetensors.index.json): OUT is written as an llm.c model file (and OUT.sum)\n"
             "  IN a Llama: llmc's Llama checkpoint, llm.c's Llama 3 file (fp32 or bf16) or an HF LlamaForCausalLM\n"
-            "     directory: OUT is written as --format llmc (llmc's Llama checkpoint, fp32), llama3 (llm.c's\n"
+            "     directory: OUT is written as --format llmc (llmc's Llama checkpoint), llama3 (llm.c's\n"
             "     Llama 3 file) or hf (HF directory); default: hf for a file, llmc for a directory\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
             "OUT must not exist.\n");
@@ -55,13 +55,12 @@ static int convert_llama(const char *in, const char *out, const LlamaConfig *cfg
     const char *to = format ? format : from_hf ? "llmc" : "hf";
     size_t n = llama_parameter_specs(cfg, NULL);
     float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
-    int in_bf16 = from_hf ? hf_llama_load(in, cfg, params, n) : (llama_load_init(in, cfg, params, n, 0), !from_llmc && h[1] == 5);
-    const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16 && strcmp(to, "llmc") != 0;
-    if (strcmp(to, "llmc") == 0 && bf16)
-        llmc_die("--dtype bf16: llmc's Llama checkpoint is fp32 (--format llama3 or hf write bf16)");
+    int in_bf16 = from_hf ? hf_llama_load(in, cfg, params, n)
+                          : (llama_load_init(in, cfg, params, n, 0), from_llmc ? llama_file_is_bf16(in) : h[1] == 5);
+    const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16;
     if (strcmp(to, "llama3") == 0) llmc_llama3_write(out, cfg, params, n, bf16);
     else if (strcmp(to, "hf") == 0) hf_llama_save(out, cfg, params, n, bf16);
-    else llama_checkpoint_save(out, cfg, params, n);
+    else llama_checkpoint_write(out, cfg, params, n, bf16);
     const char *kind = from_hf ? "Hugging Face LlamaForCausalLM directory" : from_llmc ? "llmc Llama checkpoint" : "llm.c Llama 3 file";
     printf("%s (%s%s) -> %s (%s, %s): L %d, NH %d, NKV %d, C %d, F %d, maxT %d, V %d: %zu parameters\n", in, kind,
            in_bf16 ? ", bf16" : "", out, to, bf16 ? "bf16" : "fp32", cfg->base.num_layers, cfg->base.num_heads,

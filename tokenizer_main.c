@@ -177,21 +177,8 @@ static int parse_args(const Command *cmd, const Flag *const *flags, int nflags, 
 static size_t parse_specials(const char *spec, size_t n, TokenizerSpecial *out, char *names, size_t names_len) {
     size_t k = 0;
     if (strcmp(spec, "none") == 0) return 0;
-    if (strcmp(spec, "llama3") == 0) { /* Llama 3.1's 256: 128000.. after its 128000 ranks */
-        static const char *const first[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
-                                            "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
-                                            "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
-                                            "<|python_tag|>"};
-        size_t used = 0;
-        for (; k < 256; k++) {
-            char *name = names + used;
-            int w = k < 11 ? snprintf(name, names_len - used, "%s", first[k])
-                           : snprintf(name, names_len - used, "<|reserved_special_token_%zu|>", k - 9);
-            used += (size_t)w + 1;
-            out[k] = (TokenizerSpecial){name, (uint32_t)(n + k)};
-        }
-        return k;
-    }
+    if (strcmp(spec, "llama3") == 0) /* Llama 3.1's 256: 128000.. after its 128000 ranks */
+        return tokenizer_llama3_specials((uint32_t)n, out, names, names_len);
     if (strcmp(spec, "gpt2") == 0) { /* 50256 after GPT-2's 50256 ranks */
         out[0] = (TokenizerSpecial){"<|endoftext|>", (uint32_t)n};
         return 1;

@@ -118,8 +118,7 @@ static void llama_attach_optimizer(void *m, Optimizer *opt, float **host_params,
 
 static uint32_t llama_save_model(void *m, const float *params, const char *path, int bf16) {
     LlamaModel *model = (LlamaModel *)m;
-    (void)bf16; /* refused at startup: llmc's Llama checkpoint is fp32 */
-    return llama_checkpoint_save(path, &model->cfg, params, model->num_parameters);
+    return llama_checkpoint_write(path, &model->cfg, params, model->num_parameters, bf16);
 }
 
 static void llama_save_hf(void *m, const float *params, const char *run_dir, int step, int bf16) {
@@ -146,9 +145,6 @@ static void llama_no_recompute(TrainConfig *tc) {
 }
 
 static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
-    if (tc->ckpt_bf16)
-        llmc_die("--checkpoint-bf16 1: a Llama's checkpoints are llmc's fp32 Llama file (./hf_convert writes bf16 "
-                 "llm.c Llama 3 files and HF directories from it)");
     be->model = model;
     be->cfg = model->cfg.base;
     be->num_parameters = model->num_parameters;

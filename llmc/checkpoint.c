@@ -135,36 +135,55 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     *version = h[1];
 }
 
-void model_file_load(const char *path, float *params, size_t numel) {
-    if (hf_is_model_dir(path)) {
-        hf_load(path, params, numel);
+/* ---- model files of any header: parameters fp32 or bf16, CRC-32, "<path>.sum" -------------- */
+void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
+    if (!bf16) {
+        fwriteCheck(params, sizeof(float), numel, f, path);
+        if (crc) *crc = crc_update(*crc, params, numel * sizeof(float));
         return;
     }
-    ModelConfig cfg;
-    int version;
-    model_file_read_header(path, &cfg, &version);
-    TensorSpec specs[NUM_PARAMETER_TENSORS];
-    if (gpt2_parameter_specs(&cfg, specs) != numel)
-        llmc_die("model checkpoint '%s' does not match the model being loaded", path);
-    FILE *f = open_for_reading(path, "model checkpoint");
-    int32_t h[256];
-    freadCheck(h, 4, 256, f, path);
-    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, sizeof h);
-    if (version == MODEL_VERSION_FP32) {
-        freadCheck(params, sizeof(float), numel, f, path);
-        crc = crc_update(crc, params, numel * sizeof(float));
-    } else {
-        enum { CHUNK = 1 << 16 };
-        uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 read buffer");
-        for (size_t i = 0; i < numel; i += CHUNK) {
-            size_t n = numel - i < CHUNK ? numel - i : CHUNK;
-            freadCheck(buf, sizeof(uint16_t), n, f, path);
-            crc = crc_update(crc, buf, n * sizeof(uint16_t));
-            for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
-        }
-        free(buf);
+    enum { CHUNK = 1 << 16 };
+    uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 write buffer");
+    for (size_t i = 0; i < numel; i += CHUNK) {
+        size_t n = numel - i < CHUNK ? numel - i : CHUNK;
+        for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
+        fwriteCheck(buf, sizeof(uint16_t), n, f, path);
+        if (crc) *crc = crc_update(*crc, buf, n * sizeof(uint16_t));
     }
+    free(buf);
+}
+
+void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc) {
+    if (!bf16) {
+        freadCheck(params, sizeof(float), numel, f, path);
+        if (crc) *crc = crc_update(*crc, params, numel * sizeof(float));
+        return;
+    }
+    enum { CHUNK = 1 << 16 };
+    uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 read buffer");
+    for (size_t i = 0; i < numel; i += CHUNK) {
+        size_t n = numel - i < CHUNK ? numel - i : CHUNK;
+        freadCheck(buf, sizeof(uint16_t), n, f, path);
+        if (crc) *crc = crc_update(*crc, buf, n * sizeof(uint16_t));
+        for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
+    }
+    free(buf);
+}
+
+void model_file_read_params(const char *path, size_t header_bytes, float *params, size_t numel, int bf16,
+                            const TensorSpec *specs, int nspecs) {
+    FILE *f = open_for_reading(path, "model checkpoint");
     long long bytes = file_size(f);
+    long long want = (long long)header_bytes + (long long)numel * (bf16 ? 2 : 4);
+    if (bytes != want)
+        llmc_die("model checkpoint '%s' is %lld bytes, but its header describes %lld (%zu header bytes + %zu %s "
+                 "parameters)%s", path, bytes, want, header_bytes, numel, bf16 ? "bf16" : "fp32",
+                 bytes < want ? ": the file is truncated" : "");
+    unsigned char h[4096];
+    if (header_bytes > sizeof h) llmc_die("model_file_read_params: a %zu-byte header", header_bytes);
+    freadCheck(h, 1, header_bytes, f, path);
+    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, header_bytes);
+    model_params_read(f, path, params, numel, bf16, &crc);
     fclose(f);
     uint32_t want_crc;
     long long want_bytes;
@@ -180,7 +199,7 @@ void model_file_load(const char *path, float *params, size_t numel) {
                path, sum);
     }
     /* NaN/Inf weights never train into anything: refuse them, naming the tensor */
-    for (int t = 0; t < NUM_PARAMETER_TENSORS; t++)
+    for (int t = 0; t < nspecs; t++)
         for (size_t i = 0; i < specs[t].numel; i++)
             if (!isfinite(params[specs[t].offset + i]))
                 llmc_die("model checkpoint '%s' has a non-finite weight (%g) in tensor %s at index %zu: the model "
@@ -188,11 +207,40 @@ void model_file_load(const char *path, float *params, size_t numel) {
                          path, (double)params[specs[t].offset + i], specs[t].name, i);
 }
 
-uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version) {
+uint32_t model_file_write(const char *path, const void *header, size_t header_bytes, const float *params, size_t numel,
+                          int bf16) {
     for (size_t i = 0; i < numel; i++)
         if (!isfinite(params[i]))
             llmc_die("not writing model checkpoint '%s': weight %zu is %g (the weights are not finite)", path, i,
                      (double)params[i]);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(header, 1, header_bytes, af.f, af.tmp_path);
+    uint32_t crc = crc_update(crc_update(0, NULL, 0), header, header_bytes);
+    model_params_write(af.f, af.tmp_path, params, numel, bf16, &crc);
+    char sum[4200];
+    model_sum_path(path, sum, sizeof sum);
+    unlink(sum); /* a crash between the two commits leaves a model without a sum, never a wrong sum */
+    atomic_commit(&af);
+    model_sum_write(path, crc, (long long)header_bytes + (long long)numel * (bf16 ? 2 : 4));
+    return crc;
+}
+
+void model_file_load(const char *path, float *params, size_t numel) {
+    if (hf_is_model_dir(path)) {
+        hf_load(path, params, numel);
+        return;
+    }
+    ModelConfig cfg;
+    int version;
+    model_file_read_header(path, &cfg, &version);
+    TensorSpec specs[NUM_PARAMETER_TENSORS];
+    if (gpt2_parameter_specs(&cfg, specs) != numel)
+        llmc_die("model checkpoint '%s' does not match the model being loaded", path);
+    model_file_read_params(path, 1024, params, numel, version == MODEL_VERSION_BF16, specs, NUM_PARAMETER_TENSORS);
+}
+
+uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version) {
     int32_t h[256] = {0};
     h[0] = MODEL_MAGIC;
     h[1] = version;
@@ -202,30 +250,7 @@ uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *
     h[5] = cfg->num_heads;
     h[6] = cfg->channels;
     h[7] = cfg->padded_vocab_size;
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(h, 4, 256, af.f, af.tmp_path);
-    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, sizeof h);
-    if (version == MODEL_VERSION_FP32) {
-        fwriteCheck(params, sizeof(float), numel, af.f, af.tmp_path);
-        crc = crc_update(crc, params, numel * sizeof(float));
-    } else {
-        enum { CHUNK = 1 << 16 };
-        uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 write buffer");
-        for (size_t i = 0; i < numel; i += CHUNK) {
-            size_t n = numel - i < CHUNK ? numel - i : CHUNK;
-            for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
-            fwriteCheck(buf, sizeof(uint16_t), n, af.f, af.tmp_path);
-            crc = crc_update(crc, buf, n * sizeof(uint16_t));
-        }
-        free(buf);
-    }
-    char sum[4200];
-    model_sum_path(path, sum, sizeof sum);
-    unlink(sum); /* a crash between the two commits leaves a model without a sum, never a wrong sum */
-    atomic_commit(&af);
-    model_sum_write(path, crc, 1024 + (long long)numel * (version == MODEL_VERSION_FP32 ? 4 : 2));
-    return crc;
+    return model_file_write(path, h, sizeof h, params, numel, version == MODEL_VERSION_BF16);
 }
 
 static void put64(int32_t *h, int at, uint64_t v) {

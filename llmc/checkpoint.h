@@ -33,6 +33,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "model.h"
 
@@ -56,6 +57,20 @@ void model_file_load(const char *path, float *params, size_t numel);
  * checksum file "<path>.sum"; returns the file's CRC-32. Dies (writing nothing) if a weight is
  * not finite. */
 uint32_t model_file_save(const char *path, const ModelConfig *cfg, const float *params, size_t numel, int version);
+/* The pieces any model file (GPT-2's above, llmc's Llama file) is made of: a header, then numel
+ * parameters as fp32 or bf16 (round to nearest even when writing), then "<path>.sum".
+ * model_file_write: refuses (dies, writing nothing) a non-finite weight; writes header and
+ * parameters atomically, then the checksum file; returns the file's CRC-32.
+ * model_file_read_params: checks the file's size against header_bytes + numel * (4 or 2) (a
+ * truncated file is an error saying so), reads the parameters, verifies "<path>.sum" when it
+ * exists (else a note), and dies on a non-finite weight naming its tensor in specs[0..nspecs).
+ * model_params_write/read: the parameter bytes alone (crc: updated with them; NULL: none). */
+uint32_t model_file_write(const char *path, const void *header, size_t header_bytes, const float *params, size_t numel,
+                          int bf16);
+void model_file_read_params(const char *path, size_t header_bytes, float *params, size_t numel, int bf16,
+                            const TensorSpec *specs, int nspecs);
+void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc);
+void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc);
 /* CRC-32 of the whole file at path (dies if it cannot be read). */
 uint32_t model_file_checksum(const char *path);
 void model_sum_path(const char *model_path, char *out, size_t len);

@@ -66,7 +66,7 @@ static const Flag flags[] = {
     {NULL, "--overwrite", F_INT, FIELD(overwrite), "1 = delete the run in -o (log.jsonl, model_/state_/DONE_ files) and start a new one"},
     {NULL, "--allow-config-change", F_INT, FIELD(allow_config_change), "1 = resume even when flags that change the training math differ from the checkpoint's"},
     {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "HellaSwag evaluation (not yet available: must be 0)"},
-    {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin or a dir with encoder.json+vocab.bpe; '' = search"},
+    {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin, a dir with encoder.json+vocab.bpe, or Llama 3's tokenizer.model (or a dir holding it); '' = search (-e's HF dir, then GPT-2's)"},
     {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
     {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},

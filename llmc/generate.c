@@ -7,7 +7,8 @@
  *
  * stdout gets the prompt and its continuation as text, byte for byte, and nothing else;
  * everything else (what was loaded, speed) goes to stderr. Generation stops after -g tokens,
- * at end-of-text (not printed), or when the sequence fills the model's context (maxT).
+ * at end-of-text (not printed; with Llama 3's tokenizer <|end_of_text|> or <|eot_id|>, and the
+ * prompt starts with <|begin_of_text|>), or when the sequence fills the model's context (maxT).
  * Decoding runs the model on new tokens only, against a key/value cache (the backend's).
  */
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "generate.h"
@@ -42,9 +44,16 @@ static void usage(FILE *out, const GenerateBackend *be) {
             "  --top-k N            sample among the N most likely tokens; 0 = all (default: 0)\n"
             "  --top-p X            sample among the most likely tokens holding probability X; 1 = all (default: 1)\n"
             "  --seed N             sampling (and dN initialisation) seed (default: 1337)\n"
-            "  --tokenizer PATH     GPT-2 tokenizer: a directory with encoder.json + vocab.bpe (needed to encode\n"
-            "                       a prompt), or llm.c's gpt2_tokenizer.bin (decode only); default: $LLMC_DATA_DIR/gpt2,\n"
-            "                       data/gpt2, ../shared/data/gpt2, then data/gpt2_tokenizer.bin\n"
+            "  --tokenizer PATH     GPT-2's: a directory with encoder.json + vocab.bpe (needed to encode a prompt),\n"
+            "                       or llm.c's tokenizer file (decode only); Llama 3's: its tiktoken rank file\n"
+            "                       (tokenizer.model), or a directory holding tokenizer.model or original/tokenizer.model\n"
+            "                       (an HF Llama directory). Default: -e's directory when it holds tokenizer.model or\n"
+            "                       original/tokenizer.model, else $LLMC_DATA_DIR/gpt2, data/gpt2, ../shared/data/gpt2,\n"
+            "                       then data/gpt2_tokenizer.bin. Its vocabulary must be the model's: a Llama without\n"
+            "                       its tokenizer is an error (nothing is generated).\n"
+            "                       With Llama 3's tokenizer the prompt is <|begin_of_text|> then the text (special\n"
+            "                       tokens' names in it, e.g. <|start_header_id|>, become those tokens), and generation\n"
+            "                       stops at <|end_of_text|> or <|eot_id|>\n"
             "  --precision P        %s\n"
             "  --threads N          CPU threads; 0 = all cores (default: 0)\n"
             "  --help               print this help and exit\n",
@@ -112,14 +121,22 @@ static char *read_all(FILE *f, size_t *len) {
     return buf;
 }
 
-/* The tokenizer to use: --tokenizer, else the GPT-2 directory (encodes), else llm.c's file. */
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The tokenizer to use: --tokenizer, else Llama 3's in -e's directory, else the GPT-2 directory
+ * (encodes), else llm.c's file. */
 static Tokenizer *open_tokenizer(const GenConfig *g, int need_encode, char *path, size_t len) {
-    char err[512];
-    if (g->tokenizer) snprintf(path, len, "%s", g->tokenizer);
-    else if (tokenizer_find_default(path, len) != 0) {
+    char err[1024];
+    if (g->tokenizer) {
+        if (!(is_dir(g->tokenizer) && tokenizer_find_llama3(g->tokenizer, path, len) == 0))
+            snprintf(path, len, "%s", g->tokenizer);
+    } else if (!(is_dir(g->init) && tokenizer_find_llama3(g->init, path, len) == 0) && tokenizer_find_default(path, len) != 0) {
         if (access("data/gpt2_tokenizer.bin", R_OK) != 0)
-            llmc_die("no GPT-2 tokenizer found: give --tokenizer PATH (a directory with encoder.json + vocab.bpe), "
-                     "or run 'make data'");
+            llmc_die("no tokenizer found: give --tokenizer PATH (GPT-2: a directory with encoder.json + vocab.bpe, or run "
+                     "'make data'; a Llama 3: its tokenizer.model or the HF directory holding it)");
         snprintf(path, len, "data/gpt2_tokenizer.bin");
     }
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
@@ -177,20 +194,27 @@ int generate_main(int argc, char **argv, const GenerateBackend *be) {
     char tok_path[1100];
     Tokenizer *tok = open_tokenizer(&g, prompt_len > 0, tok_path, sizeof tok_path);
     if (tokenizer_vocab_size(tok) != (size_t)cfg->vocab_size)
-        llmc_die("-e %s has a vocabulary of %d tokens, the tokenizer %zu: they must match", g.init, cfg->vocab_size,
-                 tokenizer_vocab_size(tok));
-    const int eot = (int)tokenizer_eot(tok);
+        llmc_die("-e %s has a vocabulary of %d tokens, the tokenizer '%s' %zu: they must match (give the model's own "
+                 "tokenizer with --tokenizer; a Llama 3: its tokenizer.model or the HF directory holding it)",
+                 g.init, cfg->vocab_size, tok_path, tokenizer_vocab_size(tok));
+    /* Llama 3's tokenizer: the prompt starts with <|begin_of_text|>, generation ends at
+     * <|end_of_text|> or <|eot_id|>; GPT-2's: both are end-of-text */
+    const uint32_t bos = tokenizer_special_id(tok, "<|begin_of_text|>");
+    const int llama3 = bos != UINT32_MAX;
+    const uint32_t stops[2] = {llama3 ? tokenizer_special_id(tok, "<|end_of_text|>") : tokenizer_eot(tok),
+                               llama3 ? tokenizer_special_id(tok, "<|eot_id|>") : tokenizer_eot(tok)};
 
     /* the prompt's tokens; an empty prompt starts from end-of-text, as training samples do */
     TokenBuf ids = {0};
+    if (llama3 || prompt_len == 0) token_buf_push(&ids, llama3 ? bos : tokenizer_eot(tok));
     if (prompt_len > 0) {
         char err[512];
         TokenizerContext *ctx = tokenizer_context_new(tok, err, sizeof err);
         if (!ctx) llmc_die("--tokenizer: %s", err);
-        if (tokenizer_encode(ctx, prompt, prompt_len, &ids, err, sizeof err) != 0) llmc_die("--prompt: %s", err);
+        int bad = llama3 ? tokenizer_encode_special(ctx, prompt, prompt_len, &ids, err, sizeof err)
+                         : tokenizer_encode(ctx, prompt, prompt_len, &ids, err, sizeof err);
+        if (bad) llmc_die("--prompt: %s", err);
         tokenizer_context_free(ctx);
-    } else {
-        token_buf_push(&ids, (uint32_t)eot);
     }
     if (ids.n >= (size_t)cfg->max_seq_len)
         llmc_die("--prompt is %zu tokens; the model's context is %d (maxT), so at most %d fit with room to generate",
@@ -199,7 +223,7 @@ int generate_main(int argc, char **argv, const GenerateBackend *be) {
             cfg->num_heads, cfg->channels, cfg->max_seq_len, cfg->vocab_size, num_parameters);
     fprintf(stderr, "tokenizer: %s\n%s\n", tok_path, desc);
     fprintf(stderr, "prompt: %zu tokens; generating up to %d (temperature %g, top-k %d, top-p %g, seed %llu)\n",
-            prompt_len > 0 ? ids.n : 0, g.gen_tokens, (double)g.temperature, g.top_k, (double)g.top_p, g.seed);
+            prompt_len > 0 || llama3 ? ids.n : 0, g.gen_tokens, (double)g.temperature, g.top_k, (double)g.top_p, g.seed);
 
     fwrite(prompt, 1, prompt_len, stdout);
     fflush(stdout);
@@ -224,8 +248,8 @@ int generate_main(int argc, char **argv, const GenerateBackend *be) {
         int next = sample_filtered(logits, cfg->vocab_size, g.temperature, g.top_k, g.top_p, rng_f32(&rng));
         if (generated == 0) t_first = now_s();
         generated++;
-        if (next == eot) {
-            stop = "end-of-text";
+        if (next == (int)stops[0] || next == (int)stops[1]) {
+            stop = llama3 && next == (int)stops[1] ? "<|eot_id|>" : "end-of-text";
             break;
         }
         write_token(tok, next);

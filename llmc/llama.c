@@ -151,7 +151,8 @@ static float slot_f32(const int32_t *h, int i) {
     return v;
 }
 
-void llama_file_read_header(const char *path, LlamaConfig *cfg) {
+/* the header of llmc's Llama file at path into cfg; returns 1 when its parameters are bf16 */
+static int read_header(const char *path, LlamaConfig *cfg) {
     FILE *f = fopen(path, "rb");
     if (!f) llmc_die("cannot open Llama checkpoint '%s'", path);
     int32_t h[256];
@@ -170,73 +171,51 @@ void llama_file_read_header(const char *path, LlamaConfig *cfg) {
     cfg->rope_low_freq_factor = slot_f32(h, 19), cfg->rope_high_freq_factor = slot_f32(h, 20);
     cfg->rope_original_max_pos = h[21];
     cfg->ffn_multiplier = slot_f32(h, 22), cfg->ffn_multiple_of = h[23];
-    const char *bad = h[11] != 0 && h[11] != 1 ? "tied must be 0 or 1" : llama_config_validate(cfg);
+    const int dtype = h[LLAMA_FILE_DTYPE];
+    const char *bad = h[11] != 0 && h[11] != 1                                   ? "tied must be 0 or 1"
+                      : dtype != LLAMA_DTYPE_FP32 && dtype != LLAMA_DTYPE_BF16 ? "dtype (slot 12) must be 0 (fp32) or 1 (bf16)"
+                                                                               : llama_config_validate(cfg);
     if (bad) llmc_die("'%s': invalid Llama header: %s", path, bad);
+    return dtype == LLAMA_DTYPE_BF16;
 }
+
+void llama_file_read_header(const char *path, LlamaConfig *cfg) { (void)read_header(path, cfg); }
 
 void llama_file_load(const char *path, float *params, size_t n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) llmc_die("cannot open Llama checkpoint '%s'", path);
-    if (fseeko(f, 0, SEEK_END) != 0) llmc_die("'%s': cannot seek", path);
-    off_t size = ftello(f);
-    off_t want = 1024 + (off_t)(n * sizeof(float));
-    if (size != want)
-        llmc_die("'%s': %lld bytes, but its header describes %lld (1024 + %zu float32 parameters)", path,
-                 (long long)size, (long long)want, n);
-    fseeko(f, 1024, SEEK_SET);
-    freadCheck(params, sizeof(float), n, f, path);
-    fclose(f);
+    LlamaConfig cfg;
+    const int bf16 = read_header(path, &cfg);
+    TensorSpec specs[LLAMA3_NUM_PARAMETERS];
+    if (llama_parameter_specs(&cfg, specs) != n) llmc_die("Llama checkpoint '%s' does not match the model being loaded", path);
+    model_file_read_params(path, 1024, params, n, bf16, specs, LLAMA3_NUM_PARAMETERS);
 }
 
-void llama_file_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n) {
+uint32_t llama_checkpoint_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16) {
+    if (llama_parameter_specs(cfg, NULL) != n) llmc_die("llama_checkpoint_write: %zu parameters do not fit the config", n);
     int32_t h[256] = {0};
     const ModelConfig *b = &cfg->base;
     h[0] = LLAMA_FILE_MAGIC, h[1] = LLAMA_FILE_VERSION, h[2] = LLAMA_ARCH_LLAMA3, h[3] = b->max_seq_len;
     h[4] = b->vocab_size, h[5] = b->padded_vocab_size, h[6] = b->num_layers, h[7] = b->num_heads;
     h[8] = b->num_kv_heads, h[9] = b->channels, h[10] = b->ffn_hidden, h[11] = cfg->tied;
+    h[LLAMA_FILE_DTYPE] = bf16 ? LLAMA_DTYPE_BF16 : LLAMA_DTYPE_FP32;
     const float fs[] = {cfg->norm_eps, cfg->rope_theta, cfg->rope_factor, cfg->rope_low_freq_factor,
                         cfg->rope_high_freq_factor};
     memcpy(&h[16], fs, sizeof fs);
     h[21] = cfg->rope_original_max_pos;
     memcpy(&h[22], &cfg->ffn_multiplier, sizeof(float));
     h[23] = cfg->ffn_multiple_of;
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(h, sizeof(int32_t), 256, af.f, af.tmp_path);
-    fwriteCheck(params, sizeof(float), n, af.f, af.tmp_path);
-    atomic_commit(&af);
+    return model_file_write(path, h, sizeof h, params, n, bf16);
+}
+
+uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n) {
+    return llama_checkpoint_write(path, cfg, params, n, 0);
+}
+
+int llama_file_is_bf16(const char *path) {
+    LlamaConfig cfg;
+    return read_header(path, &cfg);
 }
 
 /* ---- llm.c's Llama 3 file ---------------------------------------------------------------- */
-
-/* count floats from f (fp32, or bf16 widened) into dst */
-static void read_floats(FILE *f, const char *path, float *dst, size_t count, int bf16) {
-    if (!bf16) {
-        freadCheck(dst, sizeof(float), count, f, path);
-        return;
-    }
-    enum { CHUNK = 1 << 16 };
-    uint16_t buf[CHUNK];
-    for (size_t i = 0; i < count; i += CHUNK) {
-        size_t k = count - i < CHUNK ? count - i : CHUNK;
-        freadCheck(buf, sizeof(uint16_t), k, f, path);
-        for (size_t j = 0; j < k; j++) dst[i + j] = bf16_to_float(buf[j]);
-    }
-}
-
-static void write_floats(FILE *f, const char *path, const float *src, size_t count, int bf16) {
-    if (!bf16) {
-        fwriteCheck(src, sizeof(float), count, f, path);
-        return;
-    }
-    enum { CHUNK = 1 << 16 };
-    uint16_t buf[CHUNK];
-    for (size_t i = 0; i < count; i += CHUNK) {
-        size_t k = count - i < CHUNK ? count - i : CHUNK;
-        for (size_t j = 0; j < k; j++) buf[j] = float_to_bf16(src[i + j]);
-        fwriteCheck(buf, sizeof(uint16_t), k, f, path);
-    }
-}
 
 /* llm.c's fixed Llama 3.1 RoPE scaling (use_scaled_rope = 1) */
 static void llmc_llama3_scaling(LlamaConfig *cfg) {
@@ -293,8 +272,8 @@ void llmc_llama3_read_header(const char *path, LlamaConfig *cfg, int *version) {
 /* Each tensor of llm.c's order as (our tensor, rows of layer l to fill): the SwiGLU matrix is
  * stored as c_fc (up, our fcw rows [F, 2F)) for every layer, then c_fc2 (gate, rows [0, F)). */
 typedef void (*TensorIO)(FILE *f, const char *path, float *p, size_t count, int bf16);
-static void io_read(FILE *f, const char *path, float *p, size_t count, int bf16) { read_floats(f, path, p, count, bf16); }
-static void io_write(FILE *f, const char *path, float *p, size_t count, int bf16) { write_floats(f, path, p, count, bf16); }
+static void io_read(FILE *f, const char *path, float *p, size_t count, int bf16) { model_params_read(f, path, p, count, bf16, NULL); }
+static void io_write(FILE *f, const char *path, float *p, size_t count, int bf16) { model_params_write(f, path, p, count, bf16, NULL); }
 
 static void llmc_llama3_tensors(const LlamaConfig *cfg, float *params, FILE *f, const char *path, int bf16, TensorIO io) {
     TensorSpec s[LLAMA3_NUM_PARAMETERS];
@@ -408,17 +387,6 @@ void llama_load_init(const char *init, const LlamaConfig *cfg, float *params, si
     } else {
         llmc_llama3_load(init, cfg, params, n);
     }
-}
-
-uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n) {
-    for (size_t i = 0; i < n; i++)
-        if (!isfinite(params[i]))
-            llmc_die("not writing model checkpoint '%s': weight %zu is %g (the weights are not finite)", path, i,
-                     (double)params[i]);
-    llama_file_write(path, cfg, params, n);
-    uint32_t crc = model_file_checksum(path);
-    model_sum_write(path, crc, 1024 + (long long)n * (long long)sizeof(float));
-    return crc;
 }
 
 double llama_flops_per_token(const LlamaConfig *cfg, int T) {

@@ -90,22 +90,34 @@ size_t llama_activation_specs(const LlamaConfig *cfg, int B, int T, TensorSpec s
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
                            unsigned long long seed);
 
-/* llmc's Llama checkpoint: int32 header[256] then the table's tensors as float32. It records
- * what llm.c's GPT-2 header cannot; GPT-2 files keep llm.c's header (20240326), unchanged.
+/* llmc's Llama checkpoint: int32 header[256] then the table's tensors as float32 or bfloat16. It
+ * records what llm.c's GPT-2 header cannot; GPT-2 files keep llm.c's header (20240326), unchanged.
  *   [0] 20261130 (LLAMA_FILE_MAGIC)  [1] version 1  [2] architecture (1: Llama 3)  [3] maxT
  *   [4] V  [5] Vp  [6] L  [7] NH  [8] NKV  [9] C  [10] F  [11] tied (1: no lm_head stored)
+ *   [12] dtype of the parameters: 0 float32, 1 bfloat16 (round to nearest even; --checkpoint-bf16 1)
  *   float32 in int32 slots: [16] norm eps  [17] rope theta  [18] rope factor (0: no scaling)
  *   [19] low_freq_factor  [20] high_freq_factor;  [21] original max position (int32)
  *   [22] ffn_dim_multiplier (float32)  [23] multiple_of: how F was derived, 0 when unknown
- * Every bad header field is a clear error naming the file (exit 1). */
+ * The file size must be exactly 1024 + numel * (4 or 2). Written with "<path>.sum" (checkpoint.h's
+ * model_file_write), verified on load when present. Every bad header field is a clear error
+ * naming the file (exit 1). */
 #define LLAMA_FILE_MAGIC 20261130
 #define LLAMA_FILE_VERSION 1
 #define LLAMA_ARCH_LLAMA3 1
+#define LLAMA_FILE_DTYPE 12 /* the header slot */
+#define LLAMA_DTYPE_FP32 0
+#define LLAMA_DTYPE_BF16 1
 void llama_file_read_header(const char *path, LlamaConfig *cfg);
-/* Reads the parameters (n = llama_parameter_specs' total) after checking the size. */
+/* 1 when llmc's Llama file at path stores bf16 parameters (dies on a bad header). */
+int llama_file_is_bf16(const char *path);
+/* Reads the parameters (n = llama_parameter_specs' total; bf16 widened to fp32) after checking
+ * the size, verifies "<path>.sum" when present, refuses non-finite weights naming the tensor. */
 void llama_file_load(const char *path, float *params, size_t n);
-/* Writes header and parameters atomically. */
-void llama_file_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
+/* Writes llmc's Llama checkpoint (fp32, or bf16 rounded to nearest even) atomically, then
+ * "<path>.sum"; returns the file's CRC-32. Dies (writing nothing) on a non-finite weight.
+ * llama_checkpoint_save is the fp32 one. */
+uint32_t llama_checkpoint_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16);
+uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
 
 /* llm.c's Llama 3 file (its llama3 branch, train_llama3.py write_model): int32 header[256]
  *   [0] 20240803 (LLMC_LLAMA3_MAGIC)  [1] version 3 (fp32) or 5 (bf16)  [2] maxT  [3] V  [4] L
@@ -130,8 +142,6 @@ void llmc_llama3_write(const char *path, const LlamaConfig *cfg, const float *pa
 int llama_config_from_init(const char *init, LlamaConfig *cfg);
 /* The parameters for init (cfg from llama_config_from_init): random for a name, else the file's. */
 void llama_load_init(const char *init, const LlamaConfig *cfg, float *params, size_t n, unsigned long long seed);
-/* llmc's Llama checkpoint (llama_file_write) plus "<path>.sum"; returns the file's CRC-32. */
-uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
 /* Training flops per token, 6N + 6LCT as gpt2_flops_per_token. */
 double llama_flops_per_token(const LlamaConfig *cfg, int T);
 

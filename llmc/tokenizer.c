@@ -921,13 +921,87 @@ fail:
     return NULL;
 }
 
+size_t tokenizer_llama3_specials(uint32_t first_id, TokenizerSpecial out[TOKENIZER_LLAMA3_NSPECIAL], char *names,
+                                 size_t names_len) {
+    static const char *const named[] = {"<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                                        "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>",
+                                        "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>",
+                                        "<|python_tag|>"};
+    enum { NAMED = sizeof named / sizeof named[0] };
+    size_t used = 0;
+    for (size_t k = 0; k < TOKENIZER_LLAMA3_NSPECIAL; k++) {
+        char *name = names + used;
+        int w = k < NAMED ? snprintf(name, names_len - used, "%s", named[k])
+                          : snprintf(name, names_len - used, "<|reserved_special_token_%zu|>", k - NAMED + 2);
+        if (w < 0 || (size_t)w + 1 > names_len - used) llmc_die("tokenizer_llama3_specials: %zu bytes for the names", names_len);
+        used += (size_t)w + 1;
+        out[k] = (TokenizerSpecial){name, first_id + (uint32_t)k};
+    }
+    return TOKENIZER_LLAMA3_NSPECIAL;
+}
+
+Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen) {
+    size_t n;
+    unsigned char *buf = read_file(path, &n, err, errlen);
+    if (!buf) return NULL;
+    size_t ranks = 0; /* its non-empty lines (the loader checks each) */
+    for (size_t next = 0, len; next < n;) {
+        next_line(buf, n, &next, &len);
+        ranks += len > 0;
+    }
+    free(buf);
+    if (ranks > UINT32_MAX - TOKENIZER_LLAMA3_NSPECIAL) ranks = 0; /* the loader says what is wrong */
+    TokenizerSpecial specials[TOKENIZER_LLAMA3_NSPECIAL];
+    char names[TOKENIZER_LLAMA3_NSPECIAL * 40];
+    tokenizer_llama3_specials((uint32_t)ranks, specials, names, sizeof names);
+    return tokenizer_load_tiktoken(path, LLAMA3_PATTERN, specials, TOKENIZER_LLAMA3_NSPECIAL, "<|begin_of_text|>", err,
+                                   errlen);
+}
+
+uint32_t tokenizer_special_id(const Tokenizer *t, const char *name) {
+    size_t len = strlen(name);
+    for (size_t k = 0; k < t->nspecial; k++) {
+        uint32_t id = t->special_ids[k];
+        if (t->offsets[id + 1] - t->offsets[id] == len && memcmp(t->blob + t->offsets[id], name, len) == 0) return id;
+    }
+    return NO_TOKEN;
+}
+
+int tokenizer_find_llama3(const char *dir, char *out, size_t outlen) {
+    static const char *const names[] = {"tokenizer.model", "original/tokenizer.model"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        struct stat st;
+        if ((size_t)snprintf(out, outlen, "%s/%s", dir, names[i]) < outlen && stat(out, &st) == 0 && S_ISREG(st.st_mode))
+            return 0;
+    }
+    return -1;
+}
+
+/* Does the regular file at path start like a tiktoken rank file ("BASE64 RANK" line)? */
+static int looks_like_rank_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    unsigned char buf[512];
+    size_t n = fread(buf, 1, sizeof buf, f), i = 0;
+    fclose(f);
+    while (i < n && (b64_value(buf[i]) >= 0 || buf[i] == '=')) i++;
+    if (i == 0 || i == n || buf[i] != ' ') return 0;
+    size_t digits = ++i;
+    while (i < n && buf[i] >= '0' && buf[i] <= '9') i++;
+    return i > digits && (i == n || buf[i] == '\n' || buf[i] == '\r');
+}
+
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
         set_err(err, errlen, "cannot open tokenizer '%s': %s", path, strerror(errno));
         return NULL;
     }
-    if (S_ISDIR(st.st_mode)) return load_gpt2_dir(path, err, errlen);
+    char model[4200];
+    if (S_ISDIR(st.st_mode))
+        return tokenizer_find_llama3(path, model, sizeof model) == 0 ? tokenizer_load_llama3(model, err, errlen)
+                                                                      : load_gpt2_dir(path, err, errlen);
+    if (S_ISREG(st.st_mode) && looks_like_rank_file(path)) return tokenizer_load_llama3(path, err, errlen);
     return load_llmc_file(path, err, errlen);
 }
 

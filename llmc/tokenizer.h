@@ -4,7 +4,8 @@
  * Sources a Tokenizer can be loaded from:
  *  - a directory holding encoder.json + vocab.bpe (OpenAI's GPT-2 release): decode and encode;
  *  - llm.c's tokenizer file (magic 20240328, version 1 or 2): decode only, because that file
- *    stores the token bytes but no merges.
+ *    stores the token bytes but no merges;
+ *  - a tiktoken rank file (tokenizer_load_tiktoken); tokenizer_load takes it as Llama 3's.
  *
  * Encoding reproduces tiktoken's "gpt2" encode_ordinary token for token on valid UTF-8:
  *  1. pre-tokenisation with GPT-2's pattern
@@ -45,8 +46,10 @@ typedef struct {
     size_t cap;  /* ids allocated */
 } TokenBuf;
 
-/* Loads from a directory (encoder.json + vocab.bpe) or an llm.c tokenizer file. On failure
- * returns NULL and writes a one-line reason naming the file into err. */
+/* Loads from a directory (Llama 3's: tokenizer_find_llama3 finds its tokenizer.model; else GPT-2's
+ * encoder.json + vocab.bpe), a tiktoken rank file (its first line "BASE64 RANK": Llama 3's,
+ * tokenizer_load_llama3) or an llm.c tokenizer file. On failure returns NULL and writes a one-line
+ * reason naming the file into err. */
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
 void tokenizer_free(Tokenizer *tok);
 
@@ -67,6 +70,26 @@ typedef struct {
  * special id among the ranks, a bad pattern) returns NULL with a reason naming the file/line. */
 Tokenizer *tokenizer_load_tiktoken(const char *path, const char *pattern, const TokenizerSpecial *specials,
                                    size_t nspecial, const char *delimiter, char *err, size_t errlen);
+
+/* Llama 3's special tokens as Meta's tokenizer.py (Llama 3.1) defines them: 256 ids from first_id
+ * (128000 after Llama 3's 128000 ranks): <|begin_of_text|>, <|end_of_text|>,
+ * <|reserved_special_token_0|>, <|reserved_special_token_1|>, <|finetune_right_pad_id|>,
+ * <|step_id|>, <|start_header_id|>, <|end_header_id|>, <|eom_id|>, <|eot_id|>, <|python_tag|>,
+ * then <|reserved_special_token_2|> .. <|reserved_special_token_246|>. The names are written
+ * into names (at least 256 * 40 bytes). Returns TOKENIZER_LLAMA3_NSPECIAL. */
+#define TOKENIZER_LLAMA3_NSPECIAL 256
+size_t tokenizer_llama3_specials(uint32_t first_id, TokenizerSpecial out[TOKENIZER_LLAMA3_NSPECIAL], char *names,
+                                 size_t names_len);
+/* Llama 3's tokenizer: a tiktoken rank file (Llama 3's tokenizer.model is one) with the llama3
+ * pattern and Llama 3's special tokens numbered after its ranks; tokenizer_eot() is
+ * <|begin_of_text|> (what ./tokenizer shards puts before each document). NULL with a reason
+ * naming the file on failure (as tokenizer_load_tiktoken). */
+Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen);
+/* Llama 3's tokenizer in dir: dir/tokenizer.model, or dir/original/tokenizer.model (where an HF
+ * Llama 3 directory keeps it). Returns 0 with the file in out, or -1 if neither exists. */
+int tokenizer_find_llama3(const char *dir, char *out, size_t outlen);
+/* The id of the special token called name (tokenizer_load_tiktoken's), or UINT32_MAX if none. */
+uint32_t tokenizer_special_id(const Tokenizer *tok, const char *name);
 
 /* The built-in pre-tokenizer patterns by name: "gpt2", "cl100k" (cl100k_base) and "llama3";
  * NULL for another name. */

@@ -75,6 +75,7 @@ static void sample_text_open(SampleText *st, const TrainConfig *tc, const ModelC
     char path[1100], err[512];
     if (tc->tokenizer[0]) {
         snprintf(path, sizeof path, "%s", tc->tokenizer);
+    } else if (tokenizer_find_llama3(tc->init, path, sizeof path) == 0) { /* an HF Llama 3 directory's */
     } else if (access("data/gpt2_tokenizer.bin", R_OK) == 0) {
         snprintf(path, sizeof path, "data/gpt2_tokenizer.bin");
     } else if (tokenizer_find_default(path, sizeof path) != 0) {
@@ -87,9 +88,9 @@ static void sample_text_open(SampleText *st, const TrainConfig *tc, const ModelC
         printf("note: %s; samples are printed as token ids\n", err);
         return;
     }
-    if (tokenizer_eot(tok) >= (uint32_t)cfg->vocab_size || tokenizer_vocab_size(tok) > (size_t)cfg->vocab_size) {
-        printf("note: the tokenizer '%s' has %zu tokens, more than the model's vocabulary of %d; samples are printed "
-               "as token ids\n", path, tokenizer_vocab_size(tok), cfg->vocab_size);
+    if (tokenizer_eot(tok) >= (uint32_t)cfg->vocab_size || tokenizer_vocab_size(tok) != (size_t)cfg->vocab_size) {
+        printf("note: the tokenizer '%s' has %zu tokens, the model's vocabulary %d; samples are printed as token ids "
+               "(give the model's own with --tokenizer)\n", path, tokenizer_vocab_size(tok), cfg->vocab_size);
         tokenizer_free(tok);
         return;
     }

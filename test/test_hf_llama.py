@@ -11,9 +11,18 @@ what transformers would hold for this model. Then:
 - --save-hf 1 and ./hf_convert: HF -> train -> HF holds the trained weights exactly; llmc -> HF
   equals the directory built here tensor for tensor; sharded directories (index.json) read and,
   above the shard limit, written; a tied head (tie_word_embeddings) round-trips;
+- Llama 3's tokenizer in ./generate, the trainer's samples and ./tokenizer (item 2; a tiktoken rank file of 744 ranks made here, Llama 3's
+  256 special tokens after them: V 1000): found in the HF directory's original/tokenizer.model, the
+  prompt encoded as tiktoken encodes it (special names included) after <|begin_of_text|>, greedy
+  continuation and its text equal PyTorch's / tiktoken's; a bad rank file and a Llama without its
+  tokenizer are clear errors;
+- the README's fine-tune path end to end: HF directory -> train_gpt_cpu --save-hf 1 -> ./generate
+  -e model_NNNNNNNN_hf --tokenizer <HF directory>; a BF16 directory with --checkpoint-bf16 1: bf16
+  checkpoint and BF16 --save-hf directory holding the same weights;
 - bad directories are clear errors: missing tensor, wrong shape, unknown dtype, unknown
   architecture, an index naming a missing shard, unsupported rope_scaling, biases.
 """
+import base64
 import json
 import os
 import shutil
@@ -37,8 +46,8 @@ B, T, V, C, L, NH, NKV, F, STEPS = 4, 32, 1000, 64, 2, 4, 2, 256, 10
 HS = C // NH
 
 
-def run(cmd, env=None):
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+def run(cmd, env=None, text=True):
+    return subprocess.run(cmd, capture_output=True, text=text, timeout=600,
                           env=None if env is None else {**os.environ, **env})
 
 
@@ -58,13 +67,14 @@ def reference(tmp):
 
 
 def read_llmc(path):
-    """(header ints, {name: array}) of llmc's Llama checkpoint, in the reference's table shapes."""
+    """(config, {name: array}) of llmc's Llama checkpoint (fp32 or bf16), in the reference's table shapes."""
     raw = open(path, "rb").read()
     h = struct.unpack("<256i", raw[:1024])
     f32 = lambda i: struct.unpack("<f", struct.pack("<i", h[i]))[0]  # noqa: E731
     cfg = ll.LlamaConfig(h[3], h[4], h[6], h[7], h[8], h[9], h[10], eps=f32(16), theta=f32(17), factor=f32(18),
                          low=f32(19), high=f32(20), original=h[21])
-    p = np.frombuffer(raw, "<f4", offset=1024)
+    p = np.frombuffer(raw, "<f4", offset=1024) if h[12] == 0 else (  # slot 12: 1 = bf16
+        np.frombuffer(raw, "<u2", offset=1024).astype("<u4") << 16).view("<f4")
     out, o = {}, 0
     for name, shape, _, _ in ll.param_table(cfg):
         k = int(np.prod(shape))
@@ -143,10 +153,10 @@ def rotate_half_matches(cfg, t):
     return torch.allclose(back, ours, rtol=1e-12, atol=1e-12)
 
 
-def train(init, shard, outdir, steps=STEPS, extra=(), env=None):
+def train(init, shard, outdir, steps=STEPS, extra=(), env=None, text=True):
     return run(["./train_gpt_cpu", "-e", init, "-i", shard, "-j", shard, "-b", str(B), "-t", str(T), "-x", str(steps),
                 "-k", "constant", "-l", "1e-3", "-c", "0.1", "--shuffle", "0", "-v", "0", "-s", "0", "-r", "0",
-                "-o", outdir] + list(extra), env=env)
+                "-o", outdir] + list(extra), env=env, text=text)
 
 
 def losses_of(outdir):
@@ -167,6 +177,137 @@ def dir_tensors(path):
         if f.endswith(".safetensors"):
             out.update(load_file(os.path.join(path, f)))
     return out
+
+
+SPECIALS = (["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+             "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+             "<|eot_id|>", "<|python_tag|>"] + [f"<|reserved_special_token_{2 + i}|>" for i in range(245)])
+LLAMA3_PAT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def write_rank_file(path):
+    """A Llama 3-style tiktoken rank file of V - 256 ranks (the 256 bytes, then prefixes of words'
+    pieces, then letter pairs) and tiktoken's Encoding of it with Llama 3's pattern and specials."""
+    import tiktoken
+    ranks = {bytes([i]): i for i in range(256)}
+    words = "the king queen shall will not be more than one thousand hello world Romeo Juliet love night".split()
+    extra = [(" " + w).encode()[:k] for w in words for k in range(2, len(w) + 2)]
+    extra += [w.encode()[:k] for w in words for k in range(2, len(w) + 1)]
+    extra += [bytes([a, b]) for a in range(97, 123) for b in range(97, 123)]
+    for tok in extra:
+        if tok not in ranks and len(ranks) < V - 256:
+            ranks[tok] = len(ranks)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("".join(f"{base64.b64encode(t).decode()} {r}\n" for t, r in ranks.items()))
+    return tiktoken.Encoding("llama3-test", pat_str=LLAMA3_PAT, mergeable_ranks=ranks,
+                             special_tokens={name: len(ranks) + k for k, name in enumerate(SPECIALS)})
+
+
+def torch_greedy(model_path, ids, n, stops):
+    """PyTorch's greedy continuation of ids by the Llama in llmc's checkpoint (first maximum over V),
+    stopping after n tokens or at a token in stops (not returned)."""
+    cfg, t = read_llmc(model_path)
+    model = ll.Llama(cfg, {k: torch.from_numpy(a) for k, a in t.items()})
+    ids, out = list(ids), []
+    with torch.no_grad():
+        while len(out) < n and len(ids) < cfg.max_seq_len:
+            nxt = int(torch.argmax(model(torch.tensor([ids]))[0][0, -1, :V]))
+            if nxt in stops:
+                break
+            out.append(nxt)
+            ids.append(nxt)
+    return out
+
+
+def generate(args):
+    return subprocess.run(["./generate", "--temperature", "0", "-g", "8"] + args, capture_output=True, timeout=600)
+
+
+def check_generate(name, args, enc, prompt, model, tokenizer_path):
+    """./generate with Llama 3's tokenizer: the prompt's ids, the continuation and its text."""
+    ids = [enc.encode_single_token("<|begin_of_text|>")] + enc.encode(prompt, allowed_special="all")
+    want = torch_greedy(model, ids, 8, {enc.encode_single_token("<|end_of_text|>"), enc.encode_single_token("<|eot_id|>")})
+    p = generate(args + ["--prompt", prompt])
+    err = p.stderr.decode(errors="replace")
+    ok = p.returncode == 0 and f"prompt: {len(ids)} tokens" in err and f"tokenizer: {tokenizer_path}" in err
+    report(ok and p.stdout == prompt.encode() + enc.decode_bytes(want), name,
+           f"stdout {p.stdout!r}, want {prompt.encode() + enc.decode_bytes(want)!r} ({want}): {err[-600:]}")
+
+
+def safetensors_dtypes(path):
+    raw = open(path, "rb").read()
+    header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+    return {v["dtype"] for k, v in header.items() if k != "__metadata__"}
+
+
+def tokenizer_and_finetune(tmp, hf, ref, shard, run_hf):
+    """Llama 3's tokenizer in ./generate, and the fine-tune path of the README end to end."""
+    tok = os.path.join(hf, "original", "tokenizer.model")
+    enc = write_rank_file(tok)
+    prompt = "the king shall love Juliet<|eot_id|> hello world, 1234!"
+    check_generate("./generate -e <HF Llama dir>: finds original/tokenizer.model, encodes the prompt as tiktoken "
+                   "(<|begin_of_text|> first, special names as tokens), greedy text equals PyTorch's + tiktoken's",
+                   ["-e", hf], enc, prompt, ref, tok)
+    check_generate("fine-tune end to end: -e <HF dir> -> --save-hf 1 -> ./generate -e model_00000010_hf --tokenizer "
+                   "<HF dir>: the trained model's greedy text", ["-e", os.path.join(run_hf, "model_00000010_hf"),
+                   "--tokenizer", hf], enc, "Romeo, Romeo", os.path.join(run_hf, "model_00000010.bin"), tok)
+    check_generate("./generate --tokenizer <tokenizer.model> with an llmc Llama file, empty prompt (<|begin_of_text|> "
+                   "alone)", ["-e", ref, "--tokenizer", tok], enc, "", ref, tok)
+    # ./tokenizer reads the directory as Llama 3's too
+    text, shard_out = os.path.join(tmp, "prompt.txt"), os.path.join(tmp, "prompt_ids.bin")
+    open(text, "w").write(prompt)
+    p = run(["./tokenizer", "encode", "-q", "--tokenizer", hf, text, shard_out])
+    got = list(memoryview(open(shard_out, "rb").read()[1024:]).cast("H")) if p.returncode == 0 else None
+    report(got == enc.encode_ordinary(prompt), "./tokenizer encode --tokenizer <HF Llama dir>: tiktoken's ids",
+           f"{got} vs {enc.encode_ordinary(prompt)}: {p.stderr[-400:]}")
+    # the trainer's samples (-s) decode with it too (found in -e's directory): the text of the ids that a
+    # decode-only tokenizer file (token i reads "<i>", starting token <|begin_of_text|>) shows
+    ids_tok = os.path.join(tmp, "ids_tok.bin")
+    with open(ids_tok, "wb") as f:
+        f.write(struct.pack("<256I", *([20240328, 2, V, enc.encode_single_token("<|begin_of_text|>")] + [0] * 252)))
+        f.write(b"".join(bytes([len(f"<{i}>")]) + f"<{i}>".encode() for i in range(V)))
+    sample = ["-s", "1", "-g", "16"]
+    p1 = train(hf, shard, os.path.join(tmp, "samples_ids"), steps=1, extra=sample + ["--tokenizer", ids_tok], text=False)
+    p2 = train(hf, shard, os.path.join(tmp, "samples_text"), steps=1, extra=sample, text=False)
+    between = lambda out: out.split(b"generating:\n---\n")[-1].split(b"\n---\n")[0]  # noqa: E731
+    ids = [int(x) for x in between(p1.stdout).replace(b">", b"").split(b"<")[1:]] if p1.returncode == 0 else []
+    want = bytes(c for c in enc.decode_bytes(ids) if c >= 0x20 or c in b"\n\t")
+    ok = p1.returncode == 0 and p2.returncode == 0 and len(ids) == 16
+    report(ok and between(p2.stdout) == want, "train_gpt_cpu -e <HF Llama dir> -s: samples decoded with its "
+           "original/tokenizer.model", f"{ids} -> {want!r}: {(p2.stdout + p2.stderr)[-600:]!r}")
+    bad = os.path.join(tmp, "bad_tokenizer.model")
+    lines = open(tok).read().splitlines()
+    open(bad, "w").write("\n".join(lines[:300] + ["not-base64! 300"] + lines[301:]) + "\n")
+    p = generate(["-e", ref, "--tokenizer", bad, "--prompt", "hi"])
+    err = p.stderr.decode(errors="replace")
+    report(p.returncode == 1 and "error: " in err and "bad_tokenizer.model', line 301" in err and not p.stdout,
+           "./generate --tokenizer <bad rank file>: a clear error naming the file and line", err[-400:])
+    p = generate(["-e", ref, "--tokenizer", os.path.join(tmp, "nowhere"), "--prompt", "hi"])
+    err = p.stderr.decode(errors="replace")
+    report(p.returncode == 1 and "error: " in err and "nowhere" in err, "./generate --tokenizer <missing>: a clear error",
+           err[-400:])
+    p = generate(["-e", ref, "--prompt", "hi"])
+    err = p.stderr.decode(errors="replace")
+    report(p.returncode == 1 and "error: " in err and "tokenizer.model" in err and not p.stdout,
+           "./generate -e <Llama file> without its tokenizer: a clear error saying what to give", err[-400:])
+    # a BF16 HF directory with --checkpoint-bf16 1 --save-hf 1: the bf16 checkpoint and the BF16 directory hold
+    # the same weights, and the losses are those of the run without --checkpoint-bf16
+    d = os.path.join(tmp, "hf_BF16")
+    p1 = train(d, shard, os.path.join(tmp, "run_bf16"), steps=2, extra=["--checkpoint-bf16", "1", "--save-hf", "1"])
+    p2 = train(d, shard, os.path.join(tmp, "run_bf16_fp32ckpt"), steps=2)
+    ok = p1.returncode == 0 and p2.returncode == 0
+    ok = ok and losses_of(os.path.join(tmp, "run_bf16")) == losses_of(os.path.join(tmp, "run_bf16_fp32ckpt"))
+    model = os.path.join(tmp, "run_bf16", "model_00000002.bin")
+    saved = os.path.join(tmp, "run_bf16", "model_00000002_hf")
+    back = os.path.join(tmp, "run_bf16_back.bin")
+    p3 = run(["./hf_convert", saved, back, "--format", "llmc"])
+    ok = ok and p3.returncode == 0 and struct.unpack("<i", open(model, "rb").read()[48:52])[0] == 1
+    ok = ok and open(back, "rb").read() == open(model, "rb").read()
+    ok = ok and safetensors_dtypes(os.path.join(saved, "model.safetensors")) == {"BF16"}
+    report(ok, "-e <BF16 HF dir> --checkpoint-bf16 1 --save-hf 1: bf16 checkpoint and BF16 directory hold the same "
+           "weights; losses as without --checkpoint-bf16", (p1.stdout + p1.stderr + p2.stderr + p3.stdout + p3.stderr)[-1500:])
 
 
 def error_check(name, cmd, pattern):
@@ -259,6 +400,8 @@ def main():
         p3 = train(tied, shard, os.path.join(tmp, "run_tied"), steps=2)
         report(ok and p3.returncode == 0, "tied head (tie_word_embeddings, no lm_head): HF -> llmc -> HF and training",
                (p1.stdout + p1.stderr + p2.stdout + p2.stderr + p3.stdout + p3.stderr)[-800:])
+
+        tokenizer_and_finetune(tmp, hf, ref, shard, run_hf)
 
         # bad directories: clear errors naming what is wrong
         def bad_dir(name, config=None, drop=None, change=None, shards=1):

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "llmc/check.h"
+#include "llmc/checkpoint.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
 #include "test/debug_state.h"
@@ -106,7 +107,7 @@ int main(int argc, char **argv) {
     /* the header round trip: the loaded model written back is the reference's file */
     char path[4200];
     snprintf(path, sizeof path, "%s.rewritten", argv[2]);
-    llama_file_write(path, &model.cfg, model.params_memory, model.num_parameters);
+    llama_checkpoint_save(path, &model.cfg, model.params_memory, model.num_parameters);
     FILE *a = fopenCheck(argv[1], "rb"), *b = fopenCheck(path, "rb");
     int same = 1, ca, cb;
     do {
@@ -114,6 +115,9 @@ int main(int argc, char **argv) {
         same &= ca == cb;
     } while (ca != EOF && cb != EOF);
     fclose(a), fclose(b), remove(path);
+    char sum[4300];
+    model_sum_path(path, sum, sizeof sum);
+    remove(sum);
     test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
 
     const int B = d.B, T = d.T;

@@ -6,6 +6,9 @@ reference dev/reference/train_llama3.py: a 2-layer Llama (C 64, NH 4, NKV 2 and 
   reference's (a shard holding exactly the reference's batch, constant lr, its AdamW settings);
 - checkpoints and resume: 5 steps, then -y 1 to 10, gives the uninterrupted run's losses and
   final model byte for byte;
+- --checkpoint-bf16 1: llmc's Llama file in bf16 is the fp32 weights rounded, reads back as them,
+  resumes (rounded weights, fp32 AdamW state), feeds ./hf_convert and ./generate; damaged files
+  (truncated, a changed weight against its .sum, a bad dtype) are clear errors;
 - llm.c's Llama 3 file (magic 20240803, written here by an independent writer of its layout):
   -e loads it (the same step-1 loss as llmc's file), ./hf_convert llmc <-> llm.c is byte-identical
   both ways in fp32 and bf16, bad files are clear errors;
@@ -144,6 +147,8 @@ def main():
             report(ok, f"NKV {nkv}: checkpoint at step 5 and -y 1 resume give the uninterrupted run's losses and "
                        "final model byte for byte", (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-1500:])
 
+            bf16_checkpoints(tmp, ref, shard, out, steps)
+
             # llm.c's Llama 3 file, fp32 and bf16
             l3, l3b = os.path.join(tmp, f"l3_{nkv}.bin"), os.path.join(tmp, f"l3b_{nkv}.bin")
             llama3_file(l3, ref)
@@ -179,9 +184,6 @@ def main():
             open(bad, "wb").write(edit(good))
             error_check(f"llm.c Llama 3 file, {name}: a clear error", [TRAINER, "-e", bad, "-i", shard, "-j", shard,
                         "-b", str(B), "-t", str(T), "-x", "1"], "bad_l3.bin")
-        error_check("hf_convert: llmc's Llama checkpoint is fp32 only",
-                    ["./hf_convert", os.path.join(tmp, "l3_2.bin"), os.path.join(tmp, "x.bin"), "--format", "llmc",
-                     "--dtype", "bf16"], "fp32")
         error_check("Llama 3.2's RoPE scaling (factor 32) does not fit llm.c's Llama 3 header",
                     ["./hf_convert", os.path.join(tmp, "bf.bin"), os.path.join(tmp, "y.bin"), "--format", "llama3"]
                     if make_32(tmp) else ["false"], "factor 32")
@@ -200,12 +202,7 @@ def main():
                (p.stdout + p.stderr)[-800:])
         # ./generate: greedy decoding of the reference Llama equals PyTorch's (a decode-only tokenizer
         # file whose token i reads "<i>", end-of-text 999)
-        tok = os.path.join(tmp, "tok.bin")
-        with open(tok, "wb") as f:
-            f.write(struct.pack("<256I", *([20240328, 2, V, V - 1] + [0] * 252)))
-            for i in range(V):
-                text = f"<{i}>".encode()
-                f.write(bytes([len(text)]) + text)
+        tok = decode_tokenizer(tmp)
         p = run(["./generate", "-e", os.path.join(tmp, "ref2.bin"), "--tokenizer", tok, "--prompt", "", "-g", "20",
                  "--temperature", "0"])
         got = [int(t) for t in p.stdout.replace(">", "").split("<")[1:]]
@@ -221,6 +218,90 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{failures()} failed")
     return 1 if failures() else 0
+
+
+def bf16_round(raw):
+    """float32 bytes -> their bfloat16 bytes, rounded to nearest even (as torch's bfloat16)."""
+    u = np.frombuffer(raw, "<u4").astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype("<u2").tobytes()
+
+
+def bf16_checkpoints(tmp, ref, shard, fp32_run, fp32_steps):
+    """--checkpoint-bf16 1: llmc's Llama file in bf16 (header slot 12 = 1), read back by -e, resume,
+    ./hf_convert and ./generate; damaged bf16 files are clear errors."""
+    out = os.path.join(tmp, "run_bf16")
+    p = train(tmp, ref, shard, ["-n", "5", "--checkpoint-bf16", "1"], outdir=out)
+    if not report(p.returncode == 0, "--checkpoint-bf16 1 with a Llama trains and writes checkpoints",
+                  (p.stdout + p.stderr)[-1500:]):
+        return
+    steps = log_steps(out)
+    m5, f5 = os.path.join(out, "model_00000005.bin"), os.path.join(fp32_run, "model_00000005.bin")
+    b, f = open(m5, "rb").read(), open(f5, "rb").read()
+    hb, hf = struct.unpack("<256i", b[:1024]), struct.unpack("<256i", f[:1024])
+    ok = all(steps[s]["train_loss"] == fp32_steps[s]["train_loss"] for s in range(1, STEPS + 1))
+    ok = ok and hb[12] == 1 and hf[12] == 0 and hb[:12] + hb[13:] == hf[:12] + hf[13:]
+    ok = ok and len(b) == 1024 + (len(f) - 1024) // 2 and b[1024:] == bf16_round(f[1024:])
+    report(ok, "bf16 Llama checkpoint: header slot 12 = 1, weights = the fp32 run's rounded to nearest even, the "
+           "same losses as the fp32-checkpoint run", f"header {hb[:13]} vs {hf[:13]}")
+    # the reader: bf16 -> fp32 gives the widened bf16 values; back to bf16 the same bytes
+    wide, again = os.path.join(tmp, "bf16_wide.bin"), os.path.join(tmp, "bf16_again.bin")
+    p1 = run(["./hf_convert", m5, wide, "--format", "llmc", "--dtype", "fp32"])
+    p2 = run(["./hf_convert", wide, again, "--format", "llmc", "--dtype", "bf16"])
+    w = open(wide, "rb").read() if p1.returncode == 0 else b""
+    widened = (np.frombuffer(b[1024:], "<u2").astype("<u4") << 16).tobytes()
+    ok = p1.returncode == 0 and p2.returncode == 0 and w[1024:] == widened and struct.unpack("<i", w[48:52])[0] == 0
+    ok = ok and same_bytes(m5, again)
+    report(ok, "bf16 Llama checkpoint loads as the rounded weights (-> fp32 -> bf16: the same bytes)",
+           (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-800:])
+    # resume from the bf16 checkpoint (as GPT-2's: the bf16 weights, AdamW state in fp32): step 6's loss is
+    # the loss of the rounded weights, which a fresh run from the bf16 file measures at its step 1
+    res = os.path.join(tmp, "resume_bf16")
+    shutil.copytree(out, res)
+    for name in ("DONE_00000010", "model_00000010.bin", "model_00000010.bin.sum", "state_00000010_00000.bin"):
+        os.remove(os.path.join(res, name))
+    p1 = train(tmp, ref, shard, ["-n", "5", "--checkpoint-bf16", "1", "-y", "1"], outdir=res)
+    p2 = train(tmp, m5, shard, steps=1, outdir=os.path.join(tmp, "from_bf16"))
+    ok = p1.returncode == 0 and "resumed from step 5" in p1.stdout and p2.returncode == 0
+    ok = ok and log_steps(res)[6]["train_loss"] == log_steps(os.path.join(tmp, "from_bf16"))[1]["train_loss"]
+    ok = ok and struct.unpack("<i", open(os.path.join(res, "model_00000010.bin"), "rb").read()[48:52])[0] == 1
+    state = lambda d: open(os.path.join(d, "state_00000005_00000.bin"), "rb").read()  # noqa: E731
+    ok = ok and state(out)[1024:] == state(fp32_run)[1024:]  # the same fp32 m and v
+    report(ok, "-y 1 resumes from a bf16 Llama checkpoint: its rounded weights and the fp32 AdamW state",
+           (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-1500:])
+    # ./generate reads it: the same greedy tokens as from its fp32 widening
+    tok = decode_tokenizer(tmp)
+    g = [run(["./generate", "-e", e, "--tokenizer", tok, "--prompt", "", "-g", "12", "--temperature", "0"])
+         for e in (m5, wide)]
+    report(all(x.returncode == 0 for x in g) and g[0].stdout == g[1].stdout and g[0].stdout.count("<") == 12,
+           "./generate -e <bf16 Llama checkpoint>: the greedy tokens of its fp32 widening",
+           (g[0].stdout + g[0].stderr + g[1].stdout)[-800:])
+    # damaged bf16 files: truncated (with and without its .sum), a flipped weight, a bad dtype
+    damaged = os.path.join(tmp, "damaged_bf16.bin")
+    for name, edit, keep_sum, pattern in [
+            ("truncated", lambda x: x[:-2], False, "truncated"),
+            ("truncated, with its .sum", lambda x: x[:-2], True, "truncated"),
+            ("one weight changed", lambda x: x[:5000] + bytes([x[5000] ^ 1]) + x[5001:], True, "checksum"),
+            ("dtype 2", lambda x: x[:48] + struct.pack("<i", 2) + x[52:], False, "dtype")]:
+        open(damaged, "wb").write(edit(b))
+        if keep_sum:
+            shutil.copy(m5 + ".sum", damaged + ".sum")
+        elif os.path.exists(damaged + ".sum"):
+            os.remove(damaged + ".sum")
+        error_check(f"bf16 Llama checkpoint, {name}: a clear error", [TRAINER, "-e", damaged, "-i", shard, "-j", shard,
+                    "-b", str(B), "-t", str(T), "-x", "1"], pattern)
+        error_check(f"bf16 Llama checkpoint, {name}: ./generate says so", ["./generate", "-e", damaged, "--tokenizer",
+                    tok, "--prompt", "", "-g", "1"], pattern)
+
+
+def decode_tokenizer(tmp):
+    """a decode-only llm.c tokenizer file whose token i reads "<i>", end-of-text V - 1"""
+    tok = os.path.join(tmp, "tok.bin")
+    with open(tok, "wb") as f:
+        f.write(struct.pack("<256I", *([20240328, 2, V, V - 1] + [0] * 252)))
+        for i in range(V):
+            text = f"<{i}>".encode()
+            f.write(bytes([len(text)]) + text)
+    return tok
 
 
 def torch_greedy(model_path, eot, n):
