@@ -8,7 +8,7 @@ A tiny fp32 model (V 256, 2 layers) trains 4 steps of 2 accumulated micro-steps:
   and the end of the update); before the loss stayed on the device it was 6 per micro-step + 3;
 - --cuda-graph 1 captures once and replays the rest of the micro-steps, with losses, norms and
   weights bit-identical to --cuda-graph 0 (the same kernels run), and a run resumed from its
-  step-2 checkpoint continues bit-identically;
+  step-2 checkpoint continues bit-identically; bf16 and fp16 (2 steps) are bit-identical too;
 - --cuda-graph 1 with --offload optimizer says it is not used and trains; --cuda-graph 2 is an error.
 Usage: test/test_cuda_graph_sim.py [build/cudasim/train_gpt]"""
 import json
@@ -106,8 +106,19 @@ def main():
                "--cuda-graph 1 resumed from the step-2 checkpoint continues bit-identically",
                f"exit {rc}: {sp} vs {s1}: {out[-400:]}")
 
+        # bf16 and fp16 (master weights, stochastic rounding, the loss scale baked into the graph): bits too
+        for prec in ("bf16", "fp16"):
+            dirs = [os.path.join(W, f"{prec}_g{g}") for g in (0, 1)]
+            outs = [run(common[:-6] + ["-x", "2", "--precision", prec, "-o", d, "--cuda-graph", str(g)])
+                    for g, d in zip((0, 1), dirs)]
+            a, b = series(dirs[0]), series(dirs[1])
+            w = [read(os.path.join(d, "model_00000002.bin")) for d in dirs]
+            report(all(rc == 0 for rc, _ in outs) and len(a) == 2 and a == b and w[0] is not None and w[0] == w[1],
+                   f"--cuda-graph 1 is bit-identical to --cuda-graph 0 in {prec} (losses, norms, weights)",
+                   f"{a} vs {b}: {outs[1][1][-300:]}")
+
         # configurations it is not built for: a note, and the run trains kernel by kernel
-        rc, out = run(common[:-8] + ["-x", "1", "--cuda-graph", "1", "--offload", "optimizer", "--precision", "fp32"])
+        rc, out = run(common[:-6] + ["-x", "1", "--cuda-graph", "1", "--offload", "optimizer", "--precision", "fp32"])
         report(rc == 0 and "note: --cuda-graph 1 is not used with --offload optimizer" in out and "CUDA graph:" not in out,
                "--cuda-graph 1 with --offload optimizer: a note, then kernel-by-kernel launches", f"exit {rc}: {out[-400:]}")
         rc, out = run(["-e", model, "-i", data, "--cuda-graph", "2"])

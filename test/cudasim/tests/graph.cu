@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "../../testing.h"
+#include "llmc/cuda/graph.cuh"
 
 __global__ void axpb_kernel(float* x, float a, float b, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -108,6 +109,30 @@ int main(void) {
                 cudasim::stats().graph_launches - launches0);
 #endif
     test_report(cudaGraphExecDestroy(exec) == cudaSuccess, "graph: exec destroy", "");
+
+    // graph.cuh's step graph: captured once per (B, T, dloss), replayed otherwise
+    {
+        CudaStepGraph sg;
+        memset(&sg, 0, sizeof sg);
+        for (int i = 0; i < n; i++) h_in[i] = 1.0f;
+        const float dlosses[3] = {0.5f, 0.5f, 0.25f};
+        float got[3];
+        for (int k = 0; k < 3; k++) {
+            const float dloss = dlosses[k];
+            cuda_step_graph_run(&sg, s, 2, 32, dloss, [&]() {
+                cudaMemcpyAsync(d_x, h_in, n * sizeof(float), cudaMemcpyHostToDevice, s);
+                axpb_kernel<<<2, 32, 0, s>>>(d_x, 4.0f, dloss, n); // x = 4 * 1 + dloss
+                cudaMemcpyAsync(h_out, d_x, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+            });
+            cudaStreamSynchronize(s);
+            got[k] = h_out[n - 1];
+        }
+        test_report(sg.captures == 2 && sg.launches == 3 && got[0] == 4.5f && got[1] == 4.5f && got[2] == 4.25f,
+                    "graph.cuh: one capture per loss weight, replayed for the same one", "captures %lld launches %lld, x %g %g %g",
+                    sg.captures, sg.launches, got[0], got[1], got[2]);
+        cuda_step_graph_free(&sg);
+        test_report(sg.exec == NULL, "graph.cuh: freed", "");
+    }
 
     // synchronising and unsafe calls inside a capture
     float pageable[64];
