@@ -41,6 +41,7 @@
 #include "llmc/budget.h"
 #include "llmc/check.h"
 #include "llmc/cli.h"
+#include "llmc/cuda/graph.cuh"
 #include "llmc/cuda/model.cuh"
 #include "llmc/cuda/telemetry.cuh"
 #include "llmc/dist.h"
@@ -63,6 +64,10 @@ typedef struct {
     int steps_seen;
     TrainConfig tc;
     GpuTelemetry telemetry;  /* -lg; opened only when asked for */
+    int use_graph;           /* --cuda-graph 1, where the configuration allows it */
+    CudaStepGraph graph;
+    long long micro_steps;
+    unsigned long long syncs_seen; /* cudasim builds, LLMC_COUNT_SYNCS=1: the counter at the step's start */
     Dist *dist;
     /* Gradient buckets (the model's grad_hook, cuda_bucket_ready): on the last micro-step of a
      * step, each bucket's reduction (or --offload's copy to the host) is queued on a side stream
@@ -261,24 +266,41 @@ static void check_buckets_issued(const CudaTrainer *tr) {
                  want, tr->micro, tr->accum);
 }
 
+/* A micro-step waits for nothing: the tokens go through pinned staging, the loss stays on the
+ * device (cuda_step_loss reads the step's once). --cuda-graph 1: from the second micro-step on, the
+ * forward and the backward down to the encoder replay as one CUDA graph (graph.cuh); the first
+ * runs uncaptured so that one-time work (cuBLASLt algorithm timing) is done. */
 static float cuda_train_micro_step(void *p, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CudaTrainer *tr = (CudaTrainer *)p;
     GPT2Cuda *m = &tr->model;
     m->grad_hook_armed = ++tr->micro == tr->accum; /* the step's gradients are final in its last backward */
     if (m->grad_hook_armed && tr->step == tr->inf_step) dloss_scale = INFINITY; /* LLMC_TEST_INF_RANK */
-    float loss = gpt2cuda_forward(m, inputs, targets, B, T, dloss_scale * m->loss_scale / (float)(B * T));
-    gpt2cuda_backward(m, inputs, B, T);
-    return loss;
+    const float dloss = dloss_scale * m->loss_scale / (float)(B * T);
+    gpt2cuda_stage(m, inputs, targets, B, T, 1);
+    auto forward_backward = [&]() {
+        gpt2cuda_forward_device(m, 1, B, T, dloss);
+        gpt2cuda_backward_layers(m, B, T);
+    };
+    if (tr->use_graph && tr->micro_steps > 0) cuda_step_graph_run(&tr->graph, tr->ctx.stream, B, T, dloss, forward_backward);
+    else forward_backward();
+    gpt2cuda_backward_encoder(m, B, T);
+    tr->micro_steps++;
+    return NAN; /* not read: the loop asks cuda_step_loss */
 }
+
+static double cuda_step_loss(void *p) { return gpt2cuda_read_step_loss(&((CudaTrainer *)p)->model); }
 
 static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int B, int T) {
     return gpt2cuda_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
-static void cuda_zero_grad(void *p) {
+static void cuda_zero_grad(void *p) { /* (the first call of a step) */
     CudaTrainer *tr = (CudaTrainer *)p;
     tr->micro = tr->buckets_issued = 0;
     tr->step++; /* the loop zeroes the gradients once per step, first */
+#ifdef CUDASIM
+    tr->syncs_seen = cudasim::stats().host_syncs;
+#endif
     gpt2cuda_zero_grad(&tr->model);
 }
 /* The loop asks for the norm once per step, after the last micro-step: the gradients are reduced
@@ -352,6 +374,10 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
     double used = (double)(total_b - free_b);
     if (used > tr->peak_used_bytes) tr->peak_used_bytes = used;
     if (text && tr->steps_seen++ == 0) cuda_print_planned_vs_measured(tr, &tr->tc);
+#ifdef CUDASIM
+    /* LLMC_COUNT_SYNCS=1: how often the host waited for the device in this step (from zero_grad on) */
+    if (text && getenv("LLMC_COUNT_SYNCS")) printf("host syncs: %llu in this step\n", cudasim::stats().host_syncs - tr->syncs_seen);
+#endif
     double mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_s / tr->peak_flops : -1.0;
     const double GiB = 1073741824.0;
     const GPT2Cuda *m = &tr->model;
@@ -470,6 +496,20 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     }
 }
 
+/* --cuda-graph 1 where the configuration allows it (graph.cuh); otherwise a note and kernel-by-kernel
+ * launches. fp16 is allowed: its loss scale is baked into the graph, which is captured anew when
+ * the scale changes. */
+static int cuda_graph_allowed(const TrainConfig *tc, const GPT2Cuda *m, FILE *note) {
+    if (!tc->cuda_graph) return 0;
+    const char *why = tc->num_processes > 1 ? "more than one process (not built yet)"
+                      : m->offload         ? "--offload optimizer (not built yet)"
+                      : m->grad_hook       ? "per-layer gradient buckets (not built yet)"
+                      : USE_CUDNN && m->precision != PRECISION_FP32 ? "cuDNN attention (its capture is untested)"
+                                                                    : NULL;
+    if (why && note) fprintf(note, "note: --cuda-graph 1 is not used with %s; kernels are launched one by one\n", why);
+    return why == NULL;
+}
+
 /* Llama models (a name, llmc's or llm.c's Llama file) train on the CPU only for now. */
 static void refuse_llama(const char *init) {
     LlamaConfig lc;
@@ -567,11 +607,13 @@ int main(int argc, char **argv) {
         m->grad_hook = cuda_bucket_ready;
         m->grad_hook_ctx = &tr;
     }
+    tr.use_graph = cuda_graph_allowed(&tc, m, dist->rank == 0 ? stdout : NULL);
 
     char name[512];
     snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
              tr.ctx.props.name, tr.ctx.props.major, tr.ctx.props.minor, m->master ? ", fp32 master weights" : "",
              m->precision == PRECISION_FP32 ? (tc.tf32 ? ", TF32 on" : ", TF32 off") : "", m->gelu_fusion, tc.recompute);
+    if (tr.use_graph) snprintf(name + strlen(name), sizeof name - strlen(name), ", CUDA graph");
     TrainBackend be;
     memset(&be, 0, sizeof be);
     be.name = name;
@@ -581,6 +623,7 @@ int main(int argc, char **argv) {
     be.peak_flops = tr.peak_flops;
     be.gpu = 1;
     be.train_micro_step = cuda_train_micro_step;
+    be.step_loss = cuda_step_loss;
     be.eval_loss = cuda_eval_loss;
     be.zero_grad = cuda_zero_grad;
     be.grad_norm = cuda_grad_norm;
@@ -612,6 +655,10 @@ int main(int argc, char **argv) {
 
     int status = train_run(&tc, &be, resume_step);
     test_rank_summary(&tr);
+    if (tr.use_graph && dist->rank == 0)
+        printf("CUDA graph: %lld capture(s), %lld launch(es) for %lld micro-steps\n", tr.graph.captures, tr.graph.launches,
+               tr.micro_steps);
+    cuda_step_graph_free(&tr.graph);
     gpu_telemetry_close(&tr.telemetry);
     if (tr.copy_stream) cudaCheck(cudaStreamDestroy(tr.copy_stream));
     if (tr.bucket_ready) cudaCheck(cudaEventDestroy(tr.bucket_ready));

@@ -72,6 +72,7 @@ static const Flag flags[] = {
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: -1 auto (2 where the MLP width is a multiple of 8, else 0), 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
+    {NULL, "--cuda-graph", F_INT, FIELD(cuda_graph), "GPU: 1 = capture a training micro-step's forward+backward in a CUDA graph once and replay it (one process, no --offload; untested on a GPU so far); 0 = launch kernel by kernel"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
     {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
@@ -166,7 +167,7 @@ static const char *const math_flags[] = {
 /* What a run does, not what it is: never compared on resume. */
 static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", "--max-batch", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
-                                        "--gpu-log-every", "--peak-tflops", NULL};
+                                        "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
                                                  "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout", NULL};
 
@@ -446,6 +447,7 @@ static void validate(const TrainConfig *c) {
     check_range("-w (--master-weights)", c->master_weights, 0, 1);
     check_range("-ge (--gelu-fusion)", c->gelu_fusion, -1, 2);
     check_range("--matmul-algos", c->matmul_algos, 1, 64);
+    check_range("--cuda-graph", c->cuda_graph, 0, 1);
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
     if (c->gpu_log_every < -1)
         llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);

@@ -56,6 +56,7 @@ typedef struct {
     char precision[16];         /* --precision */
     int tf32, master_weights, gelu_fusion; /* -f -w -ge */
     int matmul_algos;           /* --matmul-algos: cuBLASLt candidates timed per shape */
+    int cuda_graph;             /* --cuda-graph: 1 = a training micro-step replayed from a CUDA graph */
     char matmul_cache[1024];    /* --matmul-cache; '' = <-o>/matmul_algos.txt with -o */
     int zero_stage;             /* -z */
     int gpu_log_every;          /* -lg; 0 or -1 = off */

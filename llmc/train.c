@@ -710,6 +710,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             memcpy(targets, step_targets + row * T, (size_t)B * T * sizeof(int));
             loss_sum += be->train_micro_step(be->model, inputs, targets, B, T, loss_weight);
         }
+        if (be->step_loss) loss_sum = be->step_loss(be->model); /* (the returns above were not waited for) */
         if (be->host_grads && be->grads_to_host) be->grads_to_host(be->model);
         test_hang(dist, step);
         if (be->host_grads) optim_reduce(&opt, be->host_grads);

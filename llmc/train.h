@@ -31,6 +31,10 @@ typedef struct {
     /* Forward + backward of one micro-batch, gradients accumulated with weight dloss_scale
      * (1/accumulation steps); returns the micro-batch's mean loss. */
     float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+    /* Optional: the sum of the micro-step mean losses since zero_grad, read once per step after the
+     * last micro-step; then train_micro_step need not wait for its loss (its return value is not
+     * used). NULL: the loop sums train_micro_step's returns (the CPU backends). */
+    double (*step_loss)(void *model);
     float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
     void (*zero_grad)(void *model);
     /* Global L2 norm of the accumulated gradients. */

@@ -22,6 +22,10 @@
  * dbuf_c, wte's gradient accumulated), and gpt2cuda_backward must follow before the next forward;
  * the backward accumulates into the gradients (gpt2cuda_zero_grad per step). Without targets the
  * forward stops at lnf; gpt2cuda_logits_rows computes the logits of up to head_rows positions.
+ * gpt2cuda_forward waits for its loss; a training loop that need not splits it: gpt2cuda_stage
+ * (tokens through pinned buffers), gpt2cuda_forward_device and gpt2cuda_backward_layers (launches
+ * only: a CUDA graph can capture them, graph.cuh), gpt2cuda_backward_encoder, and once per step
+ * gpt2cuda_read_step_loss (the sum of the micro-steps' mean losses, kept on the device).
  *
  * fp16 loss scaling: micro-steps scale dloss by loss_scale; gpt2cuda_grad_norm unscales the
  * norm and, when it is not finite (an overflow), halves loss_scale, counts a skipped step and
@@ -48,6 +52,7 @@
 #include "encoder.cuh"
 #include "gelu.cuh"
 #include "layernorm.cuh"
+#include "loss.cuh"
 #include "matmul.cuh"
 #include "nvtx.cuh"
 
@@ -114,8 +119,20 @@ typedef struct {
     float *fscratch, *d_norm;
     size_t fscratch_floats;
     int *d_inputs, *d_targets, *d_buckets;
-    int *h_buckets, *h_bucket_work;
-    float *h_losses;
+    int *h_buckets, *h_bucket_work; /* h_buckets pinned */
+    /* Host -> device without waiting (gpt2cuda_stage): the micro-batch's tokens (and, training,
+     * the encoder's buckets) go through pinned buffers; `staged` is recorded after their copies
+     * and waited for before the buffers are written again. bucket_tokens: the distinct tokens of
+     * the staged training batch (0: none staged; gpt2cuda_backward_encoder consumes them). */
+    int *h_inputs, *h_targets;
+    cudaEvent_t staged;
+    int staged_once, bucket_tokens;
+    /* The loss without waiting: d_loss the last forward's mean loss, d_loss_acc (fp64) the sum of
+     * the training forwards' mean losses since gpt2cuda_zero_grad; read back through the pinned
+     * h_readback (a double, then a float for the gradient norm). */
+    float *d_loss;
+    double *d_loss_acc;
+    void *h_readback;
     void *h_staging; /* host copy of T parameters / a logits row */
     /* host views for checkpoints (TrainBackend host_params/m/v) and next_logits */
     float *host_params, *host_m, *host_v, *host_logits;
@@ -235,6 +252,8 @@ inline size_t gpt2cuda_cudnn_workspace_bound(const ModelConfig *cfg, int B, int 
            (size_t)B * cfg->num_heads * T64 * T64 * 2;
 }
 
+enum { LLMC_READBACK_BYTES = 16 }; /* gpt2cuda's pinned readback buffer: a double and a float */
+
 /* The CUDA backend's memory plan: device bytes by class (gpt2cuda_build and gpt2cuda_allocate
  * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
 /* opt_elems: the parameters whose AdamW state (m, v, master) this rank keeps (all n, or its ZeRO-1
@@ -250,10 +269,12 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     int head_rows = gpt2cuda_head_rows(N, cfg->padded_vocab_size, elem, head_rows_request);
     p->device_bytes[MEM_ACTIVATIONS] = gpt2cuda_activation_specs(cfg, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
     p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
-    p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 1) * sizeof(float); /* + the norm */
+    /* + the norm, the mean loss and the fp64 loss accumulator */
+    p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 2) * sizeof(float) + sizeof(double);
     p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
     if (USE_CUDNN && prec != PRECISION_FP32) p->device_bytes[MEM_CUDNN_WORKSPACE] = gpt2cuda_cudnn_workspace_bound(cfg, B, T_);
-    p->host[MEM_STAGING] = gpt2cuda_build_host_bytes(n, cfg->padded_vocab_size, elem) + N * sizeof(float);
+    /* + the pinned token staging and readback buffers */
+    p->host[MEM_STAGING] = gpt2cuda_build_host_bytes(n, cfg->padded_vocab_size, elem) + 2 * N * sizeof(int) + LLMC_READBACK_BYTES;
     snprintf(p->config, sizeof p->config, "%s, master weights %d, LM-head chunk %d rows, cuBLASLt workspace %d MiB%s",
              precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
              USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention (workspace: a bound)" : "");
@@ -272,6 +293,15 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     }
     p->device_bytes[MEM_OP_SCRATCH] += encoder_buckets_capacity((int)N) * sizeof(int);
     p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
+}
+
+/* cudaMallocHost counted to the host's staging class. */
+inline void *gpt2cuda_pinned(size_t bytes) {
+    void *p = NULL;
+    cudaCheck(cudaMallocHost(&p, bytes));
+    memset(p, 0, bytes);
+    mem_account(MEM_STAGING, (long long)bytes, 0);
+    return p;
 }
 
 /* cudaMalloc counted to class c (the device column of the accounting allocator). */
@@ -385,10 +415,16 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     const size_t elem = precision_bytes(m->precision);
     m->d_inputs = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
     m->d_targets = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
-    m->h_losses = (float *)mem_calloc(MEM_STAGING, N, sizeof(float), "host losses");
+    m->h_inputs = (int *)gpt2cuda_pinned(2 * N * sizeof(int));
+    m->h_targets = m->h_inputs + N;
+    m->h_readback = gpt2cuda_pinned(LLMC_READBACK_BYTES);
+    cudaCheck(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
     m->fscratch_floats = gpt2cuda_fscratch_floats(cfg, N);
     m->fscratch = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
     m->d_norm = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(float));
+    m->d_loss = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(float));
+    m->d_loss_acc = (double *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(double));
+    cudaCheck(cudaMemset(m->d_loss_acc, 0, sizeof(double)));
     if (training) {
         if (F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
         m->scratch_bytes = plan->device_bytes[MEM_BWD_SCRATCH];
@@ -406,7 +442,7 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
         }
         if (m->use_master) m->master = (float *)gpt2cuda_malloc(MEM_MASTER, plan->device_bytes[MEM_MASTER]);
         m->d_buckets = (int *)gpt2cuda_malloc(MEM_OP_SCRATCH, encoder_buckets_capacity((int)N) * sizeof(int));
-        m->h_buckets = (int *)mem_calloc(MEM_STAGING, encoder_buckets_capacity((int)N), sizeof(int), "encoder buckets");
+        m->h_buckets = (int *)gpt2cuda_pinned(encoder_buckets_capacity((int)N) * sizeof(int));
         m->h_bucket_work = (int *)mem_calloc(MEM_STAGING, N, sizeof(int), "encoder bucket work");
     }
 #if USE_CUDNN
@@ -514,25 +550,22 @@ template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_
     }
 }
 
-template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+/* The forward from the staged tokens (gpt2cuda_stage) in d_inputs/d_targets, without waiting:
+ * with targets the mean loss lands in d_loss (and, training: dloss != 0, is added to d_loss_acc).
+ * Only launches and device-to-device work, so a CUDA graph can capture it (graph.cuh). */
+template <class T> void gpt2cuda_forward_t(GPT2Cuda *m, int has_targets, int B, int T_, float dloss) {
     NVTX_RANGE("forward");
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T_;
     const ParameterTensors *p = &m->params;
     ActivationTensors *a = &m->acts;
     cudaStream_t s = m->ctx->stream;
-    cudaCheck(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets) cudaCheck(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
     encoder_forward((T *)a->encoded, m->d_inputs, (T *)p->wte, (T *)p->wpe, B, T_, C, s);
     LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
     layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
     for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
-    if (!targets) {
-        cudaCheck(cudaStreamSynchronize(s));
-        return m->mean_loss = 0.0f;
-    }
+    if (!has_targets) return;
     const int write = dloss != 0.0f, R = m->head_rows;
-    if (write && !m->grads_memory) llmc_die("gpt2cuda_forward: a training forward needs the training buffers");
     for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
         NVTX_RANGE("LM head chunk");
         const int rows = R < N - r0 ? R : N - r0;
@@ -543,27 +576,75 @@ template <class T> float gpt2cuda_forward_t(GPT2Cuda *m, const int *inputs, cons
             matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, (T *)m->grads.wte, (T *)NULL, (const T *)a->logits, x,
                             (const T *)p->wte, rows, C, Vp, m->fscratch, m->ctx);
     }
-    cudaCheck(cudaMemcpyAsync(m->h_losses, a->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    float sum = 0.0f; /* in position order, as the CPU */
-    for (int i = 0; i < N; i++) sum += m->h_losses[i];
-    return m->mean_loss = sum / N;
+    loss_mean(m->d_loss, write ? m->d_loss_acc : (double *)NULL, (const float *)a->losses, N, s);
 }
 
-/* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
- * the logits buffer). dloss: the weight of each position's loss in the gradient (0: eval). */
-inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+/* The micro-batch's tokens to the device without waiting for them: checked, copied into the pinned
+ * buffers (once the previous copies from them are done), then cudaMemcpyAsync'd into d_inputs,
+ * d_targets; training (a forward with dloss != 0 follows): also the encoder's gradient buckets,
+ * built on the host from the inputs, into d_buckets. */
+inline void gpt2cuda_stage(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, int training) {
     const ModelConfig *cfg = &m->cfg;
     if (!m->acts_memory) llmc_die("gpt2cuda_forward: call gpt2cuda_allocate first");
     if (B < 1 || T_ < 1 || T_ > m->T || (size_t)B * T_ > (size_t)m->B * m->T)
         llmc_die("gpt2cuda_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T_, m->B, m->T);
-    for (int i = 0; i < B * T_; i++)
+    const int N = B * T_;
+    for (int i = 0; i < N; i++)
         if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
             llmc_die("token id %d at position %d is outside the vocabulary [0, %d)",
                      inputs[i] < 0 || inputs[i] >= cfg->vocab_size ? inputs[i] : targets[i], i, cfg->vocab_size);
-    float loss = 0.0f;
-    with_storage_type(m->precision, [&](auto tag) { loss = gpt2cuda_forward_t<decltype(tag)>(m, inputs, targets, B, T_, dloss); });
-    return loss;
+    if (training && !m->grads_memory) llmc_die("gpt2cuda_forward: a training forward needs the training buffers");
+    cudaStream_t s = m->ctx->stream;
+    if (m->staged_once) cudaCheck(cudaEventSynchronize(m->staged)); /* the last copies out of the pinned buffers */
+    memcpy(m->h_inputs, inputs, (size_t)N * sizeof(int));
+    cudaCheck(cudaMemcpyAsync(m->d_inputs, m->h_inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    if (targets) {
+        memcpy(m->h_targets, targets, (size_t)N * sizeof(int));
+        cudaCheck(cudaMemcpyAsync(m->d_targets, m->h_targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+    }
+    m->bucket_tokens = 0;
+    if (training) {
+        m->bucket_tokens = encoder_buckets_build(m->h_buckets, m->h_bucket_work, inputs, N, cfg->vocab_size);
+        cudaCheck(cudaMemcpyAsync(m->d_buckets, m->h_buckets, (2 * (size_t)m->bucket_tokens + 1 + N) * sizeof(int),
+                                  cudaMemcpyHostToDevice, s));
+    }
+    cudaCheck(cudaEventRecord(m->staged, s));
+    m->staged_once = 1;
+}
+
+inline void gpt2cuda_forward_device(GPT2Cuda *m, int has_targets, int B, int T_, float dloss) {
+    if (dloss != 0.0f && !m->grads_memory) llmc_die("gpt2cuda_forward: a training forward needs the training buffers");
+    with_storage_type(m->precision, [&](auto tag) { gpt2cuda_forward_t<decltype(tag)>(m, has_targets, B, T_, dloss); });
+}
+
+/* The mean loss of the last forward (waits for it). */
+inline float gpt2cuda_read_loss(GPT2Cuda *m) {
+    float *h = (float *)((double *)m->h_readback + 1);
+    cudaCheck(cudaMemcpyAsync(h, m->d_loss, sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    return *h;
+}
+
+/* The sum of the training forwards' mean losses since gpt2cuda_zero_grad (waits for them). */
+inline double gpt2cuda_read_step_loss(GPT2Cuda *m) {
+    double *h = (double *)m->h_readback;
+    cudaCheck(cudaMemcpyAsync(h, m->d_loss_acc, sizeof(double), cudaMemcpyDeviceToHost, m->ctx->stream));
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+    return *h;
+}
+
+/* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
+ * the logits buffer). dloss: the weight of each position's loss in the gradient (0: eval).
+ * Waits for the loss; a training loop that need not uses gpt2cuda_stage, gpt2cuda_forward_device
+ * and, once per step, gpt2cuda_read_step_loss. */
+inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
+    gpt2cuda_stage(m, inputs, targets, B, T_, targets && dloss != 0.0f);
+    gpt2cuda_forward_device(m, targets != NULL, B, T_, dloss);
+    if (!targets) {
+        cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+        return m->mean_loss = 0.0f;
+    }
+    return m->mean_loss = gpt2cuda_read_loss(m);
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
@@ -572,7 +653,8 @@ inline void gpt2cuda_bucket_ready(GPT2Cuda *m, int l) {
     if (m->grad_hook && m->grad_hook_armed) m->grad_hook(m->grad_hook_ctx, l);
 }
 
-template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int B, int T_) {
+/* The backward down to the encoder's output gradient (dresidual): launches only (graph.cuh). */
+template <class T> void gpt2cuda_backward_layers_t(GPT2Cuda *m, int B, int T_) {
     NVTX_RANGE("backward");
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
@@ -643,26 +725,41 @@ template <class T> void gpt2cuda_backward_t(GPT2Cuda *m, const int *inputs, int 
                            x.ln1_mean, x.ln1_rstd, N, C, fs, s);
         gpt2cuda_bucket_ready(m, l);
     }
-    /* encoded = wte[inputs] + wpe */
+}
+
+/* encoded = wte[inputs] + wpe: the staged buckets' scatter into wte's and wpe's gradients (its grid
+ * is the batch's number of distinct tokens, so it stays outside a CUDA graph). */
+inline void gpt2cuda_backward_encoder(GPT2Cuda *m, int B, int T_) {
+    if (!m->bucket_tokens) llmc_die("gpt2cuda_backward: no training forward (dloss != 0) staged its batch");
     EncoderBuckets eb;
-    eb.num_tokens = encoder_buckets_build(m->h_buckets, m->h_bucket_work, inputs, N, cfg->vocab_size);
-    cudaCheck(cudaMemcpyAsync(m->d_buckets, m->h_buckets, (2 * (size_t)eb.num_tokens + 1 + N) * sizeof(int),
-                              cudaMemcpyHostToDevice, s));
+    eb.num_tokens = m->bucket_tokens;
     eb.d_ints = m->d_buckets;
-    encoder_backward((T *)g->wte, (T *)g->wpe, dres, &eb, B, T_, C, s);
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        encoder_backward((T *)m->grads.wte, (T *)m->grads.wpe, (T *)m->dresidual, &eb, B, T_, m->cfg.channels, m->ctx->stream);
+    });
     gpt2cuda_bucket_ready(m, -1);
-    cudaCheck(cudaStreamSynchronize(s)); /* h_buckets is reused by the next call */
+    m->bucket_tokens = 0;
     m->in_backward = 0;
 }
 
-inline void gpt2cuda_backward(GPT2Cuda *m, const int *inputs, int B, int T_) {
+inline void gpt2cuda_backward_layers(GPT2Cuda *m, int B, int T_) {
     if (!m->grads_memory) llmc_die("gpt2cuda_backward: the model was allocated without training buffers");
-    with_storage_type(m->precision, [&](auto tag) { gpt2cuda_backward_t<decltype(tag)>(m, inputs, B, T_); });
+    with_storage_type(m->precision, [&](auto tag) { gpt2cuda_backward_layers_t<decltype(tag)>(m, B, T_); });
+}
+
+/* After the training forward of the same batch (whose staging built the encoder's buckets from
+ * these inputs); does not wait for the device. */
+inline void gpt2cuda_backward(GPT2Cuda *m, const int *inputs, int B, int T_) {
+    (void)inputs;
+    gpt2cuda_backward_layers(m, B, T_);
+    gpt2cuda_backward_encoder(m, B, T_);
 }
 
 inline void gpt2cuda_zero_grad(GPT2Cuda *m) {
     if (m->grads_memory)
         cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * precision_bytes(m->precision), m->ctx->stream));
+    if (m->d_loss_acc) cudaCheck(cudaMemsetAsync(m->d_loss_acc, 0, sizeof(double), m->ctx->stream));
 }
 
 /* The sum of squares of the gradients [lo, hi) into d_norm (fp32, device; 0 for an empty range),
@@ -681,10 +778,10 @@ inline void gpt2cuda_grad_norm_squared(GPT2Cuda *m, size_t lo, size_t hi) {
 /* The norm from the sum of squares in d_norm (gpt2cuda_grad_norm_squared's, maybe summed over
  * the ranks since), unscaled; fp16: the overflow check. */
 inline float gpt2cuda_grad_norm_finish(GPT2Cuda *m) {
-    float sq;
-    cudaCheck(cudaMemcpyAsync(&sq, m->d_norm, sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
+    float *sq = (float *)((double *)m->h_readback + 1); /* pinned: the copy need not stage */
+    cudaCheck(cudaMemcpyAsync(sq, m->d_norm, sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
     cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-    float norm = sqrtf(sq) / m->loss_scale;
+    float norm = sqrtf(*sq) / m->loss_scale;
     if (m->precision == PRECISION_FP16 && !isfinite(norm)) {
         m->loss_scale = m->loss_scale > 1.0f ? m->loss_scale * 0.5f : 1.0f;
         m->clean_steps = 0;
@@ -810,12 +907,15 @@ inline const float *gpt2cuda_next_logits(GPT2Cuda *m, const int *tokens, int n) 
 
 inline void gpt2cuda_free(GPT2Cuda *m) {
     void *dev[] = {m->params_memory, m->grads_memory, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
-                   m->fscratch, m->d_norm, m->d_inputs, m->d_targets, m->d_buckets};
+                   m->fscratch, m->d_norm, m->d_loss, m->d_loss_acc, m->d_inputs, m->d_targets, m->d_buckets};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (gpt2cuda_set_offload) */
     if (m->offload) m->h_staging = NULL;
-    void *host[] = {m->h_buckets, m->h_bucket_work, m->h_losses, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
+    void *host[] = {m->h_bucket_work, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    void *pinned[] = {m->h_buckets, m->h_inputs, m->h_readback};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaCheck(cudaFreeHost(pinned[i]));
+    if (m->staged) cudaCheck(cudaEventDestroy(m->staged));
     if (m->host_grads) cudaCheck(cudaFreeHost(m->host_grads));
     /* the accounting: what gpt2cuda_allocate allocated is its plan (with gpt2cuda_build's part);
      * a model built but never allocated holds only the parameters and the host copies */

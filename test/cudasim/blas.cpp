@@ -407,8 +407,27 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *, size_t,
-                              cudaStream_t) {
+                              cudaStream_t stream) {
     if (algo && !sim_algo_valid(algo)) return CUBLAS_STATUS_INVALID_VALUE;
+    switch (cudasim::detail::capture_action(stream, "cublasLtMatmul", __FILE__, __LINE__)) {
+    case cudasim::detail::CAPTURE_REFUSED: return CUBLAS_STATUS_EXECUTION_FAILED;
+    case cudasim::detail::CAPTURE_RECORD: {
+        /* a graph node holds the descriptors, layouts, algorithm and scalars as they are now */
+        MatmulDesc d = *desc_of(desc);
+        Layout a = *layout_of(Adesc), b = *layout_of(Bdesc), c = *layout_of(Cdesc), dl = *layout_of(Ddesc);
+        float fa = *(const float *)alpha, fb = *(const float *)beta;
+        cublasLtMatmulAlgo_t al;
+        if (algo) al = *algo;
+        const bool has_algo = algo != nullptr;
+        cudasim::detail::capture_record([=]() mutable {
+            cublasLtMatmul(nullptr, (cublasLtMatmulDesc_t)&d, &fa, A, (cublasLtMatrixLayout_t)&a, B, (cublasLtMatrixLayout_t)&b,
+                           &fb, C, (cublasLtMatrixLayout_t)&c, D, (cublasLtMatrixLayout_t)&dl, has_algo ? &al : nullptr,
+                           nullptr, 0, stream);
+        });
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    case cudasim::detail::CAPTURE_EXECUTE: break;
+    }
     if (algo && (int)algo->data[0] == env_int("CUDASIM_LT_SLOW_ALGO", -1)) usleep(20000);
     MatmulDesc *p = desc_of(desc);
     Layout *la = layout_of(Adesc), *lb = layout_of(Bdesc), *lc = layout_of(Cdesc), *ld = layout_of(Ddesc);
@@ -493,6 +512,7 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t tran
                                           long long strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
                                           long long strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t) {
+    if (cudasim::detail::capture_active()) unsupported("classic cuBLAS during stream capture (not emulated: use cublasLt)");
     check_compute(computeType, CUDA_R_32F);
     type_size(Atype), type_size(Btype), type_size(Ctype);
     bool ta = op_t(transa), tb = op_t(transb);

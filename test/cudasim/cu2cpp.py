@@ -7,9 +7,11 @@ Only what is not C++ is rewritten; every other character is kept, and #line dire
 compiler errors and cudasim reports pointing at the original files and lines:
   * `kernel<targs><<<grid, block[, smem[, stream]]>>>(args)` becomes
     `::cudasim::launch("kernel<targs>", ADDR, grid, block, smem, stream, __FILE__, __LINE__,
-     [&](auto&&... a) { kernel<targs>(a...); }, args)`; ADDR is the kernel's address for the
+     [=](auto&&... a) { kernel<targs>(a...); }, args)`; ADDR is the kernel's address for the
     cudaFuncSetAttribute lookup, or nullptr when the name is a function template whose
-    arguments are deduced from the call (its address cannot be named).
+    arguments are deduced from the call (its address cannot be named). The body captures by
+    value (a kernel named through a local function pointer), so a launch recorded during stream
+    capture can run after the launching scope has returned.
   * `__shared__ T name[N]...;` becomes a reference to per-block storage:
     `T (&name)[N] = ::cudasim::shared_var<T[N], ID>("name (file:line)");`
   * `extern __shared__ T name[];` becomes `T *name = (T *)::cudasim::detail::dynamic_shared();`
@@ -180,7 +182,7 @@ class Translator:
             deduced = "<" not in kernel and base in self.template_names
             addr = "nullptr" if deduced else "::cudasim::kaddr(%s)" % kernel
             call = ('::cudasim::launch("%s", %s, %s, %s, %s, %s, __FILE__, __LINE__, '
-                    '[&](auto &&...cudasim_a) { %s(cudasim_a...); }%s)'
+                    '[=](auto &&...cudasim_a) { %s(cudasim_a...); }%s)'
                     % (kernel.replace('"', '\\"'), addr, cfg[0], cfg[1], cfg[2], cfg[3], kernel,
                        (", " + args) if args else ""))
             call = call.replace("\n", " ")

@@ -19,6 +19,7 @@
 #include "cudasim.h"
 
 #include <csignal>
+#include <functional>
 #include <cstdarg>
 #include <cstdlib>
 #include <map>
@@ -690,7 +691,8 @@ bool is_device_ptr(const void *p) {
     return al && al->kind != 2;
 }
 
-cudaError_t do_memcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *fn) {
+/* perform = false: only the checks (a copy recorded during stream capture runs at each launch) */
+cudaError_t do_memcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind, const char *fn, bool perform = true) {
     if (n == 0) return cudaSuccess;
     if (!dst || !src) return api_error(cudaErrorInvalidValue, "%s: NULL pointer", fn);
     bool dd = false, sd = false;
@@ -709,8 +711,23 @@ cudaError_t do_memcpy(void *dst, const void *src, size_t n, cudaMemcpyKind kind,
         return api_error(cudaErrorInvalidValue, "%s: destination %p is device memory but the kind says host", fn, dst);
     if (!sd && is_device_ptr(src))
         return api_error(cudaErrorInvalidValue, "%s: source %p is device memory but the kind says host", fn, src);
-    memmove(dst, src, n);
+    if (perform) memmove(dst, src, n);
     return cudaSuccess;
+}
+
+/* Host memory from cudaMallocHost/cudaHostAlloc (page-locked: an async copy need not wait). */
+bool is_pinned_host(const void *p) {
+    const Alloc *al = alloc_of_mapping((uintptr_t)p);
+    return al && al->kind == 2 && !al->freed;
+}
+
+/* Does this copy make the host wait? Between host and device, unless cudaMemcpyAsync's host side
+ * is pinned. */
+bool memcpy_waits(const void *dst, const void *src, cudaMemcpyKind kind, bool async) {
+    bool dd = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice, sd = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if (kind == cudaMemcpyDefault) dd = is_device_ptr(dst), sd = is_device_ptr(src);
+    if (dd == sd) return false; /* host to host, device to device */
+    return !async || !is_pinned_host(dd ? src : dst);
 }
 
 std::map<const void *, int> g_max_dyn_smem;
@@ -728,10 +745,74 @@ struct SimStream {
 };
 int g_device = 0;
 
+/* ---- stream capture ---------------------------------------------------------------------------
+ * One capture at a time (host code is single-threaded). While a stream captures, kernel launches,
+ * cudaMemcpyAsync/cudaMemsetAsync and cublasLtMatmul on it are recorded (arguments by value) and
+ * not executed; cudaGraphLaunch replays them in order. A synchronising or otherwise unsafe call
+ * (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, cudaMemcpy, cudaMemset,
+ * cudaMalloc/cudaFree outside cudaStreamCaptureModeRelaxed, an async copy with pageable host
+ * memory, work on the legacy default stream) fails as on a GPU and invalidates the capture, so
+ * cudaStreamEndCapture fails too. */
+struct Capture {
+    bool active = false, invalid = false;
+    cudaStream_t stream = nullptr;
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+    std::vector<std::function<void()>> ops;
+};
+Capture g_capture;
+struct SimGraph {
+    int magic;
+    std::vector<std::function<void()>> ops;
+};
+const int kGraphMagic = 0x47524150, kGraphExecMagic = 0x47455845;
+
+bool is_legacy_stream(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy; }
+
+cudaError_t capture_refuse(cudaError_t e, const char *fn, const char *why) {
+    g_capture.invalid = true;
+    return api_error(e, "%s while stream %p is capturing (a CUDA graph's region): %s; the capture is invalidated", fn,
+                     (void *)g_capture.stream, why);
+}
+
+/* A call that makes the host wait: counted; during a capture, an error. */
+cudaError_t host_sync(const char *fn) {
+    g_stats.host_syncs++;
+    if (g_capture.active) return capture_refuse(cudaErrorStreamCaptureUnsupported, fn, "the host cannot wait inside a capture");
+    return cudaSuccess;
+}
+
+/* cudaMalloc/cudaFree-style calls: refused by a capture except in relaxed mode. */
+cudaError_t capture_unsafe(const char *fn) {
+    if (g_capture.active && g_capture.mode != cudaStreamCaptureModeRelaxed)
+        return capture_refuse(cudaErrorStreamCaptureUnsupported, fn, "not permitted outside cudaStreamCaptureModeRelaxed");
+    return cudaSuccess;
+}
+
 } // namespace
 
 /* ---- entry points used by cudasim.h --------------------------------------------------------- */
 Stats stats() { return g_stats; }
+
+namespace detail {
+CaptureAction capture_action(cudaStream_t stream, const char *what, const char *file, int line) {
+    if (!g_capture.active) return CAPTURE_EXECUTE;
+    char why[512];
+    if (stream == g_capture.stream) {
+        if (!g_capture.invalid) return CAPTURE_RECORD;
+        snprintf(why, sizeof why, "%s (%s:%d) on an invalidated capture", what, file ? file : "?", line);
+        set_error(cudaErrorStreamCaptureInvalidated);
+        return CAPTURE_REFUSED;
+    }
+    if (is_legacy_stream(stream) && g_capture.mode != cudaStreamCaptureModeRelaxed) {
+        snprintf(why, sizeof why, "the legacy default stream synchronises with the capturing stream (%s:%d)", file ? file : "?", line);
+        capture_refuse(cudaErrorStreamCaptureImplicit, what, why);
+        return CAPTURE_REFUSED;
+    }
+    return CAPTURE_EXECUTE; /* another stream: not part of the graph */
+}
+void capture_record(std::function<void()> op) { g_capture.ops.push_back(std::move(op)); }
+bool capture_active() { return g_capture.active; }
+} // namespace detail
 
 namespace detail {
 
@@ -960,27 +1041,63 @@ void launch_run(void (*entry)(void *), void *ctx) {
 
 /* ============================ CUDA runtime API subset ====================================== */
 using namespace cudasim;
+using namespace cudasim::detail;
 
 extern "C" {
 
-cudaError_t cudaMalloc(void **devPtr, size_t size) { return guarded_alloc(devPtr, size, 0); }
+#define CUDASIM_CAPTURE_UNSAFE(fn)                          \
+    do {                                                    \
+        cudaError_t unsafe_ = capture_unsafe(fn);           \
+        if (unsafe_ != cudaSuccess) return unsafe_;         \
+    } while (0)
+cudaError_t cudaMalloc(void **devPtr, size_t size) {
+    CUDASIM_CAPTURE_UNSAFE("cudaMalloc");
+    return guarded_alloc(devPtr, size, 0);
+}
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
     (void)flags;
+    CUDASIM_CAPTURE_UNSAFE("cudaMallocManaged");
     return guarded_alloc(devPtr, size, 1);
 }
-cudaError_t cudaMallocHost(void **ptr, size_t size) { return guarded_alloc(ptr, size, 2); }
-cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
-    (void)flags;
+cudaError_t cudaMallocHost(void **ptr, size_t size) {
+    CUDASIM_CAPTURE_UNSAFE("cudaMallocHost");
     return guarded_alloc(ptr, size, 2);
 }
-cudaError_t cudaFree(void *devPtr) { return guarded_free(devPtr, 0, "cudaFree"); }
-cudaError_t cudaFreeHost(void *ptr) { return guarded_free(ptr, 2, "cudaFreeHost"); }
+cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
+    (void)flags;
+    CUDASIM_CAPTURE_UNSAFE("cudaHostAlloc");
+    return guarded_alloc(ptr, size, 2);
+}
+cudaError_t cudaFree(void *devPtr) {
+    CUDASIM_CAPTURE_UNSAFE("cudaFree");
+    return guarded_free(devPtr, 0, "cudaFree");
+}
+cudaError_t cudaFreeHost(void *ptr) {
+    CUDASIM_CAPTURE_UNSAFE("cudaFreeHost");
+    return guarded_free(ptr, 2, "cudaFreeHost");
+}
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
+    if (memcpy_waits(dst, src, kind, false) || g_capture.active) {
+        cudaError_t e = host_sync("cudaMemcpy");
+        if (e != cudaSuccess) return e;
+    }
     return do_memcpy(dst, src, count, kind, "cudaMemcpy");
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind, cudaStream_t stream) {
-    (void)stream;
+    const bool waits = memcpy_waits(dst, src, kind, true);
+    switch (capture_action(stream, "cudaMemcpyAsync", nullptr, 0)) {
+    case CAPTURE_REFUSED: return cudaGetLastError();
+    case CAPTURE_RECORD: {
+        if (waits) /* pageable host memory: the copy is synchronous, which a graph cannot hold */
+            return capture_refuse(cudaErrorStreamCaptureUnsupported, "cudaMemcpyAsync", "the host side is pageable memory (not from cudaMallocHost)");
+        cudaError_t e = do_memcpy(dst, src, count, kind, "cudaMemcpyAsync", false);
+        if (e == cudaSuccess) capture_record([=]() { do_memcpy(dst, src, count, kind, "cudaMemcpyAsync (graph)"); });
+        return e;
+    }
+    case CAPTURE_EXECUTE: break;
+    }
+    if (waits) g_stats.host_syncs++;
     return do_memcpy(dst, src, count, kind, "cudaMemcpyAsync");
 }
 cudaError_t cudaMemcpy2D(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
@@ -1002,6 +1119,7 @@ cudaError_t cudaMemcpyFromSymbol(void *dst, const void *symbol, size_t count, si
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
+    if (capture_action(nullptr, "cudaMemset", nullptr, 0) == CAPTURE_REFUSED) return cudaGetLastError();
     if (count == 0) return cudaSuccess;
     cudaError_t e = check_range(devPtr, count, "cudaMemset", "destination");
     if (e != cudaSuccess) return e;
@@ -1009,8 +1127,20 @@ cudaError_t cudaMemset(void *devPtr, int value, size_t count) {
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream) {
-    (void)stream;
-    return cudaMemset(devPtr, value, count);
+    switch (capture_action(stream, "cudaMemsetAsync", nullptr, 0)) {
+    case CAPTURE_REFUSED: return cudaGetLastError();
+    case CAPTURE_RECORD: {
+        cudaError_t e = count ? check_range(devPtr, count, "cudaMemsetAsync", "destination") : cudaSuccess;
+        if (e == cudaSuccess) capture_record([=]() { if (count) memset(devPtr, value, count); });
+        return e;
+    }
+    case CAPTURE_EXECUTE: break;
+    }
+    if (count == 0) return cudaSuccess;
+    cudaError_t e = check_range(devPtr, count, "cudaMemsetAsync", "destination");
+    if (e != cudaSuccess) return e;
+    memset(devPtr, value, count);
+    return cudaSuccess;
 }
 cudaError_t cudaMemPrefetchAsync(const void *, size_t, struct cudaMemLocation, unsigned int, cudaStream_t) {
     return cudaSuccess;
@@ -1031,8 +1161,12 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
     delete s;
     return cudaSuccess;
 }
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return host_sync("cudaStreamSynchronize"); }
+cudaError_t cudaStreamQuery(cudaStream_t stream) {
+    if (g_capture.active && (stream == g_capture.stream || is_legacy_stream(stream)))
+        return capture_refuse(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery", "a capturing stream cannot be queried");
+    return cudaSuccess;
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 
 cudaError_t cudaEventCreate(cudaEvent_t *event) {
@@ -1049,7 +1183,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
     e->ms = now_ms(), e->recorded = true;
     return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return host_sync("cudaEventSynchronize"); }
 cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end) {
     SimEvent *a = (SimEvent *)start, *b = (SimEvent *)end;
@@ -1062,7 +1196,88 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
     return cudaSuccess;
 }
 
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize(void) { return host_sync("cudaDeviceSynchronize"); }
+
+/* ---- CUDA graphs from stream capture (see Capture) ---- */
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+    if (g_capture.active)
+        return api_error(cudaErrorIllegalState, "cudaStreamBeginCapture(%p): stream %p is already capturing (one capture at a time here)",
+                         (void *)stream, (void *)g_capture.stream);
+    if (is_legacy_stream(stream))
+        return api_error(cudaErrorStreamCaptureUnsupported, "cudaStreamBeginCapture: the legacy default stream cannot be captured");
+    g_capture = Capture();
+    g_capture.active = true;
+    g_capture.stream = stream;
+    g_capture.mode = mode;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph) {
+    if (!pGraph) return api_error(cudaErrorInvalidValue, "cudaStreamEndCapture: NULL graph pointer");
+    *pGraph = nullptr;
+    if (!g_capture.active || stream != g_capture.stream)
+        return api_error(cudaErrorIllegalState, "cudaStreamEndCapture(%p): the stream is not capturing", (void *)stream);
+    const bool invalid = g_capture.invalid;
+    SimGraph *g = new SimGraph{kGraphMagic, std::move(g_capture.ops)};
+    g_capture = Capture();
+    if (invalid) {
+        delete g;
+        return api_error(cudaErrorStreamCaptureInvalidated, "cudaStreamEndCapture(%p): the capture was invalidated by an earlier call", (void *)stream);
+    }
+    *pGraph = (cudaGraph_t)g;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *pCaptureStatus) {
+    if (!pCaptureStatus) return api_error(cudaErrorInvalidValue, "cudaStreamIsCapturing: NULL status pointer");
+    *pCaptureStatus = !g_capture.active || stream != g_capture.stream ? cudaStreamCaptureStatusNone
+                      : g_capture.invalid                             ? cudaStreamCaptureStatusInvalidated
+                                                                      : cudaStreamCaptureStatusActive;
+    return cudaSuccess;
+}
+static SimGraph *graph_of(const void *h, int magic, const char *fn) {
+    SimGraph *g = (SimGraph *)h;
+    if (!g || g->magic != magic) {
+        api_error(cudaErrorInvalidResourceHandle, "%s(%p): not a live %s", fn, h, magic == kGraphMagic ? "cudaGraph_t" : "cudaGraphExec_t");
+        return nullptr;
+    }
+    return g;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags) {
+    (void)flags;
+    SimGraph *g = graph_of(graph, kGraphMagic, "cudaGraphInstantiate");
+    if (!g) return cudaErrorInvalidResourceHandle;
+    *pGraphExec = (cudaGraphExec_t) new SimGraph{kGraphExecMagic, g->ops}; /* independent of the graph from now on */
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
+    SimGraph *g = graph_of(graphExec, kGraphExecMagic, "cudaGraphLaunch");
+    if (!g) return cudaErrorInvalidResourceHandle;
+    switch (capture_action(stream, "cudaGraphLaunch", nullptr, 0)) {
+    case CAPTURE_REFUSED: return cudaGetLastError();
+    case CAPTURE_RECORD: {
+        std::vector<std::function<void()>> ops = g->ops;
+        capture_record([ops]() { for (const auto &op : ops) op(); });
+        return cudaSuccess;
+    }
+    case CAPTURE_EXECUTE: break;
+    }
+    g_stats.graph_launches++;
+    for (const auto &op : g->ops) op();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
+    SimGraph *g = graph_of(graphExec, kGraphExecMagic, "cudaGraphExecDestroy");
+    if (!g) return cudaErrorInvalidResourceHandle;
+    g->magic = 0;
+    delete g;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    SimGraph *g = graph_of(graph, kGraphMagic, "cudaGraphDestroy");
+    if (!g) return cudaErrorInvalidResourceHandle;
+    g->magic = 0;
+    delete g;
+    return cudaSuccess;
+}
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = g_last_error;
@@ -1081,6 +1296,10 @@ const char *cudaGetErrorName(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "cudaErrorInvalidMemcpyDirection";
     case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
     case cudaErrorNotSupported: return "cudaErrorNotSupported";
+    case cudaErrorIllegalState: return "cudaErrorIllegalState";
+    case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+    case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+    case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
     default: return "cudaError(unknown to cudasim)";
     }
 }
@@ -1094,6 +1313,10 @@ const char *cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotSupported: return "operation not supported";
+    case cudaErrorIllegalState: return "the resource is not in a valid state";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
     default: return "unknown error (cudasim)";
     }
 }

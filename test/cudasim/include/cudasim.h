@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -105,11 +106,25 @@ bool launch_begin(const char *name, const void *kaddr, dim3 grid, dim3 block, si
                   cudaStream_t stream, const char *file, int line);
 void launch_run(void (*entry)(void *), void *ctx);
 void check_aligned(const void *p, size_t align, const char *what, const char *file, int line);
+/* Stream capture (cudaStreamBeginCapture .. cudaStreamEndCapture): what an asynchronous operation
+ * on `stream` does now. CAPTURE_EXECUTE: run it (no capture, or another stream); CAPTURE_RECORD:
+ * hand it to capture_record (it runs at each cudaGraphLaunch, in order); CAPTURE_REFUSED: the
+ * error is set (and reported) and the capture is invalidated (the legacy default stream while a
+ * capture is active), or it was invalidated before. */
+enum CaptureAction { CAPTURE_EXECUTE, CAPTURE_RECORD, CAPTURE_REFUSED };
+CaptureAction capture_action(cudaStream_t stream, const char *what, const char *file, int line);
+void capture_record(std::function<void()> op);
+bool capture_active();
 } // namespace detail
 
 /* Statistics of this process's simulated work (printed by the speed test). */
 struct Stats {
     unsigned long long launches, blocks, threads, switches, barriers, warp_ops;
+    /* host synchronisations: cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize,
+     * cudaMemcpy between host and device, cudaMemcpyAsync to or from pageable host memory (the
+     * host waits for the copy, as on a GPU) */
+    unsigned long long host_syncs;
+    unsigned long long graph_launches; /* cudaGraphLaunch calls */
 };
 Stats stats();
 
@@ -127,7 +142,18 @@ template <class Body, class... A>
 void launch(const char *name, const void *kaddr, dim3 grid, dim3 block, size_t smem,
             cudaStream_t stream, const char *file, int line, Body &&body, A &&...args) {
     std::tuple<std::decay_t<A>...> params(std::forward<A>(args)...);
+    const detail::CaptureAction action = detail::capture_action(stream, name, file, line);
+    if (action == detail::CAPTURE_REFUSED) return;
     if (!detail::launch_begin(name, kaddr, grid, block, smem, stream, file, line)) return;
+    if (action == detail::CAPTURE_RECORD) { /* the kernel and its arguments by value, as a graph node */
+        detail::capture_record([body = std::decay_t<Body>(body), params, name, kaddr, grid, block, smem, stream, file,
+                                line]() mutable {
+            if (!detail::launch_begin(name, kaddr, grid, block, smem, stream, file, line)) return;
+            auto run = [&]() { std::apply(body, params); };
+            detail::launch_run(&invoke_body<decltype(run)>, &run);
+        });
+        return;
+    }
     auto run = [&]() { std::apply(body, params); };
     detail::launch_run(&invoke_body<decltype(run)>, &run);
 }
