@@ -7,7 +7,9 @@ llmc Llama file written here (L 2, C 64, NH 4, NKV 2, F 128, V 512, untied head,
 - bf16, 3 steps with a checkpoint and --save-hf 1: the checkpoint is llmc's Llama file and the HF
   directory a LlamaForCausalLM; train_gpt_cpu resumes it to step 5, train_gpt (fp32) to step 6;
 - --offload optimizer (the loop's CPU AdamW) gives the device optimizer's losses and final
-  parameters bit for bit (fp32), as for GPT-2;
+  parameters bit for bit (fp32), as for GPT-2; --optim-state int8 trains;
+- under mpirun -np 2 (a build with MPI: cudasim's NCCL), -z 1 (sharded m, v, master) writes the
+  same model and state bits as -z 0 in bf16, as for GPT-2;
 - --plan -e llama3.2-1b prints the CUDA plan with the CPU plan's parameter count, nothing built;
 - --memory-budget with a Llama is an error naming the flag (exit 1).
 """
@@ -31,7 +33,7 @@ L, C, NH, NKV, F, V, MAXT = 2, 64, 4, 2, 128, 512, 64
 
 
 def run(cmd):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -61,6 +63,12 @@ def losses(outdir):
         return {}
     with open(path) as f:
         return {r["step"]: r["train_loss"] for r in map(json.loads, f) if "train_loss" in r}
+
+
+def same_file(tmp, run_a, run_b, name):
+    """Do both runs have the file, byte for byte the same?"""
+    a, b = os.path.join(tmp, run_a, name), os.path.join(tmp, run_b, name)
+    return os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
 
 
 def main():
@@ -112,11 +120,30 @@ def main():
                  "-o", os.path.join(tmp, "off")])
         ref_run = run([SIM, "-e", model, *common, "-x", "3", "-n", "3", "--precision", "fp32", "-o", os.path.join(tmp, "dev")])
         a, b = losses(os.path.join(tmp, "off")), losses(os.path.join(tmp, "dev"))
-        same = [open(os.path.join(tmp, d, "model_00000003.bin"), "rb").read() if os.path.exists(os.path.join(tmp, d, "model_00000003.bin"))
-                else d for d in ("off", "dev")]
-        report(p.returncode == 0 and ref_run.returncode == 0 and len(a) == 3 and a == b and same[0] == same[1],
+        same = same_file(tmp, "off", "dev", "model_00000003.bin")
+        report(p.returncode == 0 and ref_run.returncode == 0 and len(a) == 3 and a == b and same,
                "train_gpt (harness) Llama --offload optimizer: losses and final parameters bit-identical to the device optimizer",
                f"{a} vs {b}: {(p.stdout + p.stderr)[-600:]}")
+
+        p = run([SIM, "-e", model, *common, "-x", "2", "--optim-state", "int8", "-o", os.path.join(tmp, "int8")])
+        a = losses(os.path.join(tmp, "int8"))
+        report(p.returncode == 0 and sorted(a) == [1, 2] and all(np.isfinite(list(a.values()))) and "AdamW m (int8" in p.stdout,
+               "train_gpt (harness) Llama --optim-state int8 trains (compact device moments)", (p.stdout + p.stderr)[-600:])
+
+        # -z 1 == -z 0 on 2 ranks (bf16, fp32 master weights): the same model and state bits
+        if shutil.which("mpirun"):
+            ok = True
+            for z in ("0", "1"):
+                p = run(["mpirun", "--oversubscribe", "-np", "2", SIM, "-e", model, *common, "-x", "2", "-n", "2",
+                         "-z", z, "-o", os.path.join(tmp, "z" + z)])
+                ok = ok and p.returncode == 0 and "processes: 2 ranks" in p.stdout and ("AdamW m (fp32, shard)" in p.stdout) == (z == "1")
+                if p.returncode != 0 or "processes: 2 ranks" not in p.stdout:
+                    print((p.stdout + p.stderr)[-600:])
+            files = ["model_00000002.bin", "state_00000002_00000.bin"]
+            report(ok and all(same_file(tmp, "z0", "z1", f) for f in files),
+                   "train_gpt (harness) Llama under mpirun -np 2: -z 1 == -z 0 (model and state bits, bf16)")
+        else:
+            print("SKIP: train_gpt (harness) Llama -z 1 on 2 ranks: no mpirun")
 
         # --plan: the CUDA plan of a released shape, its parameter count the CPU plan's
         plan = ["--plan", "--json", "-e", "llama3.2-1b", "-b", "4", "-t", "1024"]
