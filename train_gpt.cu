@@ -32,6 +32,9 @@
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
  * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued;
  * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
+ * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
+ * (llmc/cuda/llama_model.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
+ * bf16), --save-hf writes LlamaForCausalLM; -r 0 only; --memory-budget prices GPT-2 only for now.
  */
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +48,7 @@
 #include "llmc/cuda/model.cuh"
 #include "llmc/cuda/telemetry.cuh"
 #include "llmc/dist.h"
+#include "llmc/hf.h"
 #include "llmc/llama.h"
 #include "llmc/train.h"
 #ifndef LLMC_HAVE_NCCL
@@ -235,7 +239,7 @@ static void cuda_bucket_ready(void *p, int l) {
     CudaTrainer *tr = (CudaTrainer *)p;
     GPT2Cuda *m = &tr->model;
     Bucket b;
-    bucket_of_layer(&b, m->param_specs, NUM_PARAMETER_TENSORS, l);
+    bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
     tr->buckets_issued++;
     if (tr->trace) {
         if (m->in_backward) printf("trace: gradient bucket %d issued during the backward at layer %d\n", l, m->backward_layer);
@@ -455,12 +459,16 @@ static void test_rank_summary(const CudaTrainer *tr) {
            m->loss_scale, m->skipped_steps);
 }
 
+/* The Llama whose plan cuda_plan prices (a TrainPlanFn sees only the ModelConfig); NULL: a GPT-2. */
+static LlamaConfig plan_llama_config;
+static const LlamaConfig *plan_llama;
+
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
-    size_t lo = 0, hi = gpt2_parameter_specs(cfg, NULL);
+    size_t lo = 0, hi = plan_llama ? llama_parameter_specs(plan_llama, NULL) : gpt2_parameter_specs(cfg, NULL);
     if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
-    gpt2cuda_plan(cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights, 0,
-                  hi - lo, 1, p);
+    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights,
+                   0, hi - lo, 1, p);
 }
 
 /* Planned against measured device memory after the first step: cudaMemGetInfo's use less what the
@@ -510,12 +518,31 @@ static int cuda_graph_allowed(const TrainConfig *tc, const GPT2Cuda *m, FILE *no
     return why == NULL;
 }
 
-/* Llama models (a name, llmc's or llm.c's Llama file) train on the CPU only for now. */
-static void refuse_llama(const char *init) {
-    LlamaConfig lc;
-    if (llama_config_from_init(init, &lc))
-        llmc_die("-e %s is a Llama 3 model: ./train_gpt trains GPT-2 only for now (CUDA Llama blocks are not built "
-                 "yet); train it on the CPU with ./train_gpt_cpu", init);
+/* Is init a Llama (a name, an HF directory, llmc's or llm.c's Llama file)? Then plan_llama is
+ * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). */
+static int detect_llama(TrainConfig *tc, const char *init, int note) {
+    plan_llama = llama_config_from_init(init, &plan_llama_config) ? &plan_llama_config : NULL;
+    if (!plan_llama) return 0;
+    if (tc->memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
+    if (tc->recompute != 0 && note)
+        printf("note: -r %d: the CUDA Llama keeps every activation (no recompute levels yet); using -r 0\n", tc->recompute);
+    if (tc->gelu_fusion > 0 && note) printf("note: -ge %d: a Llama has no GELU (SwiGLU MLP); ignored\n", tc->gelu_fusion);
+    tc->recompute = 0;
+    tc->gelu_fusion = 0;
+    return 1;
+}
+
+/* ---- a Llama's files (TrainBackend save_model, save_hf) ---------------------------------------- */
+static uint32_t cuda_llama_save_model(void *p, const float *params, const char *path, int bf16) {
+    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    return llama_checkpoint_write(path, &m->llama, params, m->num_parameters, bf16);
+}
+
+static void cuda_llama_save_hf(void *p, const float *params, const char *run_dir, int step, int bf16) {
+    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    char dir[4400];
+    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    hf_llama_save(dir, &m->llama, params, m->num_parameters, bf16);
 }
 
 int main(int argc, char **argv) {
@@ -525,12 +552,19 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
-    refuse_llama(tc.init);
+    detect_llama(&tc, tc.init, !tc.plan); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
     const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0};
     const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
+    if (tc.plan && plan_llama) { /* a Llama: its header or name only */
+        MemPlan p;
+        train_memory_plan(&tc, &plan_llama->base, cuda_plan, given_offload, "GPU", &p);
+        if (tc.json) mem_plan_print_json(&p, stdout);
+        else mem_plan_print(&p, stdout);
+        return 0;
+    }
     if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cuda_plan, given_offload, "GPU");
     /* the process group: mpirun/srun ranks (a build with MPI and NCCL), -pi tcp|fs ranks (NCCL), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
@@ -565,12 +599,15 @@ int main(int argc, char **argv) {
     }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
-    refuse_llama(init); /* a resumed run's checkpoint */
+    const int llama = detect_llama(&tc, init, 0); /* a resumed run's checkpoint: the same architecture */
     tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
     FILE *note = dist->rank == 0 ? stdout : NULL;
     if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", note);
+    if (llama && budget_peak(&tc, &m->cfg, &space) > device_free)
+        llmc_die("the Llama's plan needs %.1f MiB of device memory, %.1f MiB are free: lower -b or -t (--plan prints it)",
+                 budget_peak(&tc, &m->cfg, &space) / 1048576.0, device_free / 1048576.0);
     if (budget_peak(&tc, &m->cfg, &space) > device_free) { /* it would run out of memory: fit the device instead */
         if (note) fprintf(note, "memory: the plan exceeds the device's free memory; searching with that as the budget\n");
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);
@@ -589,7 +626,7 @@ int main(int argc, char **argv) {
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
-    tr.flops_per_token = gpt2_flops_per_token(cfg, tc.T);
+    tr.flops_per_token = llama ? llama_flops_per_token(&m->llama, tc.T) : gpt2_flops_per_token(cfg, tc.T);
     /* gradient buckets: reduced over the ranks, or copied to the host, as the backward makes them */
     const long long micro_tokens = (long long)tc.B * tc.T * dist->size;
     tr.accum = tc.total_batch > 0 ? (int)(tc.total_batch / micro_tokens) : 1;
@@ -610,8 +647,8 @@ int main(int argc, char **argv) {
     tr.use_graph = cuda_graph_allowed(&tc, m, dist->rank == 0 ? stdout : NULL);
 
     char name[512];
-    snprintf(name, sizeof name, "CUDA %s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", precision_name(m->precision),
-             tr.ctx.props.name, tr.ctx.props.major, tr.ctx.props.minor, m->master ? ", fp32 master weights" : "",
+    snprintf(name, sizeof name, "CUDA %s%s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", llama ? "Llama 3 " : "",
+             precision_name(m->precision), tr.ctx.props.name, tr.ctx.props.major, tr.ctx.props.minor, m->master ? ", fp32 master weights" : "",
              m->precision == PRECISION_FP32 ? (tc.tf32 ? ", TF32 on" : ", TF32 off") : "", m->gelu_fusion, tc.recompute);
     if (tr.use_graph) snprintf(name + strlen(name), sizeof name - strlen(name), ", CUDA graph");
     TrainBackend be;
@@ -636,6 +673,7 @@ int main(int argc, char **argv) {
     if (offload) {
         be.host_grads = m->host_grads;
         be.param_specs = m->param_specs;
+        be.num_param_specs = m->num_param_specs;
         be.host_m = be.host_v = NULL;
         be.grads_to_host = cuda_grads_to_host;
         be.params_from_host = cuda_params_from_host;
@@ -647,6 +685,11 @@ int main(int argc, char **argv) {
     be.save_backend_state = cuda_save_backend_state;
     be.load_backend_state = cuda_load_backend_state;
     be.plan = cuda_plan;
+    if (llama) {
+        be.save_model = cuda_llama_save_model;
+        be.save_hf = cuda_llama_save_hf;
+        be.flops_per_token = tr.flops_per_token;
+    }
     if (tc.gpu_log_every > 0) {
         gpu_telemetry_open(&tr.telemetry, tr.ctx.device, LLMC_NVML_LIBRARY);
         gpu_telemetry_print_source(&tr.telemetry, tc.gpu_log_every);

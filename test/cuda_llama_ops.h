@@ -7,8 +7,8 @@
  *
  * Shapes: C and F whole numbers of 16-byte packs and not (the *_kernel16 forms and the
  * element-per-thread ones), B*T = 1, several dweight chunks, the one-pass RMSNorm backward with
- * 1..4 packs per lane and the two-pass one; RoPE with NKV = NH, NH/2 and 1, with and without
- * Llama 3.1 frequency scaling.
+ * 1..4 packs per lane, its wide form (5..8) and the two-pass one; RoPE with NKV = NH, NH/2 and
+ * 1, with and without Llama 3.1 frequency scaling.
  */
 #ifndef LLMC_TEST_CUDA_LLAMA_OPS_H
 #define LLMC_TEST_CUDA_LLAMA_OPS_H
@@ -156,11 +156,12 @@ template <class T> static void run_llama_ops_for(unsigned long long seed) {
     Rng r;
     rng_seed(&r, seed + 5555 + StorageInfo<T>::cuda_type);
     /* N, C: B*T = 1; the one-pass backward with 1..4 packs per lane (16-bit: C = 32 1, 512 2,
-     * 768 3, 1024 4; fp32: 32 1, 256 2, 384 3, 512 4) and the two-pass one (768, 1024 fp32: over
-     * 4 packs per lane); C not a whole number of packs (36: packed in fp32 only; 30: never);
-     * several chunks, uneven rows */
-    static const int rms[][2] = {{1, 32},  {13, 48}, {7, 768}, {3, 1024}, {4, 512},
-                                 {2, 256}, {2, 384}, {10, 36}, {9, 30},   {600, 64}};
+     * 768 3, 1024 4; fp32: 32 1, 256 2, 384 3, 512 4), its wide form with 5..8 (16-bit: 1280 5,
+     * 2048 8; fp32: 768 6, 1024 8; 1280 over two chunks) and the two-pass one (16-bit 2560, fp32
+     * 1280 and 2048: over 8 packs per lane); C not a whole number of packs (36: packed in fp32
+     * only; 30: never); several chunks, uneven rows */
+    static const int rms[][2] = {{1, 32},  {13, 48}, {7, 768}, {3, 1024}, {4, 512},  {2, 256},   {2, 384},
+                                 {10, 36}, {9, 30},  {600, 64}, {3, 2048}, {2, 2560}, {300, 1280}};
     for (const auto &s : rms) test_rmsnorm<T>(&r, s[0], s[1]);
     /* N, F: packed (F % 8 == 0), packed in fp32 only (12), never (7); N = 1 */
     static const int sw[][2] = {{1, 16}, {5, 64}, {3, 12}, {4, 7}};

@@ -12,7 +12,12 @@
  * The model is written by the CPU's random init to a checkpoint file, which both load.
  * Default: a tiny config (L=2, C=64, NH=4, T=32, B=2, V=97) that runs through the cudasim
  * harness in seconds, its LM head in 3 uneven chunks of positions (the second model, T=80, in one). --big: GPT-2 124M (d12) at B=2, T=256 for real GPUs.
- * Usage: test_gpt [--seed N] [--big]; exits non-zero if any check fails.
+ * The Llama 3 model on CUDA (llmc/cuda/llama_model.cuh, the same GPT2Cuda struct) against the CPU
+ * Llama (llmc/cpu/llama.c) likewise: L=2, C=64, NH=4 with NKV=2 (untied head, RoPE theta 500000)
+ * and NKV=1 (tied head, Llama 3.1 frequency scaling): logits, loss, every gradient and the norm
+ * after one step in fp32/bf16/fp16, with the GPT-2 tolerances; a 10-step AdamW trajectory in
+ * fp32 and bf16; two fp32 runs bit-identical.
+ * Usage: test_gpt [--seed N] [--big | --llama (the Llama checks only)]; exits non-zero if any check fails.
  */
 #include <math.h>
 #include <stdio.h>
@@ -21,6 +26,8 @@
 #include <unistd.h>
 
 #include "llmc/checkpoint.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/llama.h"
 #include "llmc/cpu/model.h"
 #include "llmc/cuda/model.cuh"
 #include "llmc/rng.h"
@@ -129,48 +136,61 @@ static ModelTol model_tol(Precision p) {
     }
 }
 
-static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
+/* The CPU's results on batch 0: ref_logits of the inference forward, the loss, the gradients
+ * (laid out by specs, nspecs entries) and their norm of one training micro-step; the CUDA model
+ * (either architecture, from s->ckpt) computes the same and is compared. */
+static void compare_cuda_step(const Setup *s, CudaContext *ctx, Precision p, const float *ref_logits, float lc,
+                              const TensorSpec *specs, int nspecs, const float *ref_grads, float norm_cpu) {
     const char *pn = precision_name(p);
     ModelTol tol = model_tol(p);
-    GPT2 cpu;
-    gpt2_build_from_checkpoint(&cpu, s->ckpt);
-    gpt2_allocate(&cpu, s->B, s->T, 0, 1);
     GPT2Cuda *m = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
     const int N = s->B * s->T, Vp = s->cfg.padded_vocab_size;
     char name[256];
 
     /* logits (inference forward) */
-    gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     gpt2cuda_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     float *lg = cuda_logits(m, N);
     snprintf(name, sizeof name, "logits [%s%s]", pn, s->tag);
-    test_close(name, lg, cpu.acts.logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
+    test_close(name, lg, ref_logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
     free(lg);
 
     /* loss and gradients of one training micro-step */
-    gpt2_zero_grad(&cpu);
-    float lc = gpt2_forward(&cpu, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
-    gpt2_backward(&cpu, batch_in(s, 0), s->B, s->T);
     gpt2cuda_zero_grad(m);
     float lgpu = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / N);
     gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
     snprintf(name, sizeof name, "loss [%s%s]", pn, s->tag);
     test_close(name, &lgpu, &lc, 1, tol.loss_atol, 0);
     float *g = cuda_grads(m);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        const TensorSpec *ts = &cpu.param_specs[i];
-        const float *ref = cpu.grads_memory + ts->offset;
+    for (int i = 0; i < nspecs; i++) {
+        const TensorSpec *ts = &specs[i];
+        if (ts->numel == 0) continue; /* a tied Llama head */
+        const float *ref = ref_grads + ts->offset;
         double mx = 0.0;
         for (size_t j = 0; j < ts->numel; j++) mx = fmax(mx, fabs(ref[j]));
         snprintf(name, sizeof name, "gradient %s %s [%s%s]", ts->name, ts->shape, pn, s->tag);
         test_close(name, g + ts->offset, ref, ts->numel, tol.grad_frac * mx + 1e-12, tol.grad_frac);
     }
     free(g);
-    float norm_cpu = gpt2_grad_norm(&cpu), norm_gpu = gpt2cuda_grad_norm(m);
+    float norm_gpu = gpt2cuda_grad_norm(m);
     snprintf(name, sizeof name, "gradient norm [%s%s]", pn, s->tag);
     test_close(name, &norm_gpu, &norm_cpu, 1, 0, tol.grad_frac);
-    gpt2_free(&cpu);
     cuda_model_free(m);
+}
+
+static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
+    GPT2 cpu;
+    gpt2_build_from_checkpoint(&cpu, s->ckpt);
+    gpt2_allocate(&cpu, s->B, s->T, 0, 1);
+    const size_t NV = (size_t)s->B * s->T * s->cfg.padded_vocab_size;
+    gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
+    float *logits = (float *)mallocCheck(NV * sizeof(float), "CPU logits");
+    memcpy(logits, cpu.acts.logits, NV * sizeof(float));
+    gpt2_zero_grad(&cpu);
+    float loss = gpt2_forward(&cpu, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / (s->B * s->T));
+    gpt2_backward(&cpu, batch_in(s, 0), s->B, s->T);
+    compare_cuda_step(s, ctx, p, logits, loss, cpu.param_specs, NUM_PARAMETER_TENSORS, cpu.grads_memory, gpt2_grad_norm(&cpu));
+    free(logits);
+    gpt2_free(&cpu);
 }
 
 /* 10 AdamW steps on both; then the same CUDA run again must be bit-identical. */
@@ -343,16 +363,8 @@ static void check_loss_scaler(const Setup *s, CudaContext *ctx) {
     cuda_model_free(m);
 }
 
-/* The checkpoint both models load (the CPU's random init) and the batches, for s->cfg, B, T. */
-static void setup_init(Setup *s, unsigned long long seed) {
-    printf("test_gpt: seed %llu, L %d C %d NH %d V %d, B %d T %d (rerun with --seed %llu)\n", seed, s->cfg.num_layers,
-           s->cfg.channels, s->cfg.num_heads, s->cfg.vocab_size, s->B, s->T, seed);
-    /* the checkpoint both models load: the CPU's random init */
-    snprintf(s->ckpt, sizeof s->ckpt, "/tmp/llmc_test_gpt_%d_T%d.bin", (int)getpid(), s->T);
-    GPT2 init;
-    gpt2_build_random(&init, &s->cfg, seed);
-    model_file_save(s->ckpt, &s->cfg, init.params_memory, init.num_parameters, MODEL_VERSION_FP32);
-    gpt2_free(&init);
+/* The batches: random inputs, targets from a learnable pattern (few of them). */
+static void setup_batches(Setup *s, unsigned long long seed) {
     const size_t per = (size_t)s->B * s->T, batches = STEPS + 2;
     s->inputs = (int *)mallocCheck(per * batches * sizeof(int), "inputs");
     s->targets = (int *)mallocCheck(per * batches * sizeof(int), "targets");
@@ -364,20 +376,163 @@ static void setup_init(Setup *s, unsigned long long seed) {
     }
 }
 
+/* The checkpoint both models load (the CPU's random init) and the batches, for s->cfg, B, T. */
+static void setup_init(Setup *s, unsigned long long seed) {
+    printf("test_gpt: seed %llu, L %d C %d NH %d V %d, B %d T %d (rerun with --seed %llu)\n", seed, s->cfg.num_layers,
+           s->cfg.channels, s->cfg.num_heads, s->cfg.vocab_size, s->B, s->T, seed);
+    /* the checkpoint both models load: the CPU's random init */
+    snprintf(s->ckpt, sizeof s->ckpt, "/tmp/llmc_test_gpt_%d_T%d.bin", (int)getpid(), s->T);
+    GPT2 init;
+    gpt2_build_random(&init, &s->cfg, seed);
+    model_file_save(s->ckpt, &s->cfg, init.params_memory, init.num_parameters, MODEL_VERSION_FP32);
+    gpt2_free(&init);
+    setup_batches(s, seed);
+}
+
 static void setup_free(Setup *s) {
     unlink(s->ckpt);
     free(s->inputs), free(s->targets);
 }
 
+/* ---- the Llama 3 model ---------------------------------------------------------------------- */
+typedef struct {
+    LlamaConfig cfg;
+    Setup s; /* s.cfg = cfg.base; s.ckpt: llmc's Llama file, which both models load */
+} LlamaSetup;
+
+static void llama_setup_init(LlamaSetup *ls, int nkv, unsigned long long seed) {
+    LlamaConfig *c = &ls->cfg;
+    memset(ls, 0, sizeof *ls);
+    c->base.max_seq_len = 32, c->base.vocab_size = 97, c->base.padded_vocab_size = 128, c->base.num_layers = 2;
+    c->base.num_heads = 4, c->base.num_kv_heads = nkv, c->base.channels = 64, c->base.ffn_hidden = 96;
+    c->norm_eps = 1e-5f, c->rope_theta = 500000.0f;
+    if (nkv == 1) { /* the other head and RoPE variants */
+        c->tied = 1;
+        c->rope_factor = 8.0f, c->rope_low_freq_factor = 1.0f, c->rope_high_freq_factor = 4.0f, c->rope_original_max_pos = 16;
+    }
+    Setup *s = &ls->s;
+    s->cfg = c->base;
+    s->B = 2, s->T = 32;
+    s->head_rows = 23; /* the LM head and loss in 3 uneven chunks, as GPT-2's */
+    snprintf(s->tag, sizeof s->tag, " Llama NKV=%d%s", nkv, c->tied ? " tied" : "");
+    printf("test_gpt: Llama L %d C %d NH %d NKV %d F %d V %d tied %d, B %d T %d\n", c->base.num_layers, c->base.channels,
+           c->base.num_heads, nkv, c->base.ffn_hidden, c->base.vocab_size, c->tied, s->B, s->T);
+    snprintf(s->ckpt, sizeof s->ckpt, "/tmp/llmc_test_gpt_llama_%d_kv%d.bin", (int)getpid(), nkv);
+    LlamaModel init;
+    llama_build(&init, c);
+    llama_init_parameters(c, init.param_specs, init.params_memory, seed);
+    llama_checkpoint_save(s->ckpt, c, init.params_memory, init.num_parameters); /* (and "<ckpt>.sum") */
+    llama_free(&init);
+    setup_batches(s, seed);
+}
+
+static void llama_cpu_model(const LlamaSetup *ls, LlamaModel *cpu) {
+    llama_build(cpu, &ls->cfg);
+    llama_file_load(ls->s.ckpt, cpu->params_memory, cpu->num_parameters);
+    llama_allocate(cpu, ls->s.B, ls->s.T);
+}
+
+static float llama_cpu_step(LlamaModel *m, float *mm, float *vv, const int *in, const int *tg, int B, int T, int t) {
+    const size_t n = m->num_parameters;
+    llama_zero_grad(m);
+    float loss = llama_forward(m, in, tg, B, T, 1.0f / (float)(B * T));
+    llama_backward(m, in, B, T);
+    float norm = (float)sqrt(global_norm_squared(m->grads_memory, n));
+    for (int i = 0; i < LLAMA3_NUM_PARAMETERS; i++) {
+        const TensorSpec *ts = &m->param_specs[i];
+        adamw_update(m->params_memory + ts->offset, m->grads_memory + ts->offset, mm + ts->offset, vv + ts->offset,
+                     ts->numel, LR, B1, B2, EPS, ts->decay ? WD : 0.0f, t, norm > CLIP ? CLIP / norm : 1.0f);
+    }
+    return loss;
+}
+
+static void llama_compare_step(const LlamaSetup *ls, CudaContext *ctx, Precision p) {
+    const Setup *s = &ls->s;
+    LlamaModel cpu;
+    llama_cpu_model(ls, &cpu);
+    const size_t NV = (size_t)s->B * s->T * s->cfg.padded_vocab_size;
+    llama_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
+    float *logits = (float *)mallocCheck(NV * sizeof(float), "CPU logits");
+    memcpy(logits, tensor_layer(cpu.acts_memory, &cpu.act_specs[LLAMA3_A_logits], 0), NV * sizeof(float));
+    llama_zero_grad(&cpu);
+    float loss = llama_forward(&cpu, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / (s->B * s->T));
+    llama_backward(&cpu, batch_in(s, 0), s->B, s->T);
+    float norm = (float)sqrt(global_norm_squared(cpu.grads_memory, cpu.num_parameters));
+    compare_cuda_step(s, ctx, p, logits, loss, cpu.param_specs, LLAMA3_NUM_PARAMETERS, cpu.grads_memory, norm);
+    free(logits);
+    llama_free(&cpu);
+}
+
+/* 10 AdamW steps on both (fp32: twice on CUDA, bit-identical). */
+static void llama_compare_trajectory(const LlamaSetup *ls, CudaContext *ctx, Precision p) {
+    const Setup *s = &ls->s;
+    const char *pn = precision_name(p);
+    LlamaModel cpu;
+    llama_cpu_model(ls, &cpu);
+    float *mm = (float *)callocCheck(cpu.num_parameters, sizeof(float), "m");
+    float *vv = (float *)callocCheck(cpu.num_parameters, sizeof(float), "v");
+    float ref[STEPS], got[2][STEPS];
+    for (int t = 1; t <= STEPS; t++) ref[t - 1] = llama_cpu_step(&cpu, mm, vv, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, t);
+    llama_free(&cpu);
+    free(mm), free(vv);
+    const int runs = p == PRECISION_FP32 ? 2 : 1;
+    for (int run = 0; run < runs; run++) {
+        GPT2Cuda *m = cuda_model(s, ctx, p, 0, -1, s->B, s->T); /* -ge -1 (the trainer's default) resolves to 0 */
+        if (run == 0) {
+            char name[160];
+            snprintf(name, sizeof name, "the CUDA model is a Llama with the CPU's parameter count, -ge 0 [%s%s]", pn, s->tag);
+            test_report(m->arch == LLMC_ARCH_LLAMA3 && m->num_parameters == llama_parameter_specs(&ls->cfg, NULL) &&
+                            m->gelu_fusion == 0,
+                        name, "arch %d, %zu parameters, -ge %d", m->arch, m->num_parameters, m->gelu_fusion);
+        }
+        for (int t = 1; t <= STEPS; t++) got[run][t - 1] = cuda_step(m, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, 1, t);
+        cuda_model_free(m);
+    }
+    char name[256];
+    snprintf(name, sizeof name, "10-step loss trajectory vs CPU [%s%s]", pn, s->tag);
+    /* fp32: summation order only (as GPT-2's at C = 64); 16-bit: GPT-2's 3 x loss tolerance */
+    test_close(name, got[0], ref, STEPS, p == PRECISION_FP32 ? 1e-4 : 3 * model_tol(p).loss_atol, 0);
+    printf("      losses: cpu %.6f -> %.6f, gpu %.6f -> %.6f\n", ref[0], ref[STEPS - 1], got[0][0], got[0][STEPS - 1]);
+    if (runs == 2) {
+        snprintf(name, sizeof name, "two runs bit-identical [%s%s]", pn, s->tag);
+        test_report(memcmp(got[0], got[1], sizeof got[0]) == 0, name, "losses differ between two identical runs");
+    }
+}
+
+static void check_llama(CudaContext *ctx, unsigned long long seed) {
+    const Precision precs[3] = {PRECISION_FP32, PRECISION_BF16, PRECISION_FP16};
+    for (int nkv = 2; nkv >= 1; nkv--) {
+        LlamaSetup ls;
+        llama_setup_init(&ls, nkv, seed + 10 + nkv);
+        for (int i = 0; i < 3; i++) llama_compare_step(&ls, ctx, precs[i]);
+        if (nkv == 2) {
+            llama_compare_trajectory(&ls, ctx, PRECISION_FP32);
+            llama_compare_trajectory(&ls, ctx, PRECISION_BF16);
+        }
+        char sum[300];
+        snprintf(sum, sizeof sum, "%s.sum", ls.s.ckpt);
+        unlink(sum);
+        setup_free(&ls.s);
+    }
+}
+
 int main(int argc, char **argv) {
     unsigned long long seed = 1337;
-    int big = 0;
+    int big = 0, llama_only = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
         else if (strcmp(argv[i], "--big") == 0) big = 1;
-        else llmc_die("usage: %s [--seed N] [--big]", argv[0]);
+        else if (strcmp(argv[i], "--llama") == 0) llama_only = 1;
+        else llmc_die("usage: %s [--seed N] [--big | --llama]", argv[0]);
     }
     cuda_require_device();
+    if (llama_only) {
+        CudaContext ctx;
+        cuda_context_init(&ctx, 0, 0); /* TF32 off */
+        check_llama(&ctx, seed);
+        cuda_context_free(&ctx);
+        return test_exit_code();
+    }
     Setup s;
     memset(&s, 0, sizeof s);
     if (big) {
@@ -413,6 +568,7 @@ int main(int argc, char **argv) {
         setup_init(&l, seed + 1);
         for (int i = 0; i < 3; i++) compare_step(&l, &ctx, precs[i]);
         setup_free(&l);
+        check_llama(&ctx, seed);
     }
     cuda_context_free(&ctx);
     setup_free(&s);

@@ -209,11 +209,12 @@ def main():
         want = torch_greedy(os.path.join(tmp, "ref2.bin"), V - 1, 20)
         report(p.returncode == 0 and got == want, "./generate -e <Llama>: greedy tokens equal PyTorch's greedy decoding",
                f"got {got}, PyTorch {want}: {p.stderr[-600:]}")
-        # the CUDA trainer refuses a Llama with a clear message (its cudasim build, where built)
-        for binary in ("build/cudasim/train_gpt", "./train_gpt"):
+        # the CUDA generator refuses a Llama with a clear message (its cudasim build, where built); the
+        # CUDA trainer trains one (test/test_llama_cuda_sim.py)
+        for binary in ("build/cudasim/generate", "./generate_gpu"):
             if os.path.exists(binary):
                 error_check(f"{binary} refuses a Llama", [binary, "-e", os.path.join(tmp, "ref2.bin")],
-                            "./train_gpt trains GPT-2 only")
+                            "./generate_gpu runs GPT-2 only")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{failures()} failed")

@@ -27,6 +27,12 @@
  * only: a CUDA graph can capture them, graph.cuh), gpt2cuda_backward_encoder, and once per step
  * gpt2cuda_read_step_loss (the sum of the micro-steps' mean losses, kept on the device).
  *
+ * Architectures: the struct holds a GPT-2 (arch 0) or a Llama 3 (LLMC_ARCH_LLAMA3: llama_model.cuh
+ * has its block sequence and tables; gpt2cuda_build picks by -e). The generic parts here
+ * (arenas, optimizer, loss scaler, norm, host sync, LM head and loss) serve both; the entry
+ * points dispatch on m->arch. The ParameterTensors/ActivationTensors views are GPT-2's (their
+ * activation slots also point at a Llama's tensors of the same name: lnf, logits, losses, ...).
+ *
  * fp16 loss scaling: micro-steps scale dloss by loss_scale; gpt2cuda_grad_norm unscales the
  * norm and, when it is not finite (an overflow), halves loss_scale, counts a skipped step and
  * returns the non-finite norm so the shared loop skips the update; every update that happens
@@ -41,6 +47,7 @@
 #include <string.h>
 
 #include "../checkpoint.h"
+#include "../llama.h"
 #include "../rng.h"
 #include "../model.h"
 #include "../plan.h"
@@ -56,8 +63,12 @@
 #include "matmul.cuh"
 #include "nvtx.cuh"
 
+enum { LLMC_ARCH_GPT2 = 0, LLMC_ARCH_LLAMA3 = 1 };
+
 typedef struct {
     ModelConfig cfg;
+    int arch;          /* LLMC_ARCH_GPT2 | LLMC_ARCH_LLAMA3 */
+    LlamaConfig llama; /* the Llama's knobs beyond cfg (arch LLMC_ARCH_LLAMA3) */
     Precision precision;
     CudaContext *ctx;
     int recompute;    /* 0..3 */
@@ -66,7 +77,9 @@ typedef struct {
     int gelu_fusion;  /* 0..2 */
     int use_master;   /* fp32 master weights (bf16/fp16 only) */
     uint64_t seed;    /* stochastic rounding */
-    TensorSpec param_specs[NUM_PARAMETER_TENSORS];
+    TensorSpec param_specs[NUM_PARAMETER_TENSORS]; /* the architecture's table (num_param_specs entries) */
+    int num_param_specs;
+    size_t head_offset; /* the LM head's weight in the arena: wte (GPT-2, tied Llama) or lm_head */
     size_t num_parameters;
     /* Device parameters and gradients in T, laid out by the table (contiguous, checkpoint
      * order). The ParameterTensors members are untyped slots: cast to T * before use. */
@@ -103,7 +116,7 @@ typedef struct {
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
     int B, T;
-    TensorSpec act_specs[NUM_ACTIVATION_TENSORS];
+    TensorSpec act_specs[NUM_ACTIVATION_TENSORS]; /* a shorter table (Llama) ends at a NULL name */
     size_t act_bytes[NUM_ACTIVATION_TENSORS], acts_total_bytes;
     void *acts_memory;
     ActivationTensors acts;
@@ -111,7 +124,8 @@ typedef struct {
      * dresidual (N, C): gradient of the residual stream, from the top down;
      * dbuf_c (N, C): dlnf, then per layer dln2, datty, dln1 (each dead before the next);
      * dbuf_f1 (N, F): dfch_gelu, later reused as dqkv (N, 3C fits since F >= 3C);
-     * dbuf_f2 (N, F): dfch. */
+     * dbuf_f2 (N, F): dfch (the last N * F elements of the scratch).
+     * (Llama: dbuf_f1 (N, max(2F, QKV)) dfch then dqkv, dbuf_f2 (N, F) dfch_swiglu.) */
     void *scratch_memory, *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2;
     size_t scratch_bytes;
     /* fp32 scratch shared by the ops (never live across two ops): LayerNorm/bias partial sums,
@@ -143,6 +157,21 @@ typedef struct {
     int loss_scale_window, clean_steps;
     long long skipped_steps;
 } GPT2Cuda;
+typedef GPT2Cuda CudaModel;
+static_assert((int)LLAMA3_NUM_PARAMETERS <= (int)NUM_PARAMETER_TENSORS &&
+                  (int)LLAMA3_NUM_ACTIVATIONS < (int)NUM_ACTIVATION_TENSORS,
+              "GPT2Cuda's tables hold the Llama's");
+
+/* llama_model.cuh (included at the end), for the dispatches below */
+inline void llamacuda_set_config(GPT2Cuda *m, const LlamaConfig *lc);
+inline size_t llamacuda_activation_specs(const LlamaConfig *lc, int B, int T_, Precision prec, int head_rows,
+                                         TensorSpec *specs, size_t *bytes);
+inline size_t llamacuda_fscratch_floats(const ModelConfig *cfg, size_t N);
+inline size_t llamacuda_scratch_f1(const ModelConfig *c);
+inline void llamacuda_allocated(GPT2Cuda *m, int T_);
+template <class T> void llamacuda_trunk_forward(GPT2Cuda *m, int B, int T_);
+template <class T> void llamacuda_backward_layers_t(GPT2Cuda *m, int B, int T_);
+template <class T> void llamacuda_embedding_backward(GPT2Cuda *m, const EncoderBuckets *eb, int B, int T_);
 
 /* ---- the activation table on the GPU ----------------------------------------------------- */
 
@@ -258,19 +287,28 @@ enum { LLMC_READBACK_BYTES = 16 }; /* gpt2cuda's pinned readback buffer: a doubl
  * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
 /* opt_elems: the parameters whose AdamW state (m, v, master) this rank keeps (all n, or its ZeRO-1
  * shard; at least 1 is allocated, so that an empty shard still has valid pointers). */
-inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
-                          int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
-    const size_t n = gpt2_parameter_specs(cfg, NULL), elem = precision_bytes(prec), N = (size_t)B * T_;
-    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+/* llama: NULL for a GPT-2, else the Llama whose base is cfg (its recompute level must be 0). */
+inline void cudamodel_plan(const LlamaConfig *llama, const ModelConfig *cfg, int B, int T_, int recompute, Precision prec,
+                           int use_master, int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
+    const size_t elem = precision_bytes(prec), N = (size_t)B * T_;
+    const size_t n = llama ? llama_parameter_specs(llama, NULL) : gpt2_parameter_specs(cfg, NULL);
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, F1 = llama ? llamacuda_scratch_f1(cfg) : F;
     use_master = use_master && prec != PRECISION_FP32;
     p->num_parameters = n;
     p->recompute = recompute;
     p->device_bytes[MEM_PARAMETERS] = n * elem;
     int head_rows = gpt2cuda_head_rows(N, cfg->padded_vocab_size, elem, head_rows_request);
-    p->device_bytes[MEM_ACTIVATIONS] = gpt2cuda_activation_specs(cfg, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
+    if (llama) {
+        memset(p->act, 0, sizeof p->act); /* the shorter table ends at a NULL name */
+        memset(p->act_bytes, 0, sizeof p->act_bytes);
+        p->device_bytes[MEM_ACTIVATIONS] = llamacuda_activation_specs(llama, B, T_, prec, head_rows, p->act, p->act_bytes);
+    } else {
+        p->device_bytes[MEM_ACTIVATIONS] = gpt2cuda_activation_specs(cfg, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
+    }
     p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
     /* + the norm, the mean loss and the fp64 loss accumulator */
-    p->device_bytes[MEM_OP_SCRATCH] = (gpt2cuda_fscratch_floats(cfg, N) + 2) * sizeof(float) + sizeof(double);
+    const size_t fscratch = llama ? llamacuda_fscratch_floats(cfg, N) : gpt2cuda_fscratch_floats(cfg, N);
+    p->device_bytes[MEM_OP_SCRATCH] = (fscratch + 2) * sizeof(float) + sizeof(double);
     p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
     if (USE_CUDNN && prec != PRECISION_FP32) p->device_bytes[MEM_CUDNN_WORKSPACE] = gpt2cuda_cudnn_workspace_bound(cfg, B, T_);
     /* + the pinned token staging and readback buffers */
@@ -279,7 +317,7 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
              precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
              USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention (workspace: a bound)" : "");
     if (!training) return;
-    p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + 2 * N * F) * elem;
+    p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + N * F1 + N * F) * elem;
     p->device_bytes[MEM_GRADIENTS] = n * elem;
     const size_t ns = opt_elems ? opt_elems : 1;
     if (p->offload) { /* master weights (host_params) and gradients on the host; the loop's plan adds m, v */
@@ -293,6 +331,10 @@ inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, 
     }
     p->device_bytes[MEM_OP_SCRATCH] += encoder_buckets_capacity((int)N) * sizeof(int);
     p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
+}
+inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
+                          int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
+    cudamodel_plan(NULL, cfg, B, T_, recompute, prec, use_master, head_rows_request, opt_elems, training, p);
 }
 
 /* cudaMallocHost counted to the host's staging class. */
@@ -313,29 +355,39 @@ inline void *gpt2cuda_malloc(MemClass c, size_t bytes) {
 }
 
 /* Parameters from a checkpoint path or a dN descriptor (random init: the shared
- * gpt2_init_parameters, so both trainers start from the same weights), into host_params. */
+ * gpt2_init_parameters, so both trainers start from the same weights), into host_params.
+ * A Llama (a name such as llama3:dN, an HF directory, llmc's or llm.c's Llama file: see
+ * llama_config_from_init) builds a Llama, its parameters from llama_load_init. */
 inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
                            int use_master) {
     memset(m, 0, sizeof *m);
     ModelConfig cfg;
-    int version, random_init = model_config_from_descriptor(&cfg, init) == 0;
-    if (!random_init) model_file_read_header(init, &cfg, &version);
-    m->cfg = cfg;
+    LlamaConfig lc;
+    const int llama = llama_config_from_init(init, &lc); /* the architecture is the model's: name or file header */
+    int version, random_init = !llama && model_config_from_descriptor(&cfg, init) == 0;
+    if (llama) {
+        llamacuda_set_config(m, &lc);
+    } else {
+        if (!random_init) model_file_read_header(init, &cfg, &version);
+        m->cfg = cfg;
+        m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
+        m->num_param_specs = NUM_PARAMETER_TENSORS;
+    }
     m->precision = prec;
     m->ctx = ctx;
     m->seed = seed;
     m->use_master = use_master && prec != PRECISION_FP32;
-    m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
     const size_t n = m->num_parameters, elem = precision_bytes(prec);
     m->host_params = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host parameters");
-    if (random_init) gpt2_init_parameters(&cfg, m->param_specs, m->host_params, seed);
+    if (llama) llama_load_init(init, &lc, m->host_params, n, seed);
+    else if (random_init) gpt2_init_parameters(&cfg, m->param_specs, m->host_params, seed);
     else model_file_load(init, m->host_params, n);
     m->host_m = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW m");
     m->host_v = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW v");
-    m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)cfg.padded_vocab_size, sizeof(float), "host logits row");
+    m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)m->cfg.padded_vocab_size, sizeof(float), "host logits row");
     m->h_staging = mem_calloc(MEM_STAGING, n, elem, "host staging");
     m->params_memory = gpt2cuda_malloc(MEM_PARAMETERS, n * elem);
-    gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
+    if (!llama) gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
     m->shard_lo = 0;
     m->shard_hi = n;
     m->loss_scale = prec == PRECISION_FP16 ? 65536.0f : 1.0f;
@@ -381,9 +433,29 @@ inline void gpt2cuda_set_shard(GPT2Cuda *m, size_t lo, size_t hi) {
     m->shard_hi = hi;
 }
 
+/* The ActivationTensors slots into the arena: GPT-2's table is those slots; a Llama's tensors
+ * point the slots of the same name (lnf, logits, losses, ...), the others stay NULL. */
+inline void gpt2cuda_point_activations(GPT2Cuda *m) {
+    static const char *const slot_names[] = {
+#define LLMC_ACT_NAME(name, ...) #name,
+        GPT2_ACTIVATIONS(LLMC_ACT_NAME)
+#undef LLMC_ACT_NAME
+    };
+    float **slots = (float **)&m->acts;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        slots[i] = NULL;
+        for (int j = 0; j < NUM_ACTIVATION_TENSORS && m->act_specs[j].name; j++)
+            if (strcmp(m->act_specs[j].name, slot_names[i]) == 0) slots[i] = (float *)((char *)m->acts_memory + m->act_specs[j].offset);
+    }
+}
+
 /* Activations for batches up to (B, T), plus gradients, moments and scratch if training. */
 inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gelu_fusion, int training) {
     const ModelConfig *cfg = &m->cfg;
+    const int llama = m->arch == LLMC_ARCH_LLAMA3;
+    if (llama && recompute != 0) llmc_die("recompute level -r %d: a Llama on CUDA keeps every activation (-r 0)", recompute);
+    if (llama && gelu_fusion > 0) llmc_die("-ge %d: a Llama has no GELU (its MLP is SwiGLU); use -ge -1 or 0", gelu_fusion);
+    if (llama) gelu_fusion = 0;
     if (T_ > cfg->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T_, cfg->max_seq_len);
     if (recompute < 0 || recompute > 3) llmc_die("recompute level -r %d: use 0, 1, 2 or 3", recompute);
     if (gelu_fusion < -1 || gelu_fusion > 2) llmc_die("-ge %d: use -1 (auto), 0, 1 or 2", gelu_fusion);
@@ -401,16 +473,15 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     mem_plan_init(plan, "GPU");
     plan->optim_state = m->optim_state;
     plan->offload = m->offload;
-    gpt2cuda_plan(cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request, m->shard_hi - m->shard_lo,
-                  training, plan);
+    cudamodel_plan(llama ? &m->llama : NULL, cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request,
+                   m->shard_hi - m->shard_lo, training, plan);
     m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
     memcpy(m->act_specs, plan->act, sizeof plan->act);
     memcpy(m->act_bytes, plan->act_bytes, sizeof plan->act_bytes);
     m->acts_total_bytes = plan->device_bytes[MEM_ACTIVATIONS];
     m->acts_memory = gpt2cuda_malloc(MEM_ACTIVATIONS, m->acts_total_bytes);
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
-    float **slots = (float **)&m->acts;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) slots[i] = (float *)((char *)m->acts_memory + m->act_specs[i].offset);
+    gpt2cuda_point_activations(m);
     const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, n = m->num_parameters;
     const size_t elem = precision_bytes(m->precision);
     m->d_inputs = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
@@ -419,20 +490,20 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     m->h_targets = m->h_inputs + N;
     m->h_readback = gpt2cuda_pinned(LLMC_READBACK_BYTES);
     cudaCheck(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
-    m->fscratch_floats = gpt2cuda_fscratch_floats(cfg, N);
+    m->fscratch_floats = llama ? llamacuda_fscratch_floats(cfg, N) : gpt2cuda_fscratch_floats(cfg, N);
     m->fscratch = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
     m->d_norm = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(float));
     m->d_loss = (float *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(float));
     m->d_loss_acc = (double *)gpt2cuda_malloc(MEM_OP_SCRATCH, sizeof(double));
     cudaCheck(cudaMemset(m->d_loss_acc, 0, sizeof(double)));
     if (training) {
-        if (F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
+        if (!llama && F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
         m->scratch_bytes = plan->device_bytes[MEM_BWD_SCRATCH];
         m->scratch_memory = gpt2cuda_malloc(MEM_BWD_SCRATCH, m->scratch_bytes);
         m->dresidual = m->scratch_memory;
         m->dbuf_c = (char *)m->dresidual + N * C * elem;
         m->dbuf_f1 = (char *)m->dbuf_c + N * C * elem;
-        m->dbuf_f2 = (char *)m->dbuf_f1 + N * F * elem;
+        m->dbuf_f2 = (char *)m->scratch_memory + m->scratch_bytes - N * F * elem;
         m->grads_memory = gpt2cuda_malloc(MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
         cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
         gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
@@ -450,6 +521,7 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     if (m->precision != PRECISION_FP32)
         cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, cfg->num_kv_heads, m->precision == PRECISION_FP16);
 #endif
+    if (llama) llamacuda_allocated(m, T_);
     gpt2cuda_sync_from_host(m); /* parameters (and zero moments) onto the device */
 }
 
@@ -560,21 +632,26 @@ template <class T> void gpt2cuda_forward_t(GPT2Cuda *m, int has_targets, int B, 
     const ParameterTensors *p = &m->params;
     ActivationTensors *a = &m->acts;
     cudaStream_t s = m->ctx->stream;
-    encoder_forward((T *)a->encoded, m->d_inputs, (T *)p->wte, (T *)p->wpe, B, T_, C, s);
-    LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
-    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
-    for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+    if (m->arch == LLMC_ARCH_LLAMA3) {
+        llamacuda_trunk_forward<T>(m, B, T_); /* up to lnf */
+    } else {
+        encoder_forward((T *)a->encoded, m->d_inputs, (T *)p->wte, (T *)p->wpe, B, T_, C, s);
+        LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
+        layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
+        for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+    }
     if (!has_targets) return;
     const int write = dloss != 0.0f, R = m->head_rows;
+    const T *head = (const T *)m->params_memory + m->head_offset; /* wte (GPT-2) or the Llama's head */
     for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
         NVTX_RANGE("LM head chunk");
         const int rows = R < N - r0 ? R : N - r0;
         const T *x = (const T *)a->lnf + (size_t)r0 * C;
-        matmul_forward((T *)a->logits, x, (const T *)p->wte, (const T *)NULL, rows, C, Vp, m->ctx);
+        matmul_forward((T *)a->logits, x, head, (const T *)NULL, rows, C, Vp, m->ctx);
         fused_classifier((T *)a->logits, (float *)a->losses + r0, m->d_targets + r0, dloss, rows, V, Vp, write, s);
         if (write) /* logits = lnf @ wte^T: dlnf (these rows of dbuf_c) and wte's gradient, from the dlogits */
-            matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, (T *)m->grads.wte, (T *)NULL, (const T *)a->logits, x,
-                            (const T *)p->wte, rows, C, Vp, m->fscratch, m->ctx);
+            matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, (T *)m->grads_memory + m->head_offset, (T *)NULL,
+                            (const T *)a->logits, x, head, rows, C, Vp, m->fscratch, m->ctx);
     }
     loss_mean(m->d_loss, write ? m->d_loss_acc : (double *)NULL, (const float *)a->losses, N, s);
 }
@@ -736,7 +813,8 @@ inline void gpt2cuda_backward_encoder(GPT2Cuda *m, int B, int T_) {
     eb.d_ints = m->d_buckets;
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        encoder_backward((T *)m->grads.wte, (T *)m->grads.wpe, (T *)m->dresidual, &eb, B, T_, m->cfg.channels, m->ctx->stream);
+        if (m->arch == LLMC_ARCH_LLAMA3) llamacuda_embedding_backward<T>(m, &eb, B, T_);
+        else encoder_backward((T *)m->grads.wte, (T *)m->grads.wpe, (T *)m->dresidual, &eb, B, T_, m->cfg.channels, m->ctx->stream);
     });
     gpt2cuda_bucket_ready(m, -1);
     m->bucket_tokens = 0;
@@ -745,7 +823,10 @@ inline void gpt2cuda_backward_encoder(GPT2Cuda *m, int B, int T_) {
 
 inline void gpt2cuda_backward_layers(GPT2Cuda *m, int B, int T_) {
     if (!m->grads_memory) llmc_die("gpt2cuda_backward: the model was allocated without training buffers");
-    with_storage_type(m->precision, [&](auto tag) { gpt2cuda_backward_layers_t<decltype(tag)>(m, B, T_); });
+    with_storage_type(m->precision, [&](auto tag) {
+        if (m->arch == LLMC_ARCH_LLAMA3) llamacuda_backward_layers_t<decltype(tag)>(m, B, T_);
+        else gpt2cuda_backward_layers_t<decltype(tag)>(m, B, T_);
+    });
 }
 
 /* After the training forward of the same batch (whose staging built the encoder's buckets from
@@ -886,8 +967,8 @@ inline void gpt2cuda_logits_rows(GPT2Cuda *m, int row0, int rows) {
                  m->head_rows);
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        matmul_forward((T *)m->acts.logits, (const T *)m->acts.lnf + (size_t)row0 * C, (const T *)m->params.wte,
-                       (const T *)NULL, rows, C, Vp, m->ctx);
+        matmul_forward((T *)m->acts.logits, (const T *)m->acts.lnf + (size_t)row0 * C,
+                       (const T *)m->params_memory + m->head_offset, (const T *)NULL, rows, C, Vp, m->ctx);
     });
 }
 
@@ -938,7 +1019,7 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     const double MiB = 1048576.0;
     const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
     double kinds[ACT_NUM_KINDS] = {0}, lse = 0.0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS && m->act_specs[i].name; i++) {
         if (strcmp(m->act_specs[i].name, "att") == 0) lse += m->act_bytes[i];
         else kinds[m->act_specs[i].kind] += m->act_bytes[i];
     }
@@ -996,5 +1077,7 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     fprintf(out, "| device total                        | %10.1f |\n", (double)total_b / MiB);
     fprintf(out, "+-------------------------------------+------------+\n");
 }
+
+#include "llama_model.cuh"
 
 #endif

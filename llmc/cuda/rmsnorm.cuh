@@ -17,8 +17,11 @@
  * dweight is reduced deterministically: fixed chunks of RMS_ROWS_PER_CHUNK rows write partial
  * sums to `scratch` (rmsnorm_backward_scratch_floats(N, C) floats), then one pass adds the
  * chunks in order. The backward runs as one kernel over packs (rmsnorm_backward_fused16_kernel)
- * when C is a whole number of packs up to 128 packs (4 per lane: registers) and the pointers are
- * aligned; otherwise as the dinp kernel plus a column-sum kernel (two passes).
+ * when C is a whole number of packs up to 256 packs (8 per lane: bf16/fp16 C <= 2048, fp32
+ * C <= 1024) and the pointers are aligned; otherwise as the dinp kernel plus a column-sum kernel
+ * (two passes). Up to 4 packs per lane the row's weight, dout and xhat stay in registers; from 5
+ * to 8 (the "wide" form) only the dweight sums do, and a row's dout, inp and the weight are read
+ * a second time for the dinp update (from cache) instead of held.
  */
 #ifndef LLMC_CUDA_RMSNORM_CUH
 #define LLMC_CUDA_RMSNORM_CUH
@@ -152,51 +155,92 @@ static __global__ void rmsnorm_backward_finish_kernel(T *dweight, const float *p
  * K of them at most (C <= 32 K P). Per row: dinp += ... as above; per lane, dweight partial sums
  * over its rows in registers; then the warps add theirs into shared memory one after another (a
  * fixed order: deterministic) and the block writes its chunk's partials, which
- * rmsnorm_backward_finish_kernel adds in chunk order. Shared memory: C floats. */
+ * rmsnorm_backward_finish_kernel adds in chunk order. Shared memory: C floats.
+ * K > 4 (wide): the row's values are not held between the dot and the update but read again,
+ * with the same arithmetic in the same order (so the results equal the narrow form's bits). */
 template <class T, int K>
 static __global__ void rmsnorm_backward_fused16_kernel(T *dinp, float *partial, const T *dout, const T *inp,
                                                        const T *weight, const float *rstd, int N, int C) {
     constexpr int P = Pack16<T>::size;
+    constexpr bool WIDE = K > 4;
     extern __shared__ float rms_acc[]; /* (C) */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
     const int r0 = blockIdx.x * RMS_ROWS_PER_CHUNK, r1 = min(r0 + (int)RMS_ROWS_PER_CHUNK, N);
-    float w[K][P], aw[K][P];
+    float aw[K][P];
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int p = lane + 32 * k;
-        Pack16<T> wp;
-        if (p < npacks) wp = load16(weight + (size_t)p * P);
+    for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int j = 0; j < P; j++) w[k][j] = p < npacks ? to_float(wp.v[j]) : 0.0f, aw[k][j] = 0.0f;
-    }
-    for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK) {
-        const size_t base = (size_t)row * C;
-        const float s = rstd[row];
-        float dy[K][P], xh[K][P], dot = 0.0f;
+        for (int j = 0; j < P; j++) aw[k][j] = 0.0f;
+    if constexpr (WIDE) {
+        for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK) {
+            const size_t base = (size_t)row * C;
+            const float s = rstd[row];
+            float dot = 0.0f;
 #pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int p = lane + 32 * k;
-            if (p >= npacks) continue;
-            const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P),
+                                wp = load16(weight + (size_t)p * P);
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                dy[k][j] = to_float(a.v[j]);
-                xh[k][j] = to_float(b.v[j]) * s;
-                dot += w[k][j] * dy[k][j] * xh[k][j];
+                for (int j = 0; j < P; j++) dot += to_float(wp.v[j]) * to_float(a.v[j]) * (to_float(b.v[j]) * s);
+            }
+            dot = warp_sum(dot) / (float)C;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P),
+                                wp = load16(weight + (size_t)p * P);
+                Pack16<T> d = load16(dinp + base + (size_t)p * P);
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    const float dy = to_float(a.v[j]), xh = to_float(b.v[j]) * s;
+                    d.v[j] = from_float<T>(to_float(d.v[j]) + s * (to_float(wp.v[j]) * dy - xh * dot));
+                    aw[k][j] += dy * xh;
+                }
+                store16(dinp + base + (size_t)p * P, d);
             }
         }
-        dot = warp_sum(dot) / (float)C;
+    } else {
+        float w[K][P];
 #pragma unroll
         for (int k = 0; k < K; k++) {
             const int p = lane + 32 * k;
-            if (p >= npacks) continue;
-            Pack16<T> d = load16(dinp + base + (size_t)p * P);
+            Pack16<T> wp;
+            if (p < npacks) wp = load16(weight + (size_t)p * P);
 #pragma unroll
-            for (int j = 0; j < P; j++) {
-                d.v[j] = from_float<T>(to_float(d.v[j]) + s * (w[k][j] * dy[k][j] - xh[k][j] * dot));
-                aw[k][j] += dy[k][j] * xh[k][j];
+            for (int j = 0; j < P; j++) w[k][j] = p < npacks ? to_float(wp.v[j]) : 0.0f;
+        }
+        for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK) {
+            const size_t base = (size_t)row * C;
+            const float s = rstd[row];
+            float dy[K][P], xh[K][P], dot = 0.0f;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    dy[k][j] = to_float(a.v[j]);
+                    xh[k][j] = to_float(b.v[j]) * s;
+                    dot += w[k][j] * dy[k][j] * xh[k][j];
+                }
             }
-            store16(dinp + base + (size_t)p * P, d);
+            dot = warp_sum(dot) / (float)C;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+                Pack16<T> d = load16(dinp + base + (size_t)p * P);
+#pragma unroll
+                for (int j = 0; j < P; j++) {
+                    d.v[j] = from_float<T>(to_float(d.v[j]) + s * (w[k][j] * dy[k][j] - xh[k][j] * dot));
+                    aw[k][j] += dy[k][j] * xh[k][j];
+                }
+                store16(dinp + base + (size_t)p * P, d);
+            }
         }
     }
     for (int i = threadIdx.x; i < C; i += blockDim.x) rms_acc[i] = 0.0f;
@@ -225,12 +269,12 @@ template <class T> inline bool rmsnorm_packable(int C, std::initializer_list<con
 }
 
 /* The packs per lane the one-pass backward needs for C, or 0 when it cannot run (C not a whole
- * number of packs, unaligned pointers, or more than 4 packs per lane: registers). */
+ * number of packs, unaligned pointers, or more than 8 packs per lane: registers). */
 template <class T>
 inline int rmsnorm_backward_fused_packs(int C, const void *dinp, const void *dout, const void *inp, const void *weight) {
     if (!rmsnorm_packable<T>(C, {dinp, dout, inp, weight})) return 0;
     const int k = ceil_div(C / Pack16<T>::size, 32);
-    return k <= 4 ? k : 0;
+    return k <= 8 ? k : 0;
 }
 
 inline size_t rmsnorm_backward_scratch_floats(int N, int C) {
@@ -279,7 +323,8 @@ void rmsnorm_backward(T *dinp, T *dweight, const T *dout, const T *inp, const T 
         if (k == 1) launch(rmsnorm_backward_fused16_kernel<T, 1>);
         else if (k == 2) launch(rmsnorm_backward_fused16_kernel<T, 2>);
         else if (k == 3) launch(rmsnorm_backward_fused16_kernel<T, 3>);
-        else launch(rmsnorm_backward_fused16_kernel<T, 4>);
+        else if (k == 4) launch(rmsnorm_backward_fused16_kernel<T, 4>);
+        else launch(rmsnorm_backward_fused16_kernel<T, 8>); /* the wide form: 5..8 packs per lane */
         kernelCheck();
     } else {
         rmsnorm_backward_dinp_rowwarp_kernel<<<ceil_div(N, RMS_WARPS_PER_BLOCK), 32 * RMS_WARPS_PER_BLOCK, 0, stream>>>(
