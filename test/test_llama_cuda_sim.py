@@ -7,7 +7,7 @@ llmc Llama file written here (L 2, C 64, NH 4, NKV 2, F 128, V 512, untied head,
 - bf16, 3 steps with a checkpoint and --save-hf 1: the checkpoint is llmc's Llama file and the HF
   directory a LlamaForCausalLM; train_gpt_cpu resumes it to step 5, train_gpt (fp32) to step 6;
 - --offload optimizer (the loop's CPU AdamW) gives the device optimizer's losses and final
-  parameters bit for bit (fp32), as for GPT-2; --optim-state int8 trains;
+  parameters bit for bit (fp32), as for GPT-2; --cuda-graph 1 too; --optim-state int8 trains;
 - under mpirun -np 2 (a build with MPI: cudasim's NCCL), -z 1 (sharded m, v, master) writes the
   same model and state bits as -z 0 in bf16, as for GPT-2;
 - --plan -e llama3.2-1b prints the CUDA plan with the CPU plan's parameter count, nothing built;
@@ -123,6 +123,15 @@ def main():
         same = same_file(tmp, "off", "dev", "model_00000003.bin")
         report(p.returncode == 0 and ref_run.returncode == 0 and len(a) == 3 and a == b and same,
                "train_gpt (harness) Llama --offload optimizer: losses and final parameters bit-identical to the device optimizer",
+               f"{a} vs {b}: {(p.stdout + p.stderr)[-600:]}")
+
+        # --cuda-graph 1 (the trunk and the layers' backward replayed as one graph) == kernel by kernel (fp32, bits)
+        p = run([SIM, "-e", model, *common, "-x", "3", "-n", "3", "--precision", "fp32", "--cuda-graph", "1",
+                 "-o", os.path.join(tmp, "graph")])
+        a = losses(os.path.join(tmp, "graph"))
+        report(p.returncode == 0 and len(a) == 3 and a == b and same_file(tmp, "graph", "dev", "model_00000003.bin")
+               and "CUDA graph: 1 capture(s)" in p.stdout,
+               "train_gpt (harness) Llama --cuda-graph 1: losses and final parameters bit-identical to kernel-by-kernel launches",
                f"{a} vs {b}: {(p.stdout + p.stderr)[-600:]}")
 
         p = run([SIM, "-e", model, *common, "-x", "2", "--optim-state", "int8", "-o", os.path.join(tmp, "int8")])
