@@ -52,7 +52,7 @@ inline size_t llamacuda_activation_specs(const LlamaConfig *lc, int B, int T_, P
             s->shape = "(head_rows, Vp)";
         }
         if (s->layer_numel) s->numel = s->layer_numel * L;
-        bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s) ? sizeof(float) : precision_bytes(prec));
+        bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s, i == LLAMA3_A_att) ? sizeof(float) : precision_bytes(prec));
         s->offset = offset;
         offset += (bytes[i] + 255) & ~(size_t)255;
     }

@@ -186,8 +186,9 @@ inline int gpt2cuda_head_rows(size_t N, int Vp, size_t elem, int request) {
     return (int)(rows < N ? rows : N);
 }
 
-/* Is this activation fp32 whatever the precision? */
-inline int gpt2cuda_act_is_fp32(const TensorSpec *s) { return s->kind == ACT_STATS || strcmp(s->name, "att") == 0; }
+/* Is this activation fp32 whatever the precision? Statistics, and the attention slot, which holds the
+ * logsumexp on the GPU (lse: the table's row is its architecture's att). */
+inline int gpt2cuda_act_is_fp32(const TensorSpec *s, int lse) { return s->kind == ACT_STATS || lse; }
 
 inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, int recompute, Precision prec, int head_rows,
                                         TensorSpec specs[NUM_ACTIVATION_TENSORS], size_t bytes[NUM_ACTIVATION_TENSORS]) {
@@ -198,17 +199,17 @@ inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, in
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
         TensorSpec *s = &specs[i];
         size_t unit = s->per_layer ? s->numel / L : s->numel;
-        if (strcmp(s->name, "att") == 0) { /* logsumexp (B, NH, T) */
+        if (i == GPT2_A_att) { /* logsumexp (B, NH, T) */
             unit = (size_t)B * cfg->num_heads * T;
             s->shape = "(L, B, NH, T) lse";
         }
-        if (strcmp(s->name, "logits") == 0) { /* one LM-head chunk */
+        if (i == GPT2_A_logits) { /* one LM-head chunk */
             unit = (size_t)head_rows * cfg->padded_vocab_size;
             s->shape = "(head_rows, Vp)";
         }
         s->per_layer = s->per_layer && gpt2_activation_stored_per_layer(s->name, recompute);
         s->numel = s->per_layer ? unit * L : unit;
-        bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s) ? sizeof(float) : precision_bytes(prec));
+        bytes[i] = s->numel * (gpt2cuda_act_is_fp32(s, i == GPT2_A_att) ? sizeof(float) : precision_bytes(prec));
         s->offset = offset; /* bytes here, 256-aligned */
         offset += (bytes[i] + 255) & ~(size_t)255;
     }
@@ -1020,7 +1021,7 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
     const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
     double kinds[ACT_NUM_KINDS] = {0}, lse = 0.0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS && m->act_specs[i].name; i++) {
-        if (strcmp(m->act_specs[i].name, "att") == 0) lse += m->act_bytes[i];
+        if (i == (m->arch == LLMC_ARCH_LLAMA3 ? (int)LLAMA3_A_att : (int)GPT2_A_att)) lse += m->act_bytes[i];
         else kinds[m->act_specs[i].kind] += m->act_bytes[i];
     }
     int training = m->grads_memory != NULL;
