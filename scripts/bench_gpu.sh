@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench_gpu.sh - GPT-2 124M training throughput on this GPU (`make bench-gpu`):
-#   1. ./train_gpt -e d12 -b 64 -t 1024 --precision bf16: tokens/s and MFU (mean after warmup)
+#   1. ./train_gpt -e d12 -b 64 -t 1024 --precision bf16: tokens/s and MFU (mean after warmup), then
+#      the same with --cuda-graph 1
 #   2. the project's PyTorch reference (dev/reference/train_gpt2.py --bench-steps, torch.compile,
 #      flash attention, bf16, CUDA) at the same shape, and the ratio of the two
 #   3. peak device memory for -r 0..3 and the largest B that fits for each (memory is linear in
@@ -79,6 +80,17 @@ if part ours; then
     echo "|---|---|---|---|"
     echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 | $ms | $ours | $mfu% |"
     [ -n "$RESULTS" ] && echo "ours_tokens_per_s=$ours" >> "$RESULTS"
+    # the same with the micro-step replayed as one CUDA graph (--cuda-graph 1, default off until a GPU
+    # has run it): a failure here is reported and the other parts go on (fatal in the dry run)
+    gout=$(run_train -b "$B" -t "$T" -x "$STEPS" --precision bf16 -r 0 --cuda-graph 1)
+    if echo "$gout" | grep -q "^step " && echo "$gout" | grep -q "^CUDA graph: 1 capture"; then
+        echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 --cuda-graph 1 | $(echo "$gout" | mean_after_warmup "[0-9.]+ ms") |" \
+             "$(echo "$gout" | mean_after_warmup "[0-9]+ tok/s") | $(echo "$gout" | mean_after_warmup "MFU [0-9.]+%")% |"
+    else
+        echo "$gout" | tail -15
+        echo "| train_gpt $MODEL B=$B T=$T bf16 -r 0 --cuda-graph 1 | failed (output above) | | |"
+        [ "$DRY" = 1 ] && { echo "error: the --cuda-graph 1 run failed"; exit 1; }
+    fi
 elif [ -n "$RESULTS" ] && [ -f "$RESULTS" ]; then
     ours=$(sed -n 's/^ours_tokens_per_s=//p' "$RESULTS" | tail -1)
     [ -z "$ours" ] && ours=n/a
