@@ -14,7 +14,8 @@ for have in 1 ""; do
     lines=$(make -s --no-print-directory features HAVE_MPI=$have HAVE_NCCL=$have 2>&1 | grep -E " (MPI|NCCL) ")
     nccl=$(printf '%s\n' "$lines" | grep " NCCL ")
     mpi=$(printf '%s\n' "$lines" | grep " MPI ")
-    if [ -n "$have" ]; then want="runs data-parallel"; wantn="train_gpt trains data-parallel"; else want="runs one process"; wantn="train_gpt runs one process"; fi
+    # without MPI, train_gpt_cpu still trains data-parallel over -pi tcp|fs (dist.c's TCP transport)
+    if [ -n "$have" ]; then want="runs data-parallel under mpirun"; wantn="train_gpt trains data-parallel"; else want="without it train_gpt_cpu runs data-parallel with -pi tcp|fs"; wantn="train_gpt runs one process"; fi
     if printf '%s\n' "$nccl" | grep -q "$wantn" && printf '%s\n' "$mpi" | grep -q "$want"; then
         echo "PASS: make's NCCL line says what train_gpt does with it, its MPI line says what train_gpt_cpu does (HAVE_MPI/NCCL='$have')"
     else
