@@ -609,7 +609,17 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             llmc_die("one epoch of '%s' (%zu tokens) is shorter than one optimizer step of %lld tokens",
                      tc->train_pattern, dataloader_num_tokens(train), total_batch);
     }
-    if (resume_step >= max_steps) llmc_die("the checkpoint in '%s' is at step %d, already at -x %d", tc->output_dir, resume_step, max_steps);
+    if (resume_step == max_steps) { /* a restart loop (-y 1) after the run finished: nothing is lost, nothing to do */
+        if (dist->rank == 0)
+            printf("the run in '%s' already reached step %d (-x %d): nothing left to train; its last checkpoint "
+                   "is complete\n", tc->output_dir, resume_step, max_steps);
+        dataloader_close(train);
+        if (val) dataloader_close(val);
+        return 0;
+    }
+    if (resume_step > max_steps)
+        llmc_die("the checkpoint in '%s' is at step %d, past -x %d (give -x %d or more to continue it)", tc->output_dir,
+                 resume_step, max_steps, resume_step);
     /* the configuration as run: -d, -x (and, from the trainer, --threads) resolved */
     TrainConfig rc = *tc;
     rc.total_batch = total_batch;

@@ -139,6 +139,18 @@ def main():
         report(sample_a == sample_b and len(sample_a) > 0, "samples after resume equal the uninterrupted run's")
         leftovers = [f for f in os.listdir(part) if ".tmp." in f]
         report(not leftovers, "no temporary files left in the output directory", f"{leftovers}")
+        # a restart loop's -y 1 after the run finished (e.g. killed between its last checkpoint and its
+        # exit): exit 0, nothing trained, nothing written; a shorter -x is an error naming the step
+        run_files = lambda: {f: os.path.getmtime(os.path.join(part, f)) for f in os.listdir(part) if not f.startswith(".")}  # noqa: E731
+        before = run_files()  # (the run lock, .llmc.lock, is taken and released as by any run)
+        p4 = run(ck + ["-o", part, "-y", "1"])
+        after = run_files()
+        report(p4.returncode == 0 and "nothing left to train" in p4.stdout and "step " not in p4.stdout.replace("reached step", "")
+               and before == after, "-y 1 on a finished run: exit 0, 'nothing left to train', no run file touched",
+               p4.stdout[-400:] + p4.stderr[-400:])
+        p5 = run([a if a != "8" else "6" for a in ck] + ["-o", part, "-y", "1"], expect_ok=False)
+        report(p5.returncode == 1 and "past -x 6" in p5.stderr, "-y 1 with a -x below the checkpoint's step: an error naming it",
+               p5.stderr[-400:])
 
     # --- -x 0: evaluation only, equal to the validation loss the training run logged ----------------
     if ok:
