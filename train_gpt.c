@@ -182,9 +182,10 @@ int main(int argc, char **argv) {
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
-    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
+    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), NULL};
     /* a Llama's: no recompute levels on the CPU (the search skips that knob) */
-    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
+    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
+                                     "the CPU Llama keeps every activation (no recompute levels)"};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
     if (tc.plan && llama_config_from_init(tc.init, &plan_llama)) { /* a Llama: its header or name only */
         llama_no_recompute(&tc);
