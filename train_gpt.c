@@ -121,11 +121,10 @@ static uint32_t llama_save_model(void *m, const float *params, const char *path,
     return llama_checkpoint_write(path, &model->cfg, params, model->num_parameters, bf16);
 }
 
+static const char *llama_source; /* the run's -e: --save-hf copies its tokenizer files (an HF directory) */
 static void llama_save_hf(void *m, const float *params, const char *run_dir, int step, int bf16) {
     LlamaModel *model = (LlamaModel *)m;
-    char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
-    hf_llama_save(dir, &model->cfg, params, model->num_parameters, bf16);
+    hf_llama_save_checkpoint(run_dir, step, &model->cfg, params, model->num_parameters, bf16, llama_source);
 }
 
 /* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
@@ -235,6 +234,7 @@ int main(int argc, char **argv) {
         llama_load_init(init, &plan_llama, llama.params_memory, llama.num_parameters, tc.seed);
         llama_allocate_for(&llama, tc.B, tc.T, 1);
         llama_backend(&be, &llama, &tc);
+        llama_source = tc.init;
         int status = train_run(&tc, &be, resume_step);
         llama_free(&llama);
         dist_finalize(dist);

@@ -547,10 +547,8 @@ static uint32_t cuda_llama_save_model(void *p, const float *params, const char *
 }
 
 static void cuda_llama_save_hf(void *p, const float *params, const char *run_dir, int step, int bf16) {
-    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
-    char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
-    hf_llama_save(dir, &m->llama, params, m->num_parameters, bf16);
+    const CudaTrainer *tr = (const CudaTrainer *)p;
+    hf_llama_save_checkpoint(run_dir, step, &tr->model.llama, params, tr->model.num_parameters, bf16, tr->tc.init);
 }
 
 int main(int argc, char **argv) {
