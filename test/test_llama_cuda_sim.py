@@ -167,8 +167,10 @@ def main():
         arch = json.load(open(cfg_path)).get("architectures") if os.path.exists(cfg_path) else None
         l3 = losses(out)
         ok = p.returncode == 0 and sorted(l3) == [1, 2, 3] and all(np.isfinite(list(l3.values())))
+        ok = ok and "holds no tokenizer files (the run did not start from a Hugging Face directory (-e))" in p.stdout
         report(ok and magic == 20261130 and arch == ["LlamaForCausalLM"],
-               "train_gpt (harness) Llama bf16: 3 steps, llmc Llama checkpoint and --save-hf LlamaForCausalLM",
+               "train_gpt (harness) Llama bf16: 3 steps, llmc Llama checkpoint and --save-hf LlamaForCausalLM (no "
+               "tokenizer files to copy: said so)",
                f"exit {p.returncode}, losses {l3}, magic {magic}, architectures {arch}: {(p.stdout + p.stderr)[-800:]}")
         p = run([CPU, "-e", model, *common, "-x", "5", "-n", "5", "-y", "1", "--allow-config-change", "1", "-o", out])
         l5 = losses(out)
