@@ -13,7 +13,8 @@ llmc Llama file written here (L 2, C 64, NH 4, NKV 2, F 128, V 512, untied head,
 - --plan -e llama3.2-1b prints the CUDA plan with the CPU plan's parameter count, nothing built;
 - --memory-budget prices the CUDA Llama's plan: between the -b 8 and -b 4 plans it chooses a -b
   whose plan fits (-r not searched, and said so), with the same -d; that run's measured device use
-  is within the budget and its fp32 losses equal the unconstrained run's (1e-5 relative);
+  is within the budget and its fp32 losses equal the unconstrained run's (1e-5 relative); on a
+  (simulated) device smaller than the plan the same search runs with its free memory;
   --plan --memory-budget on llama3.1-8b (far beyond this machine) against closed forms of its
   parameter count and model-state classes, the plan of the chosen -b, and the next larger -b;
   a budget nothing fits is an error naming --memory-budget and the smallest peak.
@@ -38,8 +39,9 @@ CPU = "./train_gpt_cpu"
 L, C, NH, NKV, F, V, MAXT = 2, 64, 4, 2, 128, 512, 64
 
 
-def run(cmd):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+def run(cmd, **extra_env):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               **extra_env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -108,6 +110,16 @@ def check_budget(tmp, model, shard):
            "train_gpt (harness) -e <Llama> --memory-budget: trains the chosen -b, measured device use within the budget, "
            "fp32 losses equal the unconstrained run's (1e-5 relative)",
            f"{a} vs {b}: {(fit.stdout + fit.stderr)[-800:]}")
+
+    # a device smaller than the -b 8 plan (cudasim's): the same search with its free memory as the budget
+    device_mb = budget // 1048576
+    p = run([SIM, *train[:-4], "-x", "1", "--precision", "fp32", "-o", os.path.join(tmp, "small")],
+            CUDASIM_DEVICE_MEMORY_MB=str(device_mb))
+    report(peak[4] < device_mb * 1048576 < peak[8] and p.returncode == 0
+           and "the plan exceeds the device's free memory" in p.stdout and re.search(r"chose -r 0, -b [1-4],", p.stdout)
+           and sorted(losses(os.path.join(tmp, "small"))) == [1],
+           f"train_gpt (harness) -e <Llama> on a {device_mb} MiB device (plan {peak[8]} bytes): searched with its free "
+           "memory and trained", (p.stdout + p.stderr)[-800:])
 
     # llama3.1-8b, bf16 with fp32 master weights: closed forms for the chosen -b
     V, C, Lr, NH, NKV, F = 128256, 4096, 32, 32, 8, 14336
