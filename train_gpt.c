@@ -121,11 +121,10 @@ static uint32_t llama_save_model(void *m, const float *params, const char *path,
     return llama_checkpoint_write(path, &model->cfg, params, model->num_parameters, bf16);
 }
 
+static const char *llama_source; /* the run's -e: --save-hf copies its tokenizer files (an HF directory) */
 static void llama_save_hf(void *m, const float *params, const char *run_dir, int step, int bf16) {
     LlamaModel *model = (LlamaModel *)m;
-    char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
-    hf_llama_save(dir, &model->cfg, params, model->num_parameters, bf16);
+    hf_llama_save_checkpoint(run_dir, step, &model->cfg, params, model->num_parameters, bf16, llama_source);
 }
 
 /* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
@@ -182,9 +181,10 @@ int main(int argc, char **argv) {
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
-    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
+    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), NULL};
     /* a Llama's: no recompute levels on the CPU (the search skips that knob) */
-    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss()};
+    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
+                                     "the CPU Llama keeps every activation (no recompute levels)"};
     /* --plan: before any process group, run directory or model (-pn gives the rank count) */
     if (tc.plan && llama_config_from_init(tc.init, &plan_llama)) { /* a Llama: its header or name only */
         llama_no_recompute(&tc);
@@ -234,6 +234,7 @@ int main(int argc, char **argv) {
         llama_load_init(init, &plan_llama, llama.params_memory, llama.num_parameters, tc.seed);
         llama_allocate_for(&llama, tc.B, tc.T, 1);
         llama_backend(&be, &llama, &tc);
+        llama_source = tc.init;
         int status = train_run(&tc, &be, resume_step);
         llama_free(&llama);
         dist_finalize(dist);

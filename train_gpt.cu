@@ -34,7 +34,8 @@
  * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
  * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
  * (llmc/cuda/llama_model.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
- * bf16), --save-hf writes LlamaForCausalLM; -r 0 only; --memory-budget prices GPT-2 only for now.
+ * bf16), --save-hf writes LlamaForCausalLM (with the tokenizer files of an HF -e); -r 0 only, so
+ * --memory-budget searches -b, -z (several ranks) and --offload for it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -523,13 +524,20 @@ static int cuda_graph_allowed(const TrainConfig *tc, const GPT2Cuda *m, FILE *no
 static int detect_llama(TrainConfig *tc, const char *init, int note) {
     plan_llama = llama_config_from_init(init, &plan_llama_config) ? &plan_llama_config : NULL;
     if (!plan_llama) return 0;
-    if (tc->memory_budget[0]) llmc_die("--memory-budget: the search prices GPT-2 only for now; give a Llama -b and -t");
     if (tc->recompute != 0 && note)
         printf("note: -r %d: the CUDA Llama keeps every activation (no recompute levels yet); using -r 0\n", tc->recompute);
     if (tc->gelu_fusion > 0 && note) printf("note: -ge %d: a Llama has no GELU (SwiGLU MLP); ignored\n", tc->gelu_fusion);
     tc->recompute = 0;
     tc->gelu_fusion = 0;
     return 1;
+}
+
+/* What --memory-budget may change for the model detect_llama found: -r (GPT-2 only), -b, -z with
+ * several ranks, --offload optimizer (not with fp16). */
+static BudgetSpace budget_space(int precision) {
+    BudgetSpace s = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0, NULL};
+    if (plan_llama) s.max_recompute = 0, s.no_recompute = "the CUDA Llama has -r 0 only";
+    return s;
 }
 
 /* ---- a Llama's files (TrainBackend save_model, save_hf) ---------------------------------------- */
@@ -539,10 +547,8 @@ static uint32_t cuda_llama_save_model(void *p, const float *params, const char *
 }
 
 static void cuda_llama_save_hf(void *p, const float *params, const char *run_dir, int step, int bf16) {
-    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
-    char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
-    hf_llama_save(dir, &m->llama, params, m->num_parameters, bf16);
+    const CudaTrainer *tr = (const CudaTrainer *)p;
+    hf_llama_save_checkpoint(run_dir, step, &tr->model.llama, params, tr->model.num_parameters, bf16, tr->tc.init);
 }
 
 int main(int argc, char **argv) {
@@ -555,10 +561,11 @@ int main(int argc, char **argv) {
     detect_llama(&tc, tc.init, !tc.plan); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
-    const BudgetSpace space = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0};
+    BudgetSpace space = budget_space(precision);
     const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
     if (tc.plan && plan_llama) { /* a Llama: its header or name only */
+        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, &plan_llama->base);
         MemPlan p;
         train_memory_plan(&tc, &plan_llama->base, cuda_plan, given_offload, "GPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
@@ -600,14 +607,12 @@ int main(int argc, char **argv) {
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     const int llama = detect_llama(&tc, init, 0); /* a resumed run's checkpoint: the same architecture */
+    space = budget_space(precision);
     tr.tc = tc;
     GPT2Cuda *m = &tr.model;
     gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
     FILE *note = dist->rank == 0 ? stdout : NULL;
     if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", note);
-    if (llama && budget_peak(&tc, &m->cfg, &space) > device_free)
-        llmc_die("the Llama's plan needs %.1f MiB of device memory, %.1f MiB are free: lower -b or -t (--plan prints it)",
-                 budget_peak(&tc, &m->cfg, &space) / 1048576.0, device_free / 1048576.0);
     if (budget_peak(&tc, &m->cfg, &space) > device_free) { /* it would run out of memory: fit the device instead */
         if (note) fprintf(note, "memory: the plan exceeds the device's free memory; searching with that as the budget\n");
         budget_fit(&tc, &m->cfg, &space, device_free, "device free memory (cudaMemGetInfo)", note);

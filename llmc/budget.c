@@ -85,22 +85,24 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     }
     /* -b 1 always keeps -d exact (it is a multiple of T * processes), so only -b 1 has no smaller one */
     const char *no_batch = base.B == 1 ? " (-b is 1 already: no smaller micro-batch)" : "";
+    char fixed_r[200] = ""; /* a model without recompute levels: say that -r was not searched */
+    if (s->no_recompute) snprintf(fixed_r, sizeof fixed_r, "; -r not searched: %s", s->no_recompute);
     if (best_cost == INFINITY)
         llmc_die("%s %.3f GiB: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
-                 "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s",
+                 "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s%s",
                  why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), gib(smallest_peak),
-                 smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch);
+                 smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch, fixed_r);
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
     const int o0 = offloaded(&base), o1 = offloaded(&best);
     if (out) fprintf(out, "%s %.3f GiB: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
                  "-r %d, -b %d, -z %d, --offload %s, -d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% "
-                 "step time (recompute %+.0f%%, micro-batch %+.0f%%, ZeRO %+.0f%%, offload %+.0f%%)\n",
+                 "step time (recompute %+.0f%%, micro-batch %+.0f%%, ZeRO %+.0f%%, offload %+.0f%%)%s\n",
             why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute, best.B,
             best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
             100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage, o0),
-            100.0 * budget_cost(&base, cfg, base.recompute, base.B, base.zero_stage, o1));
+            100.0 * budget_cost(&base, cfg, base.recompute, base.B, base.zero_stage, o1), fixed_r);
     *tc = best;
     return 1;
 }

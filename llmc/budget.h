@@ -31,6 +31,8 @@ typedef struct {
     int max_zero;          /* the highest -z the optimizer has (used with several ranks only) */
     int can_offload;       /* --offload optimizer is a candidate (GPU trainer, one process, -z 0, not fp16) */
     size_t overhead;       /* bytes outside the plan counted against the budget (CPU: VmRSS at start) */
+    const char *no_recompute; /* why -r is not a knob (a model with no recompute levels: max_recompute 0),
+                               * said with the choice and in the error; NULL where it is */
 } BudgetSpace;
 
 /* The predicted step-time cost of (recompute, B, zero) against tc's own, as a fraction (0.05 =

@@ -26,12 +26,17 @@ void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, c
     hf_save(dir, cfg, params, numel, bf16);
 }
 
+const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
+                                          "special_tokens_map.json", "generation_config.json",
+                                          "original/tokenizer.model", NULL};
+
 #if LLMC_HAVE_CJSON
 #include "atomicfile.h"
 #include "checkpoint.h"
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -765,8 +770,41 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
     free(shard_of);
 }
 
-static void save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, const float *params, size_t numel,
-                     int bf16) {
+/* Copies the hf_tokenizer_files that the directory from holds into to (atomic_open: each file
+ * fsynced); returns how many. */
+static int copy_tokenizer_files(const char *from, const char *to) {
+    int copied = 0;
+    for (const char *const *name = hf_tokenizer_files; *name; name++) {
+        char src[4400], dst[4400];
+        snprintf(src, sizeof src, "%s/%s", from, *name);
+        FILE *in = fopen(src, "rb");
+        if (!in && errno == ENOENT) continue;
+        if (!in) llmc_die("cannot read tokenizer file '%s' (to copy it into the --save-hf directory): %s", src, strerror(errno));
+        snprintf(dst, sizeof dst, "%s/%s", to, *name);
+        char *slash = strrchr(dst, '/');
+        if (strchr(*name, '/')) { /* original/tokenizer.model: its directory first */
+            *slash = 0;
+            if (mkdir(dst, 0755) != 0 && errno != EEXIST) llmc_die("cannot create directory '%s': %s", dst, strerror(errno));
+            *slash = '/';
+        }
+        AtomicFile af;
+        atomic_open(&af, dst);
+        char buf[1 << 16];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0) fwriteCheck(buf, 1, n, af.f, af.tmp_path);
+        if (ferror(in))
+            llmc_die("cannot read tokenizer file '%s' (to copy it into the --save-hf directory): %s", src, strerror(errno));
+        fclose(in);
+        atomic_commit(&af);
+        copied++;
+    }
+    return copied;
+}
+
+/* tokenizer_from: an HF directory whose tokenizer files are copied in too (NULL: none). Returns
+ * how many were copied. */
+static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, const float *params, size_t numel,
+                    int bf16, const char *tokenizer_from) {
     const ModelConfig *cfg = &hc->base;
     TensorSpec specs[HF_MAX_PARAMS];
     llmcCheck(a->param_specs(hc, specs) == numel, "hf_save: params laid out by the architecture's table");
@@ -819,10 +857,12 @@ static void save_dir(const char *dir, const HfArchitecture *a, const HfConfig *h
     snprintf(path, sizeof path, "%s/config.json", ad.tmp_path);
     write_config(path, a, hc, bf16);
     write_weights(ad.tmp_path, w, count, bf16);
+    const int copied = tokenizer_from ? copy_tokenizer_files(tokenizer_from, ad.tmp_path) : 0;
     free(perm);
     free(names);
     free(w);
     atomic_dir_commit(&ad);
+    return copied;
 }
 
 void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
@@ -830,11 +870,24 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
     memset(&hc, 0, sizeof hc);
     hc.base = *cfg;
     hc.tied = 1;
-    save_dir(dir, &architectures[0], &hc, params, numel, bf16);
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16, NULL);
 }
 
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
-    save_dir(dir, &architectures[1], cfg, params, numel, bf16);
+    save_dir(dir, &architectures[1], cfg, params, numel, bf16, NULL);
+}
+
+void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
+                              int bf16, const char *source) {
+    char dir[4400];
+    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    const int from_hf = source && source[0] && hf_is_model_dir(source);
+    static int told; /* the note, once per run */
+    if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL) == 0 && !told++)
+        printf("note: --save-hf: %s holds no tokenizer files (%s); to load it in transformers without a separate "
+               "tokenizer, copy the model's tokenizer.json, tokenizer_config.json and special_tokens_map.json (and "
+               "generation_config.json) from its Hugging Face release into each model_NNNNNNNN_hf directory\n",
+               dir, from_hf ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
 }
 
 #else /* no cJSON: the directory is recognised, but cannot be read or written */
@@ -863,5 +916,10 @@ int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
     (void)cfg, (void)params, (void)numel, (void)bf16;
     llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
+}
+void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
+                              int bf16, const char *source) {
+    (void)step, (void)cfg, (void)params, (void)numel, (void)bf16, (void)source;
+    llmc_die("cannot write a Hugging Face directory in '%s': %s", run_dir, NO_CJSON);
 }
 #endif

@@ -69,6 +69,14 @@ void hf_checkpoint_dir(const char *run_dir, int step, char *out, size_t len);
 /* --save-hf 1: writes that directory (hf_save) for the checkpoint of step. */
 void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
                         int bf16);
+/* The tokenizer files --save-hf copies from a Llama run's HF directory (relative paths; NULL ends). */
+extern const char *const hf_tokenizer_files[];
+/* --save-hf 1 for a Llama (both trainers): writes that directory (hf_llama_save) for the checkpoint
+ * of step, with the hf_tokenizer_files that source (the run's -e) holds when it is an HF directory,
+ * copied byte for byte inside the same atomic directory (complete or absent). When it copies
+ * none, says once on stdout how to add them. */
+void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
+                              int bf16, const char *source);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,10 @@ what transformers would hold for this model. Then:
 - the README's fine-tune path end to end: HF directory -> train_gpt_cpu --save-hf 1 -> ./generate
   -e model_NNNNNNNN_hf --tokenizer <HF directory>; a BF16 directory with --checkpoint-bf16 1: bf16
   checkpoint and BF16 --save-hf directory holding the same weights;
+- --save-hf copies the -e directory's tokenizer files (tokenizer.json, tokenizer_config.json,
+  special_tokens_map.json, generation_config.json, original/tokenizer.model) byte for byte into
+  model_NNNNNNNN_hf, so ./generate reads it without --tokenizer; a run from an llmc file copies none
+  and says how to add them;
 - bad directories are clear errors: missing tensor, wrong shape, unknown dtype, unknown
   architecture, an index naming a missing shard, unsupported rope_scaling, biases.
 """
@@ -310,6 +314,37 @@ def tokenizer_and_finetune(tmp, hf, ref, shard, run_hf):
            "weights; losses as without --checkpoint-bf16", (p1.stdout + p1.stderr + p2.stderr + p3.stdout + p3.stderr)[-1500:])
 
 
+def tokenizer_files_saved(tmp, hf, ref, shard):
+    """--save-hf 1 from an HF directory with tokenizer files, and from an llmc file."""
+    src = os.path.join(tmp, "hf_tok")
+    shutil.copytree(hf, src)  # holds original/tokenizer.model (tokenizer_and_finetune wrote it)
+    names = ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json"]
+    for i, name in enumerate(names):  # contents unlike each other, not parsed by llmc
+        with open(os.path.join(src, name), "w") as f:
+            json.dump({"file": name, "n": i, "text": "caf\u00e9 " * (i + 1)}, f)
+    names.append("original/tokenizer.model")
+    out = os.path.join(tmp, "run_tok")
+    p = train(src, shard, out, steps=1, extra=["--save-hf", "1", "-n", "1", "-s", "0"])
+    saved = os.path.join(out, "model_00000001_hf")
+    same = [n for n in names if os.path.exists(os.path.join(saved, n))
+            and open(os.path.join(saved, n), "rb").read() == open(os.path.join(src, n), "rb").read()]
+    report(p.returncode == 0 and same == names and "holds no tokenizer files" not in p.stdout,
+           "--save-hf 1 from an HF directory with tokenizer files: each copied byte for byte into model_00000001_hf",
+           f"copied {same} of {names}: {(p.stdout + p.stderr)[-600:]}")
+    g1, g2 = generate(["-e", saved, "--prompt", "Romeo"]), generate(["-e", saved, "--tokenizer", src, "--prompt", "Romeo"])
+    report(g1.returncode == 0 and g1.stdout == g2.stdout, "./generate -e <--save-hf directory> without --tokenizer: "
+           "the copied tokenizer, the same text as --tokenizer <source>", (g1.stdout + g1.stderr)[-400:])
+    out = os.path.join(tmp, "run_llmc")
+    p = train(ref, shard, out, steps=1, extra=["--save-hf", "1", "-n", "1", "-s", "0"])
+    saved = os.path.join(out, "model_00000001_hf")
+    left = [n for n in names + ["tokenizer.model"] if os.path.exists(os.path.join(saved, n))]
+    report(p.returncode == 0 and os.path.exists(os.path.join(saved, "config.json")) and not left
+           and "holds no tokenizer files (the run did not start from a Hugging Face directory (-e))" in p.stdout
+           and "copy the model's tokenizer.json" in p.stdout,
+           "--save-hf 1 from an llmc file: no tokenizer files, and a note saying how to add them",
+           f"found {left}: {p.stdout[-600:]}")
+
+
 def error_check(name, cmd, pattern):
     p = run(cmd)
     out = p.stdout + p.stderr
@@ -402,6 +437,7 @@ def main():
                (p1.stdout + p1.stderr + p2.stdout + p2.stderr + p3.stdout + p3.stderr)[-800:])
 
         tokenizer_and_finetune(tmp, hf, ref, shard, run_hf)
+        tokenizer_files_saved(tmp, hf, ref, shard)
 
         # bad directories: clear errors naming what is wrong
         def bad_dir(name, config=None, drop=None, change=None, shards=1):

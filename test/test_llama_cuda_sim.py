@@ -11,8 +11,15 @@ llmc Llama file written here (L 2, C 64, NH 4, NKV 2, F 128, V 512, untied head,
 - under mpirun -np 2 (a build with MPI: cudasim's NCCL), -z 1 (sharded m, v, master) writes the
   same model and state bits as -z 0 in bf16, as for GPT-2;
 - --plan -e llama3.2-1b prints the CUDA plan with the CPU plan's parameter count, nothing built;
-- --memory-budget with a Llama is an error naming the flag (exit 1).
+- --memory-budget prices the CUDA Llama's plan: between the -b 8 and -b 4 plans it chooses a -b
+  whose plan fits (-r not searched, and said so), with the same -d; that run's measured device use
+  is within the budget and its fp32 losses equal the unconstrained run's (1e-5 relative); on a
+  (simulated) device smaller than the plan the same search runs with its free memory;
+  --plan --memory-budget on llama3.1-8b (far beyond this machine) against closed forms of its
+  parameter count and model-state classes, the plan of the chosen -b, and the next larger -b;
+  a budget nothing fits is an error naming --memory-budget and the smallest peak.
 """
+import re
 import json
 import os
 import shutil
@@ -32,8 +39,9 @@ CPU = "./train_gpt_cpu"
 L, C, NH, NKV, F, V, MAXT = 2, 64, 4, 2, 128, 512, 64
 
 
-def run(cmd):
-    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+def run(cmd, **extra_env):
+    env = dict(os.environ, OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               **extra_env)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -71,6 +79,75 @@ def same_file(tmp, run_a, run_b, name):
     return os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
 
 
+def plan_json(args):
+    p = run([SIM, "--plan", "--json", *args])
+    try:
+        return json.loads(p.stdout), p
+    except ValueError:
+        return {}, p
+
+
+def check_budget(tmp, model, shard):
+    """--memory-budget with a Llama: the tiny file (trained), then llama3.1-8b (planned only)."""
+    cfg = ["-e", model, "-t", "32", "-d", "512", "--precision", "fp32"]
+    peak = {b: plan_json(cfg + ["-b", str(b)])[0].get("peak_bytes", 0) for b in (8, 4)}
+    budget = (peak[8] + peak[4]) // 2  # -b 8 does not fit, -b 4 does (bytes: a plain number is a size)
+    got, p = plan_json(cfg + ["-b", "8", "--memory-budget", str(budget)])
+    report(peak[4] < budget < peak[8] and got.get("peak_bytes", budget + 1) <= budget and got.get("B", 8) < 8
+           and got.get("recompute") == 0 and got.get("total_batch") == 512
+           and "-r not searched: the CUDA Llama has -r 0 only" in p.stderr,
+           f"train_gpt --plan --memory-budget {budget} -e <Llama> -b 8 (plan {peak[8]} bytes): a -b whose plan fits, "
+           "-d 512 kept, -r 0 (said not searched)", f"{peak} {dict((k, got.get(k)) for k in ('B', 'peak_bytes'))}: {p.stderr[-400:]}")
+    train = ["-e", model, "-i", shard, "-t", "32", "-d", "512", "-b", "8", "-v", "0", "-s", "0", "-x", "2", "--precision", "fp32"]
+    fit = run([SIM, *train, "--memory-budget", str(budget), "-o", os.path.join(tmp, "fit")])
+    ref = run([SIM, *train, "-o", os.path.join(tmp, "ref")])
+    chose = re.search(r"chose -r 0, -b (\d+), -z 0, --offload none, -d 512", fit.stdout)
+    measured = re.search(r"measured \(cudaMemGetInfo\) ([0-9.]+) MiB", fit.stdout)
+    a, b = losses(os.path.join(tmp, "fit")), losses(os.path.join(tmp, "ref"))
+    ok = fit.returncode == 0 and ref.returncode == 0 and chose and int(chose.group(1)) == got.get("B")
+    ok = ok and measured and float(measured.group(1)) * 1048576 <= budget and sorted(a) == sorted(b) == [1, 2]
+    report(ok and all(abs(a[s] - b[s]) <= 1e-5 * abs(b[s]) for s in a),
+           "train_gpt (harness) -e <Llama> --memory-budget: trains the chosen -b, measured device use within the budget, "
+           "fp32 losses equal the unconstrained run's (1e-5 relative)",
+           f"{a} vs {b}: {(fit.stdout + fit.stderr)[-800:]}")
+
+    # a device smaller than the -b 8 plan (cudasim's): the same search with its free memory as the budget
+    device_mb = budget // 1048576
+    p = run([SIM, *train[:-4], "-x", "1", "--precision", "fp32", "-o", os.path.join(tmp, "small")],
+            CUDASIM_DEVICE_MEMORY_MB=str(device_mb))
+    report(peak[4] < device_mb * 1048576 < peak[8] and p.returncode == 0
+           and "the plan exceeds the device's free memory" in p.stdout and re.search(r"chose -r 0, -b [1-4],", p.stdout)
+           and sorted(losses(os.path.join(tmp, "small"))) == [1],
+           f"train_gpt (harness) -e <Llama> on a {device_mb} MiB device (plan {peak[8]} bytes): searched with its free "
+           "memory and trained", (p.stdout + p.stderr)[-800:])
+
+    # llama3.1-8b, bf16 with fp32 master weights: closed forms for the chosen -b
+    V, C, Lr, NH, NKV, F = 128256, 4096, 32, 32, 8, 14336
+    N = 2 * V * C + C + Lr * (2 * C + (NH + 2 * NKV) * (C // NH) * C + C * C + 3 * F * C)  # untied head
+    big = ["-e", "llama3.1-8b", "-b", "16", "-t", "2048", "-d", "32768"]
+    for size in ("140G", "80G"):  # the first fits by -b alone, the second needs --offload optimizer too
+        budget = int(size[:-1]) << 30
+        got, p = plan_json(big + ["--memory-budget", size])
+        B, off = got.get("B", 0), got.get("offload", 0)
+        same, _ = plan_json(big[:2] + ["-b", str(B), "-t", "2048", "-d", "32768"] + (["--offload", "optimizer"] if off else []))
+        larger, _ = plan_json(big[:2] + ["-b", str(2 * B), "-t", "2048", "-d", "32768"] + (["--offload", "optimizer"] if off else []))
+        cls = got.get("classes", {})
+        want = {"parameters": 2 * N, "gradients": 2 * N, "master_weights": 0 if off else 4 * N,
+                "adamw_m": 0 if off else 4 * N, "adamw_v": 0 if off else 4 * N}
+        report(p.returncode == 0 and got.get("parameters") == N and all(cls.get(k) == v for k, v in want.items())
+               and B >= 1 and got.get("total_batch") == 32768 and got.get("peak_bytes", budget + 1) <= budget
+               and same.get("peak_bytes") == got.get("peak_bytes") and larger.get("peak_bytes", 0) > budget,
+               f"train_gpt --plan --memory-budget {size} -e llama3.1-8b -b 16 -t 2048: {N} parameters and the model "
+               f"states in closed form for the chosen -b {B} (offload {off}), its plan's peak within the budget, -b {2 * B} over it",
+               f"{dict((k, got.get(k)) for k in ('parameters', 'B', 'peak_bytes'))} vs {want} {cls}: {p.stderr[-400:]}")
+
+    p = run([SIM, "--plan", *cfg, "-b", "8", "--memory-budget", "1M"])
+    report(p.returncode == 1 and re.search(r"error: --memory-budget 0\.001 GiB: nothing fits; .* smallest peak found is "
+                                           r"[0-9.]+ GiB \(-r 0, -b 1, .*-r not searched", p.stderr),
+           "train_gpt --plan --memory-budget 1M -e <Llama>: exit 1 naming --memory-budget and the smallest peak",
+           f"exit {p.returncode}: {p.stderr[-400:]}")
+
+
 def main():
     for exe in (SIM, CPU):
         if not os.access(exe, os.X_OK):
@@ -102,8 +179,10 @@ def main():
         arch = json.load(open(cfg_path)).get("architectures") if os.path.exists(cfg_path) else None
         l3 = losses(out)
         ok = p.returncode == 0 and sorted(l3) == [1, 2, 3] and all(np.isfinite(list(l3.values())))
+        ok = ok and "holds no tokenizer files (the run did not start from a Hugging Face directory (-e))" in p.stdout
         report(ok and magic == 20261130 and arch == ["LlamaForCausalLM"],
-               "train_gpt (harness) Llama bf16: 3 steps, llmc Llama checkpoint and --save-hf LlamaForCausalLM",
+               "train_gpt (harness) Llama bf16: 3 steps, llmc Llama checkpoint and --save-hf LlamaForCausalLM (no "
+               "tokenizer files to copy: said so)",
                f"exit {p.returncode}, losses {l3}, magic {magic}, architectures {arch}: {(p.stdout + p.stderr)[-800:]}")
         p = run([CPU, "-e", model, *common, "-x", "5", "-n", "5", "-y", "1", "--allow-config-change", "1", "-o", out])
         l5 = losses(out)
@@ -167,11 +246,7 @@ def main():
                "train_gpt --plan -e llama3.2-1b: the CUDA Llama plan (its activation table), 1235814400 parameters as the CPU plan's",
                f"{g.get('parameters')} vs {c.get('parameters')}: {(p.stdout + p.stderr)[-600:]}")
 
-        # flags a Llama on CUDA does not take
-        for flags, word in ((["--memory-budget", "1G"], "--memory-budget"),):
-            p = run([SIM, "-e", model, *common, "-x", "1", *flags, "-o", os.path.join(tmp, "bad")])
-            report(p.returncode == 1 and "error:" in p.stderr and word in p.stderr,
-                   f"train_gpt -e <Llama> {' '.join(flags)}: exit 1 naming the flag", f"exit {p.returncode}: {p.stderr[-400:]}")
+        check_budget(tmp, model, shard)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failures() else 0
