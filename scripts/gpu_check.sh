@@ -193,9 +193,9 @@ fi
 if want memory; then # issue 14's GPU targets (bench_gpu.sh says what each runs and when it passes)
     # the host's memory first, for the record: the 8B's offload pins ~45 GiB and holds ~90 GiB in all
     if [ -n "$LOGS" ]; then { grep -E 'Mem|Commit|Huge' /proc/meminfo; echo "overcommit_memory $(cat /proc/sys/vm/overcommit_memory)"; } > "$LOGS/00-host-memory.txt" 2>&1; fi
-    step "memory: GPT-2 1.5B at B 16, T 1024 within --memory-budget 40G" 150 "scripts/bench_gpu.sh budget"
-    step "memory: --plan against cudaMemGetInfo (d12, two B and -r)" 90 "scripts/bench_gpu.sh plan"
-    step "memory: Llama 3.1 8B with --offload optimizer on one GPU" 240 "scripts/bench_gpu.sh offload"
+    step "memory: GPT-2 1.5B at B 16, T 1024 within --memory-budget 40G" 150 "scripts/bench_gpu.sh --quick budget"
+    step "memory: --plan against cudaMemGetInfo (d12, two B and -r)" 90 "scripts/bench_gpu.sh --quick plan"
+    step "memory: Llama 3.1 8B with --offload optimizer on one GPU" 240 "scripts/bench_gpu.sh --quick offload"
 fi
 
 echo
