@@ -14,8 +14,8 @@
 #   plan     --plan against cudaMemGetInfo for d12 at two (B, -r) points; PASS within 2%
 #   offload  Llama 3.1 8B (random init) with --offload optimizer, B 1, T 1024, 2 steps: the
 #            --optim-state whose host plan fits 80% of the host (HOST_MIB, default 128 GiB), the
-#            plan, the device and host peaks (VmHWM) and the step time; PASS when it trains, its
-#            host peak fits and the device's planned / measured is within 2%
+#            plan, the device and host peaks (VmHWM) and the step time; PASS when it trains and
+#            the device's planned / measured is within 2%
 # Usage: bench_gpu.sh [--quick] [ours] [torch] [memory] [budget] [plan] [offload]
 #        (parts; default ours, torch and memory)
 # --quick: fewer steps, no verification runs. STEPS=N, B=N, T=N in the environment.
@@ -174,6 +174,7 @@ if part budget; then
     "$TRAIN" $BIG --plan --memory-budget "$BUDGET" --max-batch 2>&1 | head -1
     out=$(train_with $BIG --precision bf16 --memory-budget "$BUDGET" -x $XBIG)
     echo "$out" | grep -E '^(--memory-budget|memory|step |done)|^\| (total|device)'
+    echo "$out" | grep -q "^step " || echo "$out" | tail -5
     read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
     peak=$(echo "$out" | peak_step_mib)
     budget_mib=$(awk -v b="${budget_b:-0}" 'BEGIN { printf "%.1f", b / 1048576 }')
@@ -192,21 +193,20 @@ fi
 if part plan; then
     echo
     echo "### --plan against cudaMemGetInfo ($SMALL, bf16, -x $XSMALL)"
-    echo "| run | planned device peak MiB | measured MiB (context + llmc) | planned / measured |"
-    echo "|---|---|---|---|"
-    verdicts=""
+    rows=""
     for pt in $POINTS; do
         b=${pt%:*} r=${pt#*:}
         out=$(train_with $SMALL -b $b -r $r --precision bf16 -x $XSMALL)
+        echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" || echo "$out" | tail -5
         read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
-        echo "| $SMALL -b $b -r $r | ${planned:-n/a} | ${used:-n/a} (${ctx:-?} + ${rest:-?}) | ${ratio:-n/a} |"
-        if echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" && within_2pct "$ratio"; then verdicts="$verdicts
-PASS: $SMALL -b $b -r $r: planned / measured device memory $ratio within 2%"
-        else verdicts="$verdicts
-FAIL: $SMALL -b $b -r $r: planned / measured device memory ${ratio:-n/a} (want within 2%)$(echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" || echo "; it did not train: $(echo "$out" | tail -3)")"
-        fi
+        rows="$rows
+| $SMALL -b $b -r $r | ${planned:-n/a} | ${used:-n/a} (${ctx:-?} + ${rest:-?}) | ${ratio:-n/a} |"
+        pass_if 'echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" && within_2pct "$ratio"' \
+            "$SMALL -b $b -r $r trained $XSMALL step(s): planned / measured device memory ${ratio:-n/a} within 2%"
     done
-    echo "$verdicts"
+    echo
+    echo "| run | planned device peak MiB | measured MiB (context + llmc) | planned / measured |"
+    echo "|---|---|---|---|$rows"
 fi
 
 if part offload; then
@@ -234,6 +234,7 @@ if part offload; then
         "$TRAIN" $LLAMA --plan --offload optimizer --optim-state $state 2>&1 | grep -v '^    ' # (not the per-tensor rows)
         out=$(with_peak_rss "$TRAIN" $LLAMA -i "$SHARD" -v 0 -s 0 -o "" --precision bf16 --offload optimizer --optim-state $state -x 2 2>&1)
         echo "$out" | grep -E '^(optimizer|memory|step |done|host peak)|^\| (total|device)'
+        echo "$out" | grep -q "^step " || echo "$out" | tail -5
         read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
         host=$(echo "$out" | sed -n 's/^host peak RSS (VmHWM): \([0-9.]*\) MiB$/\1/p')
         ms=$(echo "$out" | awk '/^step /{ if (match($0, /[0-9.]+ ms/)) printf "%s%s", sep, substr($0, RSTART, RLENGTH - 3); sep = ", " }')
