@@ -7,7 +7,17 @@
 #   3. peak device memory for -r 0..3 and the largest B that fits for each (memory is linear in
 #      B: measured at B=1 and B=2 from the startup table, then the estimate is run for real
 #      unless --quick)
-# Usage: bench_gpu.sh [--quick] [ours] [torch] [memory]   (parts; default all three)
+#   issue 14's GPU memory targets, run only when named (scripts/gpu_check.sh memory runs them):
+#   budget   GPT-2 1.5B (d48) at B 16, T 1024 under --memory-budget 40G (BUDGET=SIZE): the chosen
+#            configuration, its planned device peak against cudaMemGetInfo; PASS when the device
+#            use (CUDA context included) stays within the budget and planned / measured within 2%
+#   plan     --plan against cudaMemGetInfo for d12 at two (B, -r) points; PASS within 2%
+#   offload  Llama 3.1 8B (random init) with --offload optimizer, B 1, T 1024, 2 steps: the
+#            --optim-state whose host plan fits 80% of the host (HOST_MIB, default 128 GiB), the
+#            plan, the device and host peaks (VmHWM) and the step time; PASS when it trains and
+#            the device's planned / measured is within 2%
+# Usage: bench_gpu.sh [--quick] [ours] [torch] [memory] [budget] [plan] [offload]
+#        (parts; default ours, torch and memory)
 # --quick: fewer steps, no verification runs. STEPS=N, B=N, T=N in the environment.
 # Parts run separately (scripts/gpu_check.sh runs the PyTorch part last, in its own time limit) hand
 # their numbers on through BENCH_RESULTS (a file of key=value lines): the torch part prints the
@@ -15,15 +25,16 @@
 # PyTorch: the first of $PYTHON_GPU, python3, /usr/bin/python3 whose torch sees a GPU.
 # Needs a GPU. Data: a synthetic shard of random tokens.
 # LLMC_GPU_DRY=1 (scripts/gpu_check.sh's rehearsal): the cudasim build of train_gpt on d1, B=2,
-# T=64, no PyTorch run; the numbers mean nothing, the script's plumbing is what is checked.
+# T=64, no PyTorch run; the memory targets on d1 / llama3:d1 (below); the numbers mean nothing,
+# the script's plumbing is what is checked.
 set -u
 cd "$(dirname "$0")/.."
 QUICK=0 PARTS=""
 for a in "$@"; do
     case "$a" in
     --quick) QUICK=1 ;;
-    ours | torch | memory) PARTS="$PARTS $a" ;;
-    *) echo "usage: $0 [--quick] [ours] [torch] [memory]" >&2; exit 2 ;;
+    ours | torch | memory | budget | plan | offload) PARTS="$PARTS $a" ;;
+    *) echo "usage: $0 [--quick] [ours] [torch] [memory] [budget] [plan] [offload]" >&2; exit 2 ;;
     esac
 done
 [ -z "$PARTS" ] && PARTS=" ours torch memory"
@@ -45,7 +56,10 @@ trap 'rm -rf "$WORK"' EXIT
 
 # a synthetic shard (llm.c format: int32 header[256] = 20240520, 1, ntok; uint16 tokens)
 SHARD=$WORK/bench_train.bin
-"$(command -v python3 || echo /usr/bin/python3)" - "$SHARD" $(( (STEPS + 2) * B * T + 1 )) <<'PY'
+PY=$(command -v python3 || echo /usr/bin/python3)
+ntok=$(( (STEPS + 2) * B * T + 1 ))
+[ $ntok -lt 100000 ] && ntok=100000 # the memory targets' runs: up to 4 x 16 x 1024 tokens
+"$PY" - "$SHARD" $ntok <<'PY'
 import struct, sys, random
 path, n = sys.argv[1], int(sys.argv[2])
 random.seed(1)
@@ -55,9 +69,10 @@ with open(path, "wb") as f:
     f.write(struct.pack("<%dH" % n, *[random.randrange(50257) for _ in range(n)]))
 PY
 
-run_train() { # extra flags...; prints the output
-    "$TRAIN" -e $MODEL -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
+train_with() { # flags (-e included)...; prints the output
+    "$TRAIN" -i "$SHARD" -v 0 -s 0 -o "" "$@" 2>&1
 }
+run_train() { train_with -e $MODEL "$@"; }
 plan_mib() { # flags...; the planned device peak in MiB (--plan --json's peak_bytes)
     "$TRAIN" -e $MODEL --plan --json "$@" 2>/dev/null | sed -n 's/.*"peak_bytes": *\([0-9]*\).*/\1/p' | awk '{ printf "%.1f", $1 / 1048576 }'
 }
@@ -119,6 +134,125 @@ if part torch; then
         echo "ratio train_gpt / PyTorch: $(awk -v a="$ours" -v b="$ref" 'BEGIN{printf "%.2f", a / b}') (train_gpt $ours tokens/s, measured earlier in this run)"
     fi
 fi
+# ---- issue 14's GPU memory targets ---------------------------------------------------------------
+if [ "$DRY" = 1 ]; then # the same steps at cudasim sizes, each taking the branch the GPU run takes
+    BIG="-e d1 -b 4 -t 32" BUDGET=${BUDGET:-92M} # d1 at -b 4 plans 95.6 MiB: the search must change it
+    SMALL="-e d1 -t 32" POINTS="1:0 2:2" XBIG=2 XSMALL=1 # (fewer steps: CI time)
+    # llama3:d1's host plans are 283 (fp32), 221 (bf16), 190 (int8) MiB: 80% of 256 MiB takes int8,
+    # as 80% of 128 GiB does for the 8B
+    LLAMA="-e llama3:d1 -b 1 -t 32" HOST_MIB=${HOST_MIB:-256}
+else
+    BIG="-e d48 -b 16 -t 1024" BUDGET=${BUDGET:-40G}
+    SMALL="-e d12 -t 1024" POINTS="8:0 32:2" XBIG=3 XSMALL=2
+    LLAMA="-e llama3.1-8b -b 1 -t 1024" HOST_MIB=${HOST_MIB:-131072}
+fi
+# the trainer's line after the first step, as "planned used context rest ratio" (MiB, MiB, MiB, MiB, ratio)
+planned_vs_measured() {
+    sed -n 's/^memory: planned device peak \([0-9.]*\) MiB; measured (cudaMemGetInfo) \([0-9.]*\) MiB = CUDA context overhead \([0-9.]*\) MiB + \([0-9.]*\) MiB; planned \/ measured \([0-9.]*\)$/\1 \2 \3 \4 \5/p' | head -1
+}
+within_2pct() { [ -n "$1" ] && awk -v r="$1" 'BEGIN { exit !(r >= 0.98 && r <= 1.02) }'; }
+peak_step_mib() { # the largest "(peak X)" of the step lines, GiB -> MiB
+    awk '/^step /{ if (match($0, /\(peak [0-9.]+\)/)) { v = substr($0, RSTART + 6, RLENGTH - 7) * 1024; if (v > m) m = v } } END { printf "%.1f", m }'
+}
+host_plan_mib() { # flags...: --plan --json's host classes, summed, in MiB
+    "$TRAIN" --plan --json "$@" 2>/dev/null | "$PY" -c 'import json, sys; print("%.1f" % (sum(json.load(sys.stdin)["host_classes"].values()) / 1048576))'
+}
+with_peak_rss() { # command...: runs it, then prints its peak resident set (ru_maxrss: the process's VmHWM)
+    "$PY" -c 'import resource, subprocess, sys
+rc = subprocess.call(sys.argv[1:])
+print("host peak RSS (VmHWM): %.1f MiB" % (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024), flush=True)
+sys.exit(rc)' "$@"
+}
+pass_if() { # condition (shell words), message
+    if eval "$1"; then echo "PASS: $2"; else echo "FAIL: $2"; fi
+}
+
+if part budget; then
+    echo
+    echo "### $BIG, bf16, -x $XBIG under --memory-budget $BUDGET"
+    budget_b=$("$TRAIN" $BIG --plan --json --memory-budget "$BUDGET" --max-batch 2>/dev/null | sed -n 's/.*"budget_bytes": *\([0-9]*\).*/\1/p')
+    "$TRAIN" $BIG --plan --memory-budget "$BUDGET" --max-batch 2>&1 | head -1
+    out=$(train_with $BIG --precision bf16 --memory-budget "$BUDGET" -x $XBIG)
+    echo "$out" | grep -E '^(--memory-budget|memory|step |done)|^\| (total|device)'
+    echo "$out" | grep -q "^step " || echo "$out" | tail -5
+    read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
+    peak=$(echo "$out" | peak_step_mib)
+    budget_mib=$(awk -v b="${budget_b:-0}" 'BEGIN { printf "%.1f", b / 1048576 }')
+    # the device use: the first step's exact figure, or a later step's peak if higher (printed to
+    # 0.01 GiB: it is at most 0.005 GiB above the true value)
+    top=$(awk -v a="${used:-0}" -v b="$peak" 'BEGIN { b -= 0.005 * 1024; print (a > b ? a : b) }')
+    echo
+    echo "| run | planned device peak MiB | measured MiB (context + llmc) | planned / measured | device peak MiB (step lines) | budget MiB |"
+    echo "|---|---|---|---|---|---|"
+    echo "| $BIG --memory-budget $BUDGET | ${planned:-n/a} | ${used:-n/a} (${ctx:-?} + ${rest:-?}) | ${ratio:-n/a} | $peak | $budget_mib |"
+    pass_if 'echo "$out" | grep -q "^step  *$XBIG/$XBIG" && [ -n "$budget_b" ] && awk -v u="$top" -v b="$budget_mib" "BEGIN { exit !(u > 0 && u <= b) }"' \
+        "$BIG trained $XBIG steps under --memory-budget $BUDGET: device use $top MiB (CUDA context included) <= $budget_mib MiB"
+    pass_if 'within_2pct "$ratio"' "$BIG under the budget: planned / measured device memory ${ratio:-n/a} within 2%"
+fi
+
+if part plan; then
+    echo
+    echo "### --plan against cudaMemGetInfo ($SMALL, bf16, -x $XSMALL)"
+    rows=""
+    for pt in $POINTS; do
+        b=${pt%:*} r=${pt#*:}
+        out=$(train_with $SMALL -b $b -r $r --precision bf16 -x $XSMALL)
+        echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" || echo "$out" | tail -5
+        read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
+        rows="$rows
+| $SMALL -b $b -r $r | ${planned:-n/a} | ${used:-n/a} (${ctx:-?} + ${rest:-?}) | ${ratio:-n/a} |"
+        pass_if 'echo "$out" | grep -q "^step  *$XSMALL/$XSMALL" && within_2pct "$ratio"' \
+            "$SMALL -b $b -r $r trained $XSMALL step(s): planned / measured device memory ${ratio:-n/a} within 2%"
+    done
+    echo
+    echo "| run | planned device peak MiB | measured MiB (context + llmc) | planned / measured |"
+    echo "|---|---|---|---|$rows"
+fi
+
+if part offload; then
+    echo
+    echo "### $LLAMA --offload optimizer, bf16, -x 2 (host: $HOST_MIB MiB)"
+    # the host holds the fp32 master weights and gradients, m and v (as --optim-state stores them) and
+    # the pinned bf16 staging: the first state whose host plan leaves a fifth of the host free.
+    # --plan, 2026-12-01 (-e llama3.1-8b -b 1 -t 1024 --offload optimizer): 8030261248 parameters;
+    # device peak 34.57 GiB (parameters 15.0, gradients 15.0, activations 4.5); host: fp32 134.6 GiB
+    # (master 29.9 + gradients 29.9 + m 29.9 + v 29.9 + staging 15.0), bf16 104.7 (m, v 15.0 each),
+    # int8 90.0 (m, v 7.6 each): against 80% of 128 GiB = 102.4 GiB, int8
+    echo "| --optim-state | host plan MiB | fits 80% of $HOST_MIB MiB |"
+    echo "|---|---|---|"
+    state=""
+    for st in fp32 bf16 int8; do
+        h=$(host_plan_mib $LLAMA --offload optimizer --optim-state $st)
+        fits=no
+        awk -v h="${h:-0}" -v c="$HOST_MIB" 'BEGIN { exit !(h > 0 && h <= 0.8 * c) }' && fits=yes
+        echo "| $st | ${h:-n/a} | $fits |"
+        [ $fits = yes ] && { state=$st host_planned=$h; break; }
+    done
+    if [ -z "$state" ]; then
+        echo "FAIL: $LLAMA --offload optimizer: no --optim-state fits 80% of the host's $HOST_MIB MiB"
+    else
+        "$TRAIN" $LLAMA --plan --offload optimizer --optim-state $state 2>&1 | grep -v '^    ' # (not the per-tensor rows)
+        out=$(with_peak_rss "$TRAIN" $LLAMA -i "$SHARD" -v 0 -s 0 -o "" --precision bf16 --offload optimizer --optim-state $state -x 2 2>&1)
+        echo "$out" | grep -E '^(optimizer|memory|step |done|host peak)|^\| (total|device)'
+        echo "$out" | grep -q "^step " || echo "$out" | tail -5
+        read -r planned used ctx rest ratio <<< "$(echo "$out" | planned_vs_measured)"
+        host=$(echo "$out" | sed -n 's/^host peak RSS (VmHWM): \([0-9.]*\) MiB$/\1/p')
+        ms=$(echo "$out" | awk '/^step /{ if (match($0, /[0-9.]+ ms/)) printf "%s%s", sep, substr($0, RSTART, RLENGTH - 3); sep = ", " }')
+        toks=$(echo "$out" | awk '/^step /{ if (match($0, /[0-9]+ tok\/s/)) s = substr($0, RSTART, RLENGTH - 6) } END { print s }')
+        echo
+        echo "| run | device planned MiB | device measured MiB (context + llmc) | planned / measured | device peak MiB (step lines) | host planned MiB | host VmHWM MiB | ms per step | tok/s (last) |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        echo "| $LLAMA --offload optimizer --optim-state $state | ${planned:-n/a} | ${used:-n/a} (${ctx:-?} + ${rest:-?}) | ${ratio:-n/a} |" \
+             "$(echo "$out" | peak_step_mib) | $host_planned | ${host:-n/a} | ${ms:-n/a} | ${toks:-n/a} |"
+        # (VmHWM also holds the binary, the CUDA runtime's host memory and, under cudasim, the device's)
+        [ -n "$host" ] && echo "host: planned / VmHWM $(awk -v a="$host_planned" -v b="$host" 'BEGIN { printf "%.4f", a / b }');" \
+            "VmHWM $(awk -v a="$host" -v c="$HOST_MIB" 'BEGIN { printf "%.1f", 100 * a / c }')% of $HOST_MIB MiB"
+        pass_if 'echo "$out" | grep -q "^step  *2/2 | loss [0-9]" && [ -n "$host" ]' \
+            "$LLAMA trained 2 steps with --offload optimizer --optim-state $state (host peak ${host:-n/a} MiB)"
+        pass_if 'within_2pct "$ratio"' "$LLAMA --offload optimizer: planned / measured device memory ${ratio:-n/a} within 2%"
+    fi
+fi
+
 part memory || exit 0
 
 echo

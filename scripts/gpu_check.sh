@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu_check.sh - the whole GPU verification, in two parts that each fit one short device call.
+# gpu_check.sh - the whole GPU verification, in three parts that each fit one short device call.
 #
 #   scripts/gpu_check.sh correctness   build (sm_90), kernel tests and test_gpt natively (tiny and
 #                                      GPT-2 124M shapes, every precision), determinism, fp16 loss
@@ -8,7 +8,13 @@
 #                                      tokens/s and memory (bench_gpu.sh), the kernel lab timings,
 #                                      the cuDNN build and lab, then the PyTorch reference under
 #                                      torch.compile and the ratio (~4-6 min)
-#   scripts/gpu_check.sh [all]         both
+#   scripts/gpu_check.sh memory        build (train_gpt only), then issue 14's GPU memory targets
+#                                      (bench_gpu.sh budget, plan, offload): GPT-2 1.5B at B 16, T 1024
+#                                      under --memory-budget 40G, --plan against cudaMemGetInfo for d12
+#                                      at two (B, -r), Llama 3.1 8B with --offload optimizer on one
+#                                      GPU (device and host peaks, step time) (~4-5 min; not yet run
+#                                      on a GPU)
+#   scripts/gpu_check.sh [all]         all three
 # Ends with a markdown summary; exits non-zero if anything failed. GPU_CHECK_ONLY=regex further
 # selects steps by name (see step() below).
 #
@@ -31,8 +37,8 @@ set -u
 cd "$(dirname "$0")/.."
 PART=${1:-all}
 case "$PART" in
-all | correctness | speed) ;;
-*) echo "usage: $0 [all|correctness|speed]" >&2; exit 2 ;;
+all | correctness | speed | memory) ;;
+*) echo "usage: $0 [all|correctness|speed|memory]" >&2; exit 2 ;;
 esac
 want() { [ "$PART" = all ] || [ "$PART" = "$1" ]; } # is this part selected?
 WORK=$(mktemp -d /tmp/llmc_gpucheck.XXXXXX)
@@ -55,6 +61,7 @@ else
     MODEL="-e d12 -b 8 -t 1024" LAB_ARGS="--reps 10" NSTEPS=6
     GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
 fi
+if [ "$PART" = memory ]; then BUILD_CMD="make -s -j\$(nproc) ${TRAIN#./}"; fi # its steps run only train_gpt
 # the staged cudnn_frontend headers (machines without internet), for the cuDNN step
 if [ -z "${CUDNN_FRONTEND_PATH:-}" ] && [ -f build/cudnn_frontend/include/cudnn_frontend.h ]; then
     export CUDNN_FRONTEND_PATH=$PWD/build/cudnn_frontend/include
@@ -181,6 +188,14 @@ if want speed; then
     # last: torch.compile's first steps are slow, and a slow or broken PyTorch must not cost the rest
     if [ "$DRY" = 1 ]; then skip "benchmark: PyTorch reference (torch.compile) and ratio"; else
         step "benchmark: PyTorch reference (torch.compile) and ratio" 240 "BENCH_TORCH_TIMEOUT=225 scripts/bench_gpu.sh --quick torch"; fi
+fi
+
+if want memory; then # issue 14's GPU targets (bench_gpu.sh says what each runs and when it passes)
+    # the host's memory first, for the record: the 8B's offload pins ~45 GiB and holds ~90 GiB in all
+    if [ -n "$LOGS" ]; then { grep -E 'Mem|Commit|Huge' /proc/meminfo; echo "overcommit_memory $(cat /proc/sys/vm/overcommit_memory)"; } > "$LOGS/00-host-memory.txt" 2>&1; fi
+    step "memory: GPT-2 1.5B at B 16, T 1024 within --memory-budget 40G" 150 "scripts/bench_gpu.sh --quick budget"
+    step "memory: --plan against cudaMemGetInfo (d12, two B and -r)" 90 "scripts/bench_gpu.sh --quick plan"
+    step "memory: Llama 3.1 8B with --offload optimizer on one GPU" 240 "scripts/bench_gpu.sh --quick offload"
 fi
 
 echo

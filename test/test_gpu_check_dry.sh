@@ -2,7 +2,7 @@
 # scripts/gpu_check.sh rehearsed without a GPU (LLMC_GPU_DRY=1: cudasim binaries, tiny shapes, the
 # NVML stub), so that a lent GPU machine's few minutes are not lost to a bug in the script itself.
 # PASS when every step is ok (or skipped as a dry run) and the summary is printed; also checks the
-# per-step logs (GPU_CHECK_LOGS) and the step selection (GPU_CHECK_ONLY).
+# per-step logs (GPU_CHECK_LOGS), the step selection (GPU_CHECK_ONLY) and the memory part's checks.
 set -u
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d /tmp/llmc_gpucheck_logs.XXXXXX)
@@ -42,6 +42,28 @@ if [ $rc2 -eq 0 ] && [ "$(printf '%s\n' "$s2" | wc -l)" = "$rows" ] && [ -z "$du
 else
     printf '%s\n' "$s2"
     echo "FAIL: GPU_CHECK_ONLY='^-lg' (exit $rc2): duplicated rows '$dups', $ran2 steps ran (want 2: build, -lg)"
+    fail=1
+fi
+# the memory part (issue 14's GPU targets) ran in the dry run above: each of its three steps printed
+# its planned-vs-measured checks and they passed
+mem=$(printf '%s\n' "$summary" | datarows | grep '^| memory: ')
+memok=$(printf '%s\n' "$mem" | grep -cE '\| ok \| [2-9][0-9]* pass / 0 fail \|')
+if [ "$memok" = 3 ]; then
+    echo "PASS: gpu_check.sh memory steps (--memory-budget, --plan vs cudaMemGetInfo, 8B offload) ran their checks"
+else
+    printf '%s\n' "$mem"
+    echo "FAIL: gpu_check.sh memory steps: $memok of 3 ok with at least 2 checks passed"
+    fail=1
+fi
+# `gpu_check.sh memory` alone: the build and the memory steps only (none selected here: no run)
+out3=$(env -u OUT LLMC_GPU_DRY=1 GPU_CHECK_ONLY='^none$' scripts/gpu_check.sh memory 2>&1)
+rc3=$?
+s3=$(printf '%s\n' "$out3" | sed -n '/^## GPU check summary (cudasim dry run, no GPU, memory)/,$p' | datarows)
+if [ $rc3 -eq 0 ] && [ "$(printf '%s\n' "$s3" | wc -l)" = 4 ] && [ "$(printf '%s\n' "$s3" | grep -c '^| memory: .*| not selected |')" = 3 ]; then
+    echo "PASS: gpu_check.sh memory lists the build and the three memory steps only"
+else
+    printf '%s\n' "$out3" | tail -12
+    echo "FAIL: gpu_check.sh memory (exit $rc3): want the build and 3 memory rows"
     fail=1
 fi
 exit $fail

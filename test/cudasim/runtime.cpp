@@ -519,7 +519,7 @@ struct Alloc {
 };
 std::map<uintptr_t, Alloc> g_allocs; /* by mapping base */
 unsigned long long g_alloc_serial = 0;
-size_t g_live_bytes = 0, g_freed_mapped = 0;
+size_t g_live_bytes = 0, g_freed_mapped = 0; /* g_live_bytes: device and managed memory (pinned host memory is not the device's) */
 const char *kKindName[3] = {"cudaMalloc", "cudaMallocManaged", "cudaMallocHost"};
 
 const Alloc *alloc_of_mapping(uintptr_t a) {
@@ -621,7 +621,7 @@ cudaError_t guarded_alloc(void **out, size_t size, int kind) {
     if (!out) return api_error(cudaErrorInvalidValue, "%s: NULL output pointer", kKindName[kind]);
     *out = nullptr;
     if (size == 0) return cudaSuccess; /* CUDA returns NULL for 0 bytes */
-    if (g_live_bytes + size > kTotalGlobalMem)
+    if (kind != 2 && g_live_bytes + size > kTotalGlobalMem)
         return api_error(cudaErrorMemoryAllocation, "%s(%zu): exceeds the simulated device memory", kKindName[kind], size);
     size_t user_len = (size + 255) / 256 * 256;
     size_t data_len = (user_len + kPage - 1) / kPage * kPage;
@@ -637,7 +637,7 @@ cudaError_t guarded_alloc(void **out, size_t size, int kind) {
     if (size <= ((size_t)256 << 20)) memset(user, kPoison, size);
     Alloc al{map, map_len, user, size, false, kind, ++g_alloc_serial};
     g_allocs[(uintptr_t)map] = al;
-    g_live_bytes += size;
+    if (kind != 2) g_live_bytes += size;
     *out = user;
     return cudaSuccess;
 }
@@ -655,7 +655,7 @@ cudaError_t guarded_free(void *p, int kind, const char *fn) {
                          kind == 2 ? "cudaMallocHost" : "cudaMalloc/cudaMallocManaged");
     if (al->freed) return api_error(cudaErrorInvalidValue, "%s(%p): double free of allocation #%llu", fn, p, al->id);
     al->freed = true;
-    g_live_bytes -= al->size;
+    if (al->kind != 2) g_live_bytes -= al->size;
     mprotect(al->map, al->map_len, PROT_NONE);
     madvise(al->map, al->map_len, MADV_DONTNEED);
     g_freed_mapped += al->map_len;

@@ -134,6 +134,14 @@ int main(void) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     test_report(total_b > 140e9 && free_b < total_b && total_b - free_b >= 2 * n * sizeof(float), "device: cudaMemGetInfo", "free %zu total %zu", free_b, total_b);
+    /* pinned host memory is the host's: cudaMallocHost leaves the device's free memory as it was */
+    float *h_more = NULL;
+    size_t free_pinned = 0;
+    cudaMallocHost(&h_more, (size_t)64 << 20);
+    cudaMemGetInfo(&free_pinned, &total_b);
+    test_report(h_more && free_pinned == free_b, "device: cudaMallocHost leaves cudaMemGetInfo's free bytes alone",
+                "free %zu before, %zu after 64 MiB pinned", free_b, free_pinned);
+    cudaFreeHost(h_more);
     int blocks = 0;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fill_kernel, 256, 0);
     test_report(blocks == 8, "device: occupancy of 256-thread blocks is 8 per SM", "got %d", blocks);
