@@ -115,12 +115,8 @@ static ncclDataType_t nccl_type(Precision p) {
     return p == PRECISION_FP32 ? ncclFloat32 : p == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
 }
 
-/* A bucket's gradients averaged over the ranks, queued on comm_stream (ordered after the compute
- * stream's work by the caller): -z 0/1 every rank gets the whole average (an in-place all-reduce
- * per slice); -z 2 only the part in each rank's shard is needed, so each slice's part in rank r's
- * shard is reduced to rank r (a reduce-scatter into the shards, as ncclReduce calls: the shards
- * need not be equal or aligned to the slices), and the rest of the rank's gradient buffer is left
- * unreduced (never read: the norm and the update use the shard only). */
+/* -z 0/1: a bucket's gradients averaged over the ranks (an in-place all-reduce per slice of the
+ * arena), queued on comm_stream (ordered after the compute stream's work by the caller). */
 static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
     GPT2Cuda *m = &tr->model;
     const size_t elem = precision_bytes(m->precision);
@@ -128,21 +124,55 @@ static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int i = 0; i < b->n; i++) {
         char *p = (char *)m->grads_memory + b->off[i] * elem;
-        if (tr->tc.zero_stage < 2) {
-            nccl_check(ncclAllReduce(p, p, b->len[i], type, ncclAvg, tr->comm, tr->comm_stream), "ncclAllReduce (gradients)");
-            continue;
-        }
-        for (int r = 0; r < tr->dist->size; r++) {
-            size_t lo, hi;
-            dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
-            size_t a = lo > b->off[i] ? lo : b->off[i], e = hi < b->off[i] + b->len[i] ? hi : b->off[i] + b->len[i];
-            char *q = (char *)m->grads_memory + a * elem;
-            if (a < e) nccl_check(ncclReduce(q, q, e - a, type, ncclAvg, r, tr->comm, tr->comm_stream), "ncclReduce (gradients)");
-        }
+        nccl_check(ncclAllReduce(p, p, b->len[i], type, ncclAvg, tr->comm, tr->comm_stream), "ncclAllReduce (gradients)");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     tr->dist->comm_bytes += (long long)(b->numel * elem); /* the step line's "comm" */
 }
+
+/* -z 2: a packed bucket's gradients (a layer's slot, or the outer bucket) averaged over the ranks
+ * into their owners: rank r's part of the packed bucket is one contiguous run (dist.h's
+ * bucket_part), reduced in place to rank r (a reduce-scatter as ncclReduce calls: the shards need
+ * not be equal or aligned to the slices). On comm_stream, ordered after the backward by the caller. */
+static void nccl_reduce_packed(CudaTrainer *tr, const Bucket *b, char *packed) {
+    GPT2Cuda *m = &tr->model;
+    const size_t elem = precision_bytes(m->precision);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < tr->dist->size; r++) {
+        size_t lo, hi, pos, count;
+        dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+        bucket_part(b, lo, hi, &pos, &count);
+        char *q = packed + pos * elem;
+        if (count) nccl_check(ncclReduce(q, q, count, nccl_type(m->precision), ncclAvg, r, tr->comm, tr->comm_stream), "ncclReduce (gradients)");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    tr->dist->comm_bytes += (long long)(b->numel * elem); /* the step line's "comm" */
+}
+#endif
+
+/* -z 2 (the model's grad_slots): bucket l's packed gradients (layer l's slot on every micro-step;
+ * l < 0: the outer bucket, on the last) reduced over the ranks and this rank's part added into its
+ * shard gradients (accumulated over the micro-steps), then the slot marked free for the layer that
+ * uses it next (slot_free). On comm_stream, after the compute stream's work so far; with one
+ * rank no reduction, the add on the compute stream. */
+static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
+    GPT2Cuda *m = &tr->model;
+    char *packed = (char *)gpt2cuda_bucket_grads(m, l);
+    cudaStream_t st = tr->ctx.stream;
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        st = tr->comm_stream;
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
+        nccl_reduce_packed(tr, b, packed);
+    }
+#endif
+    size_t pos, count;
+    bucket_part(b, m->shard_lo, m->shard_hi, &pos, &count);
+    gpt2cuda_shard_accumulate(m, b, packed + pos * precision_bytes(m->precision), st);
+    if (l >= 0) cudaCheck(cudaEventRecord(m->slot_free[l & 1], st));
+}
+#if LLMC_HAVE_NCCL
 
 /* Before the norm: the gradients averaged over the ranks, and the compute stream made to wait for
  * that. The buckets were queued during the backward (cuda_bucket_ready); without the hook
@@ -246,6 +276,11 @@ static void cuda_bucket_ready(void *p, int l) {
         if (m->in_backward) printf("trace: gradient bucket %d issued during the backward at layer %d\n", l, m->backward_layer);
         else printf("trace: gradient bucket %d issued after the backward\n", l);
     }
+    if (m->grad_slots) {
+        NVTX_RANGE_LAYER("reduce gradient slot", l);
+        cuda_reduce_slot(tr, &b, l);
+        return;
+    }
 #if LLMC_HAVE_NCCL
     cudaStream_t side = m->offload ? tr->copy_stream : tr->comm_stream;
 #else
@@ -265,7 +300,7 @@ static void cuda_bucket_ready(void *p, int l) {
 
 /* Every bucket of the step was issued (the hook ran on the step's last micro-step). */
 static void check_buckets_issued(const CudaTrainer *tr) {
-    const int want = tr->model.cfg.num_layers + 1;
+    const int L = tr->model.cfg.num_layers, want = tr->model.grad_slots ? tr->accum * L + 1 : L + 1; /* -z 2: layers every micro-step */
     if (tr->model.grad_hook && tr->buckets_issued != want)
         llmc_die("internal: %d of the %d gradient buckets were issued this step (micro-step %d of %d)", tr->buckets_issued,
                  want, tr->micro, tr->accum);
@@ -468,8 +503,15 @@ static const LlamaConfig *plan_llama;
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     size_t lo = 0, hi = plan_llama ? llama_parameter_specs(plan_llama, NULL) : gpt2_parameter_specs(cfg, NULL);
     if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
-    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights,
-                   0, hi - lo, 1, p);
+    const Precision prec = (Precision)precision_parse(tc->precision);
+    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, prec, tc->master_weights, 0, hi - lo, 1, p);
+    if (tc->zero_stage >= 2 && !p->offload) { /* as main(): gpt2cuda_set_grad_slots */
+        TensorSpec specs[NUM_PARAMETER_TENSORS];
+        const int num = plan_llama ? (int)LLAMA3_NUM_PARAMETERS : (int)NUM_PARAMETER_TENSORS;
+        if (plan_llama) llama_parameter_specs(plan_llama, specs);
+        else gpt2_parameter_specs(cfg, specs);
+        cudamodel_plan_grad_slots(specs, num, hi - lo, prec, p);
+    }
 }
 
 /* Planned against measured device memory after the first step: cudaMemGetInfo's use less what the
@@ -487,7 +529,7 @@ static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainCon
 }
 
 /* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights; -z 2: also the
- * reduced gradients, reduce-scattered into the shard, though a full-size gradient buffer stays). */
+ * gradients, reduced layer by layer from two packed slots into the shard). */
 enum { CUDA_MAX_ZERO = 2 };
 
 static void check_flags(const TrainConfig *tc, int *precision) {
@@ -627,6 +669,7 @@ int main(int argc, char **argv) {
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
         gpt2cuda_set_shard(m, lo, hi);
+        if (tc.zero_stage >= 2) gpt2cuda_set_grad_slots(m); /* no full gradient buffer */
     }
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
@@ -643,7 +686,7 @@ int main(int argc, char **argv) {
 #else
     const int comm = 0;
 #endif
-    if ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED")) {
+    if (m->grad_slots || ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED"))) { /* (-z 2 needs it) */
         cudaCheck(cudaEventCreateWithFlags(&tr.bucket_ready, cudaEventDisableTiming));
         if (offload) cudaCheck(cudaStreamCreateWithFlags(&tr.copy_stream, cudaStreamNonBlocking));
         m->grad_hook = cuda_bucket_ready;

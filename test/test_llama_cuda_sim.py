@@ -230,6 +230,24 @@ def main():
             files = ["model_00000002.bin", "state_00000002_00000.bin"]
             report(ok and all(same_file(tmp, "z0", "z1", f) for f in files),
                    "train_gpt (harness) Llama under mpirun -np 2: -z 1 == -z 0 (model and state bits, bf16)")
+            # -z 2 (gradients reduced layer by layer from two packed slots into the shard), fp32: 2 ranks x B 1
+            # with 2 accumulation steps == one process x B 2 (losses rel 1e-5, weights 1e-4 abs: only the order
+            # of float additions differs, as in test/cudasim/test_train_gpt_ranks.py)
+            z2 = [*common[:common.index("-b")], "-t", "32", "-v", "0", "-s", "0", "-d", "128", "--precision", "fp32", "-x", "2",
+                  "-n", "2"]
+            p_one = run([SIM, "-e", model, *z2, "-b", "2", "-o", os.path.join(tmp, "z2_one")])
+            p = run(["mpirun", "--oversubscribe", "-np", "2", SIM, "-e", model, *z2, "-b", "1", "-z", "2",
+                     "-o", os.path.join(tmp, "z2_two")])
+            a, b = losses(os.path.join(tmp, "z2_one")), losses(os.path.join(tmp, "z2_two"))
+            rel = max(abs(a[s] - b[s]) / abs(a[s]) for s in a) if a and sorted(a) == sorted(b) else float("inf")
+            w = [os.path.join(tmp, d, "model_00000002.bin") for d in ("z2_one", "z2_two")]
+            wa, wb = [np.fromfile(f, np.float32, offset=1024) if os.path.exists(f) else None for f in w]
+            pd = float(np.max(np.abs(wa - wb))) if wa is not None and wb is not None and wa.size == wb.size else float("inf")
+            report(p_one.returncode == 0 and p.returncode == 0 and "gradients (outer + 2 layer slots)" in p.stdout
+                   and rel <= 1e-5 and pd <= 1e-4,
+                   f"train_gpt (harness) Llama -z 2 under mpirun -np 2 (x B 1, 2 accumulation steps) == one process x B 2, "
+                   f"fp32 (losses rel {rel:.2g}, weights abs {pd:.2g}; the table shows the gradient slots)",
+                   (p.stdout + p.stderr)[-600:])
         else:
             print("SKIP: train_gpt (harness) Llama -z 1 on 2 ranks: no mpirun")
 

@@ -79,7 +79,6 @@ def buckets(tmp):
     d = {}
     for name, np, args, extra in (("one", 0, ["-b", "2", "-x", "3", "-n", "2"], {}),
                                   ("z2", 2, ["-b", "1", "-x", "2", "-z", "2"], {"LLMC_TEST_TRACE_BUCKETS": "1"}),
-                                  ("z2_whole", 2, ["-b", "1", "-x", "2", "-z", "2"], {"LLMC_TEST_UNBUCKETED": "1"}),
                                   ("z0", 2, ["-b", "1", "-x", "2"], {}),
                                   ("z0_whole", 2, ["-b", "1", "-x", "2"], {"LLMC_TEST_UNBUCKETED": "1"})):
         d[name] = os.path.join(tmp, "tiny_" + name)
@@ -91,9 +90,11 @@ def buckets(tmp):
     ref_loss, z2_loss = losses(d["one"]), losses(d["z2"])
     ld = loss_diff({s: ref_loss[s] for s in (1, 2) if s in ref_loss}, z2_loss)
     pd = param_diff(params(os.path.join(d["z2"], "model_00000002.bin")), params(os.path.join(d["one"], "model_00000002.bin")))
-    report(ld is not None and ld <= LOSS_RTOL and pd <= PARAM_ATOL and "AdamW m (fp32, shard)" in d["z2.out"],
-           f"-z 2: 2 ranks x B 1 (2 accumulation steps) == one process x B 2 (losses rel {ld}, weights abs {pd})",
-           d["z2.out"][-400:])
+    table = "AdamW m (fp32, shard)" in d["z2.out"] and "gradients (outer + 2 layer slots)" in d["z2.out"] and \
+        "gradients (reduced, shard)" in d["z2.out"]
+    report(ld is not None and ld <= LOSS_RTOL and pd <= PARAM_ATOL and table,
+           f"-z 2: 2 ranks x B 1 (2 accumulation steps) == one process x B 2 (losses rel {ld}, weights abs {pd}); the "
+           "memory table shows the gradient slots and the reduced shard", d["z2.out"][-400:])
     p = run_env(0, tiny + ["-b", "2", "-x", "3", "-z", "2", "-y", "1", "--allow-config-change", "1", "-o", d["z2"]], {})
     res_loss = losses(d["z2"]) if p.returncode == 0 else {}
     ld = loss_diff(ref_loss, res_loss)
@@ -102,29 +103,36 @@ def buckets(tmp):
     report(p.returncode == 0 and ld is not None and ld <= LOSS_RTOL and pd <= PARAM_ATOL,
            f"-z 2: a 2-rank checkpoint resumed by one process at -z 2 == the one-process run (rel {ld}, abs {pd})",
            p.stdout[-300:] + p.stderr[-400:])
-    p = run_env(0, tiny + ["-b", "1", "-pn", "2", "-pr", "1", "-z", "2", "--plan", "--json"], {})
     import json
-    try:
-        plan = json.loads(p.stdout)
-        n = plan["parameters"]
-        want = -(-n // 2) * 4
-        ok = plan["classes"]["adamw_m"] == want and plan["classes"]["adamw_v"] == want and plan["classes"]["gradients"] == 4 * n
-    except (ValueError, KeyError) as e:
-        ok, want = False, str(e)
-    report(ok, f"-z 2 --plan, rank 1 of 2: AdamW m and v = ceil(n / 2) floats each ({want} bytes), gradients the full n",
-           p.stdout[-400:] + p.stderr[-300:])
-    for z in ("z0", "z2"):
-        same = same_files(d[z], d[z + "_whole"], 2)
-        report(same, f"-{z[0]} {z[1]}: per-layer buckets reduced during the backward == one reduction after it (model and "
-                     "state bits, fp32)")
+    from hardening_util import write_model
+    init3 = os.path.join(tmp, "tiny_l3.bin")  # 3 layers: the outer bucket + 2 layer slots < n
+    write_model(init3, maxT=64, V=256, L=3, NH=2, C=32, Vp=256, seed=5)
+    for rank in (0, 1):
+        p = run_env(0, tiny + ["-e", init3, "-b", "1", "-pn", "2", "-pr", str(rank), "-z", "2", "--plan", "--json"], {})
+        try:
+            plan = json.loads(p.stdout)
+            n, c = plan["classes"], 32  # V = Vp 256, maxT 64, C 32, L 3
+            half = -(-plan["parameters"] // 2)
+            shard = min(plan["parameters"], half * (rank + 1)) - half * rank
+            outer, layer = 256 * c + 64 * c + 2 * c, 12 * c * c + 13 * c  # wte, wpe, lnf; one block's 12 tensors
+            want = (4 * half, 4 * (outer + 2 * layer), 4 * shard)
+            got = (n["adamw_m"], n["gradients"], n["gradient_shard"])
+            ok = got == want and n["adamw_v"] == want[0]
+        except (ValueError, KeyError) as e:
+            ok, want, got = False, str(e), None
+        report(ok, f"-z 2 --plan, rank {rank} of 2: AdamW m, v = ceil(n / 2) floats each; gradients = the outer bucket + 2 "
+                   f"layer slots; the reduced gradient shard = the rank's part of ceil(n / 2) (bytes {want}, got {got})",
+               p.stdout[-400:] + p.stderr[-300:])
+    same = same_files(d["z0"], d["z0_whole"], 2)
+    report(same, "-z 0: per-layer buckets reduced during the backward == one reduction after it (model and state bits, fp32)")
     import re
     trace = re.findall(r"^trace: gradient bucket (-?\d+) issued (during the backward at layer (\d+)|after the backward)",
                        d["z2.out"], re.M)
-    want = [("1", "during the backward at layer 1", "1"), ("0", "during the backward at layer 0", "0"),
-            ("-1", "during the backward at layer 0", "0")] * 2
-    report(trace == want, "-z 2, 2 layers: each step's buckets are issued during the backward, layer 1's before layer 0's "
-                          "backward is queued, then layer 0's and the outer bucket (once per step: the last micro-step)",
-           f"{trace}")
+    layers = [("1", "during the backward at layer 1", "1"), ("0", "during the backward at layer 0", "0")]
+    want = (layers * 2 + [("-1", "during the backward at layer 0", "0")]) * 2
+    report(trace == want, "-z 2, 2 layers: each micro-step's layer slots are reduced during its backward, layer 1's "
+                          "before layer 0's backward is queued, then layer 0's; the outer bucket once per step (the last "
+                          "micro-step)", f"{trace}")
 
 
 # test/test_gpt.cu's per-step loss tolerances (model_tol's loss_atol), for the same reason: a loss
