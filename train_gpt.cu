@@ -13,9 +13,14 @@
  * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
  * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
  * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
- * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
- * shards (ncclReduce of each slice's part to the rank owning it) and the norm is the shards'
- * squares summed over the ranks; the full-size gradient buffer stays (the memory of -z 1).
+ * fp16 skip decision and the update. -z 2: as -z 1 below, but no full-size gradient buffer: the
+ * model (gpt2cuda_set_grad_slots) writes the outer tensors' gradients into a packed outer buffer
+ * and each layer's into one of two packed layer slots; cuda_reduce_slot reduces a layer's slot,
+ * on every micro-step as soon as its backward is queued, only to the ranks owning it (each rank's
+ * part of a packed bucket is one run: one ncclReduce per rank) and the owner adds it into its
+ * shard gradients (accumulated over the micro-steps; the outer buffer once, on the last); the
+ * slot's next layer waits for that (slot_free). The norm is the shards' squares summed over the
+ * ranks; the skip check and the update read the shard. The plan (cuda_plan) prices the same.
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
