@@ -92,6 +92,7 @@ typedef struct {
     ncclComm_t comm;          /* NULL with one rank */
     cudaStream_t comm_stream; /* gradient reduction */
     cudaEvent_t grads_done, reduced;
+    cudaEvent_t gathered[3]; /* -z 3: the gathers of layer slots 0, 1 and of the outer bucket */
 #endif
 } CudaTrainer;
 
@@ -114,6 +115,7 @@ static void nccl_start(CudaTrainer *tr) {
     cudaCheck(cudaStreamCreateWithFlags(&tr->comm_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&tr->grads_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&tr->reduced, cudaEventDisableTiming));
+    for (int i = 0; i < 3; i++) cudaCheck(cudaEventCreateWithFlags(&tr->gathered[i], cudaEventDisableTiming));
 }
 
 static ncclDataType_t nccl_type(Precision p) {
@@ -177,6 +179,95 @@ static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
     gpt2cuda_shard_accumulate(m, b, packed + pos * precision_bytes(m->precision), st);
     if (l >= 0) cudaCheck(cudaEventRecord(m->slot_free[l & 1], st));
 }
+
+/* -z 3 (the model's param_slots): bucket l's parameters (l < 0: the outer bucket) gathered from the
+ * ranks' shards into its packed place in the gather buffer: each rank copies its part (one
+ * contiguous run of the packed bucket, dist.h's bucket_part) there from its shard, slice by
+ * slice, and broadcasts it to the others (grouped ncclBroadcast, one per rank). On comm_stream
+ * after the compute stream's work queued so far (the slot's previous layer is done with it),
+ * recorded in gathered[slot]; with one rank, copies on the compute stream. */
+static void cuda_gather_bucket(CudaTrainer *tr, int l) {
+    GPT2Cuda *m = &tr->model;
+    const size_t elem = precision_bytes(m->precision);
+    char *dst = (char *)gpt2cuda_bucket_params(m, l);
+    Bucket b;
+    bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
+    cudaStream_t st = tr->ctx.stream;
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        st = tr->comm_stream;
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
+    }
+#endif
+    size_t k = 0;
+    for (int i = 0; i < b.n; k += b.len[i], i++) {
+        size_t a = b.off[i] > m->shard_lo ? b.off[i] : m->shard_lo;
+        size_t e = b.off[i] + b.len[i] < m->shard_hi ? b.off[i] + b.len[i] : m->shard_hi;
+        if (a < e)
+            cudaCheck(cudaMemcpyAsync(dst + (k + a - b.off[i]) * elem, (char *)m->params_memory + (a - m->shard_lo) * elem,
+                                      (e - a) * elem, cudaMemcpyDeviceToDevice, st));
+    }
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        nccl_check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < tr->dist->size; r++) {
+            size_t lo, hi, pos, count;
+            dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+            bucket_part(&b, lo, hi, &pos, &count);
+            char *q = dst + pos * elem;
+            if (count) nccl_check(ncclBroadcast(q, q, count, nccl_type(m->precision), r, tr->comm, st), "ncclBroadcast (parameter gather)");
+        }
+        nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+        tr->dist->comm_bytes += (long long)(b.numel * elem);
+        cudaCheck(cudaEventRecord(tr->gathered[l < 0 ? 2 : l & 1], st));
+    }
+#endif
+}
+
+/* -z 3: the compute stream waits for bucket l's gather (queued by cuda_gather_bucket). */
+static void cuda_wait_gather(CudaTrainer *tr, int l) {
+#if LLMC_HAVE_NCCL
+    if (tr->comm) cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->gathered[l < 0 ? 2 : l & 1], 0));
+#else
+    (void)tr, (void)l;
+#endif
+}
+
+/* -z 3: layer l's parameters in its slot (gathered unless the slot holds them already), the
+ * compute stream waiting for them. */
+static void cuda_need_layer(CudaTrainer *tr, int l) {
+    GPT2Cuda *m = &tr->model;
+    if (m->slot_layer[l & 1] != l) {
+        cuda_gather_bucket(tr, l);
+        m->slot_layer[l & 1] = l;
+    }
+    cuda_wait_gather(tr, l);
+}
+
+/* The model's params_hook at -z 3: layer l is needed now; the next layer in this direction (l + 1
+ * forward, l - 1 backward) is prefetched into the other slot, whose last user's kernels are
+ * queued by now (a layer's forward reads the next layer's first norm at its end: the model asks
+ * for l + 1 then, before its last kernel). */
+static void cuda_params_hook(void *p, int l, int backward) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    cuda_need_layer(tr, l);
+    const int next = backward ? l - 1 : l + 1;
+    if (next >= 0 && next < m->cfg.num_layers && m->slot_layer[next & 1] != next) {
+        cuda_gather_bucket(tr, next);
+        m->slot_layer[next & 1] = next;
+    }
+}
+
+/* -z 3, after the update: the outer parameters gathered again from the updated shards (the compute
+ * stream waits), and the layer slots stale. */
+static void cuda_params_updated(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    cuda_gather_bucket(tr, -1);
+    cuda_wait_gather(tr, -1);
+    m->slot_layer[0] = m->slot_layer[1] = -1;
+}
 #if LLMC_HAVE_NCCL
 
 /* Before the norm: the gradients averaged over the ranks, and the compute stream made to wait for
@@ -201,7 +292,7 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
 /* -z 1, after the update: every rank's shard of the parameters to every rank. */
 static void nccl_gather_params(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
-    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters || m->param_slots) return;
     NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
     ncclDataType_t type = nccl_type(m->precision);
@@ -235,6 +326,7 @@ static void nccl_stop(CudaTrainer *tr) {
     cudaStreamDestroy(tr->comm_stream);
     cudaEventDestroy(tr->grads_done);
     cudaEventDestroy(tr->reduced);
+    for (int i = 0; i < 3; i++) cudaEventDestroy(tr->gathered[i]);
     tr->comm = NULL;
 }
 #endif
@@ -366,6 +458,7 @@ static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float g
 #if LLMC_HAVE_NCCL
     nccl_gather_params(tr);
 #endif
+    if (tr->model.param_slots) cuda_params_updated(tr);
     /* the step's time (and MFU) must include the optimizer kernels, and a fault in them must
      * surface at this step, not the next one */
     cudaCheck(cudaStreamSynchronize(tr->ctx.stream));
@@ -385,10 +478,8 @@ static void cuda_sync_to_host(void *p) {
     if (m->shard_hi - m->shard_lo == m->num_parameters) return;
     dist_allgather_f32(tr->dist, m->host_m, m->num_parameters);
     dist_allgather_f32(tr->dist, m->host_v, m->num_parameters);
-    if (m->master) {
-        dist_allgather_f32(tr->dist, m->host_params, m->num_parameters);
-        gpt2cuda_sync_from_host(m);
-    }
+    if (m->master || m->param_slots) dist_allgather_f32(tr->dist, m->host_params, m->num_parameters); /* (-z 3: the shards) */
+    if (m->master) gpt2cuda_sync_from_host(m);
 }
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 /* --offload optimizer: the buckets' copies (queued during the backward) waited for, then converted;
@@ -490,7 +581,7 @@ static int test_inf_step(const Dist *d) {
 static void test_rank_summary(const CudaTrainer *tr) {
     if (!getenv("LLMC_TEST_ALL_RANKS_STDOUT")) return;
     const GPT2Cuda *m = &tr->model;
-    const size_t bytes = m->num_parameters * precision_bytes(m->precision);
+    const size_t bytes = (m->param_slots ? m->shard_hi - m->shard_lo : m->num_parameters) * precision_bytes(m->precision); /* -z 3: the shard */
     unsigned char *h = (unsigned char *)mallocCheck(bytes, "parameters (LLMC_TEST_ALL_RANKS_STDOUT)");
     cudaCheck(cudaMemcpy(h, m->params_memory, bytes, cudaMemcpyDeviceToHost));
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -515,7 +606,7 @@ static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p)
         const int num = plan_llama ? (int)LLAMA3_NUM_PARAMETERS : (int)NUM_PARAMETER_TENSORS;
         if (plan_llama) llama_parameter_specs(plan_llama, specs);
         else gpt2_parameter_specs(cfg, specs);
-        cudamodel_plan_grad_slots(specs, num, hi - lo, prec, p);
+        cudamodel_plan_grad_slots(specs, num, hi - lo, prec, tc->zero_stage >= 3, p);
     }
 }
 
@@ -535,14 +626,14 @@ static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainCon
 
 /* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights; -z 2: also the
  * gradients, reduced layer by layer from two packed slots into the shard). */
-enum { CUDA_MAX_ZERO = 2 };
+enum { CUDA_MAX_ZERO = 3 };
 
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < -1 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be -1 (auto), 0, 1 or 2", tc->gelu_fusion);
-    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0, 1 or 2)", tc->zero_stage, tc->zero_stage);
+    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: use -z 0, 1, 2 or 3", tc->zero_stage);
     if (strcmp(tc->offload, "optimizer") == 0) {
         if (*precision == PRECISION_FP16)
             llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "
@@ -675,6 +766,11 @@ int main(int argc, char **argv) {
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
         gpt2cuda_set_shard(m, lo, hi);
         if (tc.zero_stage >= 2) gpt2cuda_set_grad_slots(m); /* no full gradient buffer */
+        if (tc.zero_stage >= 3) { /* no full parameters: each layer gathered when needed */
+            gpt2cuda_set_param_slots(m);
+            m->params_hook = cuda_params_hook;
+            m->params_hook_ctx = &tr;
+        }
     }
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;

@@ -146,6 +146,7 @@ template <class T> void llamacuda_trunk_forward(GPT2Cuda *m, int B, int T_) {
         swiglu_forward(fch_swiglu, fch, N, F, s);
         matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), (const T *)NULL, N, F, C, ctx);
         /* residual3 += residual2, then the next block's ln1 (or lnf) */
+        if (l + 1 < L) gpt2cuda_params_needed(m, l + 1, 0); /* (its ln1w) */
         if (l + 1 < L)
             fused_residual_rmsnorm_forward(residual3, ACT(ln1, l + 1), STAT(ln1_rstd, l + 1), residual3, residual2,
                                            PARAM(ln1w, l + 1), N, C, eps, s);

@@ -138,6 +138,14 @@ typedef struct {
     void (*params_hook)(void *ctx, int layer, int backward);
     void *params_hook_ctx;
     int head_index; /* the LM head's parameter tensor: wte (GPT-2, tied Llama) or lm_head */
+    /* -z 3 (gpt2cuda_set_param_slots, with grad_slots, before gpt2cuda_allocate; the trainer's
+     * params_hook is then required): params_memory holds only this rank's shard [shard_lo,
+     * shard_hi) (gpt2cuda_param_at); gather_memory the outer bucket's parameters, whole and packed
+     * (gathered after every update), then two layer slots: layer l's parameters, gathered by the
+     * hook into slot l & 1 (slot_layer says which layer a slot holds, -1 none or stale). */
+    int param_slots;
+    void *gather_memory;
+    int slot_layer[2];
     /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
@@ -280,7 +288,19 @@ template <class T> inline LayerActs<T> gpt2cuda_layer(const GPT2Cuda *m, int l, 
 /* Parameter tensor i of layer l (l ignored for a tensor kept once), typed. */
 template <class X> inline X *cudamodel_param(const GPT2Cuda *m, int i, int l) {
     const TensorSpec *s = &m->param_specs[i];
-    return (X *)m->params_memory + s->offset + (size_t)l * s->layer_numel;
+    if (!m->param_slots) return (X *)m->params_memory + s->offset + (size_t)l * s->layer_numel;
+    if (!s->layer_numel) return (X *)m->gather_memory + m->bucket_pos[i];
+    return (X *)m->gather_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel + m->bucket_pos[i];
+}
+/* Flat parameter a in this rank's storage (in [shard_lo, shard_hi) at -z 3): the update's and the
+ * host copies' view. */
+template <class X> inline X *gpt2cuda_param_at(const GPT2Cuda *m, size_t a) {
+    return m->param_slots ? (X *)m->params_memory + (a - m->shard_lo) : (X *)m->params_memory + a;
+}
+/* Layer l's gathered parameters, packed (l < 0: the outer bucket); param_slots only. */
+inline void *gpt2cuda_bucket_params(const GPT2Cuda *m, int l) {
+    const size_t elem = precision_bytes(m->precision);
+    return (char *)m->gather_memory + (l < 0 ? 0 : (m->outer_numel + (size_t)(l & 1) * m->layer_numel) * elem);
 }
 /* Its gradient: in the arena, or (-z 2, grad_slots) in the outer bucket or layer l's slot. */
 template <class X> inline X *cudamodel_grad(const GPT2Cuda *m, int i, int l) {
@@ -412,11 +432,14 @@ inline void cudamodel_plan(const LlamaConfig *llama, const ModelConfig *cfg, int
 /* -z 2 without a full gradient buffer (grad_slots): the gradient class is the outer bucket and
  * two layer slots, packed (dist.h's bucket_packing), and the reduced gradients are the rank's
  * shard (shard elements, at least 1 allocated). */
-inline void cudamodel_plan_grad_slots(const TensorSpec *specs, int num_specs, size_t shard, Precision prec, MemPlan *p) {
+inline void cudamodel_plan_grad_slots(const TensorSpec *specs, int num_specs, size_t shard, Precision prec, int zero3, MemPlan *p) {
     size_t outer, layer;
     bucket_packing(specs, num_specs, &outer, &layer, NULL);
     p->device_bytes[MEM_GRADIENTS] = (outer + 2 * layer) * precision_bytes(prec);
     p->device_bytes[MEM_GRAD_SHARD] = (shard ? shard : 1) * precision_bytes(prec);
+    if (!zero3) return; /* -z 3: the parameters' shard, and the outer bucket whole + two gathered layers */
+    p->device_bytes[MEM_PARAMETERS] = (shard ? shard : 1) * precision_bytes(prec);
+    p->device_bytes[MEM_PARAM_GATHER] = (outer + 2 * layer) * precision_bytes(prec);
 }
 inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
                           int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
@@ -521,6 +544,11 @@ inline void gpt2cuda_set_grad_slots(GPT2Cuda *m) {
     bucket_packing(m->param_specs, m->num_param_specs, &m->outer_numel, &m->layer_numel, m->bucket_pos);
     m->grad_slots = 1;
 }
+/* -z 3: the parameters sharded too (see param_slots); after gpt2cuda_set_grad_slots. */
+inline void gpt2cuda_set_param_slots(GPT2Cuda *m) {
+    if (!m->grad_slots) llmc_die("gpt2cuda_set_param_slots: before gpt2cuda_set_grad_slots");
+    m->param_slots = 1;
+}
 
 inline void gpt2cuda_set_shard(GPT2Cuda *m, size_t lo, size_t hi) {
     if (m->m || lo > hi || hi > m->num_parameters) llmc_die("gpt2cuda_set_shard: [%zu, %zu) after allocation or outside the parameters", lo, hi);
@@ -570,7 +598,15 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     plan->offload = m->offload;
     cudamodel_plan(llama ? &m->llama : NULL, cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request,
                    m->shard_hi - m->shard_lo, training, plan);
-    if (training && m->grad_slots) cudamodel_plan_grad_slots(m->param_specs, m->num_param_specs, m->shard_hi - m->shard_lo, m->precision, plan);
+    if (training && m->grad_slots)
+        cudamodel_plan_grad_slots(m->param_specs, m->num_param_specs, m->shard_hi - m->shard_lo, m->precision, m->param_slots, plan);
+    if (m->param_slots) { /* the whole parameters (gpt2cuda_build's) give way to the shard and the gather buffer */
+        cudaCheck(cudaFree(m->params_memory));
+        mem_account(MEM_PARAMETERS, -(long long)(m->num_parameters * precision_bytes(m->precision)), 1);
+        m->params_memory = gpt2cuda_malloc(MEM_PARAMETERS, plan->device_bytes[MEM_PARAMETERS]);
+        m->gather_memory = gpt2cuda_malloc(MEM_PARAM_GATHER, plan->device_bytes[MEM_PARAM_GATHER]);
+        memset(&m->params, 0, sizeof m->params); /* (decode.cuh's views: not at -z 3) */
+    }
     m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
     memcpy(m->act_specs, plan->act, sizeof plan->act);
     memcpy(m->act_bytes, plan->act_bytes, sizeof plan->act_bytes);
@@ -639,15 +675,16 @@ inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
         cudaCheck(cudaMemcpy(m->host_params + lo, m->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
-            if (ns) cast_copy((T *)m->params_memory + lo, m->master, ns, m->ctx->stream);
+            if (ns) cast_copy(gpt2cuda_param_at<T>(m, lo), m->master, ns, m->ctx->stream);
         });
         cudaCheck(cudaStreamSynchronize(m->ctx->stream));
     } else {
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
             T *stage = (T *)m->h_staging;
-            cudaCheck(cudaMemcpy(stage, m->params_memory, n * sizeof(T), cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < n; i++) m->host_params[i] = to_float(stage[i]);
+            const size_t a = m->param_slots ? lo : 0, k = m->param_slots ? ns : n; /* -z 3: the shard only */
+            cudaCheck(cudaMemcpy(stage, gpt2cuda_param_at<T>(m, a), k * sizeof(T), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < k; i++) m->host_params[a + i] = to_float(stage[i]);
         });
     }
     if (m->m && m->optim_state != OPTSTATE_FP32) { /* compact: decoded on the host (optstate.c) */
@@ -671,7 +708,19 @@ inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
         typedef decltype(tag) T;
         T *stage = (T *)m->h_staging;
         for (size_t i = 0; i < n; i++) stage[i] = from_float<T>(m->host_params[i]);
-        cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
+        if (!m->param_slots) {
+            cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
+            return;
+        }
+        /* -z 3: the shard, and the outer bucket packed into the gather buffer; no layer gathered */
+        if (m->shard_hi > m->shard_lo)
+            cudaCheck(cudaMemcpy(m->params_memory, stage + m->shard_lo, (m->shard_hi - m->shard_lo) * sizeof(T), cudaMemcpyHostToDevice));
+        Bucket b;
+        bucket_of_layer(&b, m->param_specs, m->num_param_specs, -1);
+        size_t k = 0;
+        for (int i = 0; i < b.n; k += b.len[i], i++)
+            cudaCheck(cudaMemcpy((T *)m->gather_memory + k, stage + b.off[i], b.len[i] * sizeof(T), cudaMemcpyHostToDevice));
+        m->slot_layer[0] = m->slot_layer[1] = -1;
     });
     const size_t lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
     if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
@@ -712,6 +761,7 @@ template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_
     if (!finish) return;
     matmul_forward(x.residual3, x.fch_gelu, p.fcprojw, p.fcprojb, N, F, C, ctx);
     if (l + 1 < L) {
+        gpt2cuda_params_needed(m, l + 1, 0); /* (its ln1w, ln1b) */
         LayerActs<T> y = gpt2cuda_layer<T>(m, l + 1, B, T_);
         const LayerWeights<T> q = gpt2cuda_layer_weights<T>(m, l + 1, 0);
         fused_residual_layernorm_forward(x.residual3, y.ln1, y.ln1_mean, y.ln1_rstd, x.residual3, x.residual2, q.ln1w, q.ln1b,
@@ -1060,7 +1110,7 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
             if (!ns) return;
             OptSegments seg;
             optstate_segments(&seg, m->param_specs, NUM_PARAMETER_TENSORS, lo, m->shard_hi, weight_decay);
-            adamw_update_compact((T *)m->params_memory + lo, m->master, (const T *)gpt2cuda_grad_at<T>(m, lo), m->m, m->v,
+            adamw_update_compact(gpt2cuda_param_at<T>(m, lo), m->master, (const T *)gpt2cuda_grad_at<T>(m, lo), m->m, m->v,
                                  m->optim_state, ns, &seg, lr, beta1, beta2, eps, t, scale,
                                  splitmix64(m->seed ^ ((uint64_t)t << 8)), m->ctx->stream, lo);
             return;
@@ -1072,7 +1122,7 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
             if (a >= b) continue;
             const size_t k = a - m->shard_lo; /* into the shard's m, v, master */
             uint64_t seed = splitmix64(m->seed ^ ((uint64_t)t << 8) ^ (uint64_t)i);
-            adamw_update((T *)m->params_memory + a, m->master ? m->master + k : (float *)NULL,
+            adamw_update(gpt2cuda_param_at<T>(m, a), m->master ? m->master + k : (float *)NULL,
                          (const T *)gpt2cuda_grad_at<T>(m, a), m->m + k, m->v + k, b - a, lr, beta1, beta2, eps,
                          s->decay ? weight_decay : 0.0f, t, scale, seed, m->ctx->stream, a - s->offset);
         }
@@ -1093,7 +1143,7 @@ inline void gpt2cuda_logits_rows(GPT2Cuda *m, int row0, int rows) {
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
         matmul_forward((T *)m->acts.logits, (const T *)m->acts.lnf + (size_t)row0 * C,
-                       (const T *)m->params_memory + m->head_offset, (const T *)NULL, rows, C, Vp, m->ctx);
+                       (const T *)cudamodel_param<T>(m, m->head_index, 0), (const T *)NULL, rows, C, Vp, m->ctx);
     });
 }
 
@@ -1112,7 +1162,7 @@ inline const float *gpt2cuda_next_logits(GPT2Cuda *m, const int *tokens, int n) 
 }
 
 inline void gpt2cuda_free(GPT2Cuda *m) {
-    void *dev[] = {m->params_memory, m->grads_memory, m->shard_grads, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
+    void *dev[] = {m->params_memory, m->gather_memory, m->grads_memory, m->shard_grads, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
                    m->fscratch, m->d_norm, m->d_loss, m->d_loss_acc, m->d_inputs, m->d_targets, m->d_buckets};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (gpt2cuda_set_offload) */
@@ -1164,8 +1214,9 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
         total += (double)(bytes);                                               \
     } while (0)
     char label[64];
-    snprintf(label, sizeof label, "parameters (%zu, %s)", n, precision_name(m->precision));
-    LLMC_ROW(label, n * elem);
+    snprintf(label, sizeof label, "parameters (%zu, %s%s)", n, precision_name(m->precision), m->param_slots ? ", shard" : "");
+    LLMC_ROW(label, m->param_slots ? m->plan.device_bytes[MEM_PARAMETERS] : n * elem);
+    if (m->param_slots) LLMC_ROW("params gathered (outer + 2 layers)", m->plan.device_bytes[MEM_PARAM_GATHER]);
     if (training) {
         const size_t ns = m->shard_hi - m->shard_lo; /* this rank's (ZeRO-1) */
         const char *part = ns < n ? ", shard" : "";
