@@ -21,6 +21,12 @@
  * shard gradients (accumulated over the micro-steps; the outer buffer once, on the last); the
  * slot's next layer waits for that (slot_free). The norm is the shards' squares summed over the
  * ranks; the skip check and the update read the shard. The plan (cuda_plan) prices the same.
+ * -z 3: as -z 2, and the model keeps its shard of the parameters (gpt2cuda_set_param_slots); the
+ * outer tensors stay whole in its gather buffer (cuda_params_updated gathers them after every
+ * update) and the model's per-layer params_hook (cuda_params_hook) gathers each layer into one of
+ * two slots before its forward and before its backward (cuda_gather_bucket: each rank's part of
+ * the packed layer copied from its shard, then a grouped ncclBroadcast per rank, on comm_stream),
+ * prefetching the next; checkpoints all-gather the shards on the host (cuda_sync_to_host).
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any

@@ -8,16 +8,21 @@ and the final weights); the same 2 ranks started without mpirun (-pi fs) bit-ide
 bits (model and state file: the shards' updates, their stochastic rounding and the gathers lose
 nothing); a checkpoint written by 2 ranks resumed by one process (2 -> 1); a rank killed
 with SIGKILL (the other exits non-zero within 60 s); ranks started with different flags (a startup
-error naming the flag); -z 3 refused with a clear error.
-Gradient buckets (a tiny L 2 model, 2 ranks x B 1 with 2 accumulation steps, so the reduction must
-happen on the last micro-step only): -z 2 against one process with B 2 (losses, weights; the plan's
-per-rank AdamW bytes = ceil(n / 2) floats, and every run checks allocated == plan at startup), then
-its checkpoint resumed by one process at -z 2 (2 -> 1); the per-layer buckets reduced during the
-backward against one reduction after it (LLMC_TEST_UNBUCKETED) at -z 0 and -z 2: the same model and
-state bits (cudasim's NCCL adds in rank order whatever the call's size, so slicing the arena into
-buckets changes no sum); and the order of issue (LLMC_TEST_TRACE_BUCKETS): every step issues layer
-1's bucket while the backward is still at layer 1 (layer 0's backward not yet queued), then layer
-0's, then the outer bucket, all before the backward returns.
+error naming the flag).
+Gradient buckets (a tiny L 2 model, 2 ranks x B 1 with 2 accumulation steps): -z 2 (no full gradient
+buffer: an outer buffer and two layer slots, each reduced into the owners' shards) against one process
+with B 2 (losses, weights; the memory table's slot and shard rows), then its checkpoint resumed by one
+process at -z 2 (2 -> 1); --plan -z 2 (ranks 0 and 1) and -z 3 (rank 1) of a 3-layer model against the
+closed form written here (AdamW m, v and the gradient shard ceil(n / 2), the gradients outer + 2 layers,
+-z 3's parameters the shard and its gather buffer outer + 2 layers; every run also checks allocated ==
+plan at startup); the per-layer buckets reduced during the backward against one reduction after it
+(LLMC_TEST_UNBUCKETED) at -z 0: the same model and state bits (cudasim's NCCL adds in rank order
+whatever the call's size, so slicing the arena into buckets changes no sum); and the order of issue at
+-z 2 (LLMC_TEST_TRACE_BUCKETS): every micro-step reduces layer 1's slot while the backward is still at
+layer 1 (layer 0's backward not yet queued), then layer 0's; the outer bucket on the last micro-step.
+-z 3 (zero3(): the 3-layer model, so the two gather slots are reused): 2 ranks x B 1, 2 accumulation
+steps, -r 3 and a sample at step 2 against one process x B 2 (losses, weights), then resumed by one
+process at -z 3 (2 -> 1).
 bf16 and fp16 (precisions(): the tiny model, 4 steps, data from 16 tokens so that the loss moves): 2 ranks x B 1
 against one process x B 2, losses within test/test_gpt.cu's per-precision loss tolerances (LOSS_ATOL_16 says why),
 with every rank keeping its stdout (LLMC_TEST_ALL_RANKS_STDOUT, mpirun --tag-output): each rank's step lines carry
