@@ -13,9 +13,20 @@
  * own stream, bucket by bucket during the last micro-step's backward (cuda_bucket_ready: a layer's
  * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
  * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
- * fp16 skip decision and the update. -z 2: as -z 1 below, but each bucket is reduced only into the
- * shards (ncclReduce of each slice's part to the rank owning it) and the norm is the shards'
- * squares summed over the ranks; the full-size gradient buffer stays (the memory of -z 1).
+ * fp16 skip decision and the update. -z 2: as -z 1 below, but no full-size gradient buffer: the
+ * model (gpt2cuda_set_grad_slots) writes the outer tensors' gradients into a packed outer buffer
+ * and each layer's into one of two packed layer slots; cuda_reduce_slot reduces a layer's slot,
+ * on every micro-step as soon as its backward is queued, only to the ranks owning it (each rank's
+ * part of a packed bucket is one run: one ncclReduce per rank) and the owner adds it into its
+ * shard gradients (accumulated over the micro-steps; the outer buffer once, on the last); the
+ * slot's next layer waits for that (slot_free). The norm is the shards' squares summed over the
+ * ranks; the skip check and the update read the shard. The plan (cuda_plan) prices the same.
+ * -z 3: as -z 2, and the model keeps its shard of the parameters (gpt2cuda_set_param_slots); the
+ * outer tensors stay whole in its gather buffer (cuda_params_updated gathers them after every
+ * update) and the model's per-layer params_hook (cuda_params_hook) gathers each layer into one of
+ * two slots before its forward and before its backward (cuda_gather_bucket: each rank's part of
+ * the packed layer copied from its shard, then a grouped ncclBroadcast per rank, on comm_stream),
+ * prefetching the next; checkpoints all-gather the shards on the host (cuda_sync_to_host).
  * -z 1: each rank keeps m, v (and master weights) of its shard of the parameters only (dist.h's
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
@@ -87,6 +98,7 @@ typedef struct {
     ncclComm_t comm;          /* NULL with one rank */
     cudaStream_t comm_stream; /* gradient reduction */
     cudaEvent_t grads_done, reduced;
+    cudaEvent_t gathered[3]; /* -z 3: the gathers of layer slots 0, 1 and of the outer bucket */
 #endif
 } CudaTrainer;
 
@@ -109,18 +121,15 @@ static void nccl_start(CudaTrainer *tr) {
     cudaCheck(cudaStreamCreateWithFlags(&tr->comm_stream, cudaStreamNonBlocking));
     cudaCheck(cudaEventCreateWithFlags(&tr->grads_done, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&tr->reduced, cudaEventDisableTiming));
+    for (int i = 0; i < 3; i++) cudaCheck(cudaEventCreateWithFlags(&tr->gathered[i], cudaEventDisableTiming));
 }
 
 static ncclDataType_t nccl_type(Precision p) {
     return p == PRECISION_FP32 ? ncclFloat32 : p == PRECISION_BF16 ? ncclBfloat16 : ncclFloat16;
 }
 
-/* A bucket's gradients averaged over the ranks, queued on comm_stream (ordered after the compute
- * stream's work by the caller): -z 0/1 every rank gets the whole average (an in-place all-reduce
- * per slice); -z 2 only the part in each rank's shard is needed, so each slice's part in rank r's
- * shard is reduced to rank r (a reduce-scatter into the shards, as ncclReduce calls: the shards
- * need not be equal or aligned to the slices), and the rest of the rank's gradient buffer is left
- * unreduced (never read: the norm and the update use the shard only). */
+/* -z 0/1: a bucket's gradients averaged over the ranks (an in-place all-reduce per slice of the
+ * arena), queued on comm_stream (ordered after the compute stream's work by the caller). */
 static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
     GPT2Cuda *m = &tr->model;
     const size_t elem = precision_bytes(m->precision);
@@ -128,21 +137,144 @@ static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int i = 0; i < b->n; i++) {
         char *p = (char *)m->grads_memory + b->off[i] * elem;
-        if (tr->tc.zero_stage < 2) {
-            nccl_check(ncclAllReduce(p, p, b->len[i], type, ncclAvg, tr->comm, tr->comm_stream), "ncclAllReduce (gradients)");
-            continue;
-        }
-        for (int r = 0; r < tr->dist->size; r++) {
-            size_t lo, hi;
-            dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
-            size_t a = lo > b->off[i] ? lo : b->off[i], e = hi < b->off[i] + b->len[i] ? hi : b->off[i] + b->len[i];
-            char *q = (char *)m->grads_memory + a * elem;
-            if (a < e) nccl_check(ncclReduce(q, q, e - a, type, ncclAvg, r, tr->comm, tr->comm_stream), "ncclReduce (gradients)");
-        }
+        nccl_check(ncclAllReduce(p, p, b->len[i], type, ncclAvg, tr->comm, tr->comm_stream), "ncclAllReduce (gradients)");
     }
     nccl_check(ncclGroupEnd(), "ncclGroupEnd");
     tr->dist->comm_bytes += (long long)(b->numel * elem); /* the step line's "comm" */
 }
+
+/* -z 2: a packed bucket's gradients (a layer's slot, or the outer bucket) averaged over the ranks
+ * into their owners: rank r's part of the packed bucket is one contiguous run (dist.h's
+ * bucket_part), reduced in place to rank r (a reduce-scatter as ncclReduce calls: the shards need
+ * not be equal or aligned to the slices). On comm_stream, ordered after the backward by the caller. */
+static void nccl_reduce_packed(CudaTrainer *tr, const Bucket *b, char *packed) {
+    GPT2Cuda *m = &tr->model;
+    const size_t elem = precision_bytes(m->precision);
+    nccl_check(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < tr->dist->size; r++) {
+        size_t lo, hi, pos, count;
+        dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+        bucket_part(b, lo, hi, &pos, &count);
+        char *q = packed + pos * elem;
+        if (count) nccl_check(ncclReduce(q, q, count, nccl_type(m->precision), ncclAvg, r, tr->comm, tr->comm_stream), "ncclReduce (gradients)");
+    }
+    nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+    tr->dist->comm_bytes += (long long)(b->numel * elem); /* the step line's "comm" */
+}
+#endif
+
+/* -z 2 (the model's grad_slots): bucket l's packed gradients (layer l's slot on every micro-step;
+ * l < 0: the outer bucket, on the last) reduced over the ranks and this rank's part added into its
+ * shard gradients (accumulated over the micro-steps), then the slot marked free for the layer that
+ * uses it next (slot_free). On comm_stream, after the compute stream's work so far; with one
+ * rank no reduction, the add on the compute stream. */
+static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
+    GPT2Cuda *m = &tr->model;
+    char *packed = (char *)gpt2cuda_bucket_grads(m, l);
+    cudaStream_t st = tr->ctx.stream;
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        st = tr->comm_stream;
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
+        nccl_reduce_packed(tr, b, packed);
+    }
+#endif
+    size_t pos, count;
+    bucket_part(b, m->shard_lo, m->shard_hi, &pos, &count);
+    gpt2cuda_shard_accumulate(m, b, packed + pos * precision_bytes(m->precision), st);
+    if (l >= 0) cudaCheck(cudaEventRecord(m->slot_free[l & 1], st));
+}
+
+/* -z 3 (the model's param_slots): bucket l's parameters (l < 0: the outer bucket) gathered from the
+ * ranks' shards into its packed place in the gather buffer: each rank copies its part (one
+ * contiguous run of the packed bucket, dist.h's bucket_part) there from its shard, slice by
+ * slice, and broadcasts it to the others (grouped ncclBroadcast, one per rank). On comm_stream
+ * after the compute stream's work queued so far (the slot's previous layer is done with it),
+ * recorded in gathered[slot]; with one rank, copies on the compute stream. */
+static void cuda_gather_bucket(CudaTrainer *tr, int l) {
+    GPT2Cuda *m = &tr->model;
+    const size_t elem = precision_bytes(m->precision);
+    char *dst = (char *)gpt2cuda_bucket_params(m, l);
+    Bucket b;
+    bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
+    cudaStream_t st = tr->ctx.stream;
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        st = tr->comm_stream;
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
+    }
+#endif
+    size_t k = 0;
+    for (int i = 0; i < b.n; k += b.len[i], i++) {
+        size_t a = b.off[i] > m->shard_lo ? b.off[i] : m->shard_lo;
+        size_t e = b.off[i] + b.len[i] < m->shard_hi ? b.off[i] + b.len[i] : m->shard_hi;
+        if (a < e)
+            cudaCheck(cudaMemcpyAsync(dst + (k + a - b.off[i]) * elem, (char *)m->params_memory + (a - m->shard_lo) * elem,
+                                      (e - a) * elem, cudaMemcpyDeviceToDevice, st));
+    }
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        nccl_check(ncclGroupStart(), "ncclGroupStart");
+        for (int r = 0; r < tr->dist->size; r++) {
+            size_t lo, hi, pos, count;
+            dist_shard(m->num_parameters, tr->dist->size, r, &lo, &hi);
+            bucket_part(&b, lo, hi, &pos, &count);
+            char *q = dst + pos * elem;
+            if (count) nccl_check(ncclBroadcast(q, q, count, nccl_type(m->precision), r, tr->comm, st), "ncclBroadcast (parameter gather)");
+        }
+        nccl_check(ncclGroupEnd(), "ncclGroupEnd");
+        tr->dist->comm_bytes += (long long)(b.numel * elem);
+        cudaCheck(cudaEventRecord(tr->gathered[l < 0 ? 2 : l & 1], st));
+    }
+#endif
+}
+
+/* -z 3: the compute stream waits for bucket l's gather (queued by cuda_gather_bucket). */
+static void cuda_wait_gather(CudaTrainer *tr, int l) {
+#if LLMC_HAVE_NCCL
+    if (tr->comm) cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->gathered[l < 0 ? 2 : l & 1], 0));
+#else
+    (void)tr, (void)l;
+#endif
+}
+
+/* -z 3: layer l's parameters in its slot (gathered unless the slot holds them already), the
+ * compute stream waiting for them. */
+static void cuda_need_layer(CudaTrainer *tr, int l) {
+    GPT2Cuda *m = &tr->model;
+    if (m->slot_layer[l & 1] != l) {
+        cuda_gather_bucket(tr, l);
+        m->slot_layer[l & 1] = l;
+    }
+    cuda_wait_gather(tr, l);
+}
+
+/* The model's params_hook at -z 3: layer l is needed now; the next layer in this direction (l + 1
+ * forward, l - 1 backward) is prefetched into the other slot, whose last user's kernels are
+ * queued by now (a layer's forward reads the next layer's first norm at its end: the model asks
+ * for l + 1 then, before its last kernel). */
+static void cuda_params_hook(void *p, int l, int backward) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    cuda_need_layer(tr, l);
+    const int next = backward ? l - 1 : l + 1;
+    if (next >= 0 && next < m->cfg.num_layers && m->slot_layer[next & 1] != next) {
+        cuda_gather_bucket(tr, next);
+        m->slot_layer[next & 1] = next;
+    }
+}
+
+/* -z 3, after the update: the outer parameters gathered again from the updated shards (the compute
+ * stream waits), and the layer slots stale. */
+static void cuda_params_updated(CudaTrainer *tr) {
+    GPT2Cuda *m = &tr->model;
+    cuda_gather_bucket(tr, -1);
+    cuda_wait_gather(tr, -1);
+    m->slot_layer[0] = m->slot_layer[1] = -1;
+}
+#if LLMC_HAVE_NCCL
 
 /* Before the norm: the gradients averaged over the ranks, and the compute stream made to wait for
  * that. The buckets were queued during the backward (cuda_bucket_ready); without the hook
@@ -166,7 +298,7 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
 /* -z 1, after the update: every rank's shard of the parameters to every rank. */
 static void nccl_gather_params(CudaTrainer *tr) {
     GPT2Cuda *m = &tr->model;
-    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters) return;
+    if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters || m->param_slots) return;
     NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
     ncclDataType_t type = nccl_type(m->precision);
@@ -200,6 +332,7 @@ static void nccl_stop(CudaTrainer *tr) {
     cudaStreamDestroy(tr->comm_stream);
     cudaEventDestroy(tr->grads_done);
     cudaEventDestroy(tr->reduced);
+    for (int i = 0; i < 3; i++) cudaEventDestroy(tr->gathered[i]);
     tr->comm = NULL;
 }
 #endif
@@ -246,6 +379,11 @@ static void cuda_bucket_ready(void *p, int l) {
         if (m->in_backward) printf("trace: gradient bucket %d issued during the backward at layer %d\n", l, m->backward_layer);
         else printf("trace: gradient bucket %d issued after the backward\n", l);
     }
+    if (m->grad_slots) {
+        NVTX_RANGE_LAYER("reduce gradient slot", l);
+        cuda_reduce_slot(tr, &b, l);
+        return;
+    }
 #if LLMC_HAVE_NCCL
     cudaStream_t side = m->offload ? tr->copy_stream : tr->comm_stream;
 #else
@@ -265,7 +403,7 @@ static void cuda_bucket_ready(void *p, int l) {
 
 /* Every bucket of the step was issued (the hook ran on the step's last micro-step). */
 static void check_buckets_issued(const CudaTrainer *tr) {
-    const int want = tr->model.cfg.num_layers + 1;
+    const int L = tr->model.cfg.num_layers, want = tr->model.grad_slots ? tr->accum * L + 1 : L + 1; /* -z 2: layers every micro-step */
     if (tr->model.grad_hook && tr->buckets_issued != want)
         llmc_die("internal: %d of the %d gradient buckets were issued this step (micro-step %d of %d)", tr->buckets_issued,
                  want, tr->micro, tr->accum);
@@ -326,6 +464,7 @@ static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float g
 #if LLMC_HAVE_NCCL
     nccl_gather_params(tr);
 #endif
+    if (tr->model.param_slots) cuda_params_updated(tr);
     /* the step's time (and MFU) must include the optimizer kernels, and a fault in them must
      * surface at this step, not the next one */
     cudaCheck(cudaStreamSynchronize(tr->ctx.stream));
@@ -345,10 +484,8 @@ static void cuda_sync_to_host(void *p) {
     if (m->shard_hi - m->shard_lo == m->num_parameters) return;
     dist_allgather_f32(tr->dist, m->host_m, m->num_parameters);
     dist_allgather_f32(tr->dist, m->host_v, m->num_parameters);
-    if (m->master) {
-        dist_allgather_f32(tr->dist, m->host_params, m->num_parameters);
-        gpt2cuda_sync_from_host(m);
-    }
+    if (m->master || m->param_slots) dist_allgather_f32(tr->dist, m->host_params, m->num_parameters); /* (-z 3: the shards) */
+    if (m->master) gpt2cuda_sync_from_host(m);
 }
 static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
 /* --offload optimizer: the buckets' copies (queued during the backward) waited for, then converted;
@@ -450,7 +587,7 @@ static int test_inf_step(const Dist *d) {
 static void test_rank_summary(const CudaTrainer *tr) {
     if (!getenv("LLMC_TEST_ALL_RANKS_STDOUT")) return;
     const GPT2Cuda *m = &tr->model;
-    const size_t bytes = m->num_parameters * precision_bytes(m->precision);
+    const size_t bytes = (m->param_slots ? m->shard_hi - m->shard_lo : m->num_parameters) * precision_bytes(m->precision); /* -z 3: the shard */
     unsigned char *h = (unsigned char *)mallocCheck(bytes, "parameters (LLMC_TEST_ALL_RANKS_STDOUT)");
     cudaCheck(cudaMemcpy(h, m->params_memory, bytes, cudaMemcpyDeviceToHost));
     uLong crc = crc32(0L, Z_NULL, 0);
@@ -468,8 +605,15 @@ static const LlamaConfig *plan_llama;
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     size_t lo = 0, hi = plan_llama ? llama_parameter_specs(plan_llama, NULL) : gpt2_parameter_specs(cfg, NULL);
     if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
-    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, (Precision)precision_parse(tc->precision), tc->master_weights,
-                   0, hi - lo, 1, p);
+    const Precision prec = (Precision)precision_parse(tc->precision);
+    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, prec, tc->master_weights, 0, hi - lo, 1, p);
+    if (tc->zero_stage >= 2 && !p->offload) { /* as main(): gpt2cuda_set_grad_slots */
+        TensorSpec specs[NUM_PARAMETER_TENSORS];
+        const int num = plan_llama ? (int)LLAMA3_NUM_PARAMETERS : (int)NUM_PARAMETER_TENSORS;
+        if (plan_llama) llama_parameter_specs(plan_llama, specs);
+        else gpt2_parameter_specs(cfg, specs);
+        cudamodel_plan_grad_slots(specs, num, hi - lo, prec, tc->zero_stage >= 3, p);
+    }
 }
 
 /* Planned against measured device memory after the first step: cudaMemGetInfo's use less what the
@@ -487,15 +631,15 @@ static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainCon
 }
 
 /* The highest ZeRO stage the CUDA optimizer shards (-z 1: m, v and master weights; -z 2: also the
- * reduced gradients, reduce-scattered into the shard, though a full-size gradient buffer stays). */
-enum { CUDA_MAX_ZERO = 2 };
+ * gradients, reduced layer by layer from two packed slots into the shard). */
+enum { CUDA_MAX_ZERO = 3 };
 
 static void check_flags(const TrainConfig *tc, int *precision) {
     *precision = precision_parse(tc->precision);
     if (*precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", tc->precision);
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < -1 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be -1 (auto), 0, 1 or 2", tc->gelu_fusion);
-    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: ZeRO-%d is not built in train_gpt yet (use -z 0, 1 or 2)", tc->zero_stage, tc->zero_stage);
+    if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: use -z 0, 1, 2 or 3", tc->zero_stage);
     if (strcmp(tc->offload, "optimizer") == 0) {
         if (*precision == PRECISION_FP16)
             llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "
@@ -627,6 +771,12 @@ int main(int argc, char **argv) {
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
         gpt2cuda_set_shard(m, lo, hi);
+        if (tc.zero_stage >= 2) gpt2cuda_set_grad_slots(m); /* no full gradient buffer */
+        if (tc.zero_stage >= 3) { /* no full parameters: each layer gathered when needed */
+            gpt2cuda_set_param_slots(m);
+            m->params_hook = cuda_params_hook;
+            m->params_hook_ctx = &tr;
+        }
     }
     gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
@@ -643,7 +793,7 @@ int main(int argc, char **argv) {
 #else
     const int comm = 0;
 #endif
-    if ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED")) {
+    if (m->grad_slots || ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED"))) { /* (-z 2 needs it) */
         cudaCheck(cudaEventCreateWithFlags(&tr.bucket_ready, cudaEventDisableTiming));
         if (offload) cudaCheck(cudaStreamCreateWithFlags(&tr.copy_stream, cudaStreamNonBlocking));
         m->grad_hook = cuda_bucket_ready;

@@ -453,6 +453,15 @@ void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l) {
     }
 }
 
+void bucket_packing(const TensorSpec *specs, int num_specs, size_t *outer, size_t *layer, size_t *pos) {
+    *outer = *layer = 0;
+    for (int i = 0; i < num_specs; i++) {
+        size_t *size = specs[i].layer_numel ? layer : outer;
+        if (pos) pos[i] = *size;
+        *size += specs[i].layer_numel ? specs[i].layer_numel : specs[i].numel;
+    }
+}
+
 static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *lo) {
     *lo = a0 > b0 ? a0 : b0;
     size_t hi = a1 < b1 ? a1 : b1;

@@ -112,6 +112,9 @@ void bucket_add(Bucket *b, size_t off, size_t len);
 /* The bucket of layer l (every stacked tensor's layer-l slice) or, l < 0, the outer bucket (the
  * non-empty tensors kept once: GPT-2's wte, wpe, lnfw, lnfb), in table order = flat offset order. */
 void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l);
+/* The packed sizes of the outer bucket and of one layer's bucket; pos (may be NULL): each tensor's
+ * place in its packed bucket. */
+void bucket_packing(const TensorSpec *specs, int num_specs, size_t *outer, size_t *layer, size_t *pos);
 /* The packed run [*pos, *pos + *count) of b whose flat indices lie in [lo, hi). */
 void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count);
 /* For every element of b with flat index in [lo, hi): shard[i - lo] += packed[k] (add 1, with

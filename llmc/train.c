@@ -819,8 +819,9 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
             log_float(&lg, "val_loss", vl);
             log_end(&lg);
         }
-        /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all) */
-        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (dist->rank == 0 || opt.zero == 3)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
+        /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
+         * GPU's own optimizer too, hence the flag, not opt.zero) */
+        if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (dist->rank == 0 || tc->zero_stage == 3)) generate(be, &text, &sampler_rng, T, tc->gen_tokens);
         if (tc->max_skips > 0 && consecutive_skips >= tc->max_skips) {
             char where[4400] = "there is no healthy checkpoint";
             if (healthy_ckpt >= 0)

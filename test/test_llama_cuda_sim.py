@@ -9,7 +9,8 @@ llmc Llama file written here (L 2, C 64, NH 4, NKV 2, F 128, V 512, untied head,
 - --offload optimizer (the loop's CPU AdamW) gives the device optimizer's losses and final
   parameters bit for bit (fp32), as for GPT-2; --cuda-graph 1 too; --optim-state int8 trains;
 - under mpirun -np 2 (a build with MPI: cudasim's NCCL), -z 1 (sharded m, v, master) writes the
-  same model and state bits as -z 0 in bf16, as for GPT-2;
+  same model and state bits as -z 0 in bf16, as for GPT-2; -z 2 and -z 3 on 2 ranks x B 1 equal one
+  process x B 2 in fp32 (losses 1e-5 relative, weights 1e-4 absolute);
 - --plan -e llama3.2-1b prints the CUDA plan with the CPU plan's parameter count, nothing built;
 - --memory-budget prices the CUDA Llama's plan: between the -b 8 and -b 4 plans it chooses a -b
   whose plan fits (-r not searched, and said so), with the same -d; that run's measured device use
@@ -230,6 +231,25 @@ def main():
             files = ["model_00000002.bin", "state_00000002_00000.bin"]
             report(ok and all(same_file(tmp, "z0", "z1", f) for f in files),
                    "train_gpt (harness) Llama under mpirun -np 2: -z 1 == -z 0 (model and state bits, bf16)")
+            # -z 2 (gradients reduced layer by layer from two packed slots into the shard), fp32: 2 ranks x B 1
+            # with 2 accumulation steps == one process x B 2 (losses rel 1e-5, weights 1e-4 abs: only the order
+            # of float additions differs, as in test/cudasim/test_train_gpt_ranks.py)
+            z2 = [*common[:common.index("-b")], "-t", "32", "-v", "0", "-s", "0", "-d", "128", "--precision", "fp32", "-x", "2",
+                  "-n", "2"]
+            p_one = run([SIM, "-e", model, *z2, "-b", "2", "-o", os.path.join(tmp, "z2_one")])
+            for z in ("2", "3"):  # -z 3: each layer's parameters gathered into a slot before its forward and backward
+                p = run(["mpirun", "--oversubscribe", "-np", "2", SIM, "-e", model, *z2, "-b", "1", "-z", z,
+                         "-o", os.path.join(tmp, "z%s_two" % z)])
+                a, b = losses(os.path.join(tmp, "z2_one")), losses(os.path.join(tmp, "z%s_two" % z))
+                rel = max(abs(a[s] - b[s]) / abs(a[s]) for s in a) if a and sorted(a) == sorted(b) else float("inf")
+                w = [os.path.join(tmp, d, "model_00000002.bin") for d in ("z2_one", "z%s_two" % z)]
+                wa, wb = [np.fromfile(f, np.float32, offset=1024) if os.path.exists(f) else None for f in w]
+                pd = float(np.max(np.abs(wa - wb))) if wa is not None and wb is not None and wa.size == wb.size else float("inf")
+                table = "gradients (outer + 2 layer slots)" in p.stdout and (z == "2" or "params gathered" in p.stdout)
+                report(p_one.returncode == 0 and p.returncode == 0 and table and rel <= 1e-5 and pd <= 1e-4,
+                       f"train_gpt (harness) Llama -z {z} under mpirun -np 2 (x B 1, 2 accumulation steps) == one process "
+                       f"x B 2, fp32 (losses rel {rel:.2g}, weights abs {pd:.2g}; the table shows the slots)",
+                       (p.stdout + p.stderr)[-600:])
         else:
             print("SKIP: train_gpt (harness) Llama -z 1 on 2 ranks: no mpirun")
 

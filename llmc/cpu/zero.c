@@ -5,23 +5,13 @@
 #include "../check.h"
 #include "../optim.h"
 
-/* The outer and layer bucket sizes; pos (may be NULL): each tensor's place in its bucket. */
-static void bucket_sizes(const TensorSpec *specs, int n, size_t *outer, size_t *layer, size_t *pos) {
-    *outer = *layer = 0;
-    for (int i = 0; i < n; i++) {
-        size_t *size = specs[i].layer_numel ? layer : outer;
-        if (pos) pos[i] = *size;
-        *size += specs[i].layer_numel ? specs[i].layer_numel : specs[i].numel;
-    }
-}
-
 static void make_bucket(const CpuZero *z, int l, Bucket *b) { /* l < 0: the outer bucket */
     bucket_of_layer(b, z->specs, z->num_specs, l);
 }
 
 void cpu_zero_plan(const TensorSpec *specs, int num_specs, size_t num_parameters, int zero, int ranks, int rank, MemPlan *p) {
     size_t outer, layer;
-    bucket_sizes(specs, num_specs, &outer, &layer, NULL);
+    bucket_packing(specs, num_specs, &outer, &layer, NULL);
     p->host[MEM_GRADIENTS] = (outer + layer) * sizeof(float);
     if (zero < 3) return;
     p->host[MEM_PARAMETERS] = optim_shard_floats(num_parameters, zero, ranks, rank) * sizeof(float);
@@ -43,7 +33,7 @@ void cpu_zero_shard(CpuZero *z, const TensorSpec *specs, int num_specs, int num_
     z->specs = specs;
     z->num_specs = num_specs;
     z->num_layers = num_layers;
-    bucket_sizes(specs, num_specs, &z->outer_numel, &z->layer_numel, z->pos);
+    bucket_packing(specs, num_specs, &z->outer_numel, &z->layer_numel, z->pos);
     mem_free(MEM_GRADIENTS, *grads, *grads_floats * sizeof(float));
     *grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
     *grads = (float *)mem_calloc(MEM_GRADIENTS, *grads_floats, sizeof(float), "gradient buckets");

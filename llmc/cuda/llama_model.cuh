@@ -83,7 +83,8 @@ inline void llamacuda_set_config(GPT2Cuda *m, const LlamaConfig *lc) {
     m->cfg = lc->base;
     m->num_parameters = llama_parameter_specs(lc, m->param_specs);
     m->num_param_specs = LLAMA3_NUM_PARAMETERS;
-    m->head_offset = lc->tied ? m->param_specs[LLAMA3_P_wte].offset : m->param_specs[LLAMA3_P_lm_head].offset;
+    m->head_index = lc->tied ? LLAMA3_P_wte : LLAMA3_P_lm_head;
+    m->head_offset = m->param_specs[m->head_index].offset;
 }
 
 /* After gpt2cuda_allocate: RoPE's cos/sin table into the end of the activation arena. */
@@ -94,20 +95,17 @@ inline void llamacuda_allocated(GPT2Cuda *m, int T_) {
     rope_freqs_to_device(llamacuda_freqs(m), T_, HS, &rc);
 }
 
-/* Layer l's view of parameter (or gradient) i / activation i, typed; from the tables only. */
-template <class X> inline X *llamacuda_param(void *arena, const GPT2Cuda *m, int i, int l) {
-    const TensorSpec *s = &m->param_specs[i];
-    return (X *)arena + s->offset + (size_t)l * s->layer_numel;
-}
+/* Layer l's view of activation i, typed; from the table only (parameters and gradients:
+ * model.cuh's cudamodel_param and cudamodel_grad, which know -z 2's gradient slots). */
 template <class X> inline X *llamacuda_act(const GPT2Cuda *m, int i, int l) {
     const TensorSpec *s = &m->act_specs[i];
     return (X *)((char *)m->acts_memory + s->offset) + (size_t)l * s->layer_numel;
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
-/* Layer l's views in the functions below (pm, gm: the parameter and gradient arenas): */
-#define PARAM(name, l) llamacuda_param<T>(pm, m, LLAMA3_P_##name, l)
-#define GRAD(name, l) llamacuda_param<T>(gm, m, LLAMA3_P_##name, l)
+/* Layer l's views in the functions below: */
+#define PARAM(name, l) cudamodel_param<T>(m, LLAMA3_P_##name, l)
+#define GRAD(name, l) cudamodel_grad<T>(m, LLAMA3_P_##name, l)
 #define ACT(name, l) llamacuda_act<T>(m, LLAMA3_A_##name, l)
 #define STAT(name, l) llamacuda_act<float>(m, LLAMA3_A_##name, l)
 
@@ -127,13 +125,14 @@ template <class T> void llamacuda_trunk_forward(GPT2Cuda *m, int B, int T_) {
     const float eps = m->llama.norm_eps;
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
-    void *pm = m->params_memory;
     T *encoded = ACT(encoded, 0);
     llama_embed_kernel<<<ceil_div((long long)N * C, 256), 256, 0, s>>>(encoded, m->d_inputs, PARAM(wte, 0), N, C);
     kernelCheck();
+    gpt2cuda_params_needed(m, 0, 0);
     rmsnorm_forward(ACT(ln1, 0), STAT(ln1_rstd, 0), encoded, PARAM(ln1w, 0), N, C, eps, s);
     for (int l = 0; l < L; l++) {
         NVTX_RANGE_LAYER("forward layer", l);
+        if (l > 0) gpt2cuda_params_needed(m, l, 0);
         T *residual = l == 0 ? encoded : ACT(residual3, l - 1), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         T *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         T *residual3 = ACT(residual3, l);
@@ -147,6 +146,7 @@ template <class T> void llamacuda_trunk_forward(GPT2Cuda *m, int B, int T_) {
         swiglu_forward(fch_swiglu, fch, N, F, s);
         matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), (const T *)NULL, N, F, C, ctx);
         /* residual3 += residual2, then the next block's ln1 (or lnf) */
+        if (l + 1 < L) gpt2cuda_params_needed(m, l + 1, 0); /* (its ln1w) */
         if (l + 1 < L)
             fused_residual_rmsnorm_forward(residual3, ACT(ln1, l + 1), STAT(ln1_rstd, l + 1), residual3, residual2,
                                            PARAM(ln1w, l + 1), N, C, eps, s);
@@ -168,7 +168,6 @@ template <class T> void llamacuda_backward_layers_t(GPT2Cuda *m, int B, int T_) 
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
     float *fs = m->fscratch;
-    void *pm = m->params_memory, *gm = m->grads_memory;
     T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
     /* lnf = rmsnorm(residual3[L-1]) */
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
@@ -177,6 +176,8 @@ template <class T> void llamacuda_backward_layers_t(GPT2Cuda *m, int B, int T_) 
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE_LAYER("backward layer", l);
         m->backward_layer = l;
+        gpt2cuda_params_needed(m, l, 1);
+        gpt2cuda_layer_grads_begin(m, l);
         T *residual = l == 0 ? ACT(encoded, 0) : ACT(residual3, l - 1), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
         T *dfch_swiglu = dbuf_f2, *dfch = dbuf_f1;
@@ -208,7 +209,6 @@ template <class T> void llamacuda_backward_layers_t(GPT2Cuda *m, int B, int T_) 
 template <class T> void llamacuda_embedding_backward(GPT2Cuda *m, const EncoderBuckets *eb, int B, int T_) {
     const int C = m->cfg.channels;
     cudaStream_t s = m->ctx->stream;
-    void *gm = m->grads_memory;
     T *dres = (T *)m->dresidual, *dwte = GRAD(wte, 0);
     (void)B, (void)T_;
     if (encoder_packed<T>(C, dwte, dres, dres))

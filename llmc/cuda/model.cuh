@@ -47,6 +47,7 @@
 #include <string.h>
 
 #include "../checkpoint.h"
+#include "../dist.h"
 #include "../llama.h"
 #include "../rng.h"
 #include "../model.h"
@@ -84,7 +85,7 @@ typedef struct {
     /* Device parameters and gradients in T, laid out by the table (contiguous, checkpoint
      * order). The ParameterTensors members are untyped slots: cast to T * before use. */
     void *params_memory, *grads_memory;
-    ParameterTensors params, grads;
+    ParameterTensors params; /* (gradients: cudamodel_grad, which knows -z 2's slots) */
     float *master, *m, *v; /* fp32, parameters [shard_lo, shard_hi) each; master NULL when not used */
     /* --optim-state (gpt2cuda_set_optim_state, before gpt2cuda_allocate): how m and v are stored
      * (OptStateType, llmc/optstate.h); compact states make m, v optstate_bytes(shard) bytes each. */
@@ -112,6 +113,39 @@ typedef struct {
     void (*grad_hook)(void *ctx, int bucket);
     void *grad_hook_ctx;
     int grad_hook_armed, in_backward, backward_layer;
+    /* -z 2 without a full gradient buffer (gpt2cuda_set_grad_slots, before gpt2cuda_allocate; the
+     * trainer's grad_hook is then required): grads_memory holds the outer bucket packed (outer_numel:
+     * wte, wpe, lnfw, lnfb / the Llama's wte, lnfw, lm_head; accumulated over the step's micro-steps)
+     * then two layer slots (layer_numel each: layer l's gradients packed in slot l & 1). Every
+     * micro-step's backward clears layer l's slot (after slot_free[l & 1], which the hook records
+     * once it has reduced the slot's previous layer) and calls grad_hook(ctx, l) when the layer is
+     * done, on every micro-step, not only the armed one; the hook reduces the slot into this rank's
+     * shard_grads (shard_hi - shard_lo elements, accumulated over the micro-steps:
+     * gpt2cuda_shard_accumulate), which the norm and the update read (gpt2cuda_grad_at).
+     * bucket_pos[i]: tensor i's place in its packed bucket. */
+    int grad_slots;
+    size_t outer_numel, layer_numel, bucket_pos[NUM_PARAMETER_TENSORS];
+    void *shard_grads;
+    cudaEvent_t slot_free[2];
+    /* The per-layer "parameters needed" hook (NULL by default): params_hook(params_hook_ctx, l,
+     * backward) is called on the host before the kernels of layer l's forward (backward 0: every
+     * forward, training, eval or sampling; recompute included in the backward's call) or of its
+     * backward (backward 1) are queued. A feature that keeps a layer's parameters elsewhere (a
+     * ZeRO-3 gather into a slot, a host offload, a prefetch) makes them ready there, ordering its
+     * copies before the compute stream's next work. gpt2cuda_layer_weights and the Llama's views
+     * read the parameters through cudamodel_param, the one place that says where they are. Host
+     * code: a CUDA graph capture (graph.cuh) runs it once, at capture. */
+    void (*params_hook)(void *ctx, int layer, int backward);
+    void *params_hook_ctx;
+    int head_index; /* the LM head's parameter tensor: wte (GPT-2, tied Llama) or lm_head */
+    /* -z 3 (gpt2cuda_set_param_slots, with grad_slots, before gpt2cuda_allocate; the trainer's
+     * params_hook is then required): params_memory holds only this rank's shard [shard_lo,
+     * shard_hi) (gpt2cuda_param_at); gather_memory the outer bucket's parameters, whole and packed
+     * (gathered after every update), then two layer slots: layer l's parameters, gathered by the
+     * hook into slot l & 1 (slot_layer says which layer a slot holds, -1 none or stale). */
+    int param_slots;
+    void *gather_memory;
+    int slot_layer[2];
     /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
@@ -247,8 +281,70 @@ template <class T> inline LayerActs<T> gpt2cuda_layer(const GPT2Cuda *m, int l, 
     return x;
 }
 
-/* Layer l's slice of a stacked (L, ...) parameter or gradient tensor, typed. */
+/* Layer l's slice of a stacked (L, ...) parameter tensor, typed (decode.cuh's inference). */
 #define LLMC_LAYER(T, p, l, per) ((T *)(p) + (size_t)(l) * (per))
+
+/* ---- where a layer's parameters and gradients are (both architectures' only source) -------- */
+/* Parameter tensor i of layer l (l ignored for a tensor kept once), typed. */
+template <class X> inline X *cudamodel_param(const GPT2Cuda *m, int i, int l) {
+    const TensorSpec *s = &m->param_specs[i];
+    if (!m->param_slots) return (X *)m->params_memory + s->offset + (size_t)l * s->layer_numel;
+    if (!s->layer_numel) return (X *)m->gather_memory + m->bucket_pos[i];
+    return (X *)m->gather_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel + m->bucket_pos[i];
+}
+/* Flat parameter a in this rank's storage (in [shard_lo, shard_hi) at -z 3): the update's and the
+ * host copies' view. */
+template <class X> inline X *gpt2cuda_param_at(const GPT2Cuda *m, size_t a) {
+    return m->param_slots ? (X *)m->params_memory + (a - m->shard_lo) : (X *)m->params_memory + a;
+}
+/* Layer l's gathered parameters, packed (l < 0: the outer bucket); param_slots only. */
+inline void *gpt2cuda_bucket_params(const GPT2Cuda *m, int l) {
+    const size_t elem = precision_bytes(m->precision);
+    return (char *)m->gather_memory + (l < 0 ? 0 : (m->outer_numel + (size_t)(l & 1) * m->layer_numel) * elem);
+}
+/* Its gradient: in the arena, or (-z 2, grad_slots) in the outer bucket or layer l's slot. */
+template <class X> inline X *cudamodel_grad(const GPT2Cuda *m, int i, int l) {
+    const TensorSpec *s = &m->param_specs[i];
+    if (!m->grad_slots) return (X *)m->grads_memory + s->offset + (size_t)l * s->layer_numel;
+    if (!s->layer_numel) return (X *)m->grads_memory + m->bucket_pos[i];
+    return (X *)m->grads_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel + m->bucket_pos[i];
+}
+/* Layer l's packed gradient bucket (l < 0: the outer one); grad_slots only. */
+inline void *gpt2cuda_bucket_grads(const GPT2Cuda *m, int l) {
+    const size_t elem = precision_bytes(m->precision);
+    return (char *)m->grads_memory + (l < 0 ? 0 : (m->outer_numel + (size_t)(l & 1) * m->layer_numel) * elem);
+}
+/* The reduced gradient of flat parameter a (in [shard_lo, shard_hi) when grad_slots), for the norm
+ * and the update. */
+template <class X> inline X *gpt2cuda_grad_at(const GPT2Cuda *m, size_t a) {
+    return m->grad_slots ? (X *)m->shard_grads + (a - m->shard_lo) : (X *)m->grads_memory + a;
+}
+
+/* The parameters-needed hook (see params_hook). */
+inline void gpt2cuda_params_needed(GPT2Cuda *m, int l, int backward) {
+    if (m->params_hook) m->params_hook(m->params_hook_ctx, l, backward);
+}
+
+/* Layer l's gradients are about to be written (-z 2: its slot waits for the reduction of the
+ * layer that used it before, then is cleared). */
+inline void gpt2cuda_layer_grads_begin(GPT2Cuda *m, int l) {
+    if (!m->grad_slots) return;
+    cudaCheck(cudaStreamWaitEvent(m->ctx->stream, m->slot_free[l & 1], 0));
+    cudaCheck(cudaMemsetAsync(gpt2cuda_bucket_grads(m, l), 0, m->layer_numel * precision_bytes(m->precision), m->ctx->stream));
+}
+
+/* A GPT-2 block's parameter (or gradient) views for layer l. */
+template <class T> struct LayerWeights {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+template <class T> inline LayerWeights<T> gpt2cuda_layer_weights(const GPT2Cuda *m, int l, int grads) {
+    LayerWeights<T> w;
+#define LLMC_VIEW(name) w.name = grads ? cudamodel_grad<T>(m, GPT2_P_##name, l) : cudamodel_param<T>(m, GPT2_P_##name, l)
+    LLMC_VIEW(ln1w), LLMC_VIEW(ln1b), LLMC_VIEW(qkvw), LLMC_VIEW(qkvb), LLMC_VIEW(attprojw), LLMC_VIEW(attprojb);
+    LLMC_VIEW(ln2w), LLMC_VIEW(ln2b), LLMC_VIEW(fcw), LLMC_VIEW(fcb), LLMC_VIEW(fcprojw), LLMC_VIEW(fcprojb);
+#undef LLMC_VIEW
+    return w;
+}
 
 /* ---- building ----------------------------------------------------------------------------- */
 inline void gpt2cuda_point_parameters(ParameterTensors *p, void *arena, const TensorSpec *specs, size_t elem) {
@@ -333,6 +429,18 @@ inline void cudamodel_plan(const LlamaConfig *llama, const ModelConfig *cfg, int
     p->device_bytes[MEM_OP_SCRATCH] += encoder_buckets_capacity((int)N) * sizeof(int);
     p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
 }
+/* -z 2 without a full gradient buffer (grad_slots): the gradient class is the outer bucket and
+ * two layer slots, packed (dist.h's bucket_packing), and the reduced gradients are the rank's
+ * shard (shard elements, at least 1 allocated). */
+inline void cudamodel_plan_grad_slots(const TensorSpec *specs, int num_specs, size_t shard, Precision prec, int zero3, MemPlan *p) {
+    size_t outer, layer;
+    bucket_packing(specs, num_specs, &outer, &layer, NULL);
+    p->device_bytes[MEM_GRADIENTS] = (outer + 2 * layer) * precision_bytes(prec);
+    p->device_bytes[MEM_GRAD_SHARD] = (shard ? shard : 1) * precision_bytes(prec);
+    if (!zero3) return; /* -z 3: the parameters' shard, and the outer bucket whole + two gathered layers */
+    p->device_bytes[MEM_PARAMETERS] = (shard ? shard : 1) * precision_bytes(prec);
+    p->device_bytes[MEM_PARAM_GATHER] = (outer + 2 * layer) * precision_bytes(prec);
+}
 inline void gpt2cuda_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
                           int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
     cudamodel_plan(NULL, cfg, B, T_, recompute, prec, use_master, head_rows_request, opt_elems, training, p);
@@ -373,6 +481,7 @@ inline void gpt2cuda_build(GPT2Cuda *m, const char *init, unsigned long long see
         m->cfg = cfg;
         m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
         m->num_param_specs = NUM_PARAMETER_TENSORS;
+        m->head_index = GPT2_P_wte;
     }
     m->precision = prec;
     m->ctx = ctx;
@@ -428,6 +537,19 @@ inline void gpt2cuda_set_offload(GPT2Cuda *m) {
     m->use_master = 0;
 }
 
+/* -z 2: no full gradient buffer (see grad_slots); before gpt2cuda_allocate, after gpt2cuda_set_shard.
+ * The trainer must set grad_hook (it reduces each slot into the shard). */
+inline void gpt2cuda_set_grad_slots(GPT2Cuda *m) {
+    if (m->m || m->offload) llmc_die("gpt2cuda_set_grad_slots: after allocation or with offload");
+    bucket_packing(m->param_specs, m->num_param_specs, &m->outer_numel, &m->layer_numel, m->bucket_pos);
+    m->grad_slots = 1;
+}
+/* -z 3: the parameters sharded too (see param_slots); after gpt2cuda_set_grad_slots. */
+inline void gpt2cuda_set_param_slots(GPT2Cuda *m) {
+    if (!m->grad_slots) llmc_die("gpt2cuda_set_param_slots: before gpt2cuda_set_grad_slots");
+    m->param_slots = 1;
+}
+
 inline void gpt2cuda_set_shard(GPT2Cuda *m, size_t lo, size_t hi) {
     if (m->m || lo > hi || hi > m->num_parameters) llmc_die("gpt2cuda_set_shard: [%zu, %zu) after allocation or outside the parameters", lo, hi);
     m->shard_lo = lo;
@@ -476,6 +598,15 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     plan->offload = m->offload;
     cudamodel_plan(llama ? &m->llama : NULL, cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request,
                    m->shard_hi - m->shard_lo, training, plan);
+    if (training && m->grad_slots)
+        cudamodel_plan_grad_slots(m->param_specs, m->num_param_specs, m->shard_hi - m->shard_lo, m->precision, m->param_slots, plan);
+    if (m->param_slots) { /* the whole parameters (gpt2cuda_build's) give way to the shard and the gather buffer */
+        cudaCheck(cudaFree(m->params_memory));
+        mem_account(MEM_PARAMETERS, -(long long)(m->num_parameters * precision_bytes(m->precision)), 1);
+        m->params_memory = gpt2cuda_malloc(MEM_PARAMETERS, plan->device_bytes[MEM_PARAMETERS]);
+        m->gather_memory = gpt2cuda_malloc(MEM_PARAM_GATHER, plan->device_bytes[MEM_PARAM_GATHER]);
+        memset(&m->params, 0, sizeof m->params); /* (decode.cuh's views: not at -z 3) */
+    }
     m->head_rows = gpt2cuda_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
     memcpy(m->act_specs, plan->act, sizeof plan->act);
     memcpy(m->act_bytes, plan->act_bytes, sizeof plan->act_bytes);
@@ -483,7 +614,7 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
     m->acts_memory = gpt2cuda_malloc(MEM_ACTIVATIONS, m->acts_total_bytes);
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
     gpt2cuda_point_activations(m);
-    const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, n = m->num_parameters;
+    const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     const size_t elem = precision_bytes(m->precision);
     m->d_inputs = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
     m->d_targets = (int *)gpt2cuda_malloc(MEM_TOKENS, N * sizeof(int));
@@ -506,8 +637,12 @@ inline void gpt2cuda_allocate(GPT2Cuda *m, int B, int T_, int recompute, int gel
         m->dbuf_f1 = (char *)m->dbuf_c + N * C * elem;
         m->dbuf_f2 = (char *)m->scratch_memory + m->scratch_bytes - N * F * elem;
         m->grads_memory = gpt2cuda_malloc(MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
-        cudaCheck(cudaMemset(m->grads_memory, 0, n * elem));
-        gpt2cuda_point_parameters(&m->grads, m->grads_memory, m->param_specs, elem);
+        cudaCheck(cudaMemset(m->grads_memory, 0, plan->device_bytes[MEM_GRADIENTS]));
+        if (m->grad_slots) {
+            m->shard_grads = gpt2cuda_malloc(MEM_GRAD_SHARD, plan->device_bytes[MEM_GRAD_SHARD]);
+            cudaCheck(cudaMemset(m->shard_grads, 0, plan->device_bytes[MEM_GRAD_SHARD]));
+            for (int i = 0; i < 2; i++) cudaCheck(cudaEventCreateWithFlags(&m->slot_free[i], cudaEventDisableTiming));
+        }
         if (!m->offload) {
             m->m = (float *)gpt2cuda_malloc(MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
             m->v = (float *)gpt2cuda_malloc(MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
@@ -540,15 +675,16 @@ inline void gpt2cuda_sync_to_host(GPT2Cuda *m) {
         cudaCheck(cudaMemcpy(m->host_params + lo, m->master, ns * sizeof(float), cudaMemcpyDeviceToHost));
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
-            if (ns) cast_copy((T *)m->params_memory + lo, m->master, ns, m->ctx->stream);
+            if (ns) cast_copy(gpt2cuda_param_at<T>(m, lo), m->master, ns, m->ctx->stream);
         });
         cudaCheck(cudaStreamSynchronize(m->ctx->stream));
     } else {
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
             T *stage = (T *)m->h_staging;
-            cudaCheck(cudaMemcpy(stage, m->params_memory, n * sizeof(T), cudaMemcpyDeviceToHost));
-            for (size_t i = 0; i < n; i++) m->host_params[i] = to_float(stage[i]);
+            const size_t a = m->param_slots ? lo : 0, k = m->param_slots ? ns : n; /* -z 3: the shard only */
+            cudaCheck(cudaMemcpy(stage, gpt2cuda_param_at<T>(m, a), k * sizeof(T), cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < k; i++) m->host_params[a + i] = to_float(stage[i]);
         });
     }
     if (m->m && m->optim_state != OPTSTATE_FP32) { /* compact: decoded on the host (optstate.c) */
@@ -572,7 +708,19 @@ inline void gpt2cuda_sync_from_host(GPT2Cuda *m) {
         typedef decltype(tag) T;
         T *stage = (T *)m->h_staging;
         for (size_t i = 0; i < n; i++) stage[i] = from_float<T>(m->host_params[i]);
-        cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
+        if (!m->param_slots) {
+            cudaCheck(cudaMemcpy(m->params_memory, stage, n * sizeof(T), cudaMemcpyHostToDevice));
+            return;
+        }
+        /* -z 3: the shard, and the outer bucket packed into the gather buffer; no layer gathered */
+        if (m->shard_hi > m->shard_lo)
+            cudaCheck(cudaMemcpy(m->params_memory, stage + m->shard_lo, (m->shard_hi - m->shard_lo) * sizeof(T), cudaMemcpyHostToDevice));
+        Bucket b;
+        bucket_of_layer(&b, m->param_specs, m->num_param_specs, -1);
+        size_t k = 0;
+        for (int i = 0; i < b.n; k += b.len[i], i++)
+            cudaCheck(cudaMemcpy((T *)m->gather_memory + k, stage + b.off[i], b.len[i] * sizeof(T), cudaMemcpyHostToDevice));
+        m->slot_layer[0] = m->slot_layer[1] = -1;
     });
     const size_t lo = m->shard_lo, ns = m->shard_hi - m->shard_lo;
     if (m->master) cudaCheck(cudaMemcpy(m->master, m->host_params + lo, ns * sizeof(float), cudaMemcpyHostToDevice));
@@ -596,30 +744,32 @@ template <class T> void gpt2cuda_block_forward(GPT2Cuda *m, int l, int B, int T_
     NVTX_RANGE_LAYER(finish ? "forward layer" : "recompute layer", l);
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, NH = cfg->num_heads, F = cfg->ffn_hidden, L = cfg->num_layers, N = B * T_;
-    const ParameterTensors *p = &m->params;
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
     LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
-    matmul_forward(x.qkv, x.ln1, LLMC_LAYER(T, p->qkvw, l, 3 * C * C), LLMC_LAYER(T, p->qkvb, l, 3 * C), N, C, 3 * C, ctx);
+    const LayerWeights<T> p = gpt2cuda_layer_weights<T>(m, l, 0);
+    matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, N, C, 3 * C, ctx);
     attention_forward(x.atty, x.lse, x.qkv, B, T_, C, NH, cfg->num_kv_heads, s);
-    matmul_forward(x.residual2, x.atty, LLMC_LAYER(T, p->attprojw, l, C * C), LLMC_LAYER(T, p->attprojb, l, C), N, C, C, ctx);
-    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, x.residual,
-                                     LLMC_LAYER(T, p->ln2w, l, C), LLMC_LAYER(T, p->ln2b, l, C), N, C, s);
+    matmul_forward(x.residual2, x.atty, p.attprojw, p.attprojb, N, C, C, ctx);
+    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, x.residual, p.ln2w, p.ln2b, N, C, s);
     if (m->gelu_fusion >= 1) {
-        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, LLMC_LAYER(T, p->fcw, l, (size_t)F * C), LLMC_LAYER(T, p->fcb, l, F), N, C, F, ctx);
+        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, p.fcw, p.fcb, N, C, F, ctx);
     } else {
-        matmul_forward(x.fch, x.ln2, LLMC_LAYER(T, p->fcw, l, (size_t)F * C), LLMC_LAYER(T, p->fcb, l, F), N, C, F, ctx);
+        matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, N, C, F, ctx);
         gelu_forward(x.fch_gelu, x.fch, (size_t)N * F, s);
     }
     if (!finish) return;
-    matmul_forward(x.residual3, x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, p->fcprojb, l, C), N, F, C, ctx);
+    matmul_forward(x.residual3, x.fch_gelu, p.fcprojw, p.fcprojb, N, F, C, ctx);
     if (l + 1 < L) {
+        gpt2cuda_params_needed(m, l + 1, 0); /* (its ln1w, ln1b) */
         LayerActs<T> y = gpt2cuda_layer<T>(m, l + 1, B, T_);
-        fused_residual_layernorm_forward(x.residual3, y.ln1, y.ln1_mean, y.ln1_rstd, x.residual3, x.residual2,
-                                         LLMC_LAYER(T, p->ln1w, l + 1, C), LLMC_LAYER(T, p->ln1b, l + 1, C), N, C, s);
+        const LayerWeights<T> q = gpt2cuda_layer_weights<T>(m, l + 1, 0);
+        fused_residual_layernorm_forward(x.residual3, y.ln1, y.ln1_mean, y.ln1_rstd, x.residual3, x.residual2, q.ln1w, q.ln1b,
+                                         N, C, s);
     } else {
         fused_residual_layernorm_forward(x.residual3, (T *)m->acts.lnf, (float *)m->acts.lnf_mean, (float *)m->acts.lnf_rstd,
-                                         x.residual3, x.residual2, (T *)p->lnfw, (T *)p->lnfb, N, C, s);
+                                         x.residual3, x.residual2, cudamodel_param<T>(m, GPT2_P_lnfw, 0),
+                                         cudamodel_param<T>(m, GPT2_P_lnfb, 0), N, C, s);
     }
 }
 
@@ -630,20 +780,25 @@ template <class T> void gpt2cuda_forward_t(GPT2Cuda *m, int has_targets, int B, 
     NVTX_RANGE("forward");
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T_;
-    const ParameterTensors *p = &m->params;
     ActivationTensors *a = &m->acts;
     cudaStream_t s = m->ctx->stream;
     if (m->arch == LLMC_ARCH_LLAMA3) {
         llamacuda_trunk_forward<T>(m, B, T_); /* up to lnf */
     } else {
-        encoder_forward((T *)a->encoded, m->d_inputs, (T *)p->wte, (T *)p->wpe, B, T_, C, s);
+        encoder_forward((T *)a->encoded, m->d_inputs, cudamodel_param<T>(m, GPT2_P_wte, 0), cudamodel_param<T>(m, GPT2_P_wpe, 0),
+                        B, T_, C, s);
         LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
-        layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, (T *)p->ln1w, (T *)p->ln1b, N, C, s);
-        for (int l = 0; l < cfg->num_layers; l++) gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+        gpt2cuda_params_needed(m, 0, 0);
+        const LayerWeights<T> p0 = gpt2cuda_layer_weights<T>(m, 0, 0);
+        layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, p0.ln1w, p0.ln1b, N, C, s);
+        for (int l = 0; l < cfg->num_layers; l++) {
+            if (l > 0) gpt2cuda_params_needed(m, l, 0);
+            gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+        }
     }
     if (!has_targets) return;
     const int write = dloss != 0.0f, R = m->head_rows;
-    const T *head = (const T *)m->params_memory + m->head_offset; /* wte (GPT-2) or the Llama's head */
+    const T *head = cudamodel_param<T>(m, m->head_index, 0); /* wte (GPT-2) or the Llama's head */
     for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
         NVTX_RANGE("LM head chunk");
         const int rows = R < N - r0 ? R : N - r0;
@@ -651,7 +806,7 @@ template <class T> void gpt2cuda_forward_t(GPT2Cuda *m, int has_targets, int B, 
         matmul_forward((T *)a->logits, x, head, (const T *)NULL, rows, C, Vp, m->ctx);
         fused_classifier((T *)a->logits, (float *)a->losses + r0, m->d_targets + r0, dloss, rows, V, Vp, write, s);
         if (write) /* logits = lnf @ wte^T: dlnf (these rows of dbuf_c) and wte's gradient, from the dlogits */
-            matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, (T *)m->grads_memory + m->head_offset, (T *)NULL,
+            matmul_backward((T *)m->dbuf_c + (size_t)r0 * C, cudamodel_grad<T>(m, m->head_index, 0), (T *)NULL,
                             (const T *)a->logits, x, head, rows, C, Vp, m->fscratch, m->ctx);
     }
     loss_mean(m->d_loss, write ? m->d_loss_acc : (double *)NULL, (const float *)a->losses, N, s);
@@ -728,7 +883,31 @@ inline float gpt2cuda_forward(GPT2Cuda *m, const int *inputs, const int *targets
 /* ---- backward ------------------------------------------------------------------------------ */
 /* Bucket l's gradients are final for this step (see grad_hook). */
 inline void gpt2cuda_bucket_ready(GPT2Cuda *m, int l) {
-    if (m->grad_hook && m->grad_hook_armed) m->grad_hook(m->grad_hook_ctx, l);
+    if (m->grad_hook && (m->grad_hook_armed || (m->grad_slots && l >= 0))) m->grad_hook(m->grad_hook_ctx, l);
+}
+
+/* dst += src, elementwise, in fp32 arithmetic. */
+template <class T> static __global__ void accumulate_kernel(T *dst, const T *src, size_t n) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = from_float<T>(to_float(dst[i]) + to_float(src[i]));
+}
+
+/* -z 2 (grad_slots): this rank's part of a packed gradient bucket b (run: its first element, the
+ * part already reduced over the ranks; dist.h's bucket_part says where it is) added into
+ * shard_grads, slice by slice, on stream st. */
+inline void gpt2cuda_shard_accumulate(GPT2Cuda *m, const Bucket *b, const void *run, cudaStream_t st) {
+    size_t k = 0;
+    for (int i = 0; i < b->n; i++) {
+        size_t a = b->off[i] > m->shard_lo ? b->off[i] : m->shard_lo;
+        size_t e = b->off[i] + b->len[i] < m->shard_hi ? b->off[i] + b->len[i] : m->shard_hi;
+        if (a >= e) continue;
+        with_storage_type(m->precision, [&](auto tag) {
+            typedef decltype(tag) T;
+            accumulate_kernel<<<ceil_div((long long)(e - a), 256), 256, 0, st>>>(gpt2cuda_grad_at<T>(m, a), (const T *)run + k, e - a);
+        });
+        kernelCheck();
+        k += e - a;
+    }
 }
 
 /* The backward down to the encoder's output gradient (dresidual): launches only (graph.cuh). */
@@ -738,7 +917,6 @@ template <class T> void gpt2cuda_backward_layers_t(GPT2Cuda *m, int B, int T_) {
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
     const int N = B * T_;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    const ParameterTensors *p = &m->params, *g = &m->grads;
     ActivationTensors *a = &m->acts;
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
@@ -749,58 +927,51 @@ template <class T> void gpt2cuda_backward_layers_t(GPT2Cuda *m, int B, int T_) {
     /* lnf = layernorm(residual3[L-1]) */
     cudaCheck(cudaMemsetAsync(dres, 0, NC * sizeof(T), s));
     T *top = (T *)a->residual3 + (size_t)(L - 1) * NC;
-    layernorm_backward(dres, (T *)g->lnfw, (T *)g->lnfb, dbuf_c, top, (T *)p->lnfw, (float *)a->lnf_mean, (float *)a->lnf_rstd,
-                       N, C, fs, s);
+    layernorm_backward(dres, cudamodel_grad<T>(m, GPT2_P_lnfw, 0), cudamodel_grad<T>(m, GPT2_P_lnfb, 0), dbuf_c, top,
+                       cudamodel_param<T>(m, GPT2_P_lnfw, 0), (float *)a->lnf_mean, (float *)a->lnf_rstd, N, C, fs, s);
     m->in_backward = 1;
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE_LAYER("backward layer", l);
         m->backward_layer = l;
+        gpt2cuda_params_needed(m, l, 1);
+        gpt2cuda_layer_grads_begin(m, l);
         LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
-        const T *ln1w = LLMC_LAYER(T, p->ln1w, l, C), *ln1b = LLMC_LAYER(T, p->ln1b, l, C);
+        const LayerWeights<T> p = gpt2cuda_layer_weights<T>(m, l, 0), g = gpt2cuda_layer_weights<T>(m, l, 1);
         /* recompute what the forward did not keep, with the forward's own kernels */
         if (m->recompute >= 3) {
-            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, ln1w, ln1b, N, C, s);
+            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, N, C, s);
             gpt2cuda_block_forward<T>(m, l, B, T_, 0);
         } else {
             if (m->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, NF, s);
-            if (m->recompute >= 2)
-                layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, LLMC_LAYER(T, p->ln2w, l, C),
-                                    LLMC_LAYER(T, p->ln2b, l, C), N, C, s);
+            if (m->recompute >= 2) layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, p.ln2w, p.ln2b, N, C, s);
         }
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         T *dfch_gelu = dbuf_f1, *dfch = dbuf_f2;
         if (m->gelu_fusion >= 2) {
             /* ... and fch_gelu = gelu(fch), through the DGELU epilogue */
-            matmul_backward_dgelu(dfch, LLMC_LAYER(T, g->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, g->fcprojb, l, C), dres,
-                                  x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), x.fch, N, F, C, fs, ctx);
+            matmul_backward_dgelu(dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, p.fcprojw, x.fch, N, F, C, fs, ctx);
         } else {
-            matmul_backward(dfch_gelu, LLMC_LAYER(T, g->fcprojw, l, (size_t)C * F), LLMC_LAYER(T, g->fcprojb, l, C), dres,
-                            x.fch_gelu, LLMC_LAYER(T, p->fcprojw, l, (size_t)C * F), N, F, C, fs, ctx);
+            matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dres, x.fch_gelu, p.fcprojw, N, F, C, fs, ctx);
             /* fch_gelu = gelu(fch) */
             gelu_backward(dfch, x.fch, dfch_gelu, NF, s);
         }
         /* fch = ln2 @ fcw^T + fcb */
         T *dln2 = dbuf_c;
-        matmul_backward(dln2, LLMC_LAYER(T, g->fcw, l, (size_t)F * C), LLMC_LAYER(T, g->fcb, l, F), dfch, x.ln2,
-                        LLMC_LAYER(T, p->fcw, l, (size_t)F * C), N, C, F, fs, ctx);
+        matmul_backward(dln2, g.fcw, g.fcb, dfch, x.ln2, p.fcw, N, C, F, fs, ctx);
         /* ln2 = layernorm(residual2) */
-        layernorm_backward(dres, LLMC_LAYER(T, g->ln2w, l, C), LLMC_LAYER(T, g->ln2b, l, C), dln2, x.residual2,
-                           LLMC_LAYER(T, p->ln2w, l, C), x.ln2_mean, x.ln2_rstd, N, C, fs, s);
+        layernorm_backward(dres, g.ln2w, g.ln2b, dln2, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, N, C, fs, s);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         T *datty = dbuf_c;
-        matmul_backward(datty, LLMC_LAYER(T, g->attprojw, l, (size_t)C * C), LLMC_LAYER(T, g->attprojb, l, C), dres, x.atty,
-                        LLMC_LAYER(T, p->attprojw, l, (size_t)C * C), N, C, C, fs, ctx);
+        matmul_backward(datty, g.attprojw, g.attprojb, dres, x.atty, p.attprojw, N, C, C, fs, ctx);
         /* atty = attention(qkv) */
         T *dqkv = dbuf_f1;
         attention_backward(dqkv, datty, x.qkv, x.atty, x.lse, B, T_, C, NH, cfg->num_kv_heads, fs, s);
         /* qkv = ln1 @ qkvw^T + qkvb */
-        if (m->recompute == 2) layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, ln1w, ln1b, N, C, s);
+        if (m->recompute == 2) layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, p.ln1w, p.ln1b, N, C, s);
         T *dln1 = dbuf_c;
-        matmul_backward(dln1, LLMC_LAYER(T, g->qkvw, l, (size_t)3 * C * C), LLMC_LAYER(T, g->qkvb, l, 3 * C), dqkv, x.ln1,
-                        LLMC_LAYER(T, p->qkvw, l, (size_t)3 * C * C), N, C, 3 * C, fs, ctx);
+        matmul_backward(dln1, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, N, C, 3 * C, fs, ctx);
         /* ln1 = layernorm(residual) */
-        layernorm_backward(dres, LLMC_LAYER(T, g->ln1w, l, C), LLMC_LAYER(T, g->ln1b, l, C), dln1, x.residual, ln1w,
-                           x.ln1_mean, x.ln1_rstd, N, C, fs, s);
+        layernorm_backward(dres, g.ln1w, g.ln1b, dln1, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, N, C, fs, s);
         gpt2cuda_bucket_ready(m, l);
     }
 }
@@ -815,7 +986,8 @@ inline void gpt2cuda_backward_encoder(GPT2Cuda *m, int B, int T_) {
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
         if (m->arch == LLMC_ARCH_LLAMA3) llamacuda_embedding_backward<T>(m, &eb, B, T_);
-        else encoder_backward((T *)m->grads.wte, (T *)m->grads.wpe, (T *)m->dresidual, &eb, B, T_, m->cfg.channels, m->ctx->stream);
+        else encoder_backward(cudamodel_grad<T>(m, GPT2_P_wte, 0), cudamodel_grad<T>(m, GPT2_P_wpe, 0), (T *)m->dresidual, &eb,
+                              B, T_, m->cfg.channels, m->ctx->stream);
     });
     gpt2cuda_bucket_ready(m, -1);
     m->bucket_tokens = 0;
@@ -840,7 +1012,9 @@ inline void gpt2cuda_backward(GPT2Cuda *m, const int *inputs, int B, int T_) {
 
 inline void gpt2cuda_zero_grad(GPT2Cuda *m) {
     if (m->grads_memory)
-        cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->num_parameters * precision_bytes(m->precision), m->ctx->stream));
+        cudaCheck(cudaMemsetAsync(m->grads_memory, 0, m->plan.device_bytes[MEM_GRADIENTS], m->ctx->stream));
+    if (m->shard_grads)
+        cudaCheck(cudaMemsetAsync(m->shard_grads, 0, m->plan.device_bytes[MEM_GRAD_SHARD], m->ctx->stream));
     if (m->d_loss_acc) cudaCheck(cudaMemsetAsync(m->d_loss_acc, 0, sizeof(double), m->ctx->stream));
 }
 
@@ -853,7 +1027,7 @@ inline void gpt2cuda_grad_norm_squared(GPT2Cuda *m, size_t lo, size_t hi) {
     }
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
-        global_norm_squared(m->d_norm, (const T *)m->grads_memory + lo, hi - lo, m->fscratch, m->ctx->stream);
+        global_norm_squared(m->d_norm, (const T *)gpt2cuda_grad_at<T>(m, lo), hi - lo, m->fscratch, m->ctx->stream);
     });
 }
 
@@ -936,7 +1110,7 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
             if (!ns) return;
             OptSegments seg;
             optstate_segments(&seg, m->param_specs, NUM_PARAMETER_TENSORS, lo, m->shard_hi, weight_decay);
-            adamw_update_compact((T *)m->params_memory + lo, m->master, (const T *)m->grads_memory + lo, m->m, m->v,
+            adamw_update_compact(gpt2cuda_param_at<T>(m, lo), m->master, (const T *)gpt2cuda_grad_at<T>(m, lo), m->m, m->v,
                                  m->optim_state, ns, &seg, lr, beta1, beta2, eps, t, scale,
                                  splitmix64(m->seed ^ ((uint64_t)t << 8)), m->ctx->stream, lo);
             return;
@@ -948,8 +1122,8 @@ inline void gpt2cuda_update(GPT2Cuda *m, float lr, float beta1, float beta2, flo
             if (a >= b) continue;
             const size_t k = a - m->shard_lo; /* into the shard's m, v, master */
             uint64_t seed = splitmix64(m->seed ^ ((uint64_t)t << 8) ^ (uint64_t)i);
-            adamw_update((T *)m->params_memory + a, m->master ? m->master + k : (float *)NULL,
-                         (const T *)m->grads_memory + a, m->m + k, m->v + k, b - a, lr, beta1, beta2, eps,
+            adamw_update(gpt2cuda_param_at<T>(m, a), m->master ? m->master + k : (float *)NULL,
+                         (const T *)gpt2cuda_grad_at<T>(m, a), m->m + k, m->v + k, b - a, lr, beta1, beta2, eps,
                          s->decay ? weight_decay : 0.0f, t, scale, seed, m->ctx->stream, a - s->offset);
         }
     });
@@ -969,7 +1143,7 @@ inline void gpt2cuda_logits_rows(GPT2Cuda *m, int row0, int rows) {
     with_storage_type(m->precision, [&](auto tag) {
         typedef decltype(tag) T;
         matmul_forward((T *)m->acts.logits, (const T *)m->acts.lnf + (size_t)row0 * C,
-                       (const T *)m->params_memory + m->head_offset, (const T *)NULL, rows, C, Vp, m->ctx);
+                       (const T *)cudamodel_param<T>(m, m->head_index, 0), (const T *)NULL, rows, C, Vp, m->ctx);
     });
 }
 
@@ -988,7 +1162,7 @@ inline const float *gpt2cuda_next_logits(GPT2Cuda *m, const int *tokens, int n) 
 }
 
 inline void gpt2cuda_free(GPT2Cuda *m) {
-    void *dev[] = {m->params_memory, m->grads_memory, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
+    void *dev[] = {m->params_memory, m->gather_memory, m->grads_memory, m->shard_grads, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
                    m->fscratch, m->d_norm, m->d_loss, m->d_loss_acc, m->d_inputs, m->d_targets, m->d_buckets};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
     if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (gpt2cuda_set_offload) */
@@ -998,6 +1172,8 @@ inline void gpt2cuda_free(GPT2Cuda *m) {
     void *pinned[] = {m->h_buckets, m->h_inputs, m->h_readback};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++) cudaCheck(cudaFreeHost(pinned[i]));
     if (m->staged) cudaCheck(cudaEventDestroy(m->staged));
+    for (int i = 0; i < 2; i++)
+        if (m->slot_free[i]) cudaCheck(cudaEventDestroy(m->slot_free[i]));
     if (m->host_grads) cudaCheck(cudaFreeHost(m->host_grads));
     /* the accounting: what gpt2cuda_allocate allocated is its plan (with gpt2cuda_build's part);
      * a model built but never allocated holds only the parameters and the host copies */
@@ -1038,8 +1214,9 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
         total += (double)(bytes);                                               \
     } while (0)
     char label[64];
-    snprintf(label, sizeof label, "parameters (%zu, %s)", n, precision_name(m->precision));
-    LLMC_ROW(label, n * elem);
+    snprintf(label, sizeof label, "parameters (%zu, %s%s)", n, precision_name(m->precision), m->param_slots ? ", shard" : "");
+    LLMC_ROW(label, m->param_slots ? m->plan.device_bytes[MEM_PARAMETERS] : n * elem);
+    if (m->param_slots) LLMC_ROW("params gathered (outer + 2 layers)", m->plan.device_bytes[MEM_PARAM_GATHER]);
     if (training) {
         const size_t ns = m->shard_hi - m->shard_lo; /* this rank's (ZeRO-1) */
         const char *part = ns < n ? ", shard" : "";
@@ -1054,7 +1231,12 @@ inline void gpt2cuda_print_memory(const GPT2Cuda *m, FILE *out) {
             snprintf(label, sizeof label, "AdamW v (%s%s)", optstate_name(m->optim_state), part);
             LLMC_ROW(label, mb);
         }
-        LLMC_ROW("gradients", n * elem);
+        if (m->grad_slots) { /* -z 2 */
+            LLMC_ROW("gradients (outer + 2 layer slots)", m->plan.device_bytes[MEM_GRADIENTS]);
+            LLMC_ROW("gradients (reduced, shard)", m->plan.device_bytes[MEM_GRAD_SHARD]);
+        } else {
+            LLMC_ROW("gradients", n * elem);
+        }
     }
     for (int k = 0; k < ACT_NUM_KINDS; k++) {
         snprintf(label, sizeof label, "activations: %s", activation_kind_names[k]);
