@@ -58,6 +58,9 @@ run sim_bf16 $SIM --optim-state bf16
 run sim_int8 $SIM --optim-state int8
 run cpu_bf16 ./train_gpt_cpu --optim-state bf16
 run cpu_int8 ./train_gpt_cpu --optim-state int8
+run cpu_fp32 ./train_gpt_cpu
+LLMC_TEST_TRACE_BUCKETS=1 run cpu_fp32_offload ./train_gpt_cpu --offload optimizer
+run cpu_int8_offload ./train_gpt_cpu --offload optimizer --optim-state int8
 
 # ZeRO-1 on 2 ranks (int8 blocks counted from each rank's shard): train_gpt against train_gpt_cpu
 if command -v mpirun > /dev/null; then
@@ -80,6 +83,39 @@ if [ "$during" = 6 ] && ! grep -q "issued after the backward" "$W/sim_offload.ou
     pass "train_gpt (harness) --offload optimizer: each step's 2 gradient buckets are copied to the host during the backward"
 else
     fail "train_gpt (harness) --offload optimizer: $during of 6 bucket copies issued during the backward"
+fi
+# the pipeline, from the trace: each step, the host converts and sums a bucket's gradients before
+# the backward has issued its last bucket, and queues a bucket's parameters for the device before
+# the update of the last bucket is done (the unpipelined code printed neither line)
+if /usr/bin/python3 - "$W/sim_offload.out" <<'PY'
+import re, sys
+steps = re.split(r"^step .*$", open(sys.argv[1]).read(), flags=re.M)[:3]
+ok = len(steps) == 3
+for s in steps:
+    lines = [l for l in s.splitlines() if l.startswith("trace: ")]
+    at = lambda pat: [i for i, l in enumerate(lines) if re.match(pat, l)]
+    issued, host, done, queued = (at(r"trace: gradient bucket -?\d+ issued"), at(r"trace: host gradient bucket"),
+                                  at(r"trace: update of parameter bucket"), at(r"trace: parameter bucket -?\d+ queued"))
+    ok &= len(issued) == len(host) == len(done) == len(queued) == 2
+    ok &= ok and host[0] < issued[-1] and queued[0] < done[-1]
+    ok &= ok and [lines[i].split()[-2] for i in done] == ["-1", "0"]
+if not ok: print("\n".join(lines))
+sys.exit(0 if ok else 1)
+PY
+then
+    pass "train_gpt (harness) --offload optimizer: per-bucket host gradient work starts before the last bucket is issued; parameters go back per bucket (outer first) before the last bucket's update is done"
+else
+    fail "train_gpt (harness) --offload optimizer: the host work is not pipelined with the buckets (trace above)"
+fi
+ok=1
+for s in fp32 int8; do
+    cmp -s "$W/cpu_$s/model_00000003.bin" "$W/cpu_${s}_offload/model_00000003.bin" &&
+        cmp -s "$W/cpu_$s/state_00000003_00000.bin" "$W/cpu_${s}_offload/state_00000003_00000.bin" || ok=0
+done
+if [ $ok = 1 ] && [ "$(grep -c "^trace: update of parameter bucket" "$W/cpu_fp32_offload.out")" = 6 ]; then
+    pass "train_gpt_cpu --offload optimizer: the update bucket by bucket, model and state bits identical to the plain optimizer (fp32, int8 states)"
+else
+    fail "train_gpt_cpu --offload optimizer differs from the plain optimizer, or did not update by bucket"
 fi
 a=$(losses "$W/sim_fp32.out"); b=$(losses "$W/sim_offload.out")
 if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$W/sim_fp32/model_00000003.bin" "$W/sim_offload/model_00000003.bin"; then
