@@ -36,12 +36,18 @@
  * or master weights; the step's gradients are copied to pinned host memory, the
  * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
- * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
- * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
+ * bf16). Pipelined around the norm (which the clip and skip decisions need): the gradient copies
+ * are queued per bucket during the last backward (on copy_stream, overlapping the layers below),
+ * each followed by a host function (cuda_host_bucket_arrived) that converts the bucket to fp32 and
+ * sums its squares; after the norm the loop's optim_step_buckets updates bucket by bucket (outer,
+ * layer 0, 1, ...) and each bucket's parameters are queued back on copy_stream
+ * (cuda_params_bucket_to_device) while the next one is updated; the next forward waits for the
+ * last copy (cuda_params_from_host).
  * With several ranks the loop's optimizer reduces the host gradients over dist.c and (-z 1) shards m
  * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
- * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued;
+ * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued
+ * (--offload: also when the host converted it, updated it and queued its parameters back);
  * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
  * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
  * (llmc/cuda/llama_model.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,

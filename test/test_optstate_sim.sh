@@ -7,7 +7,14 @@
 #   each bucket's gradients are copied to the host as soon as the backward has queued them
 #   (LLMC_TEST_TRACE_BUCKETS: every step issues its 2 buckets during the backward), and in bf16
 #   (staged, converted on the host) the bucketed copies give the same model bits as one copy
-#   after the backward (LLMC_TEST_UNBUCKETED);
+#   after the backward (LLMC_TEST_UNBUCKETED), with the same logged norms (the host functions'
+#   per-bucket sums against sums taken after the backward);
+# - the pipeline, from the trace: each step the host converts and sums a bucket's gradients before
+#   the backward issues its last bucket, and queues the outer bucket's parameters for the device
+#   before the update of the last bucket is done;
+# - ./train_gpt_cpu --offload optimizer updates bucket by bucket (trace) and gives the plain
+#   optimizer's model and state files bit for bit, with fp32 and int8 states (int8 blocks straddle
+#   buckets: each block updated once);
 # - --optim-state bf16 / int8: the CUDA kernel (adamw_update_compact, on optstate.h's codes)
 #   against the CPU trainer's compact states: losses within 1e-5 relative (the fp32 GPU and CPU
 #   models differ only in summation orders, as in test_cuda_trainer_sim.sh) and the moments of
@@ -178,8 +185,10 @@ else
     fail "train_gpt (harness) bf16 --offload optimizer"; tail -3 "$W/bo.out"
 fi
 if LLMC_TEST_UNBUCKETED=1 $SIM $common --precision bf16 --offload optimizer --optim-state int8 -o "$W/bf16_offload_whole" \
-    > "$W/bow.out" 2>&1 && cmp -s "$W/bf16_offload/model_00000003.bin" "$W/bf16_offload_whole/model_00000003.bin"; then
-    pass "train_gpt (harness) bf16 --offload optimizer: bucket-by-bucket copies == one copy after the backward (model bits)"
+    > "$W/bow.out" 2>&1 && cmp -s "$W/bf16_offload/model_00000003.bin" "$W/bf16_offload_whole/model_00000003.bin" &&
+    norms() { grep -o '"grad_norm":[^,]*' "$1/log.jsonl" | tr '\n' ' '; } &&
+    [ -n "$(norms "$W/bf16_offload")" ] && [ "$(norms "$W/bf16_offload")" = "$(norms "$W/bf16_offload_whole")" ]; then
+    pass "train_gpt (harness) bf16 --offload optimizer: bucket-by-bucket copies == one copy after the backward (model bits; the norm from the host functions' per-bucket sums == the one computed after the backward)"
 else
     fail "train_gpt (harness) bf16 --offload optimizer: bucketed copies differ from one copy"; tail -3 "$W/bow.out"
 fi
