@@ -570,8 +570,9 @@ static void cuda_params_from_host(void *p) {
         llmc_die("internal: %d of the %d parameter buckets were queued to the device", tr->params_queued,
                  tr->model.cfg.num_layers + 1);
     cudaCheck(cudaEventRecord(tr->params_ready, tr->copy_stream));
-    /* TODO(gpuzero): wait per layer (the forward's "parameters needed" hook) instead of once here:
-     * layer l's forward needs only buckets outer..l, which are queued first. */
+    /* TODO: wait per layer through the model's params_hook (the "parameters needed" hook -z 3 uses)
+     * instead of once here: layer l's forward needs only buckets outer..l, which are queued first
+     * (an event per bucket on copy_stream; the outer one waited for here). */
     cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->params_ready, 0));
 }
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
