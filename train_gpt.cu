@@ -36,12 +36,18 @@
  * or master weights; the step's gradients are copied to pinned host memory, the
  * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
- * bf16). The copies are queued per bucket during the last backward (on copy_stream, overlapping
- * the layers below); the CPU update follows the backward (it needs the norm and skip decisions).
+ * bf16). Pipelined around the norm (which the clip and skip decisions need): the gradient copies
+ * are queued per bucket during the last backward (on copy_stream, overlapping the layers below),
+ * each followed by a host function (cuda_host_bucket_arrived) that converts the bucket to fp32 and
+ * sums its squares; after the norm the loop's optim_step_buckets updates bucket by bucket (outer,
+ * layer 0, 1, ...) and each bucket's parameters are queued back on copy_stream
+ * (cuda_params_bucket_to_device) while the next one is updated; the next forward waits for the
+ * last copy (cuda_params_from_host).
  * With several ranks the loop's optimizer reduces the host gradients over dist.c and (-z 1) shards m
  * and v; NCCL is not used then.
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
- * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued;
+ * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued
+ * (--offload: also when the host converted it, updated it and queued its parameters back);
  * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
  * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
  * (llmc/cuda/llama_model.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
@@ -62,6 +68,7 @@
 #include "llmc/dist.h"
 #include "llmc/hf.h"
 #include "llmc/llama.h"
+#include "llmc/optim.h"
 #include "llmc/train.h"
 #ifndef LLMC_HAVE_NCCL
 #define LLMC_HAVE_NCCL 0
@@ -69,6 +76,12 @@
 #if LLMC_HAVE_NCCL
 #include <nccl.h>
 #endif
+
+/* --offload optimizer: the argument of a bucket's host function (cuda_host_bucket_arrived) */
+typedef struct {
+    void *tr; /* the CudaTrainer */
+    int layer; /* the bucket: -1 outer, else the layer */
+} HostBucket;
 
 typedef struct {
     GPT2Cuda model;
@@ -92,8 +105,15 @@ typedef struct {
     int buckets_issued;    /* this step's */
     int trace;             /* LLMC_TEST_TRACE_BUCKETS set: a line per bucket (tests) */
     int step, inf_step;    /* the step under way; LLMC_TEST_INF_RANK's step on this rank (else -1) */
-    cudaStream_t copy_stream; /* --offload optimizer: the gradients' copies to the host */
+    cudaStream_t copy_stream; /* --offload optimizer: the gradients' copies to the host, the parameters' back */
     cudaEvent_t bucket_ready; /* recorded on the compute stream, waited for by the side stream */
+    /* --offload optimizer with buckets: per bucket (optim_bucket's order: outer, layer 0, 1, ...)
+     * its gradients' sum of squares, accumulated on the host as the bucket's copy lands (a host
+     * function on copy_stream, cuda_host_bucket_arrived), and that function's argument */
+    double *bucket_sumsq;
+    HostBucket *host_buckets;
+    int params_queued;        /* this step's buckets queued back to the device */
+    cudaEvent_t params_ready; /* recorded on copy_stream after the step's last parameter copy */
 #if LLMC_HAVE_NCCL
     ncclComm_t comm;          /* NULL with one rank */
     cudaStream_t comm_stream; /* gradient reduction */
@@ -369,6 +389,20 @@ static double peak_flops_for(const cudaDeviceProp *props, Precision prec, int tf
  * stream waits for them and then reduces them over the ranks (comm_stream) or, --offload
  * optimizer, copies them to the host (copy_stream), while the compute stream goes on with the
  * backward of the layers below. */
+/* --offload optimizer: a host function on copy_stream, run once bucket l's gradient copies have
+ * landed: bf16 -> fp32 into host_grads and the bucket's sum of squares (non-finite stays so: the
+ * skip decision then costs only the sum of the buckets'). Host code only (no CUDA call). */
+static void CUDART_CB cuda_host_bucket_arrived(void *arg) {
+    HostBucket *hb = (HostBucket *)arg;
+    CudaTrainer *tr = (CudaTrainer *)hb->tr;
+    GPT2Cuda *m = &tr->model;
+    Bucket b;
+    bucket_of_layer(&b, m->param_specs, m->num_param_specs, hb->layer);
+    gpt2cuda_grads_bucket_from_staging(m, &b);
+    tr->bucket_sumsq[hb->layer + 1] = optim_bucket_sumsq(m->host_grads, &b);
+    if (tr->trace) printf("trace: host gradient bucket %d converted and summed\n", hb->layer);
+}
+
 static void cuda_bucket_ready(void *p, int l) {
     CudaTrainer *tr = (CudaTrainer *)p;
     GPT2Cuda *m = &tr->model;
@@ -393,6 +427,9 @@ static void cuda_bucket_ready(void *p, int l) {
     cudaCheck(cudaStreamWaitEvent(side, tr->bucket_ready, 0));
     if (m->offload) {
         for (int i = 0; i < b.n; i++) gpt2cuda_grads_copy_to_host(m, b.off[i], b.len[i], side);
+        /* the host converts and sums the bucket as soon as its copies have landed, while the GPU
+         * goes on with the backward of the layers below */
+        cudaCheck(cudaLaunchHostFunc(side, cuda_host_bucket_arrived, &tr->host_buckets[l + 1]));
         return;
     }
 #if LLMC_HAVE_NCCL
@@ -499,10 +536,45 @@ static void cuda_grads_to_host(void *p) {
         return;
     }
     NVTX_RANGE("gradients to host (wait)");
-    cudaCheck(cudaStreamSynchronize(tr->copy_stream));
-    gpt2cuda_grads_from_staging(m);
+    cudaCheck(cudaStreamSynchronize(tr->copy_stream)); /* the last bucket's host function included */
+    tr->params_queued = 0;
 }
-static void cuda_params_from_host(void *p) { gpt2cuda_params_from_host(&((CudaTrainer *)p)->model); }
+/* The buckets' sums of squares of this step (cuda_host_bucket_arrived), with buckets only. */
+static const double *cuda_grad_bucket_sumsq(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    return tr->model.grad_hook ? tr->bucket_sumsq : NULL;
+}
+/* The loop's optim_step_buckets finished bucket b: its parameters are queued for the device on
+ * copy_stream (ordered after the compute stream's work: the backward read the old ones) while
+ * the host updates the next bucket. */
+static void cuda_params_bucket_to_device(void *p, const Bucket *b) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    GPT2Cuda *m = &tr->model;
+    if (tr->params_queued++ == 0) {
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(tr->copy_stream, tr->bucket_ready, 0));
+    }
+    NVTX_RANGE("parameter bucket to device");
+    gpt2cuda_params_bucket_to_device(m, b, tr->copy_stream);
+    if (tr->trace) printf("trace: parameter bucket %d queued to the device\n", tr->params_queued - 2);
+}
+/* After the loop's update: with buckets, the copies are queued already and the next forward (the
+ * compute stream) waits for the last one; without (LLMC_TEST_UNBUCKETED), one copy now. */
+static void cuda_params_from_host(void *p) {
+    CudaTrainer *tr = (CudaTrainer *)p;
+    if (!tr->model.grad_hook) {
+        gpt2cuda_params_from_host(&tr->model);
+        return;
+    }
+    if (tr->params_queued != tr->model.cfg.num_layers + 1)
+        llmc_die("internal: %d of the %d parameter buckets were queued to the device", tr->params_queued,
+                 tr->model.cfg.num_layers + 1);
+    cudaCheck(cudaEventRecord(tr->params_ready, tr->copy_stream));
+    /* TODO: wait per layer through the model's params_hook (the "parameters needed" hook -z 3 uses)
+     * instead of once here: layer l's forward needs only buckets outer..l, which are queued first
+     * (an event per bucket on copy_stream; the outer one waited for here). */
+    cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->params_ready, 0));
+}
 static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
 
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
@@ -795,7 +867,14 @@ int main(int argc, char **argv) {
 #endif
     if (m->grad_slots || ((comm || offload) && !getenv("LLMC_TEST_UNBUCKETED"))) { /* (-z 2 needs it) */
         cudaCheck(cudaEventCreateWithFlags(&tr.bucket_ready, cudaEventDisableTiming));
-        if (offload) cudaCheck(cudaStreamCreateWithFlags(&tr.copy_stream, cudaStreamNonBlocking));
+        if (offload) {
+            cudaCheck(cudaStreamCreateWithFlags(&tr.copy_stream, cudaStreamNonBlocking));
+            cudaCheck(cudaEventCreateWithFlags(&tr.params_ready, cudaEventDisableTiming));
+            const int nb = cfg->num_layers + 1;
+            tr.bucket_sumsq = (double *)callocCheck(nb, sizeof(double), "gradient bucket sums of squares");
+            tr.host_buckets = (HostBucket *)mallocCheck(nb * sizeof *tr.host_buckets, "host bucket arguments");
+            for (int k = 0; k < nb; k++) tr.host_buckets[k] = {&tr, k - 1};
+        }
         m->grad_hook = cuda_bucket_ready;
         m->grad_hook_ctx = &tr;
     }
@@ -832,6 +911,10 @@ int main(int argc, char **argv) {
         be.host_m = be.host_v = NULL;
         be.grads_to_host = cuda_grads_to_host;
         be.params_from_host = cuda_params_from_host;
+        if (m->grad_hook) {
+            be.grad_bucket_sumsq = cuda_grad_bucket_sumsq;
+            be.params_bucket_to_device = cuda_params_bucket_to_device;
+        }
     }
     be.sync_to_host = cuda_sync_to_host;
     be.sync_from_host = cuda_sync_from_host;
@@ -860,6 +943,9 @@ int main(int argc, char **argv) {
     gpu_telemetry_close(&tr.telemetry);
     if (tr.copy_stream) cudaCheck(cudaStreamDestroy(tr.copy_stream));
     if (tr.bucket_ready) cudaCheck(cudaEventDestroy(tr.bucket_ready));
+    if (tr.params_ready) cudaCheck(cudaEventDestroy(tr.params_ready));
+    free(tr.bucket_sumsq);
+    free(tr.host_buckets);
 #if LLMC_HAVE_NCCL
     nccl_stop(&tr);
 #endif

@@ -181,3 +181,89 @@ void optim_print_memory(const Optimizer *o, FILE *out) {
             (o->zero >= 2 ? k : o->n) * sizeof(float), (o->zero >= 2 ? k : o->n) * sizeof(float) / MiB,
             (o->zero == 3 ? k : o->n) * sizeof(float), (o->zero == 3 ? k : o->n) * sizeof(float) / MiB);
 }
+
+/* ---- the update in buckets ---- */
+int optim_num_buckets(const Optimizer *o) {
+    int layers = 0;
+    for (int i = 0; i < o->num_specs; i++)
+        if (o->specs[i].layer_numel && (int)(o->specs[i].numel / o->specs[i].layer_numel) > layers)
+            layers = (int)(o->specs[i].numel / o->specs[i].layer_numel);
+    return layers + 1;
+}
+
+void optim_bucket(const Optimizer *o, int k, Bucket *b) { bucket_of_layer(b, o->specs, o->num_specs, k - 1); }
+
+double optim_bucket_sumsq(const float *grads, const Bucket *b) {
+    double s = 0.0;
+    for (int i = 0; i < b->n; i++) s += global_norm_squared(grads + b->off[i], b->len[i]);
+    return s;
+}
+
+float optim_grad_norm_buckets(Optimizer *o, const float *grads, const double *sumsq) {
+    if (o->zero >= 2) return optim_grad_norm(o, grads);
+    double ss = 0.0;
+    Bucket b;
+    for (int k = 0; k < optim_num_buckets(o); k++) {
+        if (!sumsq) optim_bucket(o, k, &b);
+        ss += sumsq ? sumsq[k] : optim_bucket_sumsq(grads, &b);
+    }
+    return (float)sqrt(ss);
+}
+
+/* The decay of the tensor holding flat index i. */
+static float decay_at(const Optimizer *o, size_t i, float weight_decay) {
+    for (int s = 0; s < o->num_specs; s++)
+        if (i >= o->specs[s].offset && i < o->specs[s].offset + o->specs[s].numel) return o->specs[s].decay ? weight_decay : 0.0f;
+    return 0.0f;
+}
+
+void optim_step_buckets(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int t, float grad_scale, OptimBucketDone bucket_done, void *ctx) {
+    const int nb = optim_num_buckets(o), trace = getenv("LLMC_TEST_TRACE_BUCKETS") != NULL;
+    Bucket b;
+    if (o->zero == 3) { /* the parameters are this rank's shard: no per-bucket copies to make */
+        optim_step(o, params, grads, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
+        for (int k = 0; k < nb && bucket_done; k++) optim_bucket(o, k, &b), bucket_done(ctx, &b);
+        return;
+    }
+    const float *g = o->zero >= 2 ? o->gshard : grads + o->lo; /* as optim_step */
+    float *p = params + o->lo;
+    const size_t k_shard = o->hi - o->lo;
+    OptSegments seg;
+    unsigned char *done = NULL; /* compact states: a block holds elements of two buckets; updated once */
+    if (o->state != OPTSTATE_FP32 && k_shard) {
+        optstate_segments(&seg, o->specs, o->num_specs, o->lo, o->hi, weight_decay);
+        done = (unsigned char *)callocCheck(optstate_blocks(k_shard), 1, "AdamW blocks updated");
+    }
+    const int gather = o->zero == 1 || o->zero == 2;
+    for (int k = 0; k < nb; k++) {
+        optim_bucket(o, k, &b);
+        for (int i = 0; i < b.n; i++) {
+            size_t a = b.off[i] > o->lo ? b.off[i] : o->lo;
+            size_t e = b.off[i] + b.len[i] < o->hi ? b.off[i] + b.len[i] : o->hi;
+            if (a >= e) continue;
+            a -= o->lo, e -= o->lo; /* shard-local */
+            if (!done) { /* a slice lies in one tensor */
+                adamw_update(p + a, g + a, o->m + a, o->v + a, e - a, lr, beta1, beta2, eps,
+                             decay_at(o, b.off[i], weight_decay), t, grad_scale);
+                continue;
+            }
+            size_t b0 = a / OPTSTATE_BLOCK, b1 = (e + OPTSTATE_BLOCK - 1) / OPTSTATE_BLOCK;
+            while (b0 < b1) { /* the runs of blocks not yet updated */
+                while (b0 < b1 && done[b0]) b0++;
+                size_t r = b0;
+                while (r < b1 && !done[r]) done[r++] = 1;
+                if (r > b0)
+                    adamw_update_compact_blocks(p, g, o->m, o->v, o->state, k_shard, &seg, b0, r, lr, beta1, beta2, eps,
+                                                t, grad_scale);
+                b0 = r;
+            }
+        }
+        if (trace) printf("trace: update of parameter bucket %d done\n", k - 1);
+        if (bucket_done && !gather) bucket_done(ctx, &b);
+    }
+    free(done);
+    if (!gather) return;
+    dist_allgather_f32(o->dist, params, o->n);
+    for (int k = 0; k < nb && bucket_done; k++) optim_bucket(o, k, &b), bucket_done(ctx, &b);
+}

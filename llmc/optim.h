@@ -83,6 +83,27 @@ float optim_grad_norm(Optimizer *o, const float *grads);
  * updated parameters (-z 3: params is this rank's shard, updated in place). */
 void optim_step(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t, float grad_scale);
+/* ---- the update in buckets (--offload optimizer, both trainers) ----
+ * The parameters cut into the gradient buckets (dist.h), in the order the next forward needs
+ * them: k = 0 is the outer bucket (embeddings, final LayerNorm), k = 1 .. L layer k - 1. Per
+ * element the update is optim_step's (the same bits); only the gradient norm's summation order
+ * differs (a sum of per-bucket partial sums, combined in bucket order: deterministic, but not
+ * the bits of optim_grad_norm's sum over the flat array). */
+int optim_num_buckets(const Optimizer *o);
+void optim_bucket(const Optimizer *o, int k, Bucket *b);
+/* Sum of squares of the bucket's gradients (grads: the whole flat array; non-finite stays so). */
+double optim_bucket_sumsq(const float *grads, const Bucket *b);
+/* The global L2 norm from the buckets' sums of squares: sumsq[k] (optim_num_buckets entries,
+ * computed as the gradients arrived, valid only when nothing changes grads afterwards: one rank)
+ * or, sumsq NULL, computed now from grads. -z >= 2: optim_grad_norm. */
+float optim_grad_norm_buckets(Optimizer *o, const float *grads, const double *sumsq);
+/* optim_step, bucket by bucket in the order above; after each bucket's parameters are final
+ * (this rank's; -z 1 and 2: after one all-gather at the end) bucket_done(ctx, b) is called, so
+ * that a backend can queue that bucket's copy to the device while the next one is updated.
+ * bucket_done may be NULL. -z 3: optim_step, then bucket_done for each bucket. */
+typedef void (*OptimBucketDone)(void *ctx, const Bucket *b);
+void optim_step_buckets(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int t, float grad_scale, OptimBucketDone bucket_done, void *ctx);
 /* Whole m and v (n floats each) for a checkpoint: gathered into m, v on rank 0 (others: unused).
  * Compact states are decoded to fp32 (the state file stays rank-count independent; see README). */
 void optim_gather_state(Optimizer *o, float *m, float *v);

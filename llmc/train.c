@@ -689,6 +689,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     char saved_model[4200] = "";
     const double batches_per_epoch = (double)dataloader_batches_per_epoch(train);
     const int first_step = resume_step < 0 ? 1 : resume_step + 1;
+    const int offload = be->host_grads && strcmp(tc->offload, "optimizer") == 0;
     if (val && resume_step < 0) {
         float vl = evaluate(be, val, val_batches, inputs, targets, B, T);
         val_note(&val_best, &val_last, vl, 0);
@@ -727,7 +728,13 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         dist_allreduce_f64(dist, &loss_sum, 1);
         float loss = (float)(loss_sum / accum / P);
         float lr = lr_at(schedule, step - 1, max_steps, tc->warmup, tc->lr, tc->final_frac);
-        float norm = be->host_grads ? optim_grad_norm(&opt, be->host_grads) : be->grad_norm(be->model);
+        /* --offload optimizer: the norm from per-bucket sums of squares (one rank: those the backend
+         * accumulated as each bucket's gradients reached the host; more: computed now, after the
+         * reduction), the update bucket by bucket (optim_step_buckets) */
+        const double *sumsq = offload && P == 1 && be->grad_bucket_sumsq ? be->grad_bucket_sumsq(be->model) : NULL;
+        float norm = !be->host_grads ? be->grad_norm(be->model)
+                     : offload       ? optim_grad_norm_buckets(&opt, be->host_grads, sumsq)
+                                     : optim_grad_norm(&opt, be->host_grads);
         /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a
          * uniform guess's ln V), means the weights are broken: the update is skipped, no checkpoint
          * is written and the value never enters the outlier windows. A non-finite gradient norm
@@ -745,8 +752,12 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
         if (!skip) {
             float scale = tc->grad_clip > 0.0f && norm > tc->grad_clip ? tc->grad_clip / norm : 1.0f;
             if (be->host_grads) {
-                optim_step(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay,
-                           step, scale);
+                if (offload)
+                    optim_step_buckets(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps,
+                                       tc->weight_decay, step, scale, be->params_bucket_to_device, be->model);
+                else
+                    optim_step(&opt, be->host_params, be->host_grads, lr, tc->beta1, tc->beta2, tc->eps,
+                               tc->weight_decay, step, scale);
                 if (be->params_from_host) be->params_from_host(be->model);
             } else {
                 be->update(be->model, tc, lr, step, scale);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "dist.h"
 #include "logger.h"
 #include "model.h"
 #include "plan.h"
@@ -57,6 +58,13 @@ typedef struct {
      * pushes host_params (the fp32 master copy) to the device after the loop's update. */
     void (*grads_to_host)(void *model);
     void (*params_from_host)(void *model);
+    /* Optional, with --offload optimizer (the loop then updates bucket by bucket, optim.h's
+     * optim_step_buckets): grad_bucket_sumsq gives each bucket's sum of squared gradients
+     * (optim_num_buckets entries, optim_bucket's order), accumulated as they reached the host,
+     * or NULL; params_bucket_to_device queues a bucket's updated parameters for the device as soon
+     * as they are final (params_from_host then only orders the next forward after the copies). */
+    const double *(*grad_bucket_sumsq)(void *model);
+    void (*params_bucket_to_device)(void *model, const Bucket *b);
     /* Optional, with host_grads: called once the loop's optimizer (optim.h) exists, before the
      * memory plan is checked, so that for -z >= 2 the backend hands its gradients to it bucket by
      * bucket and for -z 3 keeps only its shard of the parameters. It updates host_params (-z 3:

@@ -2,7 +2,9 @@
 """--optim-state and --offload through ./train_gpt_cpu (issue 14 items 5 and 6).
 
 - --offload optimizer: bit-identical losses and final model file to the plain optimizer (on the
-  CPU trainer the optimizer already runs on host memory: the offload path is this host path).
+  CPU trainer the optimizer already runs on host memory; --offload makes it update bucket by
+  bucket, as train_gpt's offload does; this model's norm stays below the clip, whose factor could
+  otherwise differ in the last bits: the norm is summed per bucket).
 - --optim-state bf16 / int8 over 10 steps against fp32: the first two losses are identical (the
   first update uses the fp32 moments it just computed; only the stored moments are rounded), and
   afterwards |loss - loss_fp32| <= r * (progress so far, loss_fp32(1) - min loss_fp32 up to that

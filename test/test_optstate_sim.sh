@@ -7,7 +7,14 @@
 #   each bucket's gradients are copied to the host as soon as the backward has queued them
 #   (LLMC_TEST_TRACE_BUCKETS: every step issues its 2 buckets during the backward), and in bf16
 #   (staged, converted on the host) the bucketed copies give the same model bits as one copy
-#   after the backward (LLMC_TEST_UNBUCKETED);
+#   after the backward (LLMC_TEST_UNBUCKETED), with the same logged norms (the host functions'
+#   per-bucket sums against sums taken after the backward);
+# - the pipeline, from the trace: each step the host converts and sums a bucket's gradients before
+#   the backward issues its last bucket, and queues the outer bucket's parameters for the device
+#   before the update of the last bucket is done;
+# - ./train_gpt_cpu --offload optimizer updates bucket by bucket (trace) and gives the plain
+#   optimizer's model and state files bit for bit, with fp32 and int8 states (int8 blocks straddle
+#   buckets: each block updated once);
 # - --optim-state bf16 / int8: the CUDA kernel (adamw_update_compact, on optstate.h's codes)
 #   against the CPU trainer's compact states: losses within 1e-5 relative (the fp32 GPU and CPU
 #   models differ only in summation orders, as in test_cuda_trainer_sim.sh) and the moments of
@@ -58,6 +65,9 @@ run sim_bf16 $SIM --optim-state bf16
 run sim_int8 $SIM --optim-state int8
 run cpu_bf16 ./train_gpt_cpu --optim-state bf16
 run cpu_int8 ./train_gpt_cpu --optim-state int8
+run cpu_fp32 ./train_gpt_cpu
+LLMC_TEST_TRACE_BUCKETS=1 run cpu_fp32_offload ./train_gpt_cpu --offload optimizer
+run cpu_int8_offload ./train_gpt_cpu --offload optimizer --optim-state int8
 
 # ZeRO-1 on 2 ranks (int8 blocks counted from each rank's shard): train_gpt against train_gpt_cpu
 if command -v mpirun > /dev/null; then
@@ -80,6 +90,39 @@ if [ "$during" = 6 ] && ! grep -q "issued after the backward" "$W/sim_offload.ou
     pass "train_gpt (harness) --offload optimizer: each step's 2 gradient buckets are copied to the host during the backward"
 else
     fail "train_gpt (harness) --offload optimizer: $during of 6 bucket copies issued during the backward"
+fi
+# the pipeline, from the trace: each step, the host converts and sums a bucket's gradients before
+# the backward has issued its last bucket, and queues a bucket's parameters for the device before
+# the update of the last bucket is done (the unpipelined code printed neither line)
+if /usr/bin/python3 - "$W/sim_offload.out" <<'PY'
+import re, sys
+steps = re.split(r"^step .*$", open(sys.argv[1]).read(), flags=re.M)[:3]
+ok = len(steps) == 3
+for s in steps:
+    lines = [l for l in s.splitlines() if l.startswith("trace: ")]
+    at = lambda pat: [i for i, l in enumerate(lines) if re.match(pat, l)]
+    issued, host, done, queued = (at(r"trace: gradient bucket -?\d+ issued"), at(r"trace: host gradient bucket"),
+                                  at(r"trace: update of parameter bucket"), at(r"trace: parameter bucket -?\d+ queued"))
+    ok &= len(issued) == len(host) == len(done) == len(queued) == 2
+    ok &= ok and host[0] < issued[-1] and queued[0] < done[-1]
+    ok &= ok and [lines[i].split()[-2] for i in done] == ["-1", "0"]
+if not ok: print("\n".join(lines))
+sys.exit(0 if ok else 1)
+PY
+then
+    pass "train_gpt (harness) --offload optimizer: per-bucket host gradient work starts before the last bucket is issued; parameters go back per bucket (outer first) before the last bucket's update is done"
+else
+    fail "train_gpt (harness) --offload optimizer: the host work is not pipelined with the buckets (trace above)"
+fi
+ok=1
+for s in fp32 int8; do
+    cmp -s "$W/cpu_$s/model_00000003.bin" "$W/cpu_${s}_offload/model_00000003.bin" &&
+        cmp -s "$W/cpu_$s/state_00000003_00000.bin" "$W/cpu_${s}_offload/state_00000003_00000.bin" || ok=0
+done
+if [ $ok = 1 ] && [ "$(grep -c "^trace: update of parameter bucket" "$W/cpu_fp32_offload.out")" = 6 ]; then
+    pass "train_gpt_cpu --offload optimizer: the update bucket by bucket, model and state bits identical to the plain optimizer (fp32, int8 states)"
+else
+    fail "train_gpt_cpu --offload optimizer differs from the plain optimizer, or did not update by bucket"
 fi
 a=$(losses "$W/sim_fp32.out"); b=$(losses "$W/sim_offload.out")
 if [ -n "$a" ] && [ "$a" = "$b" ] && cmp -s "$W/sim_fp32/model_00000003.bin" "$W/sim_offload/model_00000003.bin"; then
@@ -142,8 +185,10 @@ else
     fail "train_gpt (harness) bf16 --offload optimizer"; tail -3 "$W/bo.out"
 fi
 if LLMC_TEST_UNBUCKETED=1 $SIM $common --precision bf16 --offload optimizer --optim-state int8 -o "$W/bf16_offload_whole" \
-    > "$W/bow.out" 2>&1 && cmp -s "$W/bf16_offload/model_00000003.bin" "$W/bf16_offload_whole/model_00000003.bin"; then
-    pass "train_gpt (harness) bf16 --offload optimizer: bucket-by-bucket copies == one copy after the backward (model bits)"
+    > "$W/bow.out" 2>&1 && cmp -s "$W/bf16_offload/model_00000003.bin" "$W/bf16_offload_whole/model_00000003.bin" &&
+    norms() { grep -o '"grad_norm":[^,]*' "$1/log.jsonl" | tr '\n' ' '; } &&
+    [ -n "$(norms "$W/bf16_offload")" ] && [ "$(norms "$W/bf16_offload")" = "$(norms "$W/bf16_offload_whole")" ]; then
+    pass "train_gpt (harness) bf16 --offload optimizer: bucket-by-bucket copies == one copy after the backward (model bits; the norm from the host functions' per-bucket sums == the one computed after the backward)"
 else
     fail "train_gpt (harness) bf16 --offload optimizer: bucketed copies differ from one copy"; tail -3 "$W/bow.out"
 fi

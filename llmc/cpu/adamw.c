@@ -20,10 +20,16 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 void adamw_update_compact(float *params, const float *grads, void *m, void *v, int type, size_t k,
                           const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t,
                           float grad_scale) {
+    adamw_update_compact_blocks(params, grads, m, v, type, k, seg, 0, optstate_blocks(k), lr, beta1, beta2, eps, t,
+                                grad_scale);
+}
+
+void adamw_update_compact_blocks(float *params, const float *grads, void *m, void *v, int type, size_t k,
+                                 const OptSegments *seg, size_t b0, size_t b1, float lr, float beta1, float beta2,
+                                 float eps, int t, float grad_scale) {
     const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
-    const long long nb = (long long)optstate_blocks(k);
 #pragma omp parallel for schedule(static)
-    for (long long b = 0; b < nb; b++) {
+    for (long long b = (long long)b0; b < (long long)b1; b++) {
         float mb[OPTSTATE_BLOCK], vb[OPTSTATE_BLOCK];
         const size_t j0 = (size_t)b * OPTSTATE_BLOCK, count = k - j0 < OPTSTATE_BLOCK ? k - j0 : OPTSTATE_BLOCK;
         optstate_load_block(m, type, 0, k, (size_t)b, mb);

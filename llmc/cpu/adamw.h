@@ -20,6 +20,10 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 void adamw_update_compact(float *params, const float *grads, void *m, void *v, int type, size_t k,
                           const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t,
                           float grad_scale);
+/* The same on blocks [b0, b1) of the k elements only (the update in buckets, llmc/optim.c). */
+void adamw_update_compact_blocks(float *params, const float *grads, void *m, void *v, int type, size_t k,
+                                 const OptSegments *seg, size_t b0, size_t b1, float lr, float beta1, float beta2,
+                                 float eps, int t, float grad_scale);
 double global_norm_squared(const float *grads, size_t n);
 #ifdef __cplusplus
 }

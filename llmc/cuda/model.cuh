@@ -1075,6 +1075,37 @@ inline void gpt2cuda_grads_from_staging(GPT2Cuda *m) {
     });
 }
 
+/* The bucket's staged bf16/fp16 gradients into host_grads (fp32); nothing in fp32. Host code only
+ * (no CUDA call): it runs in a host function on the copy stream once the bucket's copies landed. */
+inline void gpt2cuda_grads_bucket_from_staging(GPT2Cuda *m, const Bucket *b) {
+    with_storage_type(m->precision, [&](auto tag) {
+        typedef decltype(tag) T;
+        if (sizeof(T) == sizeof(float)) return;
+        const T *stage = (const T *)m->h_staging;
+        for (int i = 0; i < b->n; i++) {
+            const size_t off = b->off[i], len = b->len[i];
+            if (m->precision == PRECISION_BF16) optstate_from_bf16(m->host_grads + off, (const uint16_t *)stage + off, len);
+            else
+                for (size_t j = off; j < off + len; j++) m->host_grads[j] = to_float(stage[j]);
+        }
+    });
+}
+
+/* --offload optimizer, after the host update of one bucket: its host_params (fp32 master) put in
+ * the pinned staging buffer (bf16: rounded to nearest, as gpt2cuda_params_from_host) and queued
+ * for the device on stream st; the host goes on at once. fp32 or bf16 (offload's precisions). */
+inline void gpt2cuda_params_bucket_to_device(GPT2Cuda *m, const Bucket *b, cudaStream_t st) {
+    const size_t elem = precision_bytes(m->precision);
+    if (m->precision == PRECISION_FP16) llmc_die("internal: --offload optimizer's parameter copies in fp16");
+    for (int i = 0; i < b->n; i++) {
+        const size_t off = b->off[i], len = b->len[i];
+        char *stage = (char *)m->h_staging + off * elem;
+        if (m->precision == PRECISION_BF16) optstate_to_bf16((uint16_t *)stage, m->host_params + off, len);
+        else memcpy(stage, m->host_params + off, len * sizeof(float));
+        cudaCheck(cudaMemcpyAsync((char *)m->params_memory + off * elem, stage, len * elem, cudaMemcpyHostToDevice, st));
+    }
+}
+
 /* --offload optimizer: the accumulated device gradients (T) into host_grads (fp32, pinned). */
 inline void gpt2cuda_grads_to_host(GPT2Cuda *m) {
     gpt2cuda_grads_copy_to_host(m, 0, m->num_parameters, m->ctx->stream);

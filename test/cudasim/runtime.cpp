@@ -1168,6 +1168,15 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
     return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+/* Streams run their work in order as it is queued, so the host function runs now (in a graph
+ * capture: when the graph is launched). */
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData) {
+    switch (capture_action(stream, "cudaLaunchHostFunc", nullptr, 0)) {
+    case CAPTURE_REFUSED: return cudaGetLastError();
+    case CAPTURE_RECORD: capture_record([=]() { fn(userData); }); return cudaSuccess;
+    default: fn(userData); return cudaSuccess;
+    }
+}
 
 cudaError_t cudaEventCreate(cudaEvent_t *event) {
     *event = (cudaEvent_t) new SimEvent{0.0, false};
