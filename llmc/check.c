@@ -8,25 +8,50 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void llmc_die(const char *fmt, ...) {
-    va_list ap;
+static int error_rank = -1; /* llmc_set_error_rank: the prefix of fatal messages, -1: none */
+
+void llmc_set_error_rank(int rank, int ranks) { error_rank = ranks > 1 ? rank : -1; }
+
+/* The fatal report in one write(): ranks sharing a terminal or a pipe cannot cut into each other's
+ * lines (a write to a pipe of at most PIPE_BUF bytes is atomic; longer reports are cut to that).
+ * "error: " first, then "rank N: " when several ranks run, unless the message names this rank
+ * first itself. */
+static void write_error(const char *text) {
+    char prefix[32] = "", line[4096];
+    if (error_rank >= 0) {
+        snprintf(prefix, sizeof prefix, "rank %d: ", error_rank);
+        if (strncmp(text, prefix, strlen(prefix)) == 0) prefix[0] = '\0';
+    }
+    int n = snprintf(line, sizeof line, "error: %s%s\n", prefix, text);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) memcpy(line + sizeof line - 5, "...\n", 5), n = (int)sizeof line - 1;
     fflush(stdout);
-    fputs("error: ", stderr);
+    fflush(stderr);
+    for (size_t put = 0; put < (size_t)n;) { /* a signal may cut a write to a terminal short */
+        ssize_t k = write(STDERR_FILENO, line + put, (size_t)n - put);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        put += (size_t)k;
+    }
+}
+
+void llmc_die(const char *fmt, ...) {
+    char text[4096];
+    va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    write_error(text);
     exit(1);
 }
 
 void llmc_check_failed(const char *statement, const char *detail, const char *hint,
                        const char *func, const char *file, int line) {
-    fflush(stdout);
-    fprintf(stderr, "error: %s\n", detail);
-    fprintf(stderr, "  statement: %s\n", statement);
-    fprintf(stderr, "  at: %s (%s:%d)\n", func, file, line);
+    char text[4096];
     if (hint && strncmp(hint, "HINT: ", 6) == 0) hint += 6; /* callers may include the word */
-    if (hint && hint[0]) fprintf(stderr, "  HINT: %s\n", hint);
+    snprintf(text, sizeof text, "%s\n  statement: %s\n  at: %s (%s:%d)%s%s", detail, statement, func, file, line,
+             hint && hint[0] ? "\n  HINT: " : "", hint && hint[0] ? hint : "");
+    write_error(text);
     exit(1);
 }
 

@@ -27,8 +27,11 @@ extern "C" {
 #define LLMC_PRINTF(a, b)
 #endif
 
-/* "error: <fmt>" on stderr, exit(1). For bad user input. */
+/* "error: <fmt>" on stderr in one write() ("error: rank N: <fmt>" once llmc_set_error_rank said
+ * several ranks run), exit(1). For bad user input. */
 void llmc_die(const char *fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
+/* This process's rank among ranks: fatal messages then start "rank N: " (dist_init calls it). */
+void llmc_set_error_rank(int rank, int ranks);
 
 /* The generator behind every *Check macro: reports what failed, where, and a hint. */
 void llmc_check_failed(const char *statement, const char *detail, const char *hint,

@@ -75,6 +75,7 @@ static void join_tcp(Dist *d, const DistFlags *f, int env_size, const char *var)
 /* The other ranks keep stderr (their errors) and lose stdout (tests: all keep it when
  * LLMC_TEST_ALL_RANKS_STDOUT is set, to compare what each rank would log). */
 static Dist *one_voice(Dist *d) {
+    llmc_set_error_rank(d->rank, d->size);
     if (d->rank != 0 && !getenv("LLMC_TEST_ALL_RANKS_STDOUT") && !freopen("/dev/null", "w", stdout))
         llmc_die("rank %d: cannot silence stdout", d->rank);
     return d;

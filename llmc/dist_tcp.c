@@ -198,7 +198,29 @@ static void unexpected(Dist *d, Io *io, int n, int peer, const char *what) {
     fail(d, io, n, peer, WHY_CLOSED, what, "");
 }
 
+/* Tests only: LLMC_TEST_EXIT_BEFORE=R:WHAT makes rank R exit (status 3) as it enters the first
+ * collective named WHAT ("broadcast", "barrier", ...), telling no one; rank 0 first waits (up to
+ * --dist-timeout) until R's connection has closed, so it meets the closed connection inside that
+ * collective whatever the timing. test_dist.py: a peer that dies while rank 0 is only sending to
+ * it (a broadcast) is named. */
+static void test_exit_before(Dist *d, const char *what) {
+    static int done;
+    const char *e = getenv("LLMC_TEST_EXIT_BEFORE");
+    int rank, at = 0;
+    if (done || !e || sscanf(e, "%d:%n", &rank, &at) != 1 || at == 0 || strcmp(e + at, what) != 0) return;
+    done = 1;
+    if (d->rank == rank) {
+        fprintf(stderr, "rank %d: LLMC_TEST_EXIT_BEFORE: exiting as the %s begins\n", rank, what);
+        _exit(3);
+    }
+    if (d->rank == 0 && rank > 0 && rank < d->size) {
+        struct pollfd p = {tcp_of(d)->fd[rank], POLLIN, 0};
+        poll(&p, 1, (int)(d->timeout_s * 1e3));
+    }
+}
+
 static void xfer(Dist *d, Io *io, int n, const char *what) {
+    test_exit_before(d, what);
     Tcp *t = tcp_of(d);
     struct pollfd *p = (struct pollfd *)mallocCheck((size_t)n * sizeof *p, "poll set");
     int *which = (int *)mallocCheck((size_t)n * sizeof(int), "poll set");

@@ -5,6 +5,7 @@
 #include "dataloader.h"
 #include "dist.h"
 #include "hf.h"
+#include "llama.h"
 #include "optim.h"
 #include "optstate.h"
 #include "rundir.h"
@@ -375,6 +376,12 @@ static void resume_check_config(const TrainConfig *rc, int step) {
     train_config_defaults(&saved);
     train_config_from_text(&saved, text);
     free(text);
+    /* A Llama keeps every activation: both trainers run it at -r 0 whatever -r says, and older
+     * binaries saved the -r given (1 by default), which is no difference from this run's 0. */
+    char model[4200];
+    LlamaConfig llama;
+    checkpoint_paths(rc->output_dir, step, 0, model, NULL, NULL, sizeof model);
+    if (rc->recompute == 0 && saved.recompute != 0 && llama_config_from_init(model, &llama)) saved.recompute = 0;
     train_config_compare(&saved, rc, where, stdout);
 }
 

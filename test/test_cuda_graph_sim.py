@@ -8,7 +8,8 @@ A tiny fp32 model (V 256, 2 layers) trains 4 steps of 2 accumulated micro-steps:
   and the end of the update); before the loss stayed on the device it was 6 per micro-step + 3;
 - --cuda-graph 1 captures once and replays the rest of the micro-steps, with losses, norms and
   weights bit-identical to --cuda-graph 0 (the same kernels run), and a run resumed from its
-  step-2 checkpoint continues bit-identically; bf16 and fp16 (2 steps) are bit-identical too;
+  step-2 checkpoint continues bit-identically; bf16 and fp16 (2 steps) are bit-identical too, and
+  so is fp16 with the loss scale halved mid-run (captured again for the new scale);
 - --cuda-graph 1 with --offload optimizer says it is not used and trains; --cuda-graph 2 is an error.
 Usage: test/test_cuda_graph_sim.py [build/cudasim/train_gpt]"""
 import json
@@ -116,6 +117,31 @@ def main():
             report(all(rc == 0 for rc, _ in outs) and len(a) == 2 and a == b and w[0] is not None and w[0] == w[1],
                    f"--cuda-graph 1 is bit-identical to --cuda-graph 0 in {prec} (losses, norms, weights)",
                    f"{a} vs {b}: {outs[1][1][-300:]}")
+
+        # fp16 with the loss scale changing mid-run: step 2's gradients made non-finite
+        # (LLMC_TEST_INF_RANK=0:2, train_gpt.cu) skip it and halve the scale; the graph bakes dloss
+        # (accumulation x the scale) in, so it must be captured again for each new value: the
+        # first scale, step 2's infinite weight, the halved scale (3 captures). Losses, norms, the
+        # logged scales, the skipped step, the final scale and weights: bit-identical to --cuda-graph 0.
+        env = {"LLMC_TEST_INF_RANK": "0:2", "LLMC_TEST_ALL_RANKS_STDOUT": "1"}
+        dirs = [os.path.join(W, f"fp16_scale_g{g}") for g in (0, 1)]
+        outs = [run(common[:-2] + ["--precision", "fp16", "-o", d, "--cuda-graph", str(g)], env) for g, d in zip((0, 1), dirs)]
+        keys = ("step", "train_loss", "grad_norm", "loss_scale", "skipped", "skipped_steps")
+        logs = [[{k: r.get(k) for k in keys} for r in map(json.loads, open(os.path.join(d, "log.jsonl"))) if "train_loss" in r]
+                if os.path.exists(os.path.join(d, "log.jsonl")) else [] for d in dirs]
+        summary = [re.findall(r"^rank 0: parameters crc32 \w+ \| loss scale \S+ \(skipped (\d+)\)$", o, re.M) for _, o in outs]
+        lines = [re.findall(r"^rank 0: parameters crc32 .*$", o, re.M) for _, o in outs]
+        skipped = [[r["step"] for r in lg if r["skipped"]] for lg in logs]
+        m = re.search(r"^CUDA graph: (\d+) capture\(s\)", outs[1][1], re.M)
+        w = [read(os.path.join(d, last)) for d in dirs]
+        scales = [r["loss_scale"] for r in logs[0]]
+        report(all(rc == 0 for rc, _ in outs) and summary[0] == ["1"] and lines[0] == lines[1] and skipped[0] == [2]
+               and len(set(scales)) == 2 and scales[1] == scales[0] / 2
+               and skipped[1] == [2] and len(logs[0]) >= STEPS and logs[0] == logs[1] and w[0] is not None and w[0] == w[1]
+               and m is not None and int(m.group(1)) == 3,
+               "fp16, the loss scale halved at step 2 (LLMC_TEST_INF_RANK=0:2): --cuda-graph 1 captures again (3 captures) "
+               "and is bit-identical to --cuda-graph 0 (losses, norms, loss scales, the skipped step, weights)",
+               f"{lines} skipped {skipped} {m.group(0) if m else None}: {logs[0][:5]} vs {logs[1][:5]}: {outs[1][1][-400:]}")
 
         # configurations it is not built for: a note, and the run trains kernel by kernel
         rc, out = run(common[:-6] + ["-x", "1", "--cuda-graph", "1", "--offload", "optimizer", "--precision", "fp32"])

@@ -144,6 +144,43 @@ def launch(np, pi, args, trainer=NOMPI, env=None, timeout=300):
                           timeout=timeout, env=env)
 
 
+def whole_error_lines(tmp, base):
+    """3 ranks fail at once on one stderr (a -i that matches nothing, read by every rank): each
+    rank's message is one whole line 'error: rank N: ...' (llmc_die: one write(), the rank
+    first), none cut into by another's."""
+    import re
+    missing = os.path.join(tmp, "no_such_data_" + "x" * 200 + ".bin")
+    p = launch(3, "tcp", ["-i", missing] + base[2:-2] + ["-b", "4", "-x", "2", "-o", os.path.join(tmp, "pi_no_data")],
+               timeout=120)
+    line = re.compile(r"error: rank (\d): no data shard matches '" + re.escape(missing) + r"'; check the path [^:]+$")
+    lines = p.stderr.splitlines()
+    ranks = sorted(int(m.group(1)) for m in map(line.match, lines) if m)
+    report(p.returncode == 1 and ranks == [0, 1, 2] and len(lines) == 3,
+           "-pi tcp, 3 ranks fail at once (-i matches nothing): stderr is 3 whole lines, 'error: rank N: ...' for N 0, 1, 2",
+           f"exit {p.returncode}: {p.stderr[-900:]}")
+
+
+def sending_fault(tmp, base):
+    """A peer dies while rank 0 is only sending to it: rank 2 exits as the first broadcast begins
+    (LLMC_TEST_EXIT_BEFORE, llmc/dist_tcp.c; rank 0 waits for its connection to close, so the
+    timing is fixed). Rank 0 must name rank 2 (it named its first connection, rank 1, before
+    7afdd60) and tell rank 1. Every fatal line on the shared stderr is whole: one write() each,
+    "error: rank N: " first (llmc_die, llmc/check.c)."""
+    import re
+    out = os.path.join(tmp, "pi_sending")
+    p = launch(3, "tcp", base[:-2] + ["-b", "4", "-x", "2", "-o", out], env={"LLMC_TEST_EXIT_BEFORE": "2:broadcast"},
+               timeout=120)
+    head = r"error: rank (\d): the broadcast \(collective #\d+\) over -pi tcp/fs failed: rank 2 closed its connection " \
+           r"\(it died, or stopped on an error of its own\)"
+    whole = {0: re.compile(head + r"$"), 1: re.compile(head + r" \(reported by rank 0\)$")}
+    lines = [ln for ln in p.stderr.splitlines() if "error" in ln]
+    ranks = [int(m.group(1)) for m in (re.match(head, ln) for ln in lines) if m]
+    parsed = sorted(ranks) == [0, 1] and all(whole[r].match(ln) for r, ln in zip(ranks, lines)) and len(lines) == 2
+    report(p.returncode != 0 and parsed and "LLMC_TEST_EXIT_BEFORE: exiting as the broadcast begins" in p.stderr,
+           "-pi tcp, 3 ranks, rank 2 exits as rank 0 broadcasts (rank 0 only sending): ranks 0 and 1 name rank 2, "
+           "each in one whole line 'error: rank N: ...'", f"exit {p.returncode}: {p.stderr[-800:]}")
+
+
 def pi_tests(tmp, base, toks, final):
     """-pi tcp | fs: 2 ranks equal mpirun's 2 ranks bit for bit (with 2 ranks every sum has one
     order: r0 + r1 == r1 + r0), faults named on every rank, bad flags named."""
@@ -185,6 +222,9 @@ def pi_tests(tmp, base, toks, final):
     report(problem is None and rc == 1 and named0 and named1,
            f"-pi fs, 3 ranks, rank 2 killed with SIGKILL: ranks 0 and 1 exit 1 naming rank 2 ({took:.1f} s)",
            problem or f"exit {rc}: {text[-600:]}")
+
+    sending_fault(tmp, base)
+    whole_error_lines(tmp, base)
 
     # a rank that hangs (rank 2 sleeps 3 s before step 3's reduction): --dist-timeout 1.5 names it
     # on ranks 0 and 1

@@ -59,11 +59,15 @@ def reference(tmp, nkv):
 
 
 def train(tmp, init, shard, extra=(), steps=STEPS, outdir=None):
+    return run(train_cmd(init, shard, extra, steps, outdir))
+
+
+def train_cmd(init, shard, extra=(), steps=STEPS, outdir=None):
     cmd = [TRAINER, "-e", init, "-i", shard, "-j", shard, "-b", str(B), "-t", str(T), "-x", str(steps),
            "-k", "constant", "-l", "1e-3", "-c", "0.1", "--shuffle", "0", "-v", "0", "-s", "0", "-r", "0"]
     if outdir:
         cmd += ["-o", outdir]
-    return run(cmd + list(extra))
+    return cmd + list(extra)
 
 
 def log_steps(outdir):
@@ -147,6 +151,7 @@ def main():
             report(ok, f"NKV {nkv}: checkpoint at step 5 and -y 1 resume give the uninterrupted run's losses and "
                        "final model byte for byte", (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-1500:])
 
+            older_recompute_resume(tmp, ref, shard, out, steps)
             bf16_checkpoints(tmp, ref, shard, out, steps)
 
             # llm.c's Llama 3 file, fp32 and bf16
@@ -219,6 +224,34 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"{failures()} failed")
     return 1 if failures() else 0
+
+
+def older_recompute_resume(tmp, ref, shard, run_dir, steps):
+    """A Llama run written by an older binary, whose saved configuration records -r 1 (the default it
+    kept; the trainer now records the -r 0 a Llama runs with): resumed with the same command line
+    (no -r), it continues as the uninterrupted run did, with no flag reported as changed."""
+    out = os.path.join(tmp, "resume_old_r1")
+    shutil.copytree(run_dir, out)
+    for name in ("DONE_00000010", "model_00000010.bin", "model_00000010.bin.sum", "state_00000010_00000.bin"):
+        os.remove(os.path.join(out, name))
+    done = os.path.join(out, "DONE_00000005")
+    text = open(done).read()
+    # as saved in that directory by an older binary: -r 1, the same -o
+    old = text.replace("\n--recompute 0\n", "\n--recompute 1\n")
+    old = old.replace(f"\n--output-dir {run_dir}\n", f"\n--output-dir {out}\n")
+    with open(done, "w") as f:
+        f.write(old)
+    cmd = train_cmd(ref, shard, ["-n", "5", "-y", "1"], outdir=out)
+    p = run([a for i, a in enumerate(cmd) if a != "-r" and cmd[i - 1] != "-r"])  # the default -r 1
+    ok = "--recompute 1" in old and out in old and p.returncode == 0 and "error" not in p.stderr
+    ok = ok and "resumed from step 5" in p.stdout and "resume: the configuration equals" in p.stdout
+    if ok:
+        resumed = log_steps(out)
+        ok = all(resumed[s]["train_loss"] == steps[s]["train_loss"] for s in range(6, STEPS + 1))
+        ok = ok and same_bytes(os.path.join(run_dir, "model_00000010.bin"), os.path.join(out, "model_00000010.bin"))
+    report(ok, "a Llama checkpoint whose saved configuration says -r 1 (an older binary's) resumes with the same "
+               "command line: no flag reported as changed, the uninterrupted run's losses and final model",
+           "\n".join(ln for ln in (p.stdout + p.stderr).splitlines() if "resum" in ln or "  -" in ln or "error" in ln))
 
 
 def bf16_round(raw):
