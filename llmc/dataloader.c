@@ -419,6 +419,15 @@ static void check_open_args(const char *pattern, int B, int T, int rank, int npr
         llmc_die("dataloader '%s': prefetch must be 0 or 1 (got %d)", pattern, prefetch);
 }
 
+/* glob's error callback: the directory it could not read (a missing one, typically), for the message. */
+static _Thread_local char glob_failed_path[1024];
+static _Thread_local int glob_failed_errno;
+static int glob_error(const char *path, int eerrno) {
+    snprintf(glob_failed_path, sizeof glob_failed_path, "%s", path);
+    glob_failed_errno = eerrno;
+    return 1; /* stop: GLOB_ERR */
+}
+
 DataLoader *dataloader_open(const char *pattern, int B, int T, int rank, int nproc,
                             int shuffle, uint64_t seed, int vocab_size, int prefetch) {
     return dataloader_open_for_model(pattern, B, T, rank, nproc, shuffle, seed, vocab_size, prefetch, NULL);
@@ -428,9 +437,13 @@ DataLoader *dataloader_open_for_model(const char *pattern, int B, int T, int ran
                                       uint64_t seed, int vocab_size, int prefetch, const char *vocab_origin) {
     check_open_args(pattern, B, T, rank, nproc, shuffle, vocab_size, prefetch);
     glob_t g;
-    int grc = glob(pattern, GLOB_ERR, NULL, &g);
+    glob_failed_path[0] = 0;
+    int grc = glob(pattern, GLOB_ERR, glob_error, &g);
     if (grc == GLOB_NOMATCH)
         llmc_die("no data shard matches '%s'; check the path (-i / -j) and that the data was prepared", pattern);
+    if (grc == GLOB_ABORTED && glob_failed_path[0])
+        llmc_die("no data shard matches '%s': cannot read directory '%s' (%s); check the path (-i / -j)", pattern,
+                 glob_failed_path, strerror(glob_failed_errno));
     if (grc != 0)
         llmc_die("cannot expand the data pattern '%s': %s", pattern,
                  grc == GLOB_NOSPACE ? "out of memory" : "read error in a directory");

@@ -574,6 +574,9 @@ static void test_bad_inputs(const TestData *good) {
 
     snprintf(pattern, sizeof pattern, "%s/nothing_*.bin", tmp_dir);
     expect_death("glob with no match -> error naming the pattern", child_read, &a, "no data shard matches", pattern);
+    snprintf(pattern, sizeof pattern, "%s/no_such_dir/shard_*.bin", tmp_dir);
+    snprintf(path, sizeof path, "%s/no_such_dir", tmp_dir);
+    expect_death("glob under a missing directory -> error naming the directory", child_read, &a, "cannot read directory", path);
 
     uint32_t toks[400];
     for (int i = 0; i < 400; i++) toks[i] = (uint32_t)(rng_next() % GPT2_VOCAB);
