@@ -183,6 +183,19 @@ static void nccl_reduce_packed(CudaTrainer *tr, const Bucket *b, char *packed) {
 }
 #endif
 
+/* The stream for work that must follow everything queued on the compute stream so far: with
+ * several ranks the communication stream, made to wait for it; with one, the compute stream. */
+static cudaStream_t comm_stream_after_compute(CudaTrainer *tr) {
+#if LLMC_HAVE_NCCL
+    if (tr->comm) {
+        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
+        cudaCheck(cudaStreamWaitEvent(tr->comm_stream, tr->bucket_ready, 0));
+        return tr->comm_stream;
+    }
+#endif
+    return tr->ctx.stream;
+}
+
 /* -z 2 (the model's grad_slots): bucket l's packed gradients (layer l's slot on every micro-step;
  * l < 0: the outer bucket, on the last) reduced over the ranks and this rank's part added into its
  * shard gradients (accumulated over the micro-steps), then the slot marked free for the layer that
@@ -191,14 +204,9 @@ static void nccl_reduce_packed(CudaTrainer *tr, const Bucket *b, char *packed) {
 static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
     GPT2Cuda *m = &tr->model;
     char *packed = (char *)gpt2cuda_bucket_grads(m, l);
-    cudaStream_t st = tr->ctx.stream;
+    cudaStream_t st = comm_stream_after_compute(tr);
 #if LLMC_HAVE_NCCL
-    if (tr->comm) {
-        st = tr->comm_stream;
-        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
-        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
-        nccl_reduce_packed(tr, b, packed);
-    }
+    if (tr->comm) nccl_reduce_packed(tr, b, packed);
 #endif
     size_t pos, count;
     bucket_part(b, m->shard_lo, m->shard_hi, &pos, &count);
@@ -218,14 +226,7 @@ static void cuda_gather_bucket(CudaTrainer *tr, int l) {
     char *dst = (char *)gpt2cuda_bucket_params(m, l);
     Bucket b;
     bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
-    cudaStream_t st = tr->ctx.stream;
-#if LLMC_HAVE_NCCL
-    if (tr->comm) {
-        st = tr->comm_stream;
-        cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
-        cudaCheck(cudaStreamWaitEvent(st, tr->bucket_ready, 0));
-    }
-#endif
+    cudaStream_t st = comm_stream_after_compute(tr);
     size_t k = 0;
     for (int i = 0; i < b.n; k += b.len[i], i++) {
         size_t a = b.off[i] > m->shard_lo ? b.off[i] : m->shard_lo;
