@@ -229,11 +229,10 @@ static void cuda_gather_bucket(CudaTrainer *tr, int l) {
     cudaStream_t st = comm_stream_after_compute(tr);
     size_t k = 0;
     for (int i = 0; i < b.n; k += b.len[i], i++) {
-        size_t a = b.off[i] > m->shard_lo ? b.off[i] : m->shard_lo;
-        size_t e = b.off[i] + b.len[i] < m->shard_hi ? b.off[i] + b.len[i] : m->shard_hi;
-        if (a < e)
+        size_t a, n = bucket_slice_in(&b, i, m->shard_lo, m->shard_hi, &a);
+        if (n)
             cudaCheck(cudaMemcpyAsync(dst + (k + a - b.off[i]) * elem, (char *)m->params_memory + (a - m->shard_lo) * elem,
-                                      (e - a) * elem, cudaMemcpyDeviceToDevice, st));
+                                      n * elem, cudaMemcpyDeviceToDevice, st));
     }
 #if LLMC_HAVE_NCCL
     if (tr->comm) {

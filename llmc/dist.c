@@ -463,25 +463,19 @@ void bucket_packing(const TensorSpec *specs, int num_specs, size_t *outer, size_
     }
 }
 
-static size_t overlap(size_t a0, size_t a1, size_t b0, size_t b1, size_t *lo) {
-    *lo = a0 > b0 ? a0 : b0;
-    size_t hi = a1 < b1 ? a1 : b1;
-    return hi > *lo ? hi - *lo : 0;
-}
-
 void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count) {
     *pos = *count = 0;
     for (int i = 0; i < b->n; i++) {
-        size_t a, below = overlap(b->off[i], b->off[i] + b->len[i], 0, lo, &a);
-        *pos += below;
-        *count += overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+        size_t a;
+        *pos += bucket_slice_in(b, i, 0, lo, &a);
+        *count += bucket_slice_in(b, i, lo, hi, &a);
     }
 }
 
 void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, float *shard, int add) {
     size_t k = 0; /* packed index of slice i's first element (add 1: of the run's first) */
     for (int i = 0; i < b->n; i++) {
-        size_t a, n = overlap(b->off[i], b->off[i] + b->len[i], lo, hi, &a);
+        size_t a, n = bucket_slice_in(b, i, lo, hi, &a);
         if (add) {
             for (size_t j = 0; j < n; j++) shard[a - lo + j] += packed[k + j];
             k += n;

@@ -109,6 +109,13 @@ typedef struct {
     size_t numel; /* packed length */
 } Bucket;
 void bucket_add(Bucket *b, size_t off, size_t len);
+/* Slice i of b within the flat range [lo, hi): its first flat index there in *a, its length returned
+ * (0: none of it). */
+static inline size_t bucket_slice_in(const Bucket *b, int i, size_t lo, size_t hi, size_t *a) {
+    const size_t e = b->off[i] + b->len[i] < hi ? b->off[i] + b->len[i] : hi;
+    *a = b->off[i] > lo ? b->off[i] : lo;
+    return e > *a ? e - *a : 0;
+}
 /* The bucket of layer l (every stacked tensor's layer-l slice) or, l < 0, the outer bucket (the
  * non-empty tensors kept once: GPT-2's wte, wpe, lnfw, lnfb), in table order = flat offset order. */
 void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l);

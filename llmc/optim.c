@@ -239,10 +239,10 @@ void optim_step_buckets(Optimizer *o, float *params, const float *grads, float l
     for (int k = 0; k < nb; k++) {
         optim_bucket(o, k, &b);
         for (int i = 0; i < b.n; i++) {
-            size_t a = b.off[i] > o->lo ? b.off[i] : o->lo;
-            size_t e = b.off[i] + b.len[i] < o->hi ? b.off[i] + b.len[i] : o->hi;
-            if (a >= e) continue;
-            a -= o->lo, e -= o->lo; /* shard-local */
+            size_t a, n = bucket_slice_in(&b, i, o->lo, o->hi, &a);
+            if (!n) continue;
+            a -= o->lo; /* shard-local: [a, e) */
+            const size_t e = a + n;
             if (!done) { /* a slice lies in one tensor */
                 adamw_update(p + a, g + a, o->m + a, o->v + a, e - a, lr, beta1, beta2, eps,
                              decay_at(o, b.off[i], weight_decay), t, grad_scale);

@@ -898,15 +898,14 @@ template <class T> static __global__ void accumulate_kernel(T *dst, const T *src
 inline void gpt2cuda_shard_accumulate(GPT2Cuda *m, const Bucket *b, const void *run, cudaStream_t st) {
     size_t k = 0;
     for (int i = 0; i < b->n; i++) {
-        size_t a = b->off[i] > m->shard_lo ? b->off[i] : m->shard_lo;
-        size_t e = b->off[i] + b->len[i] < m->shard_hi ? b->off[i] + b->len[i] : m->shard_hi;
-        if (a >= e) continue;
+        size_t a, n = bucket_slice_in(b, i, m->shard_lo, m->shard_hi, &a);
+        if (!n) continue;
         with_storage_type(m->precision, [&](auto tag) {
             typedef decltype(tag) T;
-            accumulate_kernel<<<ceil_div((long long)(e - a), 256), 256, 0, st>>>(gpt2cuda_grad_at<T>(m, a), (const T *)run + k, e - a);
+            accumulate_kernel<<<ceil_div((long long)n, 256), 256, 0, st>>>(gpt2cuda_grad_at<T>(m, a), (const T *)run + k, n);
         });
         kernelCheck();
-        k += e - a;
+        k += n;
     }
 }
 
