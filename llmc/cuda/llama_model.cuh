@@ -175,9 +175,7 @@ template <class T> void llamacuda_backward_layers_t(GPT2Cuda *m, int B, int T_) 
     m->in_backward = 1;
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE_LAYER("backward layer", l);
-        m->backward_layer = l;
-        gpt2cuda_params_needed(m, l, 1);
-        gpt2cuda_layer_grads_begin(m, l);
+        gpt2cuda_backward_layer_begin(m, l);
         T *residual = l == 0 ? ACT(encoded, 0) : ACT(residual3, l - 1), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
         T *dfch_swiglu = dbuf_f2, *dfch = dbuf_f1;

@@ -285,12 +285,20 @@ template <class T> inline LayerActs<T> gpt2cuda_layer(const GPT2Cuda *m, int l, 
 #define LLMC_LAYER(T, p, l, per) ((T *)(p) + (size_t)(l) * (per))
 
 /* ---- where a layer's parameters and gradients are (both architectures' only source) -------- */
+/* In a packed buffer (-z 2's gradients, -z 3's gathered parameters: the outer bucket, then two layer
+ * slots), where bucket l starts (l < 0: the outer bucket; layer l in slot l & 1), and where tensor i's
+ * layer-l part is (l ignored for a tensor kept once); in elements. */
+inline size_t cudamodel_packed_bucket(const GPT2Cuda *m, int l) {
+    return l < 0 ? 0 : m->outer_numel + (size_t)(l & 1) * m->layer_numel;
+}
+inline size_t cudamodel_packed_pos(const GPT2Cuda *m, int i, int l) {
+    return cudamodel_packed_bucket(m, m->param_specs[i].layer_numel ? l : -1) + m->bucket_pos[i];
+}
 /* Parameter tensor i of layer l (l ignored for a tensor kept once), typed. */
 template <class X> inline X *cudamodel_param(const GPT2Cuda *m, int i, int l) {
     const TensorSpec *s = &m->param_specs[i];
     if (!m->param_slots) return (X *)m->params_memory + s->offset + (size_t)l * s->layer_numel;
-    if (!s->layer_numel) return (X *)m->gather_memory + m->bucket_pos[i];
-    return (X *)m->gather_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel + m->bucket_pos[i];
+    return (X *)m->gather_memory + cudamodel_packed_pos(m, i, l);
 }
 /* Flat parameter a in this rank's storage (in [shard_lo, shard_hi) at -z 3): the update's and the
  * host copies' view. */
@@ -299,20 +307,17 @@ template <class X> inline X *gpt2cuda_param_at(const GPT2Cuda *m, size_t a) {
 }
 /* Layer l's gathered parameters, packed (l < 0: the outer bucket); param_slots only. */
 inline void *gpt2cuda_bucket_params(const GPT2Cuda *m, int l) {
-    const size_t elem = precision_bytes(m->precision);
-    return (char *)m->gather_memory + (l < 0 ? 0 : (m->outer_numel + (size_t)(l & 1) * m->layer_numel) * elem);
+    return (char *)m->gather_memory + cudamodel_packed_bucket(m, l) * precision_bytes(m->precision);
 }
 /* Its gradient: in the arena, or (-z 2, grad_slots) in the outer bucket or layer l's slot. */
 template <class X> inline X *cudamodel_grad(const GPT2Cuda *m, int i, int l) {
     const TensorSpec *s = &m->param_specs[i];
     if (!m->grad_slots) return (X *)m->grads_memory + s->offset + (size_t)l * s->layer_numel;
-    if (!s->layer_numel) return (X *)m->grads_memory + m->bucket_pos[i];
-    return (X *)m->grads_memory + m->outer_numel + (size_t)(l & 1) * m->layer_numel + m->bucket_pos[i];
+    return (X *)m->grads_memory + cudamodel_packed_pos(m, i, l);
 }
 /* Layer l's packed gradient bucket (l < 0: the outer one); grad_slots only. */
 inline void *gpt2cuda_bucket_grads(const GPT2Cuda *m, int l) {
-    const size_t elem = precision_bytes(m->precision);
-    return (char *)m->grads_memory + (l < 0 ? 0 : (m->outer_numel + (size_t)(l & 1) * m->layer_numel) * elem);
+    return (char *)m->grads_memory + cudamodel_packed_bucket(m, l) * precision_bytes(m->precision);
 }
 /* The reduced gradient of flat parameter a (in [shard_lo, shard_hi) when grad_slots), for the norm
  * and the update. */
@@ -325,9 +330,12 @@ inline void gpt2cuda_params_needed(GPT2Cuda *m, int l, int backward) {
     if (m->params_hook) m->params_hook(m->params_hook_ctx, l, backward);
 }
 
-/* Layer l's gradients are about to be written (-z 2: its slot waits for the reduction of the
- * layer that used it before, then is cleared). */
-inline void gpt2cuda_layer_grads_begin(GPT2Cuda *m, int l) {
+/* Before queueing layer l's backward (both architectures): where the backward is (grad_hook's
+ * trace), the layer's parameters made ready (params_hook) and, -z 2, its gradient slot, which waits
+ * for the reduction of the layer that used it before and is then cleared. */
+inline void gpt2cuda_backward_layer_begin(GPT2Cuda *m, int l) {
+    m->backward_layer = l;
+    gpt2cuda_params_needed(m, l, 1);
     if (!m->grad_slots) return;
     cudaCheck(cudaStreamWaitEvent(m->ctx->stream, m->slot_free[l & 1], 0));
     cudaCheck(cudaMemsetAsync(gpt2cuda_bucket_grads(m, l), 0, m->layer_numel * precision_bytes(m->precision), m->ctx->stream));
@@ -931,9 +939,7 @@ template <class T> void gpt2cuda_backward_layers_t(GPT2Cuda *m, int B, int T_) {
     m->in_backward = 1;
     for (int l = L - 1; l >= 0; l--) {
         NVTX_RANGE_LAYER("backward layer", l);
-        m->backward_layer = l;
-        gpt2cuda_params_needed(m, l, 1);
-        gpt2cuda_layer_grads_begin(m, l);
+        gpt2cuda_backward_layer_begin(m, l);
         LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
         const LayerWeights<T> p = gpt2cuda_layer_weights<T>(m, l, 0), g = gpt2cuda_layer_weights<T>(m, l, 1);
         /* recompute what the forward did not keep, with the forward's own kernels */
