@@ -72,10 +72,10 @@ endif
 # CORE_SRCS: the shared llmc/ core (both trainers, tools and tests link it).
 # CPU_SRCS:  the CPU backend (ops and model sequencing).
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
-CORE_SRCS := llmc/check.c llmc/atomicfile.c llmc/shard.c llmc/model.c llmc/cli.c llmc/checkpoint.c \
-             llmc/logger.c llmc/rng.c llmc/schedule.c llmc/sampler.c llmc/train.c llmc/rundir.c \
-             llmc/dist.c llmc/optim.c llmc/optstate.c llmc/plan.c llmc/cpu/adamw.c llmc/llama.c
-# (llmc/cpu/adamw.c is the core's: the loop's optimizer, llmc/optim.c, runs it)
+CORE_SRCS := llmc/core/check.c llmc/core/atomicfile.c llmc/data/shard.c llmc/models/gpt2.c llmc/train/cli.c llmc/formats/modelfile.c \
+             llmc/core/logger.c llmc/core/rng.c llmc/train/schedule.c llmc/generate/sampler.c llmc/train/train.c llmc/formats/rundir.c \
+             llmc/dist/dist.c llmc/train/optim.c llmc/core/optstate.c llmc/train/plan.c llmc/cpu/adamw.c llmc/models/llama.c
+# (llmc/cpu/adamw.c is the core's: the loop's optimizer, llmc/train/optim.c, runs it)
 CPU_SRCS  := $(filter-out llmc/cpu/adamw.c,$(wildcard llmc/cpu/*.c))
 BINS      := train_gpt_cpu
 TEST_BINS :=
@@ -118,8 +118,8 @@ LLMC_GIT_COMMIT := $(shell test -e .git && git describe --always --dirty --abbre
 $(BUILD)/.git_commit: FORCE
 	@mkdir -p $(BUILD)
 	@echo '$(LLMC_GIT_COMMIT)' | cmp -s - $@ || echo '$(LLMC_GIT_COMMIT)' > $@
-$(BUILD)/llmc/rundir.o: $(BUILD)/.git_commit
-$(BUILD)/llmc/rundir.o: override CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
+$(BUILD)/llmc/formats/rundir.o: $(BUILD)/.git_commit
+$(BUILD)/llmc/formats/rundir.o: override CFLAGS += -DLLMC_GIT_COMMIT='"$(LLMC_GIT_COMMIT)"'
 
 # Objects depend on the flags they were compiled with (rebuilt when a feature appears), and so
 # through the libraries do the programs (LDFLAGS are in the stamp so that they relink too).
@@ -140,15 +140,15 @@ $(BUILD)/libllmc_cpu.a: $(CPU_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-# With MPI the CPU trainer links llmc/dist.c compiled against MPI (dist_mpi.o, ahead of the
+# With MPI the CPU trainer links llmc/dist/dist.c compiled against MPI (dist_mpi.o, ahead of the
 # archive's single-process dist.o) through mpicc, which wraps $(CC); every other program keeps the
 # single-process build.
 ifeq ($(HAVE_MPI),1)
 MPICC := OMPI_CC=$(CC) mpicc
-$(BUILD)/llmc/dist_mpi.o: llmc/dist.c $(BUILD)/.cflags
+$(BUILD)/llmc/dist/dist_mpi.o: llmc/dist/dist.c $(BUILD)/.cflags
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DLLMC_HAVE_MPI=1 -c $< -o $@
-$(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/llmc/dist_mpi.o $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+$(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/llmc/dist/dist_mpi.o $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 else

@@ -1,19 +1,19 @@
 /*
  * generate.c - ./generate: continue a prompt with a trained model on the CPU (fp32), through
  * the KV-cache forward of llmc/cpu/decode.h. Flags, prompt, sampling and output are the front
- * end's (llmc/generate.c), shared with ./generate_gpu (generate.cu).
+ * end's (llmc/generate/generate.c), shared with ./generate_gpu (generate.cu).
  *
  *   ./generate -e out/run1/model_00005000.bin --prompt "The king" -g 100 --temperature 0.8
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "llmc/check.h"
+#include "llmc/core/check.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/decode.h"
 #include "llmc/cpu/llama.h"
-#include "llmc/cpu/model.h"
-#include "llmc/generate.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/generate/generate.h"
 
 #ifdef _OPENMP
 #include <omp.h>

@@ -1,6 +1,6 @@
 /*
- * generate.cu - ./generate_gpu: ./generate on a CUDA GPU. The same front end (llmc/generate.c:
- * flags, prompt, sampling, output) with the CUDA model of llmc/cuda/model.cuh and its KV-cache
+ * generate.cu - ./generate_gpu: ./generate on a CUDA GPU. The same front end (llmc/generate/generate.c:
+ * flags, prompt, sampling, output) with the CUDA model of llmc/cuda/cudamodel.cuh and its KV-cache
  * forward (llmc/cuda/decode.cuh), in --precision fp32 | bf16 (default, as ./train_gpt) | fp16.
  *
  *   ./generate_gpu -e out/run1/model_00005000.bin --prompt "The king" -g 100 --temperature 0.8
@@ -8,14 +8,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "llmc/check.h"
+#include "llmc/core/check.h"
 #include "llmc/cuda/decode.cuh"
-#include "llmc/generate.h"
-#include "llmc/llama.h"
+#include "llmc/generate/generate.h"
+#include "llmc/models/llama.h"
 
 typedef struct {
     CudaContext ctx;
-    GPT2Cuda model;
+    CudaModel model;
     CudaDecoder decoder;
 } CudaGenerator;
 
@@ -32,8 +32,8 @@ static void cuda_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *
         llmc_die("no usable CUDA GPU (%s): ./generate_gpu needs an NVIDIA GPU and driver; use ./generate on a CPU",
                  e != cudaSuccess ? cudaGetErrorString(e) : "none found");
     cuda_context_init(&cg->ctx, 0, 0); /* fp32 means fp32: no TF32 */
-    gpt2cuda_build(&cg->model, g->init, g->seed, (Precision)precision, &cg->ctx, 0);
-    /* generation keeps no optimizer state: drop the host moments gpt2cuda_build made */
+    cudamodel_build(&cg->model, g->init, g->seed, (Precision)precision, &cg->ctx, 0);
+    /* generation keeps no optimizer state: drop the host moments cudamodel_build made */
     free(cg->model.host_m);
     free(cg->model.host_v);
     cg->model.host_m = cg->model.host_v = NULL;
@@ -51,7 +51,7 @@ static const float *cuda_forward(void *self, const int *tokens, int n) {
 static void cuda_free(void *self) {
     CudaGenerator *cg = (CudaGenerator *)self;
     cuda_decoder_free(&cg->decoder);
-    gpt2cuda_free(&cg->model);
+    cudamodel_free(&cg->model);
     cuda_context_free(&cg->ctx);
 }
 

@@ -1,5 +1,5 @@
 /*
- * hf_convert.c - ./hf_convert: llm.c model files <-> Hugging Face model directories (llmc/hf.h).
+ * hf_convert.c - ./hf_convert: llm.c model files <-> Hugging Face model directories (llmc/formats/hf.h).
  *
  *   ./hf_convert out/run1/model_00005000.bin gpt2-hf     # llm.c file -> HF directory
  *   ./hf_convert gpt2-hf model.bin                       # HF directory -> llm.c file (+ model.bin.sum)
@@ -10,7 +10,7 @@
  * weights are all BF16 gives a bf16 file, F16 and F32 give fp32), so llm.c -> HF -> llm.c gives
  * the same bytes. The output must not exist: nothing is ever replaced.
  *
- * Llama 3 (llmc/llama.h): IN is llmc's Llama checkpoint (magic 20261130), llm.c's Llama 3 file
+ * Llama 3 (llmc/models/llama.h): IN is llmc's Llama checkpoint (magic 20261130), llm.c's Llama 3 file
  * (magic 20240803) or an HF LlamaForCausalLM directory; --format llmc|llama3|hf picks OUT's kind
  * (default: hf for a file, llmc for a directory), keeping the input's precision (fp32 or bf16)
  * unless --dtype says:
@@ -22,11 +22,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "llmc/check.h"
-#include "llmc/checkpoint.h"
-#include "llmc/hf.h"
-#include "llmc/llama.h"
-#include "llmc/model.h"
+#include "llmc/core/check.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/formats/hf.h"
+#include "llmc/models/llama.h"
+#include "llmc/models/gpt2.h"
 
 static void usage(FILE *out) {
     fprintf(out,

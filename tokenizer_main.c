@@ -12,9 +12,9 @@
  * TokenizerContext each) a batch at a time, and the results are appended in input order.
  * So the output does not depend on -j.
  */
-#include "llmc/check.h"
-#include "llmc/shard.h"
-#include "llmc/tokenizer.h"
+#include "llmc/core/check.h"
+#include "llmc/data/shard.h"
+#include "llmc/data/tokenizer.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -8,16 +8,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/budget.h"
-#include "llmc/check.h"
-#include "llmc/cli.h"
+#include "llmc/train/budget.h"
+#include "llmc/core/check.h"
+#include "llmc/train/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/llama.h"
-#include "llmc/cpu/model.h"
-#include "llmc/dist.h"
-#include "llmc/hf.h"
-#include "llmc/optim.h"
-#include "llmc/train.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/dist/dist.h"
+#include "llmc/formats/hf.h"
+#include "llmc/train/optim.h"
+#include "llmc/train/train.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -26,7 +26,7 @@
 #include <cblas.h>
 #endif
 
-/* ---- the CPU backend: thin adapters from TrainBackend to llmc/cpu/model.h ---------------- */
+/* ---- the CPU backend: thin adapters from TrainBackend to llmc/cpu/gpt2.h ---------------- */
 static float cpu_train_micro_step(void *m, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     GPT2 *model = (GPT2 *)m;
     float loss = gpt2_forward(model, inputs, targets, B, T, dloss_scale / (float)(B * T));
@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
     be.zero_grad = cpu_zero_grad;
     be.next_logits = cpu_next_logits;
     be.host_params = model.params_memory;
-    be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/optim.c) does the rest */
+    be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/train/optim.c) does the rest */
     be.param_specs = model.param_specs;
     if (shard_stage(&tc)) be.attach_optimizer = cpu_attach_optimizer;
     be.print_memory = cpu_print_memory;

@@ -1,11 +1,11 @@
 /*
  * train_gpt.cu - the GPU trainer (./train_gpt): the same flags, files and training loop as
- * ./train_gpt_cpu (llmc/train.c), with the CUDA model of llmc/cuda/model.cuh behind the
+ * ./train_gpt_cpu (llmc/train/train.c), with the CUDA model of llmc/cuda/cudamodel.cuh behind the
  * TrainBackend. Parse flags -> check the GPU -> build the model -> hand it to train_run().
  * Precision is a run-time choice: --precision fp32 | bf16 (default) | fp16.
  *
  * Data parallelism (built with NCCL, LLMC_HAVE_NCCL): under mpirun/srun (with MPI), or started
- * with -pi tcp|fs, every rank drives the GPU of its local rank, joins llmc/dist.c's process group
+ * with -pi tcp|fs, every rank drives the GPU of its local rank, joins llmc/dist/dist.c's process group
  * and an NCCL communicator whose unique id rank 0 broadcasts over that group (MPI or TCP).
  * -z 0: each rank keeps the whole AdamW state; the
  * summed micro-step gradients are averaged over the ranks (ncclAvg; each rank's are weighted
@@ -14,14 +14,14 @@
  * bucket as soon as its backward is queued, ordered after it by an event), and the norm waits for
  * the last bucket, so every rank holds the same gradients and agrees on the norm, the clip, the
  * fp16 skip decision and the update. -z 2: as -z 1 below, but no full-size gradient buffer: the
- * model (gpt2cuda_set_grad_slots) writes the outer tensors' gradients into a packed outer buffer
+ * model (cudamodel_set_grad_slots) writes the outer tensors' gradients into a packed outer buffer
  * and each layer's into one of two packed layer slots; cuda_reduce_slot reduces a layer's slot,
  * on every micro-step as soon as its backward is queued, only to the ranks owning it (each rank's
  * part of a packed bucket is one run: one ncclReduce per rank) and the owner adds it into its
  * shard gradients (accumulated over the micro-steps; the outer buffer once, on the last); the
  * slot's next layer waits for that (slot_free). The norm is the shards' squares summed over the
  * ranks; the skip check and the update read the shard. The plan (cuda_plan) prices the same.
- * -z 3: as -z 2, and the model keeps its shard of the parameters (gpt2cuda_set_param_slots); the
+ * -z 3: as -z 2, and the model keeps its shard of the parameters (cudamodel_set_param_slots); the
  * outer tensors stay whole in its gather buffer (cuda_params_updated gathers them after every
  * update) and the model's per-layer params_hook (cuda_params_hook) gathers each layer into one of
  * two slots before its forward and before its backward (cuda_gather_bucket: each rank's part of
@@ -31,10 +31,10 @@
  * shards), updates that shard, and the ranks then broadcast their shards to each other (one
  * grouped ncclBroadcast per rank: shards may differ in size, so any parameter count works on any
  * rank count); checkpoints gather m and v over the process group.
- * --optim-state bf16 | int8: the device m and v are compact (llmc/optstate.h; adamw.cuh's
+ * --optim-state bf16 | int8: the device m and v are compact (llmc/core/optstate.h; adamw.cuh's
  * adamw_update_compact). --offload optimizer (fp32 or bf16, -z 0 or 1): the device keeps no m, v
  * or master weights; the step's gradients are copied to pinned host memory, the
- * training loop's optimizer (llmc/optim.c, the CPU trainer's) updates the fp32 master copy
+ * training loop's optimizer (llmc/train/optim.c, the CPU trainer's) updates the fp32 master copy
  * (host_params) and moments on the CPU, and the parameters are copied back (rounded to nearest in
  * bf16). Pipelined around the norm (which the clip and skip decisions need): the gradient copies
  * are queued per bucket during the last backward (on copy_stream, overlapping the layers below),
@@ -50,7 +50,7 @@
  * (--offload: also when the host converted it, updated it and queued its parameters back);
  * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
  * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
- * (llmc/cuda/llama_model.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
+ * (llmc/cuda/llama.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
  * bf16), --save-hf writes LlamaForCausalLM (with the tokenizer files of an HF -e); -r 0 only, so
  * --memory-budget searches -b, -z (several ranks) and --offload for it.
  */
@@ -59,17 +59,17 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "llmc/budget.h"
-#include "llmc/check.h"
-#include "llmc/cli.h"
+#include "llmc/train/budget.h"
+#include "llmc/core/check.h"
+#include "llmc/train/cli.h"
 #include "llmc/cuda/graph.cuh"
-#include "llmc/cuda/model.cuh"
+#include "llmc/cuda/cudamodel.cuh"
 #include "llmc/cuda/telemetry.cuh"
-#include "llmc/dist.h"
-#include "llmc/hf.h"
-#include "llmc/llama.h"
-#include "llmc/optim.h"
-#include "llmc/train.h"
+#include "llmc/dist/dist.h"
+#include "llmc/formats/hf.h"
+#include "llmc/models/llama.h"
+#include "llmc/train/optim.h"
+#include "llmc/train/train.h"
 #ifndef LLMC_HAVE_NCCL
 #define LLMC_HAVE_NCCL 0
 #endif
@@ -84,7 +84,7 @@ typedef struct {
 } HostBucket;
 
 typedef struct {
-    GPT2Cuda model;
+    CudaModel model;
     CudaContext ctx;
     double peak_flops;       /* for MFU; 0 = unknown device */
     double flops_per_token;  /* 6N + 6LCT */
@@ -129,7 +129,7 @@ static void nccl_check(ncclResult_t r, const char *what) {
 }
 
 /* The communicator of the process group: rank 0's unique id reaches the others through the
- * group's own broadcast (MPI with -pi mpi; TCP with -pi tcp | fs, llmc/dist_tcp.c). */
+ * group's own broadcast (MPI with -pi mpi; TCP with -pi tcp | fs, llmc/dist/dist_tcp.c). */
 static void nccl_start(CudaTrainer *tr) {
     Dist *d = tr->dist;
     if (d->size == 1) return;
@@ -151,7 +151,7 @@ static ncclDataType_t nccl_type(Precision p) {
 /* -z 0/1: a bucket's gradients averaged over the ranks (an in-place all-reduce per slice of the
  * arena), queued on comm_stream (ordered after the compute stream's work by the caller). */
 static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     const size_t elem = precision_bytes(m->precision);
     const ncclDataType_t type = nccl_type(m->precision);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
@@ -168,7 +168,7 @@ static void nccl_reduce_bucket(CudaTrainer *tr, const Bucket *b) {
  * bucket_part), reduced in place to rank r (a reduce-scatter as ncclReduce calls: the shards need
  * not be equal or aligned to the slices). On comm_stream, ordered after the backward by the caller. */
 static void nccl_reduce_packed(CudaTrainer *tr, const Bucket *b, char *packed) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     const size_t elem = precision_bytes(m->precision);
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < tr->dist->size; r++) {
@@ -202,15 +202,15 @@ static cudaStream_t comm_stream_after_compute(CudaTrainer *tr) {
  * uses it next (slot_free). On comm_stream, after the compute stream's work so far; with one
  * rank no reduction, the add on the compute stream. */
 static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
-    GPT2Cuda *m = &tr->model;
-    char *packed = (char *)gpt2cuda_bucket_grads(m, l);
+    CudaModel *m = &tr->model;
+    char *packed = (char *)cudamodel_bucket_grads(m, l);
     cudaStream_t st = comm_stream_after_compute(tr);
 #if LLMC_HAVE_NCCL
     if (tr->comm) nccl_reduce_packed(tr, b, packed);
 #endif
     size_t pos, count;
     bucket_part(b, m->shard_lo, m->shard_hi, &pos, &count);
-    gpt2cuda_shard_accumulate(m, b, packed + pos * precision_bytes(m->precision), st);
+    cudamodel_shard_accumulate(m, b, packed + pos * precision_bytes(m->precision), st);
     if (l >= 0) cudaCheck(cudaEventRecord(m->slot_free[l & 1], st));
 }
 
@@ -221,9 +221,9 @@ static void cuda_reduce_slot(CudaTrainer *tr, const Bucket *b, int l) {
  * after the compute stream's work queued so far (the slot's previous layer is done with it),
  * recorded in gathered[slot]; with one rank, copies on the compute stream. */
 static void cuda_gather_bucket(CudaTrainer *tr, int l) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     const size_t elem = precision_bytes(m->precision);
-    char *dst = (char *)gpt2cuda_bucket_params(m, l);
+    char *dst = (char *)cudamodel_bucket_params(m, l);
     Bucket b;
     bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
     cudaStream_t st = comm_stream_after_compute(tr);
@@ -263,7 +263,7 @@ static void cuda_wait_gather(CudaTrainer *tr, int l) {
 /* -z 3: layer l's parameters in its slot (gathered unless the slot holds them already), the
  * compute stream waiting for them. */
 static void cuda_need_layer(CudaTrainer *tr, int l) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     if (m->slot_layer[l & 1] != l) {
         cuda_gather_bucket(tr, l);
         m->slot_layer[l & 1] = l;
@@ -277,7 +277,7 @@ static void cuda_need_layer(CudaTrainer *tr, int l) {
  * for l + 1 then, before its last kernel). */
 static void cuda_params_hook(void *p, int l, int backward) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     cuda_need_layer(tr, l);
     const int next = backward ? l - 1 : l + 1;
     if (next >= 0 && next < m->cfg.num_layers && m->slot_layer[next & 1] != next) {
@@ -289,7 +289,7 @@ static void cuda_params_hook(void *p, int l, int backward) {
 /* -z 3, after the update: the outer parameters gathered again from the updated shards (the compute
  * stream waits), and the layer slots stale. */
 static void cuda_params_updated(CudaTrainer *tr) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     cuda_gather_bucket(tr, -1);
     cuda_wait_gather(tr, -1);
     m->slot_layer[0] = m->slot_layer[1] = -1;
@@ -300,7 +300,7 @@ static void cuda_params_updated(CudaTrainer *tr) {
  * that. The buckets were queued during the backward (cuda_bucket_ready); without the hook
  * (LLMC_TEST_UNBUCKETED) the whole arena is one bucket, queued now. */
 static void nccl_reduce_grads(CudaTrainer *tr) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     if (!tr->comm) return;
     NVTX_RANGE("gradient reduction (wait)");
     if (!m->grad_hook) {
@@ -317,7 +317,7 @@ static void nccl_reduce_grads(CudaTrainer *tr) {
 
 /* -z 1, after the update: every rank's shard of the parameters to every rank. */
 static void nccl_gather_params(CudaTrainer *tr) {
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     if (!tr->comm || m->shard_hi - m->shard_lo == m->num_parameters || m->param_slots) return;
     NVTX_RANGE("all-gather parameters");
     const size_t elem = precision_bytes(m->precision);
@@ -339,11 +339,11 @@ static void nccl_gather_params(CudaTrainer *tr) {
 
 /* -z 2: the norm from each rank's shard, the sums of squares added over the ranks. */
 static float nccl_grad_norm_sharded(CudaTrainer *tr) {
-    GPT2Cuda *m = &tr->model;
-    gpt2cuda_grad_norm_squared(m, m->shard_lo, m->shard_hi);
+    CudaModel *m = &tr->model;
+    cudamodel_grad_norm_squared(m, m->shard_lo, m->shard_hi);
     nccl_check(ncclAllReduce(m->d_norm, m->d_norm, 1, ncclFloat32, ncclSum, tr->comm, tr->ctx.stream), "ncclAllReduce (norm)");
     tr->dist->comm_bytes += (long long)sizeof(float);
-    return gpt2cuda_grad_norm_finish(m);
+    return cudamodel_grad_norm_finish(m);
 }
 
 static void nccl_stop(CudaTrainer *tr) {
@@ -384,7 +384,7 @@ static double peak_flops_for(const cudaDeviceProp *props, Precision prec, int tf
     return 0.0;
 }
 
-/* ---- the CUDA backend: thin adapters from TrainBackend to llmc/cuda/model.cuh ---------------- */
+/* ---- the CUDA backend: thin adapters from TrainBackend to llmc/cuda/cudamodel.cuh ---------------- */
 /* The model's grad_hook: bucket l's gradients are final (queued on the compute stream). The side
  * stream waits for them and then reduces them over the ranks (comm_stream) or, --offload
  * optimizer, copies them to the host (copy_stream), while the compute stream goes on with the
@@ -395,17 +395,17 @@ static double peak_flops_for(const cudaDeviceProp *props, Precision prec, int tf
 static void CUDART_CB cuda_host_bucket_arrived(void *arg) {
     HostBucket *hb = (HostBucket *)arg;
     CudaTrainer *tr = (CudaTrainer *)hb->tr;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     Bucket b;
     bucket_of_layer(&b, m->param_specs, m->num_param_specs, hb->layer);
-    gpt2cuda_grads_bucket_from_staging(m, &b);
+    cudamodel_grads_bucket_from_staging(m, &b);
     tr->bucket_sumsq[hb->layer + 1] = optim_bucket_sumsq(m->host_grads, &b);
     if (tr->trace) printf("trace: host gradient bucket %d converted and summed\n", hb->layer);
 }
 
 static void cuda_bucket_ready(void *p, int l) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     Bucket b;
     bucket_of_layer(&b, m->param_specs, m->num_param_specs, l);
     tr->buckets_issued++;
@@ -426,7 +426,7 @@ static void cuda_bucket_ready(void *p, int l) {
     cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
     cudaCheck(cudaStreamWaitEvent(side, tr->bucket_ready, 0));
     if (m->offload) {
-        for (int i = 0; i < b.n; i++) gpt2cuda_grads_copy_to_host(m, b.off[i], b.len[i], side);
+        for (int i = 0; i < b.n; i++) cudamodel_grads_copy_to_host(m, b.off[i], b.len[i], side);
         /* the host converts and sums the bucket as soon as its copies have landed, while the GPU
          * goes on with the backward of the layers below */
         cudaCheck(cudaLaunchHostFunc(side, cuda_host_bucket_arrived, &tr->host_buckets[l + 1]));
@@ -452,26 +452,26 @@ static void check_buckets_issued(const CudaTrainer *tr) {
  * runs uncaptured so that one-time work (cuBLASLt algorithm timing) is done. */
 static float cuda_train_micro_step(void *p, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     m->grad_hook_armed = ++tr->micro == tr->accum; /* the step's gradients are final in its last backward */
     if (m->grad_hook_armed && tr->step == tr->inf_step) dloss_scale = INFINITY; /* LLMC_TEST_INF_RANK */
     const float dloss = dloss_scale * m->loss_scale / (float)(B * T);
-    gpt2cuda_stage(m, inputs, targets, B, T, 1);
+    cudamodel_stage(m, inputs, targets, B, T, 1);
     auto forward_backward = [&]() {
-        gpt2cuda_forward_device(m, 1, B, T, dloss);
-        gpt2cuda_backward_layers(m, B, T);
+        cudamodel_forward_device(m, 1, B, T, dloss);
+        cudamodel_backward_layers(m, B, T);
     };
     if (tr->use_graph && tr->micro_steps > 0) cuda_step_graph_run(&tr->graph, tr->ctx.stream, B, T, dloss, forward_backward);
     else forward_backward();
-    gpt2cuda_backward_encoder(m, B, T);
+    cudamodel_backward_encoder(m, B, T);
     tr->micro_steps++;
     return NAN; /* not read: the loop asks cuda_step_loss */
 }
 
-static double cuda_step_loss(void *p) { return gpt2cuda_read_step_loss(&((CudaTrainer *)p)->model); }
+static double cuda_step_loss(void *p) { return cudamodel_read_step_loss(&((CudaTrainer *)p)->model); }
 
 static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int B, int T) {
-    return gpt2cuda_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
+    return cudamodel_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
 static void cuda_zero_grad(void *p) { /* (the first call of a step) */
@@ -481,7 +481,7 @@ static void cuda_zero_grad(void *p) { /* (the first call of a step) */
 #ifdef CUDASIM
     tr->syncs_seen = cudasim::stats().host_syncs;
 #endif
-    gpt2cuda_zero_grad(&tr->model);
+    cudamodel_zero_grad(&tr->model);
 }
 /* The loop asks for the norm once per step, after the last micro-step: the gradients are reduced
  * over the ranks first, so every rank computes the same norm. */
@@ -492,12 +492,12 @@ static float cuda_grad_norm(void *p) {
     nccl_reduce_grads(tr);
     if (tr->comm && tr->tc.zero_stage >= 2) return nccl_grad_norm_sharded(tr);
 #endif
-    return gpt2cuda_grad_norm(&tr->model);
+    return cudamodel_grad_norm(&tr->model);
 }
 
 static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float grad_scale) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    gpt2cuda_update(&tr->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
+    cudamodel_update(&tr->model, lr, tc->beta1, tc->beta2, tc->eps, tc->weight_decay, grad_scale, t);
 #if LLMC_HAVE_NCCL
     nccl_gather_params(tr);
 #endif
@@ -508,31 +508,31 @@ static void cuda_update(void *p, const TrainConfig *tc, float lr, int t, float g
 }
 
 static const float *cuda_next_logits(void *p, const int *tokens, int n) {
-    return gpt2cuda_next_logits(&((CudaTrainer *)p)->model, tokens, n);
+    return cudamodel_next_logits(&((CudaTrainer *)p)->model, tokens, n);
 }
 
 /* -z 1: the model fills only its shard of host_m, host_v (and, with master weights, host_params);
  * every rank gets the whole (the loop checks the parameters on every rank, rank 0 writes them),
- * then the parameters are re-derived from the whole master copy as gpt2cuda_sync_to_host does. */
+ * then the parameters are re-derived from the whole master copy as cudamodel_sync_to_host does. */
 static void cuda_sync_to_host(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
-    gpt2cuda_sync_to_host(m);
+    CudaModel *m = &tr->model;
+    cudamodel_sync_to_host(m);
     if (m->shard_hi - m->shard_lo == m->num_parameters) return;
     dist_allgather_f32(tr->dist, m->host_m, m->num_parameters);
     dist_allgather_f32(tr->dist, m->host_v, m->num_parameters);
     if (m->master || m->param_slots) dist_allgather_f32(tr->dist, m->host_params, m->num_parameters); /* (-z 3: the shards) */
-    if (m->master) gpt2cuda_sync_from_host(m);
+    if (m->master) cudamodel_sync_from_host(m);
 }
-static void cuda_sync_from_host(void *p) { gpt2cuda_sync_from_host(&((CudaTrainer *)p)->model); }
+static void cuda_sync_from_host(void *p) { cudamodel_sync_from_host(&((CudaTrainer *)p)->model); }
 /* --offload optimizer: the buckets' copies (queued during the backward) waited for, then converted;
  * without the hook (LLMC_TEST_UNBUCKETED) one copy after the backward. */
 static void cuda_grads_to_host(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     check_buckets_issued(tr);
     if (!m->grad_hook) {
-        gpt2cuda_grads_to_host(m);
+        cudamodel_grads_to_host(m);
         return;
     }
     NVTX_RANGE("gradients to host (wait)");
@@ -549,13 +549,13 @@ static const double *cuda_grad_bucket_sumsq(void *p) {
  * the host updates the next bucket. */
 static void cuda_params_bucket_to_device(void *p, const Bucket *b) {
     CudaTrainer *tr = (CudaTrainer *)p;
-    GPT2Cuda *m = &tr->model;
+    CudaModel *m = &tr->model;
     if (tr->params_queued++ == 0) {
         cudaCheck(cudaEventRecord(tr->bucket_ready, tr->ctx.stream));
         cudaCheck(cudaStreamWaitEvent(tr->copy_stream, tr->bucket_ready, 0));
     }
     NVTX_RANGE("parameter bucket to device");
-    gpt2cuda_params_bucket_to_device(m, b, tr->copy_stream);
+    cudamodel_params_bucket_to_device(m, b, tr->copy_stream);
     if (tr->trace) printf("trace: parameter bucket %d queued to the device\n", tr->params_queued - 2);
 }
 /* After the loop's update: with buckets, the copies are queued already and the next forward (the
@@ -563,7 +563,7 @@ static void cuda_params_bucket_to_device(void *p, const Bucket *b) {
 static void cuda_params_from_host(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
     if (!tr->model.grad_hook) {
-        gpt2cuda_params_from_host(&tr->model);
+        cudamodel_params_from_host(&tr->model);
         return;
     }
     if (tr->params_queued != tr->model.cfg.num_layers + 1)
@@ -577,7 +577,7 @@ static void cuda_params_from_host(void *p) {
      * billions of parameters offload is for (about 16-20 bytes of host traffic per parameter). */
     cudaCheck(cudaStreamWaitEvent(tr->ctx.stream, tr->params_ready, 0));
 }
-static void cuda_print_memory(void *p, FILE *out) { gpt2cuda_print_memory(&((CudaTrainer *)p)->model, out); }
+static void cuda_print_memory(void *p, FILE *out) { cudamodel_print_memory(&((CudaTrainer *)p)->model, out); }
 
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
 
@@ -596,7 +596,7 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
 #endif
     double mfu = tr->peak_flops > 0 ? tr->flops_per_token * tokens_per_s / tr->peak_flops : -1.0;
     const double GiB = 1073741824.0;
-    const GPT2Cuda *m = &tr->model;
+    const CudaModel *m = &tr->model;
     if (text) {
         char mfu_text[32];
         if (mfu >= 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
@@ -627,7 +627,7 @@ static void cuda_telemetry(void *p, char *text, size_t len, Logger *lg) {
 
 /* The fp16 loss scaler travels in the state file: {scale bits, clean steps, skipped steps}. */
 static void cuda_save_backend_state(void *p, int64_t words[4]) {
-    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    const CudaModel *m = &((CudaTrainer *)p)->model;
     uint32_t bits;
     memcpy(&bits, &m->loss_scale, sizeof bits);
     words[0] = bits;
@@ -637,7 +637,7 @@ static void cuda_save_backend_state(void *p, int64_t words[4]) {
 }
 
 static void cuda_load_backend_state(void *p, const int64_t words[4]) {
-    GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    CudaModel *m = &((CudaTrainer *)p)->model;
     if (words[0] == 0 || m->precision != PRECISION_FP16) return; /* none saved (e.g. by train_gpt_cpu) */
     uint32_t bits = (uint32_t)words[0];
     memcpy(&m->loss_scale, &bits, sizeof bits);
@@ -648,7 +648,7 @@ static void cuda_load_backend_state(void *p, const int64_t words[4]) {
 /* Test only: LLMC_TEST_INF_RANK=RANK:STEP makes rank RANK's gradients non-finite at step STEP (the
  * step's last micro-step scales dloss by inf), as an fp16 overflow on that rank alone would; every
  * rank must then skip the update and halve its loss scale. With LLMC_TEST_ALL_RANKS_STDOUT (every
- * rank keeps stdout: llmc/dist.c) each rank ends with a line giving its parameters' CRC-32 (the
+ * rank keeps stdout: llmc/dist/dist.c) each rank ends with a line giving its parameters' CRC-32 (the
  * device bits), loss scale and skipped steps, so that a test sees whether the ranks agree. */
 static int test_inf_step(const Dist *d) {
     const char *e = getenv("LLMC_TEST_INF_RANK");
@@ -660,7 +660,7 @@ static int test_inf_step(const Dist *d) {
 
 static void test_rank_summary(const CudaTrainer *tr) {
     if (!getenv("LLMC_TEST_ALL_RANKS_STDOUT")) return;
-    const GPT2Cuda *m = &tr->model;
+    const CudaModel *m = &tr->model;
     const size_t bytes = (m->param_slots ? m->shard_hi - m->shard_lo : m->num_parameters) * precision_bytes(m->precision); /* -z 3: the shard */
     unsigned char *h = (unsigned char *)mallocCheck(bytes, "parameters (LLMC_TEST_ALL_RANKS_STDOUT)");
     cudaCheck(cudaMemcpy(h, m->params_memory, bytes, cudaMemcpyDeviceToHost));
@@ -681,7 +681,7 @@ static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p)
     if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
     const Precision prec = (Precision)precision_parse(tc->precision);
     cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, prec, tc->master_weights, 0, hi - lo, 1, p);
-    if (tc->zero_stage >= 2 && !p->offload) { /* as main(): gpt2cuda_set_grad_slots */
+    if (tc->zero_stage >= 2 && !p->offload) { /* as main(): cudamodel_set_grad_slots */
         TensorSpec specs[NUM_PARAMETER_TENSORS];
         const int num = plan_llama ? (int)LLAMA3_NUM_PARAMETERS : (int)NUM_PARAMETER_TENSORS;
         if (plan_llama) llama_parameter_specs(plan_llama, specs);
@@ -726,7 +726,7 @@ static void check_flags(const TrainConfig *tc, int *precision) {
 /* --cuda-graph 1 where the configuration allows it (graph.cuh); otherwise a note and kernel-by-kernel
  * launches. fp16 is allowed: its loss scale is baked into the graph, which is captured anew when
  * the scale changes. */
-static int cuda_graph_allowed(const TrainConfig *tc, const GPT2Cuda *m, FILE *note) {
+static int cuda_graph_allowed(const TrainConfig *tc, const CudaModel *m, FILE *note) {
     if (!tc->cuda_graph) return 0;
     const char *why = tc->num_processes > 1 ? "more than one process (not built yet)"
                       : m->offload         ? "--offload optimizer (not built yet)"
@@ -760,7 +760,7 @@ static BudgetSpace budget_space(int precision) {
 
 /* ---- a Llama's files (TrainBackend save_model, save_hf) ---------------------------------------- */
 static uint32_t cuda_llama_save_model(void *p, const float *params, const char *path, int bf16) {
-    const GPT2Cuda *m = &((CudaTrainer *)p)->model;
+    const CudaModel *m = &((CudaTrainer *)p)->model;
     return llama_checkpoint_write(path, &m->llama, params, m->num_parameters, bf16);
 }
 
@@ -827,8 +827,8 @@ int main(int argc, char **argv) {
     const int llama = detect_llama(&tc, init, 0); /* a resumed run's checkpoint: the same architecture */
     space = budget_space(precision);
     tr.tc = tc;
-    GPT2Cuda *m = &tr.model;
-    gpt2cuda_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
+    CudaModel *m = &tr.model;
+    cudamodel_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
     FILE *note = dist->rank == 0 ? stdout : NULL;
     if (tc.memory_budget[0]) budget_fit(&tc, &m->cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", note);
     if (budget_peak(&tc, &m->cfg, &space) > device_free) { /* it would run out of memory: fit the device instead */
@@ -839,20 +839,20 @@ int main(int argc, char **argv) {
     check_flags(&tc, &precision); /* what the search chose, too */
     tr.tc = tc;
     const int offload = strcmp(tc.offload, "optimizer") == 0;
-    if (offload) gpt2cuda_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
-    else gpt2cuda_set_optim_state(m, optstate_parse(tc.optim_state));
+    if (offload) cudamodel_set_offload(m); /* the loop's optimizer keeps m, v (as --optim-state says) */
+    else cudamodel_set_optim_state(m, optstate_parse(tc.optim_state));
     if (tc.zero_stage >= 1 && !offload) { /* this rank's optimizer state only (-z 2: and reduced gradients) */
         size_t lo, hi;
         dist_shard(m->num_parameters, dist->size, dist->rank, &lo, &hi);
-        gpt2cuda_set_shard(m, lo, hi);
-        if (tc.zero_stage >= 2) gpt2cuda_set_grad_slots(m); /* no full gradient buffer */
+        cudamodel_set_shard(m, lo, hi);
+        if (tc.zero_stage >= 2) cudamodel_set_grad_slots(m); /* no full gradient buffer */
         if (tc.zero_stage >= 3) { /* no full parameters: each layer gathered when needed */
-            gpt2cuda_set_param_slots(m);
+            cudamodel_set_param_slots(m);
             m->params_hook = cuda_params_hook;
             m->params_hook_ctx = &tr;
         }
     }
-    gpt2cuda_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
+    cudamodel_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
     tr.flops_per_token = llama ? llama_flops_per_token(&m->llama, tc.T) : gpt2_flops_per_token(cfg, tc.T);
@@ -951,7 +951,7 @@ int main(int argc, char **argv) {
 #if LLMC_HAVE_NCCL
     nccl_stop(&tr);
 #endif
-    gpt2cuda_free(m);
+    cudamodel_free(m);
     cuda_context_free(&tr.ctx);
     dist_finalize(dist);
     return status;

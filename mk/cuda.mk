@@ -9,7 +9,7 @@
 
 GPU_ARCH    ?= sm_90
 # everything a CUDA translation unit may include (the shared core's headers as well)
-CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh llmc/cuda/*.h llmc/*.h)
+CUDA_HDRS   := $(wildcard llmc/cuda/*.cuh llmc/*/*.h)
 NVCCFLAGS   := -O3 -std=c++17 -arch=$(GPU_ARCH) -I. -Xcompiler -Wall,-Wextra -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
 # LDLIBS as nvcc understands them (OpenMP and -Wl options through the host compiler), after the
 # sanitizer flags of CFLAGS and LDFLAGS (so that an ASan-built libllmc.a links here too)
@@ -39,7 +39,7 @@ $(BUILD)/cuda/%.o: %.cu $(CUDA_HDRS)
 	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ 2> $@.ptxas.tmp; rc=$$?; \
 	  grep -v -e '^ptxas info' -e '^    [0-9]* bytes stack frame' $@.ptxas.tmp >&2; mv $@.ptxas.tmp $@.ptxas; exit $$rc
 
-# Data parallelism needs NCCL; with MPI (llmc/dist.c's MPI build, dist_mpi.o, ahead of the
+# Data parallelism needs NCCL; with MPI (llmc/dist/dist.c's MPI build, dist_mpi.o, ahead of the
 # archive's dist.o) the ranks come from mpirun/srun (-pi mpi), in every build from -pi tcp | fs.
 # Without NCCL ./train_gpt runs one process.
 TRAIN_GPT_DP := $(if $(HAVE_NCCL),1,)
@@ -47,7 +47,7 @@ TRAIN_GPT_MPI := $(if $(and $(HAVE_MPI),$(HAVE_NCCL)),1,)
 ifeq ($(TRAIN_GPT_DP),1)
 $(BUILD)/cuda/train_gpt.o: NVCCFLAGS += -DLLMC_HAVE_NCCL=1
 endif
-$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(if $(TRAIN_GPT_MPI),$(BUILD)/llmc/dist_mpi.o) $(CUDA_LIBS)
+$(BIN_DIR)/train_gpt: $(BUILD)/cuda/train_gpt.o $(if $(TRAIN_GPT_MPI),$(BUILD)/llmc/dist/dist_mpi.o) $(CUDA_LIBS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -arch=$(GPU_ARCH) $^ $(CUDA_LDLIBS) $(if $(TRAIN_GPT_MPI),$(shell mpicc --showme:link)) $(if $(TRAIN_GPT_DP),-lnccl) -o $@
 
@@ -94,9 +94,9 @@ $(BUILD)/cudasim/train_gpt.cpp $(BUILD)/cudasim/generate.cpp: $(CUDA_HDRS)
 $(BUILD)/cudasim/generate: $(BUILD)/cudasim/generate.cpp $(CUDASIM_LIB) $(CUDA_LIBS)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) $< -o $@ $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 # (with MPI: data-parallel through cudasim's multi-rank NCCL, test/cudasim/nccl.cpp)
-$(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS) $(if $(HAVE_MPI),$(BUILD)/llmc/dist_mpi.o)
+$(BUILD)/cudasim/train_gpt: $(BUILD)/cudasim/train_gpt.cpp $(CUDASIM_LIB) $(CUDA_LIBS) $(if $(HAVE_MPI),$(BUILD)/llmc/dist/dist_mpi.o)
 	$(CUDASIM_CXX) $(CUDASIM_CXXFLAGS) $(LDFLAGS) -Wno-unknown-pragmas -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0) \
-	  $(if $(HAVE_MPI),-DLLMC_HAVE_NCCL=1) $< -o $@ $(if $(HAVE_MPI),$(BUILD)/llmc/dist_mpi.o $(shell mpicc --showme:link)) \
+	  $(if $(HAVE_MPI),-DLLMC_HAVE_NCCL=1) $< -o $@ $(if $(HAVE_MPI),$(BUILD)/llmc/dist/dist_mpi.o $(shell mpicc --showme:link)) \
 	  $(CUDA_LIBS) $(CUDASIM_LIB) $(CUDASIM_LDLIBS) $(LDLIBS)
 
 # The harness compile and link lines, for scripts that build variants of a CUDA test

@@ -9,7 +9,7 @@
 LAB_SRCS     := $(filter-out dev/cuda/cudnn_%,$(wildcard dev/cuda/*.cu))
 LAB_SIM_BINS := $(patsubst %.cu,$(BUILD)/cudasim/%,$(LAB_SRCS))
 # everything the translation inlines besides the .cu itself (quoted includes are inlined)
-LAB_INLINED  := $(CUDA_HDRS) dev/cuda/common_lab.h test/testing.h $(wildcard llmc/cpu/*.h) $(wildcard llmc/*.h)
+LAB_INLINED  := $(CUDA_HDRS) dev/cuda/common_lab.h test/testing.h $(wildcard llmc/*/*.h)
 
 ifeq ($(CUDASIM_OK),1)
   TEST_BINS += $(LAB_SIM_BINS)

@@ -105,7 +105,7 @@ $(BUILD)/.cudnn: FORCE
 $(patsubst %.cu,$(BUILD)/cuda/%.o,$(wildcard *.cu test/*.cu dev/cuda/*.cu)): $(BUILD)/.cudnn
 
 ifeq ($(USE_CUDNN),1)
-$(CUDNN_OBJ): llmc/cuda/cudnn_att.cpp llmc/cuda/cudnn_att.h llmc/check.h $(BUILD)/.cudnn
+$(CUDNN_OBJ): llmc/cuda/cudnn_att.cpp llmc/cuda/cudnn_att.h llmc/core/check.h $(BUILD)/.cudnn
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CUDNN_CXXFLAGS) -c $< -o $@
 

@@ -1,5 +1,5 @@
-# dataloader: llmc/dataloader.c (in libllmc.a) and its test binary.
-CORE_SRCS += llmc/dataloader.c
+# dataloader: llmc/data/dataloader.c (in libllmc.a) and its test binary.
+CORE_SRCS += llmc/data/dataloader.c
 TEST_BINS += $(BUILD)/test/test_dataloader
 
 $(BUILD)/test/test_dataloader: $(call obj,test/test_dataloader.c) $(BUILD)/libllmc.a

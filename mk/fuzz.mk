@@ -21,7 +21,7 @@ fuzz_comma   := ,
 FUZZ_WRAP    := $(addprefix -Wl$(fuzz_comma)--wrap=,exit malloc calloc realloc free fopen fclose open close mmap munmap glob globfree)
 FUZZ_LDLIBS  := -lpcre2-8 -lcjson -lz -lm -lpthread
 # the shared core (llmc/*.c, all of it: an archive member is linked only when a target needs it)
-FUZZ_CORE    := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(wildcard llmc/*.c))
+FUZZ_CORE    := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(filter-out llmc/cpu/% llmc/cuda/%,$(wildcard llmc/*/*.c)))
 FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(FUZZ_DIR)/%,$(filter-out test/fuzz/fuzz_common.c,$(wildcard test/fuzz/fuzz_*.c)))
 PHONY        += fuzz
 

@@ -1,10 +1,10 @@
 # tools.mk - ./generate (continue a prompt with a trained model, CPU) and its KV-cache test.
 # Read after tokenizer.mk (sorted order), whose TOK_PCRE2 says whether the tokenizer is built:
 # ./generate needs it to encode prompts and decode tokens.
-# The front end (llmc/generate.c: flags, prompt, sampling) is in the core library; generate.c
+# The front end (llmc/generate/generate.c: flags, prompt, sampling) is in the core library; generate.c
 # adds the CPU model, generate.cu the CUDA one (./generate_gpu, mk/cuda.mk), as the trainers.
 ifeq ($(TOK_PCRE2),1)
-CORE_SRCS += llmc/generate.c
+CORE_SRCS += llmc/generate/generate.c
 BINS      += generate
 TEST_BINS += $(BUILD)/test/test_decode
 

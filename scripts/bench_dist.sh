@@ -3,7 +3,7 @@
 # 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads, same model, data and -d. Prints the
 # mean step time of each (first step excluded), their ratio, and the 2-rank run's per-step
 # communication time and bytes (comm_ms / comm_bytes in its log.jsonl); then the same 2 ranks
-# started without mpirun over TCP (-pi fs, llmc/dist_tcp.c: a star through rank 0). Then the predicted 8-GPU
+# started without mpirun over TCP (-pi fs, llmc/dist/dist_tcp.c: a star through rank 0). Then the predicted 8-GPU
 # step of ./train_gpt for GPT-2 124M at 524,288 tokens per step: the bytes each GPU moves (ring
 # all-reduce of the bf16 gradients; -z 1 adds the all-gather of the bf16 parameters) at a stated
 # bus bandwidth, next to the measured single-GPU step when given.

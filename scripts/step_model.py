@@ -2,7 +2,7 @@
 """step_model.py - a roofline model of one GPT-2 training step on a named GPU.
 
 For a configuration (model, B, T, precision, recompute level, attention path) it lists every op
-of the CUDA trainer's step (llmc/cuda/model.cuh's sequence) with the floating-point operations it
+of the CUDA trainer's step (llmc/cuda/cudamodel.cuh's sequence) with the floating-point operations it
 must do and the fewest bytes it must move through device memory (each input read once, each
 output written once), and the roofline time: the larger of flops / peak and bytes / bandwidth.
 The sum is the step time a trainer whose every kernel ran at the roofline would reach (kernels
@@ -42,7 +42,7 @@ def model_shape(desc):
 
 
 def num_parameters(m):
-    """The parameter count of llmc/model.h's GPT2_PARAMETERS table (wte padded to Vp)."""
+    """The parameter count of llmc/models/gpt2.h's GPT2_PARAMETERS table (wte padded to Vp)."""
     L, C, F, Vp, maxT = m["L"], m["C"], m["F"], m["Vp"], m["maxT"]
     per_layer = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C
     return Vp * C + maxT * C + L * per_layer + 2 * C

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/check.h"
-#include "llmc/model.h"
+#include "llmc/core/check.h"
+#include "llmc/models/gpt2.h"
 #include "test/testing.h"
 
 typedef struct {

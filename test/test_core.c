@@ -2,7 +2,7 @@
  * test_core.c - the shared core's small pieces: GPT-2 descriptors and the parameter table,
  * learning-rate schedules, round-trip float formatting for the log, bf16 rounding, the sampler,
  * and the -lg telemetry text and log fields (throttle-reason words, the line, the keys), and the
- * compact optimizer-state codes (llmc/optstate.h) against double-precision math.
+ * compact optimizer-state codes (llmc/core/optstate.h) against double-precision math.
  */
 #include <math.h>
 #include <stdint.h>
@@ -13,16 +13,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "llmc/checkpoint.h"
-#include "llmc/dist.h"
-#include "llmc/logger.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/dist/dist.h"
+#include "llmc/core/logger.h"
 #include "llmc/cpu/adamw.h"
-#include "llmc/model.h"
-#include "llmc/optstate.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
-#include "llmc/schedule.h"
-#include "llmc/telemetry.h"
+#include "llmc/models/gpt2.h"
+#include "llmc/core/optstate.h"
+#include "llmc/core/rng.h"
+#include "llmc/generate/sampler.h"
+#include "llmc/train/schedule.h"
+#include "llmc/cuda/telemetry.h"
 #include "test/testing.h"
 
 static void test_descriptors(void) {

@@ -37,8 +37,8 @@
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/residual.cuh"
-#include "llmc/checkpoint.h"
-#include "llmc/rng.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/core/rng.h"
 #include "test/testing.h"
 
 /* ---- tolerances: one per precision, chosen by the storage type ---------------------------- */

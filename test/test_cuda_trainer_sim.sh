@@ -40,7 +40,7 @@ else
     echo "FAIL: train_gpt (harness) -x 0"; echo "$ev_sim" | tail -3; echo "$ev_cpu" | tail -3; FAILED=1
 fi
 
-# Hugging Face directories (llmc/hf.c) load through the same -e path: the step-6 checkpoint as an
+# Hugging Face directories (llmc/formats/hf.c) load through the same -e path: the step-6 checkpoint as an
 # HF directory (./hf_convert) evaluates to exactly the val loss of the llm.c file (same binary,
 # same weights), and --save-hf 1 writes a directory that converts back to the checkpoint's bytes
 if [ -x ./hf_convert ]; then

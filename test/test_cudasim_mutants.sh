@@ -22,8 +22,7 @@ mutant() {  # name file sed-expression [test_cuda_ops arguments]
     if [ -n "${MUTANT:-}" ] && [ "$MUTANT" != "$name" ]; then return; fi # MUTANT=name: only that one
     mkdir -p "$dir/llmc"
     cp -r llmc/cuda "$dir/llmc/cuda"
-    for f in llmc/*.h; do ln -s "$PWD/$f" "$dir/$f"; done
-    ln -s "$PWD/llmc/cpu" "$dir/llmc/cpu"
+    for f in llmc/*; do [ "$f" = llmc/cuda ] || ln -s "$PWD/$f" "$dir/$f"; done
     ln -s "$PWD/test" "$dir/test"
     sed -i "$expr" "$dir/llmc/cuda/$file"
     if cmp -s "llmc/cuda/$file" "$dir/llmc/cuda/$file"; then

@@ -41,7 +41,7 @@ echo "PASS: USE_CUDNN=1 builds cudnn_att.o, dev/cuda/cudnn_att_check, train_gpt 
 
 fail=0
 # the plan counts cuDNN's attention workspace as its own class, at the bound of
-# gpt2cuda_cudnn_workspace_bound: fp32 softmax sum (B, NH, T) and dQ accumulator (B, NH, T, HS),
+# cudamodel_cudnn_workspace_bound: fp32 softmax sum (B, NH, T) and dQ accumulator (B, NH, T, HS),
 # 16-bit dP (B, NH, T64, T64); none in fp32 (no cuDNN path). --plan needs no GPU.
 for args in "bf16 16 1024" "fp16 4 100" "fp32 4 64"; do
     set -- $args

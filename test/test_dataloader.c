@@ -8,8 +8,8 @@
  * Usage: test_dataloader            all checks
  *        test_dataloader --bench    measure dataloader_last_wait_ms (prints, checks nothing)
  */
-#include "llmc/dataloader.h"
-#include "llmc/shard.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/shard.h"
 #include "test/testing.h"
 
 #include <fcntl.h>

@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "llmc/cpu/decode.h"
-#include "llmc/cpu/model.h"
-#include "llmc/rng.h"
-#include "llmc/sampler.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/core/rng.h"
+#include "llmc/generate/sampler.h"
 #include "test/testing.h"
 
 static int argmax(const float *x, int n) {

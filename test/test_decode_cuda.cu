@@ -20,12 +20,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "llmc/checkpoint.h"
+#include "llmc/formats/modelfile.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/decode.h"
-#include "llmc/cpu/model.h"
+#include "llmc/cpu/gpt2.h"
 #include "llmc/cuda/decode.cuh"
-#include "llmc/rng.h"
+#include "llmc/core/rng.h"
 #include "test/testing.h"
 
 static int argmax(const float *x, int n) {
@@ -92,19 +92,19 @@ enum { PROMPT = 7, STEPS = 24 };
 
 struct CudaSide {
     CudaContext ctx;
-    GPT2Cuda model;
+    CudaModel model;
     CudaDecoder dec;
 };
 static CudaSide *cuda_side(const char *path, Precision p) {
     CudaSide *c = (CudaSide *)calloc(1, sizeof(CudaSide));
     cuda_context_init(&c->ctx, 0, 0);
-    gpt2cuda_build(&c->model, path, 1, p, &c->ctx, 0);
+    cudamodel_build(&c->model, path, 1, p, &c->ctx, 0);
     cuda_decoder_init(&c->dec, &c->model, 16);
     return c;
 }
 static void cuda_side_free(CudaSide *c) {
     cuda_decoder_free(&c->dec);
-    gpt2cuda_free(&c->model);
+    cudamodel_free(&c->model);
     cuda_context_free(&c->ctx);
     free(c);
 }

@@ -162,10 +162,10 @@ def whole_error_lines(tmp, base):
 
 def sending_fault(tmp, base):
     """A peer dies while rank 0 is only sending to it: rank 2 exits as the first broadcast begins
-    (LLMC_TEST_EXIT_BEFORE, llmc/dist_tcp.c; rank 0 waits for its connection to close, so the
+    (LLMC_TEST_EXIT_BEFORE, llmc/dist/dist_tcp.c; rank 0 waits for its connection to close, so the
     timing is fixed). Rank 0 must name rank 2 (it named its first connection, rank 1, before
     7afdd60) and tell rank 1. Every fatal line on the shared stderr is whole: one write() each,
-    "error: rank N: " first (llmc_die, llmc/check.c)."""
+    "error: rank N: " first (llmc_die, llmc/core/check.c)."""
     import re
     out = os.path.join(tmp, "pi_sending")
     p = launch(3, "tcp", base[:-2] + ["-b", "4", "-x", "2", "-o", out], env={"LLMC_TEST_EXIT_BEFORE": "2:broadcast"},
@@ -468,7 +468,7 @@ def main():
 
     # ./train_gpt under mpirun (through cudasim): test/cudasim/test_train_gpt_ranks.py
 
-    # --- without mpirun: -pi tcp | fs (llmc/dist_tcp.c), in the build without MPI ---------------
+    # --- without mpirun: -pi tcp | fs (llmc/dist/dist_tcp.c), in the build without MPI ---------------
     pi_tests(tmp, base, toks, final)
 
     # --- a build without MPI --------------------------------------------------------------------

@@ -49,22 +49,22 @@ build/fuzz/fuzz_cli "$probe/help" 2> /dev/null | awk '/^  +-/{print $1; if ($2 ~
 missing=$(while read -r flag; do grep -qxF "\"$flag\"" test/fuzz/cli.dict || echo "$flag"; done < "$probe/flags")
 flags=$(wc -l < "$probe/flags")
 if [ -n "$missing" ] || [ "$flags" -lt 10 ]; then
-    echo "FAIL: fuzz: test/fuzz/cli.dict lacks flags of llmc/cli.c: $(echo $missing) (help listed $flags flags)"
+    echo "FAIL: fuzz: test/fuzz/cli.dict lacks flags of llmc/train/cli.c: $(echo $missing) (help listed $flags flags)"
     failed=1
 else
-    echo "PASS: fuzz: test/fuzz/cli.dict has all $flags flags of llmc/cli.c"
+    echo "PASS: fuzz: test/fuzz/cli.dict has all $flags flags of llmc/train/cli.c"
 fi
 
 # The harness turns exit() into a return and releases what the parser held (test/fuzz/fuzz.h);
 # it must not hide a leak on a success path: with dataloader_close's free(dl) deleted from a
-# scratch llmc/dataloader.c, fuzz_shard must report a leak on its seed corpus.
+# scratch llmc/data/dataloader.c, fuzz_shard must report a leak on its seed corpus.
 mut=build/fuzz/mutants/leak
 mkdir -p "$mut"
-sed '/^void dataloader_close/,/^}/{/^    free(dl);$/d}' llmc/dataloader.c > "$mut/dataloader.c"
+sed '/^void dataloader_close/,/^}/{/^    free(dl);$/d}' llmc/data/dataloader.c > "$mut/dataloader.c"
 read -r -a fcflags <<< "$(make -s print-FUZZ_CFLAGS)"
 read -r -a flink <<< "$(make -s print-FUZZ_SAN print-FUZZ_WRAP print-FUZZ_LDLIBS | tr '\n' ' ')"
-if cmp -s llmc/dataloader.c "$mut/dataloader.c"; then
-    echo "FAIL: fuzz: the planted leak no longer changes llmc/dataloader.c; update test/test_fuzz.sh"
+if cmp -s llmc/data/dataloader.c "$mut/dataloader.c"; then
+    echo "FAIL: fuzz: the planted leak no longer changes llmc/data/dataloader.c; update test/test_fuzz.sh"
     failed=1
 elif ! "$CC_FUZZ" "${fcflags[@]}" -Illmc -fsanitize=fuzzer-no-link -c "$mut/dataloader.c" -o "$mut/dataloader.o" ||
     ! "$CC_FUZZ" -fsanitize=fuzzer build/fuzz/test/fuzz/fuzz_shard.o build/fuzz/test/fuzz/fuzz_common.o \

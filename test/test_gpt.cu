@@ -1,5 +1,5 @@
 /*
- * test_gpt.cu - the CUDA model (llmc/cuda/model.cuh) against the CPU model (llmc/cpu/model.h)
+ * test_gpt.cu - the CUDA model (llmc/cuda/cudamodel.cuh) against the CPU model (llmc/cpu/gpt2.h)
  * on the same checkpoint and batches:
  *   logits, loss and every gradient tensor after one step; a 10-step loss trajectory with
  *   AdamW (fp32 tight; bf16/fp16 with the tolerances and reasons below);
@@ -12,7 +12,7 @@
  * The model is written by the CPU's random init to a checkpoint file, which both load.
  * Default: a tiny config (L=2, C=64, NH=4, T=32, B=2, V=97) that runs through the cudasim
  * harness in seconds, its LM head in 3 uneven chunks of positions (the second model, T=80, in one). --big: GPT-2 124M (d12) at B=2, T=256 for real GPUs.
- * The Llama 3 model on CUDA (llmc/cuda/llama_model.cuh, the same GPT2Cuda struct) against the CPU
+ * The Llama 3 model on CUDA (llmc/cuda/llama.cuh, the same CudaModel struct) against the CPU
  * Llama (llmc/cpu/llama.c) likewise: L=2, C=64, NH=4 with NKV=2 (untied head, RoPE theta 500000)
  * and NKV=1 (tied head, Llama 3.1 frequency scaling): logits, loss, every gradient and the norm
  * after one step in fp32/bf16/fp16, with the GPT-2 tolerances; a 10-step AdamW trajectory in
@@ -25,12 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "llmc/checkpoint.h"
+#include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
-#include "llmc/cpu/model.h"
-#include "llmc/cuda/model.cuh"
-#include "llmc/rng.h"
+#include "llmc/cpu/gpt2.h"
+#include "llmc/cuda/cudamodel.cuh"
+#include "llmc/core/rng.h"
 #include "test/testing.h"
 
 typedef struct {
@@ -50,30 +50,30 @@ static const float LR = 1e-3f, B1 = 0.9f, B2 = 0.95f, EPS = 1e-8f, WD = 0.1f, CL
 static const int *batch_in(const Setup *s, int k) { return s->inputs + (size_t)k * s->B * s->T; }
 static const int *batch_tg(const Setup *s, int k) { return s->targets + (size_t)k * s->B * s->T; }
 
-/* ---- the two models, stepped the way llmc/train.c does ------------------------------------- */
-static GPT2Cuda *cuda_model(const Setup *s, CudaContext *ctx, Precision p, int recompute, int gelu_fusion, int B, int T) {
-    GPT2Cuda *m = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
-    gpt2cuda_build(m, s->ckpt, 1, p, ctx, 1);
+/* ---- the two models, stepped the way llmc/train/train.c does ------------------------------------- */
+static CudaModel *cuda_model(const Setup *s, CudaContext *ctx, Precision p, int recompute, int gelu_fusion, int B, int T) {
+    CudaModel *m = (CudaModel *)calloc(1, sizeof(CudaModel));
+    cudamodel_build(m, s->ckpt, 1, p, ctx, 1);
     m->head_rows_request = s->head_rows;
-    gpt2cuda_allocate(m, B, T, recompute, gelu_fusion, 1);
+    cudamodel_allocate(m, B, T, recompute, gelu_fusion, 1);
     return m;
 }
-static void cuda_model_free(GPT2Cuda *m) {
-    gpt2cuda_free(m);
+static void cuda_model_free(CudaModel *m) {
+    cudamodel_free(m);
     free(m);
 }
 
 /* One optimizer step over `accum` micro-batches of (B, T) starting at batch k; returns the loss. */
-static float cuda_step(GPT2Cuda *m, const int *in, const int *tg, int B, int T, int accum, int t) {
-    gpt2cuda_zero_grad(m);
+static float cuda_step(CudaModel *m, const int *in, const int *tg, int B, int T, int accum, int t) {
+    cudamodel_zero_grad(m);
     double sum = 0.0;
     for (int a = 0; a < accum; a++) {
         size_t off = (size_t)a * B * T;
-        sum += gpt2cuda_forward(m, in + off, tg + off, B, T, m->loss_scale / (float)(B * T * accum));
-        gpt2cuda_backward(m, in + off, B, T);
+        sum += cudamodel_forward(m, in + off, tg + off, B, T, m->loss_scale / (float)(B * T * accum));
+        cudamodel_backward(m, in + off, B, T);
     }
-    float norm = gpt2cuda_grad_norm(m);
-    if (isfinite(norm)) gpt2cuda_update(m, LR, B1, B2, EPS, WD, norm > CLIP ? CLIP / norm : 1.0f, t);
+    float norm = cudamodel_grad_norm(m);
+    if (isfinite(norm)) cudamodel_update(m, LR, B1, B2, EPS, WD, norm > CLIP ? CLIP / norm : 1.0f, t);
     return (float)(sum / accum);
 }
 
@@ -87,7 +87,7 @@ static float cpu_step(GPT2 *m, const int *in, const int *tg, int B, int T, int t
 }
 
 /* The CUDA gradients (unscaled) as fp32 on the host. */
-static float *cuda_grads(GPT2Cuda *m) {
+static float *cuda_grads(CudaModel *m) {
     const size_t n = m->num_parameters;
     float *h = (float *)mallocCheck(n * sizeof(float), "grads");
     with_storage_type(m->precision, [&](auto tag) {
@@ -101,7 +101,7 @@ static float *cuda_grads(GPT2Cuda *m) {
 }
 
 /* All B*T positions' logits of the last forward (inference), head chunk by head chunk. */
-static float *cuda_logits(GPT2Cuda *m, int N) {
+static float *cuda_logits(CudaModel *m, int N) {
     const int Vp = m->cfg.padded_vocab_size, R = m->head_rows;
     float *h = (float *)mallocCheck((size_t)N * Vp * sizeof(float), "logits");
     with_storage_type(m->precision, [&](auto tag) {
@@ -109,7 +109,7 @@ static float *cuda_logits(GPT2Cuda *m, int N) {
         T *tmp = (T *)mallocCheck((size_t)R * Vp * sizeof(T), "logits staging");
         for (int r0 = 0; r0 < N; r0 += R) {
             const int rows = R < N - r0 ? R : N - r0;
-            gpt2cuda_logits_rows(m, r0, rows);
+            cudamodel_logits_rows(m, r0, rows);
             cudaCheck(cudaMemcpy(tmp, m->acts.logits, (size_t)rows * Vp * sizeof(T), cudaMemcpyDeviceToHost));
             for (size_t i = 0; i < (size_t)rows * Vp; i++) h[(size_t)r0 * Vp + i] = to_float(tmp[i]);
         }
@@ -143,21 +143,21 @@ static void compare_cuda_step(const Setup *s, CudaContext *ctx, Precision p, con
                               const TensorSpec *specs, int nspecs, const float *ref_grads, float norm_cpu) {
     const char *pn = precision_name(p);
     ModelTol tol = model_tol(p);
-    GPT2Cuda *m = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
+    CudaModel *m = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
     const int N = s->B * s->T, Vp = s->cfg.padded_vocab_size;
     char name[256];
 
     /* logits (inference forward) */
-    gpt2cuda_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
+    cudamodel_forward(m, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
     float *lg = cuda_logits(m, N);
     snprintf(name, sizeof name, "logits [%s%s]", pn, s->tag);
     test_close(name, lg, ref_logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
     free(lg);
 
     /* loss and gradients of one training micro-step */
-    gpt2cuda_zero_grad(m);
-    float lgpu = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / N);
-    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    cudamodel_zero_grad(m);
+    float lgpu = cudamodel_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / N);
+    cudamodel_backward(m, batch_in(s, 0), s->B, s->T);
     snprintf(name, sizeof name, "loss [%s%s]", pn, s->tag);
     test_close(name, &lgpu, &lc, 1, tol.loss_atol, 0);
     float *g = cuda_grads(m);
@@ -171,7 +171,7 @@ static void compare_cuda_step(const Setup *s, CudaContext *ctx, Precision p, con
         test_close(name, g + ts->offset, ref, ts->numel, tol.grad_frac * mx + 1e-12, tol.grad_frac);
     }
     free(g);
-    float norm_gpu = gpt2cuda_grad_norm(m);
+    float norm_gpu = cudamodel_grad_norm(m);
     snprintf(name, sizeof name, "gradient norm [%s%s]", pn, s->tag);
     test_close(name, &norm_gpu, &norm_cpu, 1, 0, tol.grad_frac);
     cuda_model_free(m);
@@ -209,7 +209,7 @@ static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
     int auto_ge = -1;
     const int runs = p == PRECISION_BF16 ? 3 : 2;
     for (int run = 0; run < runs; run++) {
-        GPT2Cuda *m = cuda_model(s, ctx, p, 1, run < 2 ? 0 : -1, s->B, s->T);
+        CudaModel *m = cuda_model(s, ctx, p, 1, run < 2 ? 0 : -1, s->B, s->T);
         if (run == 2) auto_ge = m->gelu_fusion;
         for (int t = 1; t <= STEPS; t++) got[run][t - 1] = cuda_step(m, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, 1, t);
         cuda_model_free(m);
@@ -236,11 +236,11 @@ static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
 
 /* Loss and all gradient bits of one micro-step for a recompute level / GELU fusion. */
 static void step_bits(const Setup *s, CudaContext *ctx, Precision p, int r, int ge, float *loss, unsigned char **grads, size_t *bytes) {
-    GPT2Cuda *m = cuda_model(s, ctx, p, r, ge, s->B, s->T);
+    CudaModel *m = cuda_model(s, ctx, p, r, ge, s->B, s->T);
     const int N = s->B * s->T;
-    gpt2cuda_zero_grad(m);
-    *loss = gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
-    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    cudamodel_zero_grad(m);
+    *loss = cudamodel_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
+    cudamodel_backward(m, batch_in(s, 0), s->B, s->T);
     *bytes = m->num_parameters * precision_bytes(p);
     *grads = (unsigned char *)mallocCheck(*bytes, "grad bits");
     cudaCheck(cudaMemcpy(*grads, m->grads_memory, *bytes, cudaMemcpyDeviceToHost));
@@ -273,18 +273,18 @@ static void check_recompute(const Setup *s, CudaContext *ctx) {
 /* Two micro-batches of B/2 accumulated == one batch of B. */
 static void check_accumulation(const Setup *s, CudaContext *ctx) {
     if (s->B % 2) return;
-    GPT2Cuda *big = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B, s->T);
-    GPT2Cuda *small = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B / 2, s->T);
+    CudaModel *big = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B, s->T);
+    CudaModel *small = cuda_model(s, ctx, PRECISION_FP32, 0, 0, s->B / 2, s->T);
     const int N = s->B * s->T;
-    gpt2cuda_zero_grad(big);
-    float lb = gpt2cuda_forward(big, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
-    gpt2cuda_backward(big, batch_in(s, 0), s->B, s->T);
-    gpt2cuda_zero_grad(small);
+    cudamodel_zero_grad(big);
+    float lb = cudamodel_forward(big, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, 1.0f / N);
+    cudamodel_backward(big, batch_in(s, 0), s->B, s->T);
+    cudamodel_zero_grad(small);
     float ls = 0.0f;
     for (int a = 0; a < 2; a++) {
         size_t off = (size_t)a * N / 2;
-        ls += 0.5f * gpt2cuda_forward(small, batch_in(s, 0) + off, batch_tg(s, 0) + off, s->B / 2, s->T, 1.0f / N);
-        gpt2cuda_backward(small, batch_in(s, 0) + off, s->B / 2, s->T);
+        ls += 0.5f * cudamodel_forward(small, batch_in(s, 0) + off, batch_tg(s, 0) + off, s->B / 2, s->T, 1.0f / N);
+        cudamodel_backward(small, batch_in(s, 0) + off, s->B / 2, s->T);
     }
     float *gb = cuda_grads(big), *gs = cuda_grads(small);
     double mx = 0.0;
@@ -299,19 +299,19 @@ static void check_accumulation(const Setup *s, CudaContext *ctx) {
 
 /* save -> reload -> continue gives the same losses bit for bit as continuing. */
 static void check_save_reload(const Setup *s, CudaContext *ctx, Precision p) {
-    GPT2Cuda *a = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
+    CudaModel *a = cuda_model(s, ctx, p, 0, 0, s->B, s->T);
     for (int t = 1; t <= 3; t++) cuda_step(a, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
-    gpt2cuda_sync_to_host(a);
+    cudamodel_sync_to_host(a);
     char path[300];
     snprintf(path, sizeof path, "%s.reload", s->ckpt);
     model_file_save(path, &a->cfg, a->host_params, a->num_parameters, MODEL_VERSION_FP32);
-    GPT2Cuda *b = (GPT2Cuda *)calloc(1, sizeof(GPT2Cuda));
-    gpt2cuda_build(b, path, 1, p, ctx, 1);
+    CudaModel *b = (CudaModel *)calloc(1, sizeof(CudaModel));
+    cudamodel_build(b, path, 1, p, ctx, 1);
     b->head_rows_request = s->head_rows;
-    gpt2cuda_allocate(b, s->B, s->T, 0, 0, 1);
+    cudamodel_allocate(b, s->B, s->T, 0, 0, 1);
     memcpy(b->host_m, a->host_m, a->num_parameters * sizeof(float));
     memcpy(b->host_v, a->host_v, a->num_parameters * sizeof(float));
-    gpt2cuda_sync_from_host(b);
+    cudamodel_sync_from_host(b);
     float la[3], lb[3];
     for (int t = 4; t <= 6; t++) {
         la[t - 4] = cuda_step(a, batch_in(s, t), batch_tg(s, t), s->B, s->T, 1, t);
@@ -326,17 +326,17 @@ static void check_save_reload(const Setup *s, CudaContext *ctx, Precision p) {
 }
 
 static void check_loss_scaler(const Setup *s, CudaContext *ctx) {
-    GPT2Cuda *m = cuda_model(s, ctx, PRECISION_FP16, 0, 0, s->B, s->T);
+    CudaModel *m = cuda_model(s, ctx, PRECISION_FP16, 0, 0, s->B, s->T);
     m->loss_scale_window = 3;
     const float start = m->loss_scale;
     /* a planted inf in one gradient: the norm is non-finite, the scale halves, the step counts
      * as skipped and no update happens */
-    gpt2cuda_zero_grad(m);
-    gpt2cuda_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / (s->B * s->T));
-    gpt2cuda_backward(m, batch_in(s, 0), s->B, s->T);
+    cudamodel_zero_grad(m);
+    cudamodel_forward(m, batch_in(s, 0), batch_tg(s, 0), s->B, s->T, m->loss_scale / (s->B * s->T));
+    cudamodel_backward(m, batch_in(s, 0), s->B, s->T);
     __half inf = __float2half(INFINITY);
     cudaCheck(cudaMemcpy((__half *)m->grads_memory + m->num_parameters / 3, &inf, sizeof inf, cudaMemcpyHostToDevice));
-    float norm = gpt2cuda_grad_norm(m);
+    float norm = cudamodel_grad_norm(m);
     test_report(!isfinite(norm) && m->loss_scale == start / 2 && m->skipped_steps == 1 && m->clean_steps == 0,
                 "fp16 loss scaler: planted inf -> non-finite norm, scale halved, one skipped step",
                 "norm %g, scale %g (from %g), skipped %lld", norm, m->loss_scale, start, m->skipped_steps);
@@ -477,7 +477,7 @@ static void llama_compare_trajectory(const LlamaSetup *ls, CudaContext *ctx, Pre
     free(mm), free(vv);
     const int runs = p == PRECISION_FP32 ? 2 : 1;
     for (int run = 0; run < runs; run++) {
-        GPT2Cuda *m = cuda_model(s, ctx, p, 0, -1, s->B, s->T); /* -ge -1 (the trainer's default) resolves to 0 */
+        CudaModel *m = cuda_model(s, ctx, p, 0, -1, s->B, s->T); /* -ge -1 (the trainer's default) resolves to 0 */
         if (run == 0) {
             char name[160];
             snprintf(name, sizeof name, "the CUDA model is a Llama with the CPU's parameter count, -ge 0 [%s%s]", pn, s->tag);

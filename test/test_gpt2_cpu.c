@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/check.h"
-#include "llmc/cpu/model.h"
+#include "llmc/core/check.h"
+#include "llmc/cpu/gpt2.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 

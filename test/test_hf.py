@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face model directories (llmc/hf.c, llmc/safetensors.c): -e DIR, --save-hf 1, ./hf_convert.
+"""Hugging Face model directories (llmc/formats/hf.c, llmc/formats/safetensors.c): -e DIR, --save-hf 1, ./hf_convert.
 
 The HF directories are written here by the `safetensors` package (the format's own
 implementation, an independent producer), from the same random weights as an llm.c model file:

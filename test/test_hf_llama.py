@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hugging Face LlamaForCausalLM directories (llmc/hf.c's Llama row), issue 11 item 3.
+"""Hugging Face LlamaForCausalLM directories (llmc/formats/hf.c's Llama row), issue 11 item 3.
 
 transformers is not installed: the test builds HF directories itself with the `safetensors`
 package from the PyTorch reference's weights (dev/reference/train_llama3.py, 2 layers, C 64,

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/check.h"
-#include "llmc/checkpoint.h"
+#include "llmc/core/check.h"
+#include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
 #include "test/debug_state.h"

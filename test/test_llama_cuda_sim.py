@@ -47,7 +47,7 @@ def run(cmd, **extra_env):
 
 
 def llama_file(path, seed=7):
-    """llmc's Llama checkpoint (llmc/llama.h): int32 header[256], then the table's tensors in fp32."""
+    """llmc's Llama checkpoint (llmc/models/llama.h): int32 header[256], then the table's tensors in fp32."""
     h = [0] * 256
     h[0:12] = [20261130, 1, 1, MAXT, V, V, L, NH, NKV, C, F, 0]
     hs = C // NH

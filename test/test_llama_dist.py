@@ -31,14 +31,14 @@ MAXT, V, L, NH, NKV, C, F = 64, 1000, 2, 4, 2, 64, 256
 
 
 def table(vocab=V):
-    """(name, floats per layer or whole, stacked over L?) in llmc/llama.h's table order"""
+    """(name, floats per layer or whole, stacked over L?) in llmc/models/llama.h's table order"""
     vp, qkv = (vocab + 127) // 128 * 128, (NH + 2 * NKV) * (C // NH)
     return [("wte", vp * C, 0), ("ln1w", C, 1), ("qkvw", qkv * C, 1), ("attprojw", C * C, 1), ("ln2w", C, 1),
             ("fcw", 2 * F * C, 1), ("fcprojw", C * F, 1), ("lnfw", C, 0), ("lm_head", vp * C, 0)]
 
 
 def llama_file(path, layers=L, vocab=V, seed=5):
-    """llmc's Llama checkpoint (llmc/llama.h: int32 header[256], then the table's float32 tensors)
+    """llmc's Llama checkpoint (llmc/models/llama.h: int32 header[256], then the table's float32 tensors)
     with random weights: N(0, 0.02), RMSNorm gains 1, padded vocabulary rows 0; untied head."""
     vp = (vocab + 127) // 128 * 128
     h = [0] * 256

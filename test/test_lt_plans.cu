@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "llmc/cuda/matmul.cuh"
-#include "llmc/rng.h"
+#include "llmc/core/rng.h"
 #include "test/testing.h"
 
 enum { N = 24, C = 40, OC = 72 };

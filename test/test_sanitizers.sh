@@ -6,7 +6,7 @@
 # gcc's ASan + UBSan into build/asan (programs in build/asan/bin; the normal build is untouched).
 # Every sanitizer report is written to a file of its own (log_path), and a check FAILs when one
 # appears, whatever the exit status; a sanitizer death exits 66, which no test expects. Then three
-# bugs planted in a scratch copy of llmc/dataloader.c (a heap overflow, a signed overflow, a leak)
+# bugs planted in a scratch copy of llmc/data/dataloader.c (a heap overflow, a signed overflow, a leak)
 # must be caught by the same check, or the pass itself is broken.
 # No suppressions are needed (OpenBLAS's OpenMP build and libgomp report nothing here); should one
 # become necessary, check it into test/ with its reason. About 2-3 min on 2 cores.
@@ -88,13 +88,13 @@ fi
 
 # ---- the pass must catch planted bugs ----------------------------------------------------------
 # plant NAME SED_EXPRESSION EXPECTED_REPORT: test_dataloader linked with a scratch copy of
-# llmc/dataloader.c changed by SED_EXPRESSION must FAIL this pass with EXPECTED_REPORT.
+# llmc/data/dataloader.c changed by SED_EXPRESSION must FAIL this pass with EXPECTED_REPORT.
 plant() {
     local name=$1 expr=$2 want=$3 mut=$B/mutants/$1
     mkdir -p "$mut"
-    sed "$expr" llmc/dataloader.c > "$mut/dataloader.c"
-    if cmp -s llmc/dataloader.c "$mut/dataloader.c"; then
-        echo "FAIL: sanitizers: planted $name: the sed expression no longer changes llmc/dataloader.c; update it"
+    sed "$expr" llmc/data/dataloader.c > "$mut/dataloader.c"
+    if cmp -s llmc/data/dataloader.c "$mut/dataloader.c"; then
+        echo "FAIL: sanitizers: planted $name: the sed expression no longer changes llmc/data/dataloader.c; update it"
         failed=1
         return
     fi
@@ -111,9 +111,9 @@ plant() {
     out=$(san_check "planted_$name" "$mut/test_dataloader")
     failed=$saved
     if printf '%s\n' "$out" | grep -q "^FAIL: sanitizers: planted_$name" && printf '%s\n' "$out" | grep -q "$want"; then
-        echo "PASS: sanitizers: a planted $name in llmc/dataloader.c is caught ($want)"
+        echo "PASS: sanitizers: a planted $name in llmc/data/dataloader.c is caught ($want)"
     else
-        echo "FAIL: sanitizers: a planted $name in llmc/dataloader.c went unnoticed:"
+        echo "FAIL: sanitizers: a planted $name in llmc/data/dataloader.c went unnoticed:"
         printf '%s\n' "$out" | head -20 | sed 's/^/    /'
         failed=1
     fi

@@ -4,7 +4,7 @@
  *
  * Usage: build/test/test_tokenizer [SEED]   (random inputs come from SEED, printed; default 1337)
  */
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "test/testing.h"
 
 #include <pthread.h>

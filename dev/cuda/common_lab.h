@@ -21,7 +21,7 @@
 #include <string.h>
 
 #include "llmc/cuda/common.cuh"
-#include "llmc/rng.h"
+#include "llmc/core/rng.h"
 #include "test/testing.h"
 
 /* ---- flags: --small, --reps N, --NAME N for each size, --help -------------------------- */

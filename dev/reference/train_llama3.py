@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """train_llama3.py - the PyTorch Llama 3 that llmc's CPU Llama model is checked against.
 
-The tensors follow llmc/llama.h's table (one nn.Parameter each, stacked over layers, no biases):
+The tensors follow llmc/models/llama.h's table (one nn.Parameter each, stacked over layers, no biases):
 
     name       shape          weight decay   random init
     wte        (Vp, C)        yes            N(0, 0.02); rows >= V zero
@@ -22,7 +22,7 @@ logits = rmsnorm(x) lnfw lm_head^T; loss as GPT-2's. rmsnorm(x) = x / sqrt(mean(
 RoPE: Meta's convention, channel pairs (2i, 2i+1) of each head rotate by t * f_i,
 f_i = theta^(-2i/HS), with Llama 3.1's frequency scaling when --rope-factor > 0.
 
-Files: the model as llmc's Llama checkpoint (llmc/llama.h: magic 20261130, our header; then the
+Files: the model as llmc's Llama checkpoint (llmc/models/llama.h: magic 20261130, our header; then the
 tensors in table order as float32), and the debug state in train_gpt2.py's layout (version 3)
 with header [11] NKV and [12] F added and the tensors in this table's order. The optimizer is
 train_gpt2.py's AdamW.
@@ -202,7 +202,7 @@ def write_debug_state(path, cfg, x, y, hp, nsteps, out):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description="PyTorch reference Llama 3 (llmc/llama.h layout)")
+    p = argparse.ArgumentParser(description="PyTorch reference Llama 3 (llmc/models/llama.h layout)")
     for flag, default in (("--depth", 2), ("--channels", 64), ("--heads", 4), ("--kv-heads", 2),
                           ("--ffn", 0), ("--max-seq-len", 64), ("--vocab", 1000), ("--seed", 42),
                           ("--batch-size", 4), ("--seq-len", 32), ("--steps", 10),

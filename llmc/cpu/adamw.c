@@ -1,4 +1,4 @@
-#include "adamw.h"
+#include "llmc/cpu/adamw.h"
 
 #include <math.h>
 

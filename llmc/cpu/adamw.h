@@ -5,13 +5,13 @@
  * global_norm_squared: sum of g^2 in double over fixed chunks (deterministic for any threads).
  * Shapes: params, grads, m, v (n).
  * adamw_update_compact: the same update (optstate_adamw) on k elements whose m and v are stored
- * as type (llmc/optstate.h: fp32, bf16 or blockwise int8): block by block, decode, update in
+ * as type (llmc/core/optstate.h: fp32, bf16 or blockwise int8): block by block, decode, update in
  * fp32, encode; the weight decay of element j from seg. */
 #ifndef LLMC_CPU_ADAMW_H
 #define LLMC_CPU_ADAMW_H
 #include <stddef.h>
 
-#include "../optstate.h"
+#include "llmc/core/optstate.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,7 +20,7 @@ void adamw_update(float *params, const float *grads, float *m, float *v, size_t 
 void adamw_update_compact(float *params, const float *grads, void *m, void *v, int type, size_t k,
                           const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t,
                           float grad_scale);
-/* The same on blocks [b0, b1) of the k elements only (the update in buckets, llmc/optim.c). */
+/* The same on blocks [b0, b1) of the k elements only (the update in buckets, llmc/train/optim.c). */
 void adamw_update_compact_blocks(float *params, const float *grads, void *m, void *v, int type, size_t k,
                                  const OptSegments *seg, size_t b0, size_t b1, float lr, float beta1, float beta2,
                                  float eps, int t, float grad_scale);

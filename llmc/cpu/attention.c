@@ -1,11 +1,11 @@
-#include "attention.h"
+#include "llmc/cpu/attention.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 /* Offsets within one position's packed row: query head h, key and value head g. */
 #define Q_AT(h) ((size_t)(h) * HS)

@@ -1,4 +1,4 @@
-#include "blas_select.h"
+#include "llmc/cpu/blas_select.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "../check.h"
-#include "matmul.h"
+#include "llmc/core/check.h"
+#include "llmc/cpu/matmul.h"
 
 #if LLMC_USE_OPENBLAS
 #include <cblas.h>

@@ -1,4 +1,4 @@
-#include "classifier.h"
+#include "llmc/cpu/classifier.h"
 
 #include <math.h>
 #include <stddef.h>

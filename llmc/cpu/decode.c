@@ -1,15 +1,15 @@
-#include "decode.h"
+#include "llmc/cpu/decode.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
-#include "attention.h"
-#include "gelu.h"
-#include "layernorm.h"
-#include "matmul.h"
-#include "residual.h"
+#include "llmc/core/check.h"
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
 
 void kvcache_init(KVCache *cache, const GPT2 *model, int max_chunk) {
     const ModelConfig *cfg = &model->cfg;

@@ -1,5 +1,5 @@
 /*
- * decode.h (CPU) - inference with a key/value cache: the forward pass of llmc/cpu/model.c for
+ * decode.h (CPU) - inference with a key/value cache: the forward pass of llmc/cpu/gpt2.c for
  * new tokens only, each attending to the keys and values kept from earlier positions, so that
  * generating one more token costs O(T) attention work instead of a whole O(T^2) forward.
  *
@@ -14,7 +14,7 @@
 #ifndef LLMC_CPU_DECODE_H
 #define LLMC_CPU_DECODE_H
 
-#include "model.h"
+#include "llmc/cpu/gpt2.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,4 +1,4 @@
-#include "encoder.h"
+#include "llmc/cpu/encoder.h"
 
 #include <stddef.h>
 

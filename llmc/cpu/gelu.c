@@ -1,4 +1,4 @@
-#include "gelu.h"
+#include "llmc/cpu/gelu.h"
 
 #include <math.h>
 

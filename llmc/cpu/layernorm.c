@@ -1,11 +1,11 @@
-#include "layernorm.h"
+#include "llmc/cpu/layernorm.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 static void layernorm_row(float *o, const float *x, float m, float s, const float *weight,
                           const float *bias, int C) {

@@ -1,17 +1,17 @@
-#include "llama.h"
+#include "llmc/cpu/llama.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
-#include "attention.h"
-#include "classifier.h"
-#include "matmul.h"
-#include "residual.h"
-#include "rmsnorm.h"
-#include "rope.h"
-#include "swiglu.h"
+#include "llmc/core/check.h"
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
+#include "llmc/cpu/rmsnorm.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cpu/swiglu.h"
 
 void llama_build(LlamaModel *model, const LlamaConfig *cfg) {
     const char *bad = llama_config_validate(cfg);

@@ -1,6 +1,6 @@
 /*
- * llama.h (CPU) - the Llama 3 block sequence on the CPU over the tables in llmc/llama.h
- * (fp32, every activation stored; no recompute levels yet). Same contract as llmc/cpu/model.h:
+ * llama.h (CPU) - the Llama 3 block sequence on the CPU over the tables in llmc/models/llama.h
+ * (fp32, every activation stored; no recompute levels yet). Same contract as llmc/cpu/gpt2.h:
  * llama_forward with targets and dloss != 0 leaves dlogits in the logits activation and
  * llama_backward must follow; llama_backward accumulates into grads.
  */
@@ -9,9 +9,9 @@
 
 #include <stdio.h>
 
-#include "../llama.h"
-#include "../plan.h"
-#include "zero.h"
+#include "llmc/models/llama.h"
+#include "llmc/train/plan.h"
+#include "llmc/cpu/zero.h"
 
 #ifdef __cplusplus
 extern "C" {

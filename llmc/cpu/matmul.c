@@ -1,10 +1,10 @@
-#include "matmul.h"
+#include "llmc/cpu/matmul.h"
 
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 #if LLMC_USE_OPENBLAS
 #include <cblas.h>

@@ -1,4 +1,4 @@
-#include "residual.h"
+#include "llmc/cpu/residual.h"
 
 void residual_forward(float *out, const float *inp1, const float *inp2, size_t N) {
 #pragma omp parallel for schedule(static)

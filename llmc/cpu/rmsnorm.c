@@ -1,11 +1,11 @@
-#include "rmsnorm.h"
+#include "llmc/cpu/rmsnorm.h"
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)

@@ -1,4 +1,4 @@
-#include "rope.h"
+#include "llmc/cpu/rope.h"
 
 #include <math.h>
 #include <stddef.h>

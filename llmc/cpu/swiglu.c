@@ -1,4 +1,4 @@
-#include "swiglu.h"
+#include "llmc/cpu/swiglu.h"
 
 #include <math.h>
 #include <stddef.h>

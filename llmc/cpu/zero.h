@@ -1,6 +1,6 @@
 /*
  * zero.h (CPU) - ZeRO-2/3 for any architecture's parameter table: the buckets a CPU backward
- * hands to the trainer's optimizer (llmc/optim.h) and the per-layer parameter gathers of -z 3.
+ * hands to the trainer's optimizer (llmc/train/optim.h) and the per-layer parameter gathers of -z 3.
  *
  * Buckets: the outer bucket holds the tensors outside the layers (GPT-2: wte, wpe, lnfw, lnfb;
  * Llama: wte, lnfw, lm_head), a layer's bucket that layer's slice of every stacked tensor; both
@@ -14,9 +14,9 @@
 #ifndef LLMC_CPU_ZERO_H
 #define LLMC_CPU_ZERO_H
 
-#include "../dist.h"
-#include "../model.h"
-#include "../plan.h"
+#include "llmc/dist/dist.h"
+#include "llmc/models/gpt2.h"
+#include "llmc/train/plan.h"
 
 #ifdef __cplusplus
 extern "C" {

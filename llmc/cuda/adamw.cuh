@@ -28,8 +28,8 @@
 
 #include <math.h>
 
-#include "../optstate.h"
-#include "common.cuh"
+#include "llmc/core/optstate.h"
+#include "llmc/cuda/common.cuh"
 
 enum { NORM_BLOCKS = 512 };
 
@@ -160,7 +160,7 @@ void adamw_update(T *params, float *master, const T *grads, float *m, float *v, 
 }
 
 /* adamw_update_compact: the update of adamw_update on k elements whose m and v are stored as
- * state (bf16 or blockwise int8, llmc/optstate.h), the twin of llmc/cpu/adamw.c's
+ * state (bf16 or blockwise int8, llmc/core/optstate.h), the twin of llmc/cpu/adamw.c's
  * adamw_update_compact: one thread block per OPTSTATE_BLOCK elements decodes its m and v with
  * optstate.h's element codes, updates in fp32 (optstate_adamw), takes the block's scales (int8)
  * with block_max and encodes. The element decay comes from seg (the shard's tensor segments).

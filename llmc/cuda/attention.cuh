@@ -37,7 +37,7 @@
 
 #include <type_traits>
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 /* Rows per block (one per thread) and rows per streamed tile, so the static shared memory
  * stays under 48 KiB for every compiled head size. */
@@ -338,8 +338,8 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
     });
 }
 
-#include "attention_tc.cuh"
-#include "attention_fa2.cuh"
+#include "llmc/cuda/attention_tc.cuh"
+#include "llmc/cuda/attention_fa2.cuh"
 
 /* `make USE_CUDNN=1` routes bf16/fp16 attention through cuDNN's fused SDPA (cudnn_att.h: same
  * tensors, same saved logsumexp). */
@@ -350,7 +350,7 @@ void attention_backward_simt(T *dinp, const T *dout, const T *inp, const T *out,
 #error "USE_CUDNN must be 0 or 1"
 #endif
 #if USE_CUDNN
-#include "cudnn_att.h"
+#include "llmc/cuda/cudnn_att.h"
 #endif
 
 /* bf16/fp16 attention without cuDNN: the FlashAttention-2-class kernels (attention_fa2.cuh)

@@ -31,8 +31,8 @@
 
 #include <stdio.h>
 
-#include "common.cuh"
-#include "ptx.cuh"
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/ptx.cuh"
 
 template <class T, int HS> struct AttnFA2 {
     static constexpr int WARPS = 4, BM = 64, BN = 64, LD = HS + 8;

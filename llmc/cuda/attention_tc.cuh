@@ -31,7 +31,7 @@
 #include <mma.h>
 #include <stdio.h>
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 /* Leading dimensions (elements) and shared-memory offsets (bytes) of the tiles. Every tile
  * starts on a 32-byte boundary, as wmma loads and stores require. */

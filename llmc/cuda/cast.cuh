@@ -5,7 +5,7 @@
 #ifndef LLMC_CUDA_CAST_CUH
 #define LLMC_CUDA_CAST_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 template <class Dst, class Src>
 static __global__ void cast_kernel(Dst *dst, const Src *src, size_t n) {

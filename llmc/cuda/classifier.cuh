@@ -14,7 +14,7 @@
 #ifndef LLMC_CUDA_CLASSIFIER_CUH
 #define LLMC_CUDA_CLASSIFIER_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 template <class T>
 static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses, const int *targets, float dloss,

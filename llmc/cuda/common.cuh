@@ -8,7 +8,7 @@
  * moments, master weights and norms are always fp32.
  *
  * Errors: cudaCheck / cublasCheck / kernelCheck report the failing statement, function, file
- * and line through llmc_check_failed (llmc/check.h, the generator every *Check macro uses) and
+ * and line through llmc_check_failed (llmc/core/check.h, the generator every *Check macro uses) and
  * end with a HINT. Bad sizes handed to a launcher are programming errors of the caller and are
  * reported the same way by llmcCheck; they are never compiled out.
  */
@@ -25,7 +25,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 /* ---- check macros ------------------------------------------------------------------------ */
 #define LLMC_CUDA_HINT "HINT: run under compute-sanitizer, or with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel"

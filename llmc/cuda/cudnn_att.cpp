@@ -25,7 +25,7 @@
  * So Stats[b,h,t] = log(sum_{u<=t} exp(s[t,u])) = attention.cuh's lse[b,h,t], stored fp32 in
  * the same (B, NH, T) order. Either backward can consume either forward's lse.
  */
-#include "cudnn_att.h"
+#include "llmc/cuda/cudnn_att.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -40,7 +40,7 @@
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
-#include "../check.h"
+#include "llmc/core/check.h"
 
 namespace fe = cudnn_frontend;
 

@@ -1,6 +1,6 @@
 /*
  * decode.cuh - inference with a key/value cache on the GPU: the CUDA twin of llmc/cpu/decode.h,
- * used by ./generate_gpu. The forward pass of llmc/cuda/model.cuh for new tokens only (B = 1),
+ * used by ./generate_gpu. The forward pass of llmc/cuda/cudamodel.cuh for new tokens only (B = 1),
  * each attending to the keys and values kept from earlier positions, with the trainer's kernels
  * (encoder, LayerNorm and the fused residual + LayerNorm, cuBLASLt matmuls, GELU) and one of its
  * own: attention_decode, a single query row per (token, head) over the cache.
@@ -20,8 +20,8 @@
 #ifndef LLMC_CUDA_DECODE_CUH
 #define LLMC_CUDA_DECODE_CUH
 
-#include "model.cuh"
-#include "residual.cuh"
+#include "llmc/cuda/cudamodel.cuh"
+#include "llmc/cuda/residual.cuh"
 
 enum { DECODE_ATT_THREADS = 128 };
 
@@ -81,7 +81,7 @@ template <class T> static __global__ void kv_append_kernel(T *kv, const T *qkv, 
 /* The cache and one layer's scratch rows for up to max_chunk new tokens, all in T but the
  * LayerNorm statistics and the attention scores (fp32). */
 typedef struct {
-    GPT2Cuda *model;
+    CudaModel *model;
     int len, max_len, max_chunk;
     void *kv;                                       /* (L, maxT, 2 NKV HS) */
     void *residual, *ln, *qkv, *atty, *proj, *fch, *fch_gelu, *logits; /* rows of C, C, C + 2 NKV HS, C, C, F, F; Vp */
@@ -92,7 +92,7 @@ typedef struct {
 } CudaDecoder;
 
 /* Puts the model's parameters on the device (once) and allocates the cache. */
-inline void cuda_decoder_init(CudaDecoder *d, GPT2Cuda *m, int max_chunk) {
+inline void cuda_decoder_init(CudaDecoder *d, CudaModel *m, int max_chunk) {
     const ModelConfig *cfg = &m->cfg;
     const size_t C = cfg->channels, F = cfg->ffn_hidden, L = cfg->num_layers, T = cfg->max_seq_len;
     const size_t NH = cfg->num_heads, n = (size_t)max_chunk, elem = precision_bytes(m->precision);
@@ -102,7 +102,7 @@ inline void cuda_decoder_init(CudaDecoder *d, GPT2Cuda *m, int max_chunk) {
     d->model = m;
     d->max_len = cfg->max_seq_len;
     d->max_chunk = max_chunk;
-    gpt2cuda_sync_from_host(m);
+    cudamodel_sync_from_host(m);
     /* sizes in bytes, each rounded up to 256 (cuBLASLt and the 16-byte kernels like alignment) */
     size_t sizes[] = {L * T * KV * elem, n * C * elem, n * C * elem, n * (C + KV) * elem, n * C * elem,
                       n * C * elem, n * F * elem, n * F * elem, (size_t)cfg->padded_vocab_size * elem,
@@ -126,7 +126,7 @@ inline void cuda_decoder_free(CudaDecoder *d) {
 }
 
 template <class T> void cuda_decoder_forward_t(CudaDecoder *d, int n) {
-    GPT2Cuda *m = d->model;
+    CudaModel *m = d->model;
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
     const int Vp = cfg->padded_vocab_size, pos = d->len, NKV = cfg->num_kv_heads, KV = 2 * NKV * (C / NH);

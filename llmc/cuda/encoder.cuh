@@ -21,7 +21,7 @@
 
 #include <stdlib.h>
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 template <class T>
 static __global__ void encoder_forward_kernel(T *out, const int *inp, const T *wte, const T *wpe, int N, int T_,

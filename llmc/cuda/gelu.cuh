@@ -10,7 +10,7 @@
 #ifndef LLMC_CUDA_GELU_CUH
 #define LLMC_CUDA_GELU_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 #define LLMC_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 

@@ -6,7 +6,7 @@
  * What a replay can and cannot change: a captured kernel keeps the arguments it was launched with
  * (pointers, sizes, scalars) and reads whatever its device buffers hold at replay time. So the
  * captured region reads its inputs from fixed device buffers (model.cuh: d_inputs, d_targets,
- * filled by gpt2cuda_stage from pinned memory before the launch), and the graph is keyed by what
+ * filled by cudamodel_stage from pinned memory before the launch), and the graph is keyed by what
  * it bakes in and may change: B, T and the loss weight dloss (1/accumulation x the fp16 loss scale,
  * which doubles or halves now and then: the graph is then captured anew). Nothing in the region may
  * make the host wait (a stream synchronisation, a pageable copy): the capture fails with
@@ -17,7 +17,7 @@
 #ifndef LLMC_CUDA_GRAPH_CUH
 #define LLMC_CUDA_GRAPH_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 typedef struct {
     cudaGraphExec_t exec; /* NULL until captured */

@@ -32,7 +32,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 enum { LN_WARPS_PER_BLOCK = 8, LN_ROWS_PER_CHUNK = 256 };
 

@@ -1,7 +1,7 @@
 /*
  * loss.cuh - the mean of a micro-batch's per-position losses on the device, so a training
  * micro-step never waits for its loss: the step's mean losses add up in a device accumulator the
- * host reads once per step (model.cuh: gpt2cuda_read_step_loss).
+ * host reads once per step (model.cuh: cudamodel_read_step_loss).
  * Order (deterministic, the same every run): one block of LOSS_MEAN_THREADS threads; thread t sums
  * positions t, t + LOSS_MEAN_THREADS, ... in increasing order in fp32, then a fixed binary tree
  * over the threads; the mean is that sum / n in fp32 (as the CPU's sum / n, in another order).
@@ -9,7 +9,7 @@
 #ifndef LLMC_CUDA_LOSS_CUH
 #define LLMC_CUDA_LOSS_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 enum { LOSS_MEAN_THREADS = 256 };
 

@@ -26,8 +26,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../atomicfile.h"
-#include "common.cuh"
+#include "llmc/core/atomicfile.h"
+#include "llmc/cuda/common.cuh"
 
 enum { LT_TUNE_REPS = 5, LT_MAX_ALGOS = 64, LT_KEY_FIELDS = 16 };
 

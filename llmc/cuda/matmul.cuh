@@ -27,8 +27,8 @@
 #ifndef LLMC_CUDA_MATMUL_CUH
 #define LLMC_CUDA_MATMUL_CUH
 
-#include "common.cuh"
-#include "lt_plans.cuh"
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/lt_plans.cuh"
 
 enum { MM_ROWS_PER_CHUNK = 256 };
 

@@ -6,7 +6,7 @@
 #ifndef LLMC_CUDA_RESIDUAL_CUH
 #define LLMC_CUDA_RESIDUAL_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 template <class T>
 static __global__ void residual_forward_kernel(T *out, const T *inp1, const T *inp2, size_t N) {

@@ -29,7 +29,7 @@
 #include <initializer_list>
 #include <type_traits>
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 enum { RMS_WARPS_PER_BLOCK = 8, RMS_ROWS_PER_CHUNK = 256 };
 

@@ -16,9 +16,9 @@
 
 #include <stdlib.h>
 
-#include "../check.h"
-#include "../cpu/rope.h"
-#include "common.cuh"
+#include "llmc/core/check.h"
+#include "llmc/cpu/rope.h"
+#include "llmc/cuda/common.cuh"
 
 /* Rotates one pair by the angle whose (cos, sin) is cs, times sign. */
 __device__ inline void rope_pair(float *x0, float *x1, const float *cs, float sign) {

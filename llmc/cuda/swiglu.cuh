@@ -12,7 +12,7 @@
 #ifndef LLMC_CUDA_SWIGLU_CUH
 #define LLMC_CUDA_SWIGLU_CUH
 
-#include "common.cuh"
+#include "llmc/cuda/common.cuh"
 
 __device__ inline float swiglu_value(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
 

@@ -1,6 +1,6 @@
 /*
  * telemetry.cuh - reads the GPU's state for -lg (--gpu-log-every) into a GpuReading
- * (llmc/telemetry.h: what is printed and logged): device memory from cudaMemGetInfo (always),
+ * (llmc/cuda/telemetry.h: what is printed and logged): device memory from cudaMemGetInfo (always),
  * and through NVML the SM clock and its maximum, the memory clock, temperature, power draw and
  * limit, utilisation and the clocks-event (throttle) reasons.
  *
@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../telemetry.h"
+#include "llmc/cuda/telemetry.h"
 
 #define LLMC_NVML_LIBRARY "libnvidia-ml.so.1"
 

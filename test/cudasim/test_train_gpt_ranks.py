@@ -284,7 +284,7 @@ def main():
            f"{two_loss} vs {ref_loss}")
 
     # the same 2 ranks started without mpirun, meeting through -pi fs (the NCCL unique id travels
-    # over llmc/dist_tcp.c): the same bits as under mpirun
+    # over llmc/dist/dist_tcp.c): the same bits as under mpirun
     fs = os.path.join(tmp, "two_fs")
     p = test_dist.launch(2, "fs", base + ["-x", "2", "-n", "2", "-o", fs], trainer=SIM, timeout=600)
     same = p.returncode == 0 and "ranks started by -pi fs" in p.stdout and two_loss and losses(fs) == two_loss and \

@@ -6,7 +6,7 @@
  * parser reads files) and checks what the parser promises.
  *
  * The llmc code reports bad input by printing "error: ..." and calling exit(1) (llmc_die and the
- * *Check macros in llmc/check.h). Under the fuzzer that must not end the process, and the
+ * *Check macros in llmc/core/check.h). Under the fuzzer that must not end the process, and the
  * parsers must run in-process for the coverage feedback to work. So the fuzz binaries are
  * linked with -Wl,--wrap for exit and for the calls that acquire something (heap blocks, FILEs,
  * file descriptors, mappings, glob results): fuzz_call() runs a parser, turns an exit() inside

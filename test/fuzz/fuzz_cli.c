@@ -1,12 +1,12 @@
 /*
- * fuzz_cli.c - the trainers' command line (llmc/cli.c: train_config_parse).
+ * fuzz_cli.c - the trainers' command line (llmc/train/cli.c: train_config_parse).
  *
  * The input is argv[1..]: arguments separated by NUL bytes (at most 64). Promises checked: any
  * argv gives either a configuration (and exit never called) or a clean error (exit 1), or for
  * --help the help text and exit 0; a configuration that is accepted passes the checks the
  * trainers rely on and prints.
  */
-#include "llmc/cli.h"
+#include "llmc/train/cli.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdio.h>

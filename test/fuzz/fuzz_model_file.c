@@ -1,5 +1,5 @@
 /*
- * fuzz_model_file.c - llm.c model files (llmc/checkpoint.c: model_file_read_header, then
+ * fuzz_model_file.c - llm.c model files (llmc/formats/modelfile.c: model_file_read_header, then
  * model_file_load), as `-e FILE` and `-y 1` read them.
  *
  * Promises checked: a bad file is a clean error (exit 1, through fuzz_call); a file that is
@@ -7,8 +7,8 @@
  * header computed without wrapping around (the model.h table evaluated in long double), and
  * its payload loads as those bytes, bf16 widened to fp32.
  */
-#include "llmc/checkpoint.h"
-#include "llmc/model.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/models/gpt2.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * fuzz_safetensors.c - safetensors files (llmc/safetensors.c: safetensors_open_file, which reads
+ * fuzz_safetensors.c - safetensors files (llmc/formats/safetensors.c: safetensors_open_file, which reads
  * the 8-byte header length and parses the JSON header with safetensors_parse_header, then
  * safetensors_read_f32 of every F32/BF16/F16 tensor), as -e DIR and ./hf_convert read them.
  *
@@ -9,7 +9,7 @@
  * exactly; every readable tensor loads as its stored bytes (BF16 widened, F16 converted exactly:
  * checked against an independent conversion through the exponent).
  */
-#include "llmc/safetensors.h"
+#include "llmc/formats/safetensors.h"
 #include "test/fuzz/fuzz.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /*
- * fuzz_shard.c - token shards (llmc/shard.c: shard_read_header) and the data loader reading
- * them (llmc/dataloader.c: open, batches, position round trip), as `-i`/`-j` read them.
+ * fuzz_shard.c - token shards (llmc/data/shard.c: shard_read_header) and the data loader reading
+ * them (llmc/data/dataloader.c: open, batches, position round trip), as `-i`/`-j` read them.
  *
  * The loader's settings come from header[3] (llm.c leaves header[3..255] zero and the loader
  * ignores them), so one input picks B, T, ranks, shuffling and vocab_size as well as the data.
@@ -9,8 +9,8 @@
  * holds in-vocabulary tokens, in order the file's own tokens when not shuffled; a position
  * taken with dataloader_get_state is accepted by dataloader_set_state.
  */
-#include "llmc/dataloader.h"
-#include "llmc/shard.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/shard.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * fuzz_state_file.c - our training-state files (llmc/checkpoint.c: state_file_load), and the
+ * fuzz_state_file.c - our training-state files (llmc/formats/modelfile.c: state_file_load), and the
  * data-loader position inside them (dataloader_set_state), the way `-y 1` resumes.
  *
  * The parameter count the loader expects is the file's own when the file could hold it (so
@@ -7,9 +7,9 @@
  * file is a clean error; an accepted file has exactly 1024 + 8 * numel bytes and its moments
  * load as stored; an accepted loader position gives a batch of in-vocabulary tokens.
  */
-#include "llmc/checkpoint.h"
-#include "llmc/dataloader.h"
-#include "llmc/shard.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/data/dataloader.h"
+#include "llmc/data/shard.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * fuzz_tokenizer_encode.c - encoding arbitrary bytes (llmc/tokenizer.c: tokenizer_encode), as
+ * fuzz_tokenizer_encode.c - encoding arbitrary bytes (llmc/data/tokenizer.c: tokenizer_encode), as
  * `./tokenizer encode` and `./tokenizer shards` do with any input text.
  *
  * The tokenizer: the directory in $LLMC_FUZZ_TOKENIZER, else GPT-2's files where
@@ -9,7 +9,7 @@
  * decode to exactly the input; encoding the same bytes again (now through the word cache)
  * gives the same ids.
  */
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdio.h>

@@ -1,12 +1,12 @@
 /*
- * fuzz_tokenizer_file.c - llm.c tokenizer files (llmc/tokenizer.c: tokenizer_load of a file,
+ * fuzz_tokenizer_file.c - llm.c tokenizer files (llmc/data/tokenizer.c: tokenizer_load of a file,
  * then tokenizer_save_llmc), as `--tokenizer FILE` and `./tokenizer decode` read them.
  *
  * Promises checked: a bad file is an error return naming the file (never an exit or a crash);
  * an accepted file's tokens are exactly the length-prefixed strings after its header; saving
  * and loading again gives the same vocabulary and EOT.
  */
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * fuzz_tokenizer_json.c - OpenAI's GPT-2 tokenizer files (llmc/tokenizer.c: tokenizer_load of a
+ * fuzz_tokenizer_json.c - OpenAI's GPT-2 tokenizer files (llmc/data/tokenizer.c: tokenizer_load of a
  * directory holding encoder.json and vocab.bpe; json_decode_string), as `--tokenizer DIR` and
  * `./tokenizer encode` read them.
  *
@@ -8,7 +8,7 @@
  * decoding never consumes more than it was given nor writes more bytes than it consumed; an
  * accepted pair encodes text that decodes back to the same bytes.
  */
-#include "llmc/tokenizer.h"
+#include "llmc/data/tokenizer.h"
 #include "test/fuzz/fuzz.h"
 
 #include <stdio.h>

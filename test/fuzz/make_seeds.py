@@ -28,7 +28,7 @@ def header(*fields):
     return struct.pack("<256i", *(list(fields) + [0] * (256 - len(fields))))
 
 
-# ---- model files: the parameter table of llmc/model.h for a GPT-2 config -------------------
+# ---- model files: the parameter table of llmc/models/gpt2.h for a GPT-2 config -------------------
 def gpt2_numel(maxT, Vp, L, C):
     F = 4 * C
     return Vp * C + maxT * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + F * C + F + C * F + C) + 2 * C
@@ -43,7 +43,7 @@ def model_file(version, maxT, V, L, NH, C, Vp):
     return header(MODEL_MAGIC, version, maxT, V, L, NH, C, Vp) + payload
 
 
-# ---- state files (llmc/checkpoint.h) with the data loader's position ------------------------
+# ---- state files (llmc/formats/modelfile.h) with the data loader's position ------------------------
 def splitmix64(state):
     state = (state + 0x9E3779B97F4A7C15) & MASK
     z = state
@@ -76,7 +76,7 @@ def state_file(numel, loader, step=3, B=2, T=8, seed=7, version=1):
     h[30] = 1
     m = struct.pack(f"<{numel}f", *[i / 8.0 for i in range(numel)])
     v = struct.pack(f"<{numel}f", *[i / 16.0 for i in range(numel)])
-    if version >= 2:  # [42]: CRC-32 of the file with [42] = 0 (llmc/checkpoint.c state_crc)
+    if version >= 2:  # [42]: CRC-32 of the file with [42] = 0 (llmc/formats/modelfile.c state_crc)
         h[42] = struct.unpack("<i", struct.pack("<I", zlib.crc32(struct.pack("<256i", *h) + m + v)))[0]
     return struct.pack("<256i", *h) + m + v
 

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <nccl.h>
 #include <stdio.h>
-#include "../../testing.h"
+#include "test/testing.h"
 
 static cublasLtHandle_t lt;
 

@@ -5,7 +5,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <string.h>
-#include "../../testing.h"
+#include "test/testing.h"
 #include "llmc/cuda/graph.cuh"
 
 __global__ void axpb_kernel(float* x, float a, float b, int n) {

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <type_traits>
-#include "../../testing.h"
+#include "test/testing.h"
 
 __global__ void fill_kernel(float* out, float value, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;

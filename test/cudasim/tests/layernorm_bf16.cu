@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "../../testing.h"
+#include "test/testing.h"
 
 // out = (x - mean) * rstd * w + b per row of C floats; C % 4 == 0, x 16-byte aligned.
 // One warp per row: two passes (mean, then variance of x - mean), both with float4 loads.

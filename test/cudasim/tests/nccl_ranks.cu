@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <vector>
-#include "../../testing.h"
+#include "test/testing.h"
 
 static int env_int(const char *a, const char *b) {
     const char *e = getenv(a);

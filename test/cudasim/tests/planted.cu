@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../../../llmc/cuda/ptx.cuh"
+#include "llmc/cuda/ptx.cuh"
 
 __global__ void early_return_barrier_kernel(float* out) {
     if (threadIdx.x == 5) return;  // BUG: thread 5 skips the barrier below

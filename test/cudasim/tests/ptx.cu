@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../../llmc/cuda/ptx.cuh"
-#include "../../testing.h"
+#include "llmc/cuda/ptx.cuh"
+#include "test/testing.h"
 
 // ---- mma.m16n8k16: one warp; A (16x16) and B (16x8) come in row-major from global memory and
 // are put into registers by the documented layout; D (4 floats per lane) goes out per lane.

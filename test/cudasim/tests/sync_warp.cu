@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "../../testing.h"
+#include "test/testing.h"
 
 namespace cg = cooperative_groups;
 

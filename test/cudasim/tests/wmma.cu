@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "../../testing.h"
+#include "test/testing.h"
 
 using namespace nvcuda;
 

@@ -3,7 +3,7 @@
 #ifndef CUDASIM_COOPERATIVE_GROUPS_REDUCE_H
 #define CUDASIM_COOPERATIVE_GROUPS_REDUCE_H
 
-#include "../cooperative_groups.h"
+#include "test/cudasim/include/cooperative_groups.h"
 
 namespace cooperative_groups {
 

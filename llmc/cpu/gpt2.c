@@ -1,0 +1,294 @@
+#include "llmc/cpu/gpt2.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "llmc/core/check.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/train/optim.h"
+#include "llmc/train/plan.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/encoder.h"
+#include "llmc/cpu/gelu.h"
+#include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/matmul.h"
+#include "llmc/cpu/residual.h"
+
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+
+static void build_common(GPT2 *model, const ModelConfig *cfg) {
+    memset(model, 0, sizeof *model);
+    model->cfg = *cfg;
+    model->num_parameters = gpt2_parameter_specs(cfg, model->param_specs);
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
+    model->params_floats = model->num_parameters;
+    gpt2_point_parameters(&model->params, model->params_memory, model->param_specs);
+}
+
+void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
+    ModelConfig cfg;
+    int version;
+    model_file_read_header(path, &cfg, &version);
+    build_common(model, &cfg);
+    model_file_load(path, model->params_memory, model->num_parameters);
+}
+
+void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed) {
+    const char *bad = model_config_validate(cfg);
+    if (bad) llmc_die("invalid model configuration: %s", bad);
+    build_common(model, cfg);
+    gpt2_init_parameters(cfg, model->param_specs, model->params_memory, seed);
+}
+
+void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
+    p->num_parameters = gpt2_parameter_specs(cfg, NULL);
+    p->recompute = recompute;
+    p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
+    p->host[MEM_ACTIVATIONS] = gpt2_activation_specs(cfg, B, T, recompute, p->act) * sizeof(float);
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) p->act_bytes[i] = p->act[i].numel * sizeof(float);
+    if (!training) return;
+    p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
+    /* dresidual, dbuf_c (B,T,C each); dbuf_f1 (B,T,max(F,QKV)), dbuf_f2 (B,T,F): see GPT2 */
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
+    p->host[MEM_BWD_SCRATCH] = N * (2 * C + (F > QKV ? F : QKV) + F) * sizeof(float);
+    /* the sgemm packs op(A) of its largest call: the LM head's weight gradient, dlogits^T (Vp, N)
+     * (llmc/cpu/matmul.c's fallback does so; OpenBLAS was measured to do the same) */
+    p->host[MEM_BLAS_PACKING] = N * (size_t)cfg->padded_vocab_size * sizeof(float);
+}
+
+void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
+    const ModelConfig *cfg = &model->cfg;
+    if (T > cfg->max_seq_len)
+        llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T, cfg->max_seq_len);
+    if (recompute < 0 || recompute > 2)
+        llmc_die("recompute level -r %d is not available on the CPU (0, 1 or 2)", recompute);
+    model->B = B;
+    model->T = T;
+    model->recompute = recompute;
+    MemPlan plan;
+    mem_plan_init(&plan, "CPU");
+    gpt2_plan(cfg, B, T, recompute, training, &plan);
+    memcpy(model->act_specs, plan.act, sizeof plan.act);
+    model->num_activations = plan.host[MEM_ACTIVATIONS] / sizeof(float);
+    model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
+    gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);
+    if (!training) return;
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
+    size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) */
+    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
+    model->dresidual = model->scratch_memory;
+    model->dbuf_c = model->dresidual + N * C;
+    model->dbuf_f1 = model->dbuf_c + N * C;
+    model->dbuf_f2 = model->dbuf_f1 + N * F1;
+    model->grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
+    gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
+}
+
+/* ---- ZeRO-2/3 (gpt2_shard): zero.h's buckets over the GPT-2 table --------------------------- */
+void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
+    TensorSpec specs[NUM_PARAMETER_TENSORS];
+    size_t n = gpt2_parameter_specs(cfg, specs);
+    cpu_zero_plan(specs, NUM_PARAMETER_TENSORS, n, zero, ranks, rank, p);
+}
+
+void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks) {
+    if (zero < 2) return;
+    CpuZero *z = &model->zs;
+    cpu_zero_shard(z, model->param_specs, NUM_PARAMETER_TENSORS, model->cfg.num_layers, model->num_parameters, zero,
+                   ranks, rank, hooks, &model->params_memory, &model->params_floats, &model->grads_memory,
+                   &model->grads_floats);
+    float **g = gpt2_parameter_slots(&model->grads), **p = gpt2_parameter_slots(&model->params);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        g[i] = model->param_specs[i].layer_numel ? NULL : model->grads_memory + z->pos[i];
+    if (zero < 3) return;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        p[i] = model->param_specs[i].layer_numel ? NULL : z->gather_memory + z->pos[i];
+}
+
+
+/* Layer l's view of a parameter, gradient or activation, derived from the tensor table (one
+ * shared copy for every l when the table keeps a single layer; -z 2/3: the layer's bucket). */
+#define PARAM(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->params_memory, model->zs.cur_params, NULL)
+#define GRAD(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->zs.cur_grads, NULL)
+#define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[GPT2_A_##name], l)
+/* the residual stream entering block l */
+#define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
+
+float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+    const ModelConfig *cfg = &model->cfg;
+    if (!model->acts_memory) llmc_die("gpt2_forward: call gpt2_allocate first");
+    if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
+        llmc_die("gpt2_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
+    for (int i = 0; i < B * T; i++)
+        if (inputs[i] < 0 || inputs[i] >= cfg->vocab_size || (targets && (targets[i] < 0 || targets[i] >= cfg->vocab_size)))
+            llmc_die("token id %d at position %d is outside the vocabulary [0, %d)",
+                     inputs[i] < 0 || inputs[i] >= cfg->vocab_size ? inputs[i] : targets[i], i, cfg->vocab_size);
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
+    const ParameterTensors *p = &model->params;
+    ActivationTensors *a = &model->acts;
+
+    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
+    cpu_zero_gather_outer(&model->zs);
+    cpu_zero_prefetch_layer(&model->zs, 0);
+    encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        cpu_zero_use_layer(&model->zs, l, l + 1);
+        float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
+        float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
+        float *residual3 = ACT(residual3, l);
+        layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
+        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
+        attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
+        matmul_forward(residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
+        residual_forward(residual2, residual2, residual, (size_t)N * C);
+        layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
+        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
+        gelu_forward(fch_gelu, fch, (size_t)N * F);
+        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
+        residual_forward(residual3, residual3, residual2, (size_t)N * C);
+    }
+    cpu_zero_end_layers(&model->zs);
+    const float *top = ACT(residual3, L - 1);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
+    matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
+    if (!targets) return model->mean_loss = 0.0f;
+    fused_classifier(a->logits, a->losses, targets, dloss, N, V, Vp, dloss != 0.0f);
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) sum += a->losses[i];
+    return model->mean_loss = sum / N;
+}
+
+void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
+    const ModelConfig *cfg = &model->cfg;
+    if (!model->grads_memory) llmc_die("gpt2_backward: the model was allocated without training buffers");
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
+    const int Vp = cfg->padded_vocab_size, N = B * T;
+    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    const ParameterTensors *p = &model->params;
+    ParameterTensors *g = &model->grads;
+    ActivationTensors *a = &model->acts;
+    float *dres = model->dresidual;
+    cpu_zero_backward_begin(&model->zs, model->grads_memory);
+
+    /* logits = lnf @ wte^T (dlogits already in a->logits) */
+    matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
+    /* lnf = layernorm(residual3[L-1]) */
+    zero(dres, NC);
+    const float *top = ACT(residual3, L - 1);
+    layernorm_backward(dres, g->lnfw, g->lnfb, model->dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+
+    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
+    for (int l = L - 1; l >= 0; l--) {
+        float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
+        float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
+        cpu_zero_use_layer(&model->zs, l, l - 1);
+        cpu_zero_layer_grads(&model->zs, model->grads_memory);
+        /* recompute what the forward did not keep, with the forward's own code */
+        if (model->recompute >= 1) gelu_forward(fch_gelu, fch, NF);
+        if (model->recompute >= 2)
+            layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
+        /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
+        float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
+        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
+        /* fch_gelu = gelu(fch) */
+        gelu_backward(dfch, fch, dfch_gelu, NF);
+        /* fch = ln2 @ fcw^T + fcb */
+        float *dln2 = model->dbuf_c;
+        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
+        /* ln2 = layernorm(residual2) */
+        layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
+                           ACT(ln2_rstd, l), N, C);
+        /* residual2 = residual + atty @ attprojw^T + attprojb */
+        float *datty = model->dbuf_c;
+        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
+        /* atty = attention(qkv) */
+        float *dqkv = model->dbuf_f1;
+        attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
+        /* qkv = ln1 @ qkvw^T + qkvb */
+        if (model->recompute >= 2)
+            layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
+        float *dln1 = model->dbuf_c;
+        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
+        /* ln1 = layernorm(residual) */
+        layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
+                           ACT(ln1_rstd, l), N, C);
+        cpu_zero_reduce_layer(&model->zs, l);
+    }
+    cpu_zero_end_layers(&model->zs);
+    /* encoded = wte[inputs] + wpe */
+    encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C);
+    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
+}
+
+void gpt2_zero_grad(GPT2 *model) {
+    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
+    if (model->grads_memory) zero(model->grads_memory, model->num_parameters);
+}
+
+float gpt2_grad_norm(const GPT2 *model) {
+    if (model->zs.zero >= 2) llmc_die("internal: gpt2_grad_norm on a sharded model (the optimizer has the gradients)");
+    return (float)sqrt(global_norm_squared(model->grads_memory, model->num_parameters));
+}
+
+void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t) {
+    if (model->zs.zero >= 2) llmc_die("internal: gpt2_update on a sharded model (the optimizer updates it)");
+    if (!model->m_memory) { /* allocated on first use: a trainer's optimizer (llmc/train/optim.c) keeps its own */
+        model->m_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW m");
+        model->v_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW v");
+    }
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        const TensorSpec *s = &model->param_specs[i];
+        adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, model->m_memory + s->offset,
+                     model->v_memory + s->offset, s->numel, lr, beta1, beta2, eps, s->decay ? weight_decay : 0.0f,
+                     t, grad_scale);
+    }
+}
+
+void gpt2_free(GPT2 *model) {
+    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
+    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
+    cpu_zero_free(&model->zs);
+    free(model->m_memory);
+    free(model->v_memory);
+    mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
+    memset(model, 0, sizeof *model);
+}
+
+void gpt2_print_memory(const GPT2 *model, FILE *out) {
+    const double MiB = 1048576.0;
+    double pbytes = model->num_parameters * sizeof(float), shard = model->params_floats * sizeof(float);
+    double gbytes = model->grads_floats * sizeof(float), gather = model->zs.gather_floats * sizeof(float);
+    double kinds[ACT_NUM_KINDS] = {0};
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
+        kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
+    int training = model->grads_memory != NULL;
+    int moments = model->m_memory != NULL;
+    double total = shard + gather + gbytes * training + pbytes * 2 * moments + model->num_activations * sizeof(float) + model->num_scratch * sizeof(float);
+    fprintf(out, "+-------------------------------------+------------+\n");
+    fprintf(out, "| memory (CPU, fp32)                  |        MiB |\n");
+    fprintf(out, "+-------------------------------------+------------+\n");
+    fprintf(out, "| parameters (%12zu)%-13s| %10.1f |\n", model->num_parameters, model->zs.zero == 3 ? " this shard" : "",
+            shard / MiB);
+    if (model->zs.zero == 3) fprintf(out, "| parameters gathered (3 buckets)     | %10.1f |\n", gather / MiB);
+    if (training) fprintf(out, "| gradients%-27s| %10.1f |\n", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "", gbytes / MiB);
+    if (moments) {
+        fprintf(out, "| AdamW m                             | %10.1f |\n", pbytes / MiB);
+        fprintf(out, "| AdamW v                             | %10.1f |\n", pbytes / MiB);
+    }
+    for (int k = 0; k < ACT_NUM_KINDS; k++)
+        fprintf(out, "| activations: %-22s | %10.1f |\n", activation_kind_names[k], kinds[k] / MiB);
+    if (training)
+        fprintf(out, "| backward scratch (one layer)        | %10.1f |\n", model->num_scratch * sizeof(float) / MiB);
+    fprintf(out, "| total                               | %10.1f |\n", total / MiB);
+    fprintf(out, "+-------------------------------------+------------+\n");
+}

@@ -1,0 +1,87 @@
+/*
+ * model.h (CPU) - GPT-2 on the CPU: the reference sequencing of forward, backward and the
+ * AdamW update over the tensors declared in llmc/models/gpt2.h.
+ *
+ * Contract: gpt2_forward with targets and dloss != 0 is a training forward: the classifier
+ * leaves dlogits (scaled by dloss) in acts.logits, and gpt2_backward must follow before the
+ * next forward. gpt2_backward accumulates into grads (call gpt2_zero_grad per step).
+ */
+#ifndef LLMC_CPU_MODEL_H
+#define LLMC_CPU_MODEL_H
+
+#include <stdio.h>
+
+#include "llmc/dist/dist.h"
+#include "llmc/models/gpt2.h"
+#include "llmc/train/plan.h"
+#include "llmc/cpu/zero.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ZeRO-2/3 (gpt2_shard): what the trainer's optimizer (llmc/train/optim.h) does with a bucket (zero.h) */
+typedef CpuShardHooks GPT2ShardHooks;
+
+typedef struct {
+    ModelConfig cfg;
+    TensorSpec param_specs[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params, grads;
+    float *params_memory, *grads_memory, *m_memory, *v_memory;
+    /* activations for the allocated (B, T) and recompute level */
+    int B, T, recompute;
+    TensorSpec act_specs[NUM_ACTIVATION_TENSORS];
+    size_t num_activations;
+    ActivationTensors acts;
+    float *acts_memory;
+    /* backward scratch, one layer's worth, reused by every layer:
+     * dresidual (B,T,C): gradient of the residual stream, flows from the top down;
+     * dbuf_c (B,T,C): dln2, then datty, then dln1 (each dead before the next is written);
+     * dbuf_f1 (B,T,max(F,QKV)): dfch_gelu, later reused as dqkv (B,T,QKV);
+     * dbuf_f2 (B,T,F): dfch. */
+    float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
+    size_t num_scratch;
+    float mean_loss;
+    /* ZeRO-2/3 (gpt2_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
+     * gathers over this model's table; params_floats / grads_floats: as allocated. */
+    CpuZero zs;
+    size_t params_floats, grads_floats;
+} GPT2;
+
+/* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
+ * projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
+void gpt2_build_from_checkpoint(GPT2 *model, const char *path);
+void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed);
+/* The CPU backend's memory plan for (B, T, recompute, training): parameters, gradients,
+ * activations by tensor, backward scratch. gpt2_allocate allocates exactly these sizes. */
+void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p);
+/* Activations for batches up to (B, T), plus gradients if training. */
+void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
+/* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in
+ * acts.logits). B*T must not exceed the allocated B*T, T not the allocated T. */
+float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, int T, float dloss);
+void gpt2_backward(GPT2 *model, const int *inputs, int B, int T);
+void gpt2_zero_grad(GPT2 *model);
+/* ZeRO -z 2 or 3 on rank `rank` of `ranks` (after gpt2_allocate with training): frees the whole
+ * gradients for the bucket buffers and, -z 3, keeps only this rank's shard of the parameters
+ * (dist.h's dist_shard) plus the gather buffers. The sizes are gpt2_plan_shard's. */
+void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks);
+/* gpt2_plan's classes for -z zero (>= 2) on rank `rank` of `ranks`. */
+void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemPlan *p);
+/* The global L2 norm of the gradients. */
+float gpt2_grad_norm(const GPT2 *model);
+/* AdamW step t >= 1 on grads * grad_scale (the clipping factor), decay on the table's choice,
+ * with moments m_memory/v_memory allocated on the first call. The reference for tests; the
+ * trainers' optimizer (llmc/train/optim.c) keeps its own (possibly sharded) moments instead. */
+void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t);
+void gpt2_free(GPT2 *model);
+/* The startup memory table: parameters, gradients, m and v (when gpt2_update made them),
+ * activations by kind, scratch. */
+void gpt2_print_memory(const GPT2 *model, FILE *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

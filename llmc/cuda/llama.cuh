@@ -1,0 +1,223 @@
+/*
+ * llama_model.cuh - the Llama 3 block sequence on the GPU: the CUDA twin of llmc/cpu/llama.c,
+ * in the same model struct as GPT-2 (CudaModel, model.cuh), which keeps everything that does not
+ * depend on the architecture: the parameter and gradient arenas laid out by the table, fp32
+ * master weights, AdamW and its compact/offloaded/sharded states, the fp16 loss scaler, the
+ * gradient norm, the host copies for checkpoints and the chunked LM head with its loss.
+ * model.cuh's entry points (build, plan, allocate, forward, backward) dispatch here on m->arch.
+ *
+ * Differences from the CPU sequence, as for GPT-2 on CUDA: tensors in the run-time precision T
+ * (RMSNorm's rstd, the attention logsumexp and the losses fp32); the residual add fused into the
+ * RMSNorm that follows it (rmsnorm.cuh); the table's `att` holds the logsumexp (B, NH, T) per
+ * layer, not the probabilities; `logits` holds one LM-head chunk. Grouped-query attention is
+ * native (NKV passed to the attention calls: K/V are read per group, never copied). Every
+ * activation is stored (no recompute levels: -r 0 only). RoPE's cos/sin table (T, HS) fp32 sits
+ * after the table's tensors in the activation arena.
+ * Views: every per-layer pointer comes from the tables (TensorSpec offset + l * layer_numel).
+ */
+#ifndef LLMC_CUDA_LLAMA_MODEL_CUH
+#define LLMC_CUDA_LLAMA_MODEL_CUH
+
+#include "llmc/models/llama.h"
+#include "llmc/cuda/rmsnorm.cuh"
+#include "llmc/cuda/rope.cuh"
+#include "llmc/cuda/swiglu.cuh"
+
+/* ---- the tables on the GPU ------------------------------------------------------------------- */
+/* RoPE's cos/sin table (T, HS) fp32: its bytes at the end of the activation arena, and where. */
+inline size_t llamacuda_rope_bytes(const ModelConfig *cfg, int T_) {
+    return (size_t)T_ * (cfg->channels / cfg->num_heads) * sizeof(float);
+}
+inline float *llamacuda_freqs(const CudaModel *m) {
+    return (float *)((char *)m->acts_memory + m->acts_total_bytes - llamacuda_rope_bytes(&m->cfg, m->T));
+}
+
+/* The activation table with the CUDA changes (see top); offsets in bytes, 256-aligned, per-layer
+ * strides (layer_numel) in elements. Returns the arena's bytes, RoPE's table included. */
+inline size_t llamacuda_activation_specs(const LlamaConfig *lc, int B, int T_, Precision prec, int head_rows,
+                                         TensorSpec specs[LLAMA3_NUM_ACTIVATIONS], size_t bytes[LLAMA3_NUM_ACTIVATIONS]) {
+    const ModelConfig *cfg = &lc->base;
+    llama_activation_specs(lc, B, T_, specs);
+    const size_t L = (size_t)cfg->num_layers;
+    size_t offset = 0;
+    for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++) {
+        TensorSpec *s = &specs[i];
+        if (i == LLAMA3_A_att) { /* logsumexp (B, NH, T) */
+            s->layer_numel = (size_t)B * cfg->num_heads * T_;
+            s->shape = "(L, B, NH, T) lse";
+        }
+        if (i == LLAMA3_A_logits) { /* one LM-head chunk */
+            s->layer_numel = 0;
+            s->numel = (size_t)head_rows * cfg->padded_vocab_size;
+            s->shape = "(head_rows, Vp)";
+        }
+        if (s->layer_numel) s->numel = s->layer_numel * L;
+        bytes[i] = s->numel * (cudamodel_act_is_fp32(s, i == LLAMA3_A_att) ? sizeof(float) : precision_bytes(prec));
+        s->offset = offset;
+        offset += (bytes[i] + 255) & ~(size_t)255;
+    }
+    return offset + llamacuda_rope_bytes(cfg, T_);
+}
+
+/* The fp32 op scratch: its largest user (no biases, so the matmuls need none). */
+inline size_t llamacuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
+    size_t fs = NORM_BLOCKS;
+    size_t cand[2] = {rmsnorm_backward_scratch_floats((int)N, cfg->channels),
+                      attention_backward_scratch_floats(N, cfg->num_heads, cfg->channels / cfg->num_heads)};
+    for (int i = 0; i < 2; i++) fs = cand[i] > fs ? cand[i] : fs;
+    return fs;
+}
+
+/* The backward scratch's middle buffer (N rows of it): dfch (2F) and dqkv (QKV), as on the CPU. */
+inline size_t llamacuda_scratch_f1(const ModelConfig *c) {
+    const size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (c->channels / c->num_heads);
+    return 2 * (size_t)c->ffn_hidden > QKV ? 2 * (size_t)c->ffn_hidden : QKV;
+}
+
+/* cudamodel_build's architecture part for a Llama: config, parameter table, the head's offset. */
+inline void llamacuda_set_config(CudaModel *m, const LlamaConfig *lc) {
+    const char *bad = llama_config_validate(lc);
+    if (bad) llmc_die("invalid Llama configuration: %s", bad);
+    m->arch = LLMC_ARCH_LLAMA3;
+    m->llama = *lc;
+    m->cfg = lc->base;
+    m->num_parameters = llama_parameter_specs(lc, m->param_specs);
+    m->num_param_specs = LLAMA3_NUM_PARAMETERS;
+    m->head_index = lc->tied ? LLAMA3_P_wte : LLAMA3_P_lm_head;
+    m->head_offset = m->param_specs[m->head_index].offset;
+}
+
+/* After cudamodel_allocate: RoPE's cos/sin table into the end of the activation arena. */
+inline void llamacuda_allocated(CudaModel *m, int T_) {
+    const int HS = m->cfg.channels / m->cfg.num_heads;
+    RopeConfig rc = {m->llama.rope_theta, m->llama.rope_factor, m->llama.rope_low_freq_factor,
+                     m->llama.rope_high_freq_factor, m->llama.rope_original_max_pos};
+    rope_freqs_to_device(llamacuda_freqs(m), T_, HS, &rc);
+}
+
+/* Layer l's view of activation i, typed; from the table only (parameters and gradients:
+ * model.cuh's cudamodel_param and cudamodel_grad, which know -z 2's gradient slots). */
+template <class X> inline X *llamacuda_act(const CudaModel *m, int i, int l) {
+    const TensorSpec *s = &m->act_specs[i];
+    return (X *)((char *)m->acts_memory + s->offset) + (size_t)l * s->layer_numel;
+}
+
+/* ---- forward ------------------------------------------------------------------------------- */
+/* Layer l's views in the functions below: */
+#define PARAM(name, l) cudamodel_param<T>(m, LLAMA3_P_##name, l)
+#define GRAD(name, l) cudamodel_grad<T>(m, LLAMA3_P_##name, l)
+#define ACT(name, l) llamacuda_act<T>(m, LLAMA3_A_##name, l)
+#define STAT(name, l) llamacuda_act<float>(m, LLAMA3_A_##name, l)
+
+/* out[i, :] = wte[inp[i], :] (Llama has no position table) */
+template <class T> static __global__ void llama_embed_kernel(T *out, const int *inp, const T *wte, int N, int C) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    out[idx] = wte[(size_t)inp[idx / C] * C + idx % C];
+}
+
+/* The trunk: embedding, the L blocks, the final RMSNorm into lnf (the LM head is shared with
+ * GPT-2: cudamodel_forward_t). d_inputs are on the device. */
+template <class T> void llamacuda_trunk_forward(CudaModel *m, int B, int T_) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS, N = B * T_;
+    const float eps = m->llama.norm_eps;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    T *encoded = ACT(encoded, 0);
+    llama_embed_kernel<<<ceil_div((long long)N * C, 256), 256, 0, s>>>(encoded, m->d_inputs, PARAM(wte, 0), N, C);
+    kernelCheck();
+    cudamodel_params_needed(m, 0, 0);
+    rmsnorm_forward(ACT(ln1, 0), STAT(ln1_rstd, 0), encoded, PARAM(ln1w, 0), N, C, eps, s);
+    for (int l = 0; l < L; l++) {
+        NVTX_RANGE_LAYER("forward layer", l);
+        if (l > 0) cudamodel_params_needed(m, l, 0);
+        T *residual = l == 0 ? encoded : ACT(residual3, l - 1), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
+        T *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
+        T *residual3 = ACT(residual3, l);
+        matmul_forward(qkv, ACT(ln1, l), PARAM(qkvw, l), (const T *)NULL, N, C, QKV, ctx);
+        rope_forward(qkv, llamacuda_freqs(m), B, T_, NH, NKV, HS, s);
+        attention_forward(atty, STAT(att, l), qkv, B, T_, C, NH, NKV, s);
+        matmul_forward(residual2, atty, PARAM(attprojw, l), (const T *)NULL, N, C, C, ctx);
+        /* residual2 += residual, then ln2 = rmsnorm(residual2) */
+        fused_residual_rmsnorm_forward(residual2, ln2, STAT(ln2_rstd, l), residual2, residual, PARAM(ln2w, l), N, C, eps, s);
+        matmul_forward(fch, ln2, PARAM(fcw, l), (const T *)NULL, N, C, 2 * F, ctx);
+        swiglu_forward(fch_swiglu, fch, N, F, s);
+        matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), (const T *)NULL, N, F, C, ctx);
+        /* residual3 += residual2, then the next block's ln1 (or lnf) */
+        if (l + 1 < L) cudamodel_params_needed(m, l + 1, 0); /* (its ln1w) */
+        if (l + 1 < L)
+            fused_residual_rmsnorm_forward(residual3, ACT(ln1, l + 1), STAT(ln1_rstd, l + 1), residual3, residual2,
+                                           PARAM(ln1w, l + 1), N, C, eps, s);
+        else
+            fused_residual_rmsnorm_forward(residual3, ACT(lnf, 0), STAT(lnf_rstd, 0), residual3, residual2, PARAM(lnfw, 0), N,
+                                           C, eps, s);
+    }
+}
+
+/* ---- backward ------------------------------------------------------------------------------ */
+/* After the training forward (the LM head's backward left dlnf in dbuf_c and the head's gradient
+ * accumulated): the blocks' and lnf's gradients, down to the embedding's output gradient (dresidual);
+ * launches only, so a CUDA graph can capture it (model.cuh's cudamodel_backward_layers). */
+template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_) {
+    NVTX_RANGE("backward");
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS, N = B * T_;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    float *fs = m->fscratch;
+    T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
+    /* lnf = rmsnorm(residual3[L-1]) */
+    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
+    rmsnorm_backward(dres, GRAD(lnfw, 0), dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), STAT(lnf_rstd, 0), N, C, fs, s);
+    m->in_backward = 1;
+    for (int l = L - 1; l >= 0; l--) {
+        NVTX_RANGE_LAYER("backward layer", l);
+        cudamodel_backward_layer_begin(m, l);
+        T *residual = l == 0 ? ACT(encoded, 0) : ACT(residual3, l - 1), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
+        /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
+        T *dfch_swiglu = dbuf_f2, *dfch = dbuf_f1;
+        matmul_backward(dfch_swiglu, GRAD(fcprojw, l), (T *)NULL, dres, ACT(fch_swiglu, l), PARAM(fcprojw, l), N, F, C, fs, ctx);
+        swiglu_backward(dfch, ACT(fch, l), dfch_swiglu, N, F, s);
+        /* fch = ln2 @ fcw^T (gate | up) */
+        T *dln2 = dbuf_c;
+        matmul_backward(dln2, GRAD(fcw, l), (T *)NULL, dfch, ACT(ln2, l), PARAM(fcw, l), N, C, 2 * F, fs, ctx);
+        /* ln2 = rmsnorm(residual2) */
+        rmsnorm_backward(dres, GRAD(ln2w, l), dln2, ACT(residual2, l), PARAM(ln2w, l), STAT(ln2_rstd, l), N, C, fs, s);
+        /* residual2 = residual + atty @ attprojw^T */
+        T *datty = dbuf_c;
+        matmul_backward(datty, GRAD(attprojw, l), (T *)NULL, dres, atty, PARAM(attprojw, l), N, C, C, fs, ctx);
+        /* atty = attention(rope(qkv)): the stored qkv holds the rotated q and k */
+        T *dqkv = dbuf_f1;
+        attention_backward(dqkv, datty, qkv, atty, STAT(att, l), B, T_, C, NH, NKV, fs, s);
+        rope_backward(dqkv, llamacuda_freqs(m), B, T_, NH, NKV, HS, s);
+        /* qkv = ln1 @ qkvw^T */
+        T *dln1 = dbuf_c;
+        matmul_backward(dln1, GRAD(qkvw, l), (T *)NULL, dqkv, ACT(ln1, l), PARAM(qkvw, l), N, C, QKV, fs, ctx);
+        /* ln1 = rmsnorm(residual) */
+        rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), STAT(ln1_rstd, l), N, C, fs, s);
+        cudamodel_bucket_ready(m, l); /* layer l's gradients are final (model.cuh's grad_hook) */
+    }
+}
+
+/* encoded = wte[inputs]: encoder.cuh's deterministic dwte (positions bucketed by token, staged with
+ * the batch by cudamodel_stage); cudamodel_backward_encoder calls it and hands out the outer bucket. */
+template <class T> void llamacuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
+    const int C = m->cfg.channels;
+    cudaStream_t s = m->ctx->stream;
+    T *dres = (T *)m->dresidual, *dwte = GRAD(wte, 0);
+    (void)B, (void)T_;
+    if (encoder_packed<T>(C, dwte, dres, dres))
+        encoder_backward_wte_kernel16<<<eb->num_tokens, 128, 0, s>>>(dwte, dres, eb->d_ints, eb->num_tokens, C);
+    else
+        encoder_backward_wte_kernel<<<eb->num_tokens, 128, 0, s>>>(dwte, dres, eb->d_ints, eb->num_tokens, C);
+    kernelCheck();
+}
+#undef GRAD
+#undef STAT
+#undef ACT
+#undef PARAM
+
+#endif

@@ -1,0 +1,179 @@
+#include "llmc/models/gpt2.h"
+#include "llmc/core/rng.h"
+
+#include <math.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const activation_kind_names[ACT_NUM_KINDS] = {
+    "residual stream", "layernorm outputs", "norm stats + losses", "attention (qkv, att, y)",
+    "mlp pre-activation", "gelu outputs", "logits / dlogits"};
+
+int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
+    if (strncmp(desc, "gpt2:", 5) == 0) desc += 5;
+    if (desc[0] != 'd' || desc[1] < '1' || desc[1] > '9') return -1;
+    char *end;
+    long depth = strtol(desc + 1, &end, 10);
+    if (*end != '\0' || depth < 1 || depth > 1000) return -1;
+    memset(cfg, 0, sizeof *cfg);
+    cfg->max_seq_len = 1024;
+    cfg->vocab_size = 50257;
+    cfg->padded_vocab_size = 50304;
+    cfg->num_layers = (int)depth;
+    /* GPT-2's published shapes; any other depth keeps d12's aspect: 64 channels and one
+     * 64-wide head per layer */
+    static const int known[][3] = {{12, 768, 12}, {24, 1024, 16}, {36, 1280, 20}, {48, 1600, 25}};
+    cfg->channels = (int)depth * 64;
+    cfg->num_heads = (int)depth;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (known[i][0] == depth) cfg->channels = known[i][1], cfg->num_heads = known[i][2];
+    cfg->num_kv_heads = cfg->num_heads;
+    cfg->ffn_hidden = 4 * cfg->channels;
+    return 0;
+}
+
+const char *model_config_validate(const ModelConfig *cfg) {
+    static char msg[256];
+    if (cfg->max_seq_len < 1 || cfg->vocab_size < 1 || cfg->num_layers < 1 || cfg->num_heads < 1 ||
+        cfg->channels < 1 || cfg->num_kv_heads < 1 || cfg->ffn_hidden < 1)
+        return "all dimensions must be positive";
+    /* explicit limits, far above any real GPT-2/Llama shape, so that every size computed from
+     * them (parameters, activations, file bytes) fits in 64 bits and no int product overflows */
+    if (cfg->max_seq_len > MODEL_MAX_SEQ_LEN || cfg->vocab_size > MODEL_MAX_VOCAB ||
+        cfg->padded_vocab_size > MODEL_MAX_VOCAB || cfg->num_layers > MODEL_MAX_LAYERS ||
+        cfg->channels > MODEL_MAX_CHANNELS || cfg->num_heads > cfg->channels ||
+        cfg->num_kv_heads > cfg->num_heads || cfg->ffn_hidden > 4 * MODEL_MAX_CHANNELS) {
+        snprintf(msg, sizeof msg, "a dimension is out of range (limits: maxT %d, vocab %d, layers %d, channels %d, heads <= channels)",
+                 MODEL_MAX_SEQ_LEN, MODEL_MAX_VOCAB, MODEL_MAX_LAYERS, MODEL_MAX_CHANNELS);
+        return msg;
+    }
+    if (cfg->padded_vocab_size < cfg->vocab_size) {
+        snprintf(msg, sizeof msg, "padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size,
+                 cfg->vocab_size);
+        return msg;
+    }
+    if (cfg->channels % cfg->num_heads != 0) {
+        snprintf(msg, sizeof msg, "channels %d not divisible by heads %d", cfg->channels, cfg->num_heads);
+        return msg;
+    }
+    if (cfg->num_kv_heads != cfg->num_heads) return "grouped KV heads are not supported by GPT-2 blocks";
+    return NULL;
+}
+
+/* Local names the table's expressions refer to. */
+#define LLMC_SHAPE_NAMES(cfg)                                                          \
+    const size_t Vp = (size_t)(cfg)->padded_vocab_size, C = (size_t)(cfg)->channels,   \
+                 L = (size_t)(cfg)->num_layers, maxT = (size_t)(cfg)->max_seq_len,     \
+                 F = (size_t)(cfg)->ffn_hidden, NH = (size_t)(cfg)->num_heads,         \
+                 QKV = ((size_t)(cfg)->num_heads + 2 * (size_t)(cfg)->num_kv_heads) *  \
+                       ((size_t)(cfg)->channels / (size_t)(cfg)->num_heads);           \
+    (void)Vp, (void)C, (void)L, (void)maxT, (void)F, (void)NH, (void)QKV
+
+size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
+    LLMC_SHAPE_NAMES(cfg);
+    TensorSpec table[] = {
+#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, stacked, 0},
+        GPT2_PARAMETERS(LLMC_PARAM_SPEC)
+#undef LLMC_PARAM_SPEC
+    };
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        table[i].layer_numel = table[i].per_layer ? table[i].numel / L : 0;
+        table[i].per_layer = 0; /* the column means "stored per layer" for activations only */
+        table[i].offset = offset;
+        offset += table[i].numel;
+    }
+    if (specs) memcpy(specs, table, sizeof table);
+    return offset;
+}
+
+float **gpt2_parameter_slots(ParameterTensors *p) {
+    /* ParameterTensors holds exactly NUM_PARAMETER_TENSORS float* members in table order. */
+    _Static_assert(sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(float *),
+                   "ParameterTensors must hold only the table's pointers");
+    return (float **)p;
+}
+
+void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec specs[NUM_PARAMETER_TENSORS]) {
+    float **slots = gpt2_parameter_slots(p);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = arena + specs[i].offset;
+}
+
+int gpt2_activation_stored_per_layer(const char *name, int recompute) {
+#define LLMC_ACT_LEVEL(name, shape, numel, kind, keep_below) {#name, keep_below},
+    static const struct { const char *name; int keep_below; } levels[] = {GPT2_ACTIVATIONS(LLMC_ACT_LEVEL)};
+#undef LLMC_ACT_LEVEL
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (strcmp(levels[i].name, name) == 0) return recompute < levels[i].keep_below;
+    return 0;
+}
+
+size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompute,
+                             TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
+    LLMC_SHAPE_NAMES(cfg);
+    const size_t B = (size_t)Bi, T = (size_t)Ti;
+    TensorSpec table[] = {
+#define LLMC_ACT_SPEC(name, shape, numel, kind, keep_below) {#name, shape, numel, 0, 0, 0, kind, keep_below, 0},
+        GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
+#undef LLMC_ACT_SPEC
+    };
+    size_t offset = 0;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
+        if (recompute < table[i].per_layer) { /* the column holds the level that drops per-layer storage */
+            table[i].layer_numel = table[i].numel;
+            table[i].numel *= L;
+            table[i].per_layer = 1;
+        } else {
+            table[i].per_layer = 0;
+        }
+        table[i].offset = offset;
+        offset += table[i].numel;
+    }
+    if (specs) memcpy(specs, table, sizeof table);
+    return offset;
+}
+
+void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
+    _Static_assert(sizeof(ActivationTensors) == NUM_ACTIVATION_TENSORS * sizeof(float *),
+                   "ActivationTensors must hold only the table's pointers");
+    float **slots = (float **)a;
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) slots[i] = arena + specs[i].offset;
+}
+
+double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
+    double n = (double)gpt2_parameter_specs(cfg, NULL);
+    return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+}
+
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed) {
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * num_layers);
+    enum { CHUNK = 1 << 18 };
+    for (int i = 0; i < n; i++) {
+        const TensorSpec *s = &specs[i];
+        float *p = params + s->offset;
+        if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
+            for (size_t j = 0; j < s->numel; j++) p[j] = s->init == INIT_ONES ? 1.0f : 0.0f;
+            continue;
+        }
+        float sd = s->init == INIT_NORMAL_RESIDUAL ? resid_std : std;
+        long long chunks = (long long)((s->numel + CHUNK - 1) / CHUNK);
+#pragma omp parallel for schedule(static)
+        for (long long k = 0; k < chunks; k++) {
+            Rng rng;
+            rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
+            size_t j0 = (size_t)k * CHUNK, cnt = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
+            rng_normal(&rng, p + j0, cnt, 0.0f, sd);
+        }
+    }
+}
+
+void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
+                          unsigned long long seed) {
+    tensor_table_init(specs, NUM_PARAMETER_TENSORS, params, cfg->num_layers, seed);
+    /* the padded vocabulary rows never take part: keep them zero (wte is the first tensor) */
+    size_t C = (size_t)cfg->channels;
+    memset(params + specs[0].offset + (size_t)cfg->vocab_size * C, 0,
+           (size_t)(cfg->padded_vocab_size - cfg->vocab_size) * C * sizeof(float));
+}

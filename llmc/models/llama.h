@@ -1,0 +1,151 @@
+/*
+ * llama.h - the Llama 3 architecture in one place: its configuration (the knobs GPT-2 lacks),
+ * its parameter and activation tables, and the shapes of the released models by name. The
+ * CPU block sequence is in llmc/cpu/llama.c; docs/ARCHITECTURES.md has the checklist.
+ *
+ * Block (pre-norm, no biases): x += wo(attention(rope(wqkv(rmsnorm(x)))));
+ *                              x += wdown(swiglu(wgate_up(rmsnorm(x))))
+ * then logits = rmsnorm(x) @ lm_head^T (wte^T when the model ties them: lm_head has 0 rows).
+ * Shape vocabulary as in model.h, plus NKV key/value heads (NH % NKV == 0, grouped-query
+ * attention) and F the SwiGLU width (fcw holds gate rows [0, F) and up rows [F, 2F)).
+ */
+#ifndef LLMC_LLAMA_H
+#define LLMC_LLAMA_H
+
+#include "llmc/models/gpt2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    ModelConfig base;        /* maxT, V, Vp, L, NH, NKV, C, F */
+    int tied;                /* the output head is wte (Llama 3.2 1B/3B) instead of lm_head */
+    float norm_eps;          /* RMSNorm eps (1e-5) */
+    float rope_theta;        /* 500000 for Llama 3 */
+    float rope_factor;       /* Llama 3.1 frequency scaling (0: none): factor, low, high, original */
+    float rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;
+    float ffn_multiplier;    /* how F was derived (llama_ffn_hidden), when known (0: unknown): kept so */
+    int ffn_multiple_of;     /* that llm.c's Llama 3 header, which stores these, round-trips */
+} LlamaConfig;
+
+/* Llama's MLP width: 2/3 of 4C, times ffn_dim_multiplier (<= 0: none), rounded up to a multiple
+ * of multiple_of. 8B: C 4096, 1.3, 1024 -> 14336. */
+int llama_ffn_hidden(int C, float ffn_dim_multiplier, int multiple_of);
+
+/* Fills cfg from a name: "llama3.2-1b", "llama3.2-3b", "llama3.1-8b" (the released shapes), or
+ * "llama3:dN" for a random-init model of depth N: C = 64N, NH = N, NKV the largest divisor of NH
+ * that is at most NH/4 (at least 1), F from multiplier 1.0 and multiple_of 256, V 128256,
+ * maxT 1024, theta 500000, no frequency scaling, untied head. Returns 0, or -1 if not a name. */
+int llama_config_from_name(LlamaConfig *cfg, const char *name);
+/* NULL, or what is wrong (NH % NKV, odd head size, non-positive eps or theta, ...). */
+const char *llama_config_validate(const LlamaConfig *cfg);
+
+/* X(name, shape comment, numel expression, weight decay?, init rule, stacked over L?)
+ * Expressions may use Vp, C, L, F, QKV (= (NH + 2*NKV) * HS), TIED. Order = checkpoint order. */
+#define LLAMA3_PARAMETERS(X)                                                      \
+    X(wte,      "(Vp, C)",        (size_t)Vp * C,          1, INIT_NORMAL, 0)          \
+    X(ln1w,     "(L, C)",         (size_t)L * C,           0, INIT_ONES, 1)            \
+    X(qkvw,     "(L, QKV, C)",    (size_t)L * QKV * C,     1, INIT_NORMAL, 1)          \
+    X(attprojw, "(L, C, C)",      (size_t)L * C * C,       1, INIT_NORMAL_RESIDUAL, 1) \
+    X(ln2w,     "(L, C)",         (size_t)L * C,           0, INIT_ONES, 1)            \
+    X(fcw,      "(L, 2F, C)",     (size_t)L * 2 * F * C,   1, INIT_NORMAL, 1)          \
+    X(fcprojw,  "(L, C, F)",      (size_t)L * C * F,       1, INIT_NORMAL_RESIDUAL, 1) \
+    X(lnfw,     "(C)",            (size_t)C,               0, INIT_ONES, 0)            \
+    X(lm_head,  "(Vp, C) or ()",  TIED ? 0 : (size_t)Vp * C, 1, INIT_NORMAL, 0)
+
+#define LLMC_LLAMA_INDEX(name, ...) LLAMA3_P_##name,
+enum { LLAMA3_PARAMETERS(LLMC_LLAMA_INDEX) LLAMA3_NUM_PARAMETERS };
+#undef LLMC_LLAMA_INDEX
+
+/* X(name, shape comment, numel expression, memory kind, per layer?) (all stored; no recompute) */
+#define LLAMA3_ACTIVATIONS(X)                                                   \
+    X(encoded,   "(B, T, C)",        (size_t)B * T * C,      ACT_RESIDUAL, 0)     \
+    X(ln1,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
+    X(ln1_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
+    X(qkv,       "(L, B, T, QKV)",   (size_t)B * T * QKV,    ACT_ATTENTION, 1)    \
+    X(atty,      "(L, B, T, C)",     (size_t)B * T * C,      ACT_ATTENTION, 1)    \
+    X(att,       "(L, B, NH, T, T)", (size_t)B * NH * T * T, ACT_ATTENTION, 1)    \
+    X(residual2, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
+    X(ln2,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
+    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
+    X(fch,       "(L, B, T, 2F)",    (size_t)B * T * 2 * F,  ACT_MLP, 1)          \
+    X(fch_swiglu, "(L, B, T, F)",    (size_t)B * T * F,      ACT_GELU, 1)         \
+    X(residual3, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
+    X(lnf,       "(B, T, C)",        (size_t)B * T * C,      ACT_LAYERNORM, 0)    \
+    X(lnf_rstd,  "(B, T)",           (size_t)B * T,          ACT_STATS, 0)        \
+    X(logits,    "(B, T, Vp)",       (size_t)B * T * Vp,     ACT_LOGITS, 0)       \
+    X(losses,    "(B, T)",           (size_t)B * T,          ACT_STATS, 0)
+
+#define LLMC_LLAMA_AINDEX(name, ...) LLAMA3_A_##name,
+enum { LLAMA3_ACTIVATIONS(LLMC_LLAMA_AINDEX) LLAMA3_NUM_ACTIVATIONS };
+#undef LLMC_LLAMA_AINDEX
+
+/* The tables for cfg (offsets, per-layer strides); return the total element counts. */
+size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]);
+size_t llama_activation_specs(const LlamaConfig *cfg, int B, int T, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]);
+/* Random init by the table's rules (as gpt2_init_parameters: N(0, 0.02), residual projections
+ * 0.02/sqrt(2L), gains 1, padded vocabulary rows 0). */
+void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
+                           unsigned long long seed);
+
+/* llmc's Llama checkpoint: int32 header[256] then the table's tensors as float32 or bfloat16. It
+ * records what llm.c's GPT-2 header cannot; GPT-2 files keep llm.c's header (20240326), unchanged.
+ *   [0] 20261130 (LLAMA_FILE_MAGIC)  [1] version 1  [2] architecture (1: Llama 3)  [3] maxT
+ *   [4] V  [5] Vp  [6] L  [7] NH  [8] NKV  [9] C  [10] F  [11] tied (1: no lm_head stored)
+ *   [12] dtype of the parameters: 0 float32, 1 bfloat16 (round to nearest even; --checkpoint-bf16 1)
+ *   float32 in int32 slots: [16] norm eps  [17] rope theta  [18] rope factor (0: no scaling)
+ *   [19] low_freq_factor  [20] high_freq_factor;  [21] original max position (int32)
+ *   [22] ffn_dim_multiplier (float32)  [23] multiple_of: how F was derived, 0 when unknown
+ * The file size must be exactly 1024 + numel * (4 or 2). Written with "<path>.sum" (checkpoint.h's
+ * model_file_write), verified on load when present. Every bad header field is a clear error
+ * naming the file (exit 1). */
+#define LLAMA_FILE_MAGIC 20261130
+#define LLAMA_FILE_VERSION 1
+#define LLAMA_ARCH_LLAMA3 1
+#define LLAMA_FILE_DTYPE 12 /* the header slot */
+#define LLAMA_DTYPE_FP32 0
+#define LLAMA_DTYPE_BF16 1
+void llama_file_read_header(const char *path, LlamaConfig *cfg);
+/* 1 when llmc's Llama file at path stores bf16 parameters (dies on a bad header). */
+int llama_file_is_bf16(const char *path);
+/* Reads the parameters (n = llama_parameter_specs' total; bf16 widened to fp32) after checking
+ * the size, verifies "<path>.sum" when present, refuses non-finite weights naming the tensor. */
+void llama_file_load(const char *path, float *params, size_t n);
+/* Writes llmc's Llama checkpoint (fp32, or bf16 rounded to nearest even) atomically, then
+ * "<path>.sum"; returns the file's CRC-32. Dies (writing nothing) on a non-finite weight.
+ * llama_checkpoint_save is the fp32 one. */
+uint32_t llama_checkpoint_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16);
+uint32_t llama_checkpoint_save(const char *path, const LlamaConfig *cfg, const float *params, size_t n);
+
+/* llm.c's Llama 3 file (its llama3 branch, train_llama3.py write_model): int32 header[256]
+ *   [0] 20240803 (LLMC_LLAMA3_MAGIC)  [1] version 3 (fp32) or 5 (bf16)  [2] maxT  [3] V  [4] L
+ *   [5] NH  [6] NKV  [7] C  [8] multiple_of  [9] use_scaled_rope  [10] major  [11] minor version
+ * then float32 header[256]: [0] ffn_dim_multiplier  [1] norm eps  [2] rope theta; then the
+ * tensors: wte (V, C) (not padded), ln_1 (L, C), c_attn (L, QKV, C), c_proj (L, C, C), ln_2 (L, C),
+ * c_fc = up (L, F, C), c_fc2 = gate (L, F, C), mlp c_proj (L, C, F), ln_f (C), lm_head (V, C).
+ * F is llama_ffn_hidden(C, multiplier, multiple_of); use_scaled_rope means llm.c's fixed Llama 3.1
+ * scaling (factor 8, low 1, high 4, original 8192). The head is always stored: a tied model is
+ * written with lm_head = wte and reads back untied (the same function). A model whose F, RoPE
+ * scaling or eps/theta the header cannot express is refused when writing, naming what. */
+#define LLMC_LLAMA3_MAGIC 20240803
+void llmc_llama3_read_header(const char *path, LlamaConfig *cfg, int *version);
+void llmc_llama3_load(const char *path, const LlamaConfig *cfg, float *params, size_t n);
+/* Writes version 3 (fp32) or 5 (bf16, round to nearest even), atomically. */
+void llmc_llama3_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16);
+
+/* What -e names, when it is a Llama: a name (llama_config_from_name), a Hugging Face
+ * LlamaForCausalLM directory (hf.h), llmc's Llama file or llm.c's Llama 3 file (by magic). Returns 1 and fills cfg (header only, no parameters read), or 0 when
+ * init is not a Llama (a GPT-2 descriptor or file, or a path that does not open: the GPT-2 reader
+ * then reports it). Dies on a bad Llama header. */
+int llama_config_from_init(const char *init, LlamaConfig *cfg);
+/* The parameters for init (cfg from llama_config_from_init): random for a name, else the file's. */
+void llama_load_init(const char *init, const LlamaConfig *cfg, float *params, size_t n, unsigned long long seed);
+/* Training flops per token, 6N + 6LCT as gpt2_flops_per_token. */
+double llama_flops_per_token(const LlamaConfig *cfg, int T);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,534 @@
+#include "llmc/train/cli.h"
+#include "llmc/core/optstate.h"
+#include "llmc/core/check.h"
+#include "llmc/train/schedule.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { MAX_GEN_TOKENS = 1 << 20 };
+
+#include "llmc/core/logger.h"
+
+/* F_SWITCH: an int that a bare flag sets to 1 ("--plan"); "--plan=0" gives the value. */
+typedef enum { F_INT, F_LLONG, F_ULLONG, F_FLOAT, F_STRING, F_SWITCH } FlagType;
+
+typedef struct {
+    const char *short_name, *long_name;
+    FlagType type;
+    size_t offset, size;  /* member of TrainConfig */
+    const char *help;
+} Flag;
+
+#define FIELD(m) offsetof(TrainConfig, m), sizeof(((TrainConfig *)0)->m)
+static const Flag flags[] = {
+    {"-i", "--train-data", F_STRING, FIELD(train_pattern), "training shards (glob pattern)"},
+    {"-j", "--val-data", F_STRING, FIELD(val_pattern), "validation shards (glob pattern)"},
+    {"-e", "--init", F_STRING, FIELD(init), "model: llm.c checkpoint path, Hugging Face GPT-2 or Llama directory (config.json + safetensors), llmc's or llm.c's Llama 3 file, dN / gpt2:dN for a random GPT-2 of depth N, or llama3:dN / llama3.2-1b / llama3.2-3b / llama3.1-8b for a random Llama 3 (CPU trainer)"},
+    {"-o", "--output-dir", F_STRING, FIELD(output_dir), "output directory for log.jsonl and checkpoints ('' = none)"},
+    {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
+    {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
+    {"-d", "--total-batch", F_LLONG, FIELD(total_batch), "tokens per optimizer step; 0 = B*T*processes; gradient accumulation = d/(B*T*processes)"},
+    {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (validation loss of the model, no training)"},
+    {"-k", "--lr-schedule", F_STRING, FIELD(schedule), "cosine | linear | constant | wsd"},
+    {"-l", "--lr", F_FLOAT, FIELD(lr), "peak learning rate"},
+    {"-u", "--warmup", F_INT, FIELD(warmup), "linear warmup steps"},
+    {"-q", "--final-lr-frac", F_FLOAT, FIELD(final_frac), "final learning rate as a fraction of the peak"},
+    {"-c", "--weight-decay", F_FLOAT, FIELD(weight_decay), "AdamW weight decay (2-D weights and embeddings only)"},
+    {NULL, "--beta1", F_FLOAT, FIELD(beta1), "AdamW beta1"},
+    {NULL, "--beta2", F_FLOAT, FIELD(beta2), "AdamW beta2"},
+    {NULL, "--eps", F_FLOAT, FIELD(eps), "AdamW epsilon"},
+    {NULL, "--grad-clip", F_FLOAT, FIELD(grad_clip), "clip gradients to this global norm; 0 disables"},
+    {"-sl", "--skip-loss-z", F_FLOAT, FIELD(skip_loss_z), "skip the update when the loss z-score exceeds this; 0 = off"},
+    {"-sg", "--skip-norm-z", F_FLOAT, FIELD(skip_norm_z), "skip the update when the grad-norm z-score exceeds this; 0 = off"},
+    {NULL, "--max-skips", F_INT, FIELD(max_skips), "stop the run (exit 1) after this many consecutive skipped steps; 0 = never"},
+    {"-r", "--recompute", F_INT, FIELD(recompute), "activation recompute: 0 none, 1 GELU, 2 GELU+LayerNorm (3 whole block, GPU)"},
+    {"-a", "--overfit-batch", F_INT, FIELD(overfit_batch), "1 = train on the first batch only"},
+    {NULL, "--shuffle", F_INT, FIELD(shuffle), "1 = permute training samples and shards every epoch"},
+    {NULL, "--seed", F_ULLONG, FIELD(seed), "seed for initialisation, shuffling and sampling"},
+    {"-v", "--val-every", F_INT, FIELD(val_every), "validate every N steps (and at the end); 0 disables"},
+    {"-m", "--val-max-steps", F_INT, FIELD(val_max_steps), "validation batches per evaluation; -1 = all"},
+    {"-s", "--sample-every", F_INT, FIELD(sample_every), "print a sample every N steps (and at the end); 0 disables"},
+    {"-g", "--gen-tokens", F_INT, FIELD(gen_tokens), "tokens to generate per sample"},
+    {"-n", "--checkpoint-every", F_INT, FIELD(ckpt_every), "write a checkpoint every N steps (and at the end); 0 disables"},
+    {"-nk", "--checkpoint-keep", F_INT, FIELD(ckpt_keep), "keep only the N newest checkpoints; 0 = keep all"},
+    {"-nm", "--checkpoint-major", F_INT, FIELD(ckpt_major), "checkpoints at multiples of N are never deleted; 0 = none"},
+    {NULL, "--checkpoint-bf16", F_INT, FIELD(ckpt_bf16), "1 = write model checkpoints as bf16 (llm.c version 5)"},
+    {NULL, "--save-hf", F_INT, FIELD(save_hf), "1 = also write each checkpoint as a Hugging Face directory model_NNNNNNNN_hf (config.json + model.safetensors, BF16 with --checkpoint-bf16 1)"},
+    {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o (a new run when -o holds none)"},
+    {NULL, "--overwrite", F_INT, FIELD(overwrite), "1 = delete the run in -o (log.jsonl, model_/state_/DONE_ files) and start a new one"},
+    {NULL, "--allow-config-change", F_INT, FIELD(allow_config_change), "1 = resume even when flags that change the training math differ from the checkpoint's"},
+    {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "HellaSwag evaluation (not yet available: must be 0)"},
+    {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin, a dir with encoder.json+vocab.bpe, or Llama 3's tokenizer.model (or a dir holding it); '' = search (-e's HF dir, then GPT-2's)"},
+    {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
+    {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
+    {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
+    {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: -1 auto (2 where the MLP width is a multiple of 8, else 0), 0 off, 1 forward, 2 forward+backward"},
+    {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
+    {NULL, "--cuda-graph", F_INT, FIELD(cuda_graph), "GPU: 1 = capture a training micro-step's forward+backward in a CUDA graph once and replay it (one process, no --offload; untested on a GPU so far); 0 = launch kernel by kernel"},
+    {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
+    {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
+    {"-lg", "--gpu-log-every", F_INT, FIELD(gpu_log_every), "GPU: telemetry line (memory, clocks, temperature, power, throttling) every N steps; 0 or -1 = off"},
+    {NULL, "--peak-tflops", F_FLOAT, FIELD(peak_tflops), "GPU: peak TFLOP/s for MFU; 0 = from the device table"},
+    {NULL, "--optim-state", F_STRING, FIELD(optim_state), "AdamW moments stored as fp32 | bf16 (round to nearest) | int8 (blocks of 256 with an fp32 scale, quadratic codes); the update is computed in fp32"},
+    {NULL, "--offload", F_STRING, FIELD(offload), "none | optimizer: AdamW moments and fp32 master weights in host memory, updated on the CPU (GPU trainer: gradients copied to the host, parameters back; the CPU trainer's optimizer is this host path already)"},
+    {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
+    {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
+    {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
+    {NULL, "--max-batch", F_SWITCH, FIELD(max_batch), "with --plan --memory-budget: print the largest -b that fits and exit"},
+    {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
+    {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given; -pi tcp|fs: every process gets it)"},
+    {"-pr", "--process-rank", F_INT, FIELD(process_rank), "this process's rank (mpirun/srun give it; -pi tcp|fs: 0 .. -pn - 1, one each)"},
+    {"-pg", "--gpus-per-node", F_INT, FIELD(gpus_per_node), "GPUs per node"},
+    {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "process group (and NCCL id): mpi (mpirun/srun) | tcp (-ps) | fs (-pf); tcp and fs need no MPI"},
+    {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp: HOST[:PORT] where rank 0 listens (port 12345 when not given)"},
+    {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs: a directory every rank sees; rank 0 publishes its address there"},
+    {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead)"},
+};
+#undef FIELD
+enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
+
+void train_config_defaults(TrainConfig *c) {
+    memset(c, 0, sizeof *c);
+    snprintf(c->train_pattern, sizeof c->train_pattern, "data/tinyshakespeare/tiny_shakespeare_train.bin");
+    snprintf(c->val_pattern, sizeof c->val_pattern, "data/tinyshakespeare/tiny_shakespeare_val.bin");
+    snprintf(c->init, sizeof c->init, "d4");
+    c->B = 4;
+    c->T = 1024;
+    c->total_batch = 0;
+    c->max_steps = -1;
+    c->shuffle = 1;
+    snprintf(c->schedule, sizeof c->schedule, "cosine");
+    c->lr = 3e-4f;
+    c->final_frac = 1.0f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.95f;
+    c->eps = 1e-8f;
+    c->grad_clip = 1.0f;
+    c->recompute = 1;
+    c->max_skips = 50;
+    c->seed = 1337;
+    c->val_every = 20;
+    c->val_max_steps = 20;
+    c->sample_every = 20;
+    c->gen_tokens = 64;
+    snprintf(c->precision, sizeof c->precision, "bf16");
+    snprintf(c->optim_state, sizeof c->optim_state, "fp32");
+    snprintf(c->offload, sizeof c->offload, "none");
+    c->tf32 = 1;
+    c->matmul_algos = 8;
+    c->master_weights = 1;
+    c->gelu_fusion = -1;
+    c->gpu_log_every = -1;
+    c->num_processes = 1;
+    c->gpus_per_node = 8;
+    c->dist_timeout = 300.0f;
+    snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
+}
+
+static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
+    const char *p = (const char *)c + f->offset;
+    switch (f->type) {
+    case F_INT:
+    case F_SWITCH: snprintf(buf, len, "%d", *(const int *)p); break;
+    case F_LLONG: snprintf(buf, len, "%lld", *(const long long *)p); break;
+    case F_ULLONG: snprintf(buf, len, "%llu", *(const unsigned long long *)p); break;
+    case F_FLOAT: {
+        char exact[32];
+        format_float_roundtrip(exact, *(const float *)p);
+        snprintf(buf, len, "%s", exact);
+        break;
+    }
+    case F_STRING: snprintf(buf, len, "%s", p[0] ? p : "''"); break;
+    }
+}
+
+/* Flag groups by long name (the table's rows stay one line each). */
+static int in_list(const Flag *f, const char *const *list) {
+    for (; *list; list++)
+        if (strcmp(f->long_name, *list) == 0) return 1;
+    return 0;
+}
+/* Changing one of these on resume changes the math of the steps already scheduled. */
+static const char *const math_flags[] = {
+    "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
+    "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
+    "--master-weights", "--gelu-fusion", "--optim-state", NULL};
+/* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
+ * the optimizer state is saved whole, so a run resumes with another split of the same step) */
+/* What a run does, not what it is: never compared on resume. */
+static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", "--max-batch", NULL};
+static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
+                                        "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
+static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
+                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout", NULL};
+
+static void flag_label(const Flag *f, char *buf, size_t len) {
+    if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);
+    else snprintf(buf, len, "%s", f->long_name);
+}
+
+void train_config_help(const TrainConfig *defaults, const char *program, FILE *out) {
+    fprintf(out, "usage: %s [flags]\n\nFlags take a value: '-b 4', '--batch-size 4' or '--batch-size=4' (--plan, --json and --max-batch need none).\n\n", program);
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char val[1100];
+        format_value(&flags[i], defaults, val, sizeof val);
+        fprintf(out, "  %-4s %-20s %s (default: %s)\n", flags[i].short_name ? flags[i].short_name : "",
+                flags[i].long_name, flags[i].help, val);
+    }
+    fprintf(out, "  %-4s %-20s %s\n", "", "--help", "print this help and exit");
+}
+
+/* Appends "name value" to a line of the startup print, wrapping at about 100 columns. */
+static void print_item(FILE *out, int *col, const char *indent, const char *name, const char *value) {
+    int w = (int)(strlen(name) + 1 + strlen(value));
+    if (*col > (int)strlen(indent) && *col + 2 + w > 100) {
+        fprintf(out, "\n%s", indent);
+        *col = (int)strlen(indent);
+    } else if (*col > (int)strlen(indent)) {
+        fputs("  ", out);
+        *col += 2;
+    }
+    fprintf(out, "%s %s", name, value);
+    *col += w;
+}
+
+void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
+    TrainConfig d;
+    train_config_defaults(&d);
+    for (int pass = 0; pass < 2; pass++) {
+        const char *head = pass == 0 ? "configuration: " : "defaults:      ";
+        const char *indent = "               ";
+        int col = 0, any = 0;
+        for (int i = 0; i < NUM_FLAGS; i++) {
+            const Flag *f = &flags[i];
+            char val[1100], def[1100];
+            format_value(f, c, val, sizeof val);
+            format_value(f, &d, def, sizeof def);
+            int differs = strcmp(val, def) != 0;
+            if (differs != (pass == 0)) continue;
+            if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
+                              (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
+                              strcmp(f->long_name, "--hellaswag") == 0 || (gpu && strcmp(f->long_name, "--threads") == 0)))
+                continue;
+            if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
+            if (!any) {
+                fputs(head, out);
+                col = (int)strlen(head);
+                any = 1;
+            }
+            print_item(out, &col, indent, f->short_name ? f->short_name : f->long_name, val);
+        }
+        if (any) fputc('\n', out);
+    }
+}
+
+size_t train_config_to_text(const TrainConfig *c, char *buf, size_t len) {
+    size_t n = 0;
+    if (len) buf[0] = '\0';
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        char val[1100];
+        format_value(&flags[i], c, val, sizeof val);
+        if (flags[i].type == F_STRING) snprintf(val, sizeof val, "%s", (const char *)c + flags[i].offset);
+        int k = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, "%s %s\n", flags[i].long_name, val);
+        if (k > 0) n += (size_t)k;
+    }
+    return n;
+}
+
+static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const char *value);
+static const Flag *find_flag(const char *arg, size_t len);
+
+void train_config_from_text(TrainConfig *c, const char *text) {
+    while (*text) {
+        const char *eol = strchr(text, '\n');
+        size_t n = eol ? (size_t)(eol - text) : strlen(text);
+        char line[1200];
+        if (n < sizeof line) {
+            memcpy(line, text, n);
+            line[n] = '\0';
+            char *sp = strchr(line, ' ');
+            const Flag *f = sp ? find_flag(line, (size_t)(sp - line)) : NULL;
+            if (f) {
+                *sp = '\0';
+                set_value(f, c, line, sp + 1);
+            }
+        }
+        text += n + (eol ? 1 : 0);
+    }
+}
+
+void train_config_compare(const TrainConfig *saved, const TrainConfig *now, const char *where, FILE *out) {
+    char blocked[4096] = "";
+    size_t nb = 0;
+    int shown = 0;
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        if (in_list(f, action_flags)) continue;
+        char a[1100], b[1100], label[64];
+        format_value(f, saved, a, sizeof a);
+        format_value(f, now, b, sizeof b);
+        if (strcmp(a, b) == 0) continue;
+        flag_label(f, label, sizeof label);
+        int math = in_list(f, math_flags);
+        if (!shown++) fprintf(out, "resume: flags that differ from the configuration saved with %s:\n", where);
+        fprintf(out, "  %-24s %s -> %s%s\n", label, a, b, math ? "  (changes the training math)" : "");
+        if (math && nb < sizeof blocked) {
+            int k = snprintf(blocked + nb, sizeof blocked - nb, "%s%s %s (saved) -> %s (now)", nb ? ", " : "", label, a, b);
+            if (k > 0) nb += (size_t)k;
+        }
+    }
+    if (!shown) fprintf(out, "resume: the configuration equals the one saved with %s\n", where);
+    fflush(out);
+    if (nb && !now->allow_config_change)
+        llmc_die("cannot resume from %s with changed flags that change the training math: %s. "
+                 "Resume with the saved values, or pass --allow-config-change 1 to continue with the new ones",
+                 where, blocked);
+}
+
+void train_config_log(const TrainConfig *c, Logger *lg) {
+    log_object_begin(lg, "config");
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag *f = &flags[i];
+        char key[64];
+        snprintf(key, sizeof key, "%s", f->long_name + 2);
+        for (char *k = key; *k; k++)
+            if (*k == '-') *k = '_';
+        const char *p = (const char *)c + f->offset;
+        switch (f->type) {
+        case F_INT:
+        case F_SWITCH: log_int(lg, key, *(const int *)p); break;
+        case F_LLONG: log_int(lg, key, *(const long long *)p); break;
+        case F_ULLONG: {
+            unsigned long long v = *(const unsigned long long *)p;
+            if (v <= (unsigned long long)LLONG_MAX) log_int(lg, key, (long long)v);
+            else {
+                char buf[32];
+                snprintf(buf, sizeof buf, "%llu", v);
+                log_string(lg, key, buf);
+            }
+            break;
+        }
+        case F_FLOAT: log_float(lg, key, *(const float *)p); break;
+        case F_STRING: log_string(lg, key, p); break;
+        }
+    }
+    log_object_end(lg);
+}
+
+static const Flag *find_flag(const char *arg, size_t len) {
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const char *names[2] = {flags[i].short_name, flags[i].long_name};
+        for (int k = 0; k < 2; k++)
+            if (names[k] && strlen(names[k]) == len && strncmp(names[k], arg, len) == 0) return &flags[i];
+    }
+    return NULL;
+}
+
+static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const char *value) {
+    char *p = (char *)c + f->offset, *end = NULL;
+    errno = 0;
+    switch (f->type) {
+    case F_INT:
+    case F_SWITCH: {
+        long v = strtol(value, &end, 10);
+        if (end == value || *end || errno || v < INT_MIN || v > INT_MAX)
+            llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(int *)p = (int)v;
+        break;
+    }
+    case F_LLONG: {
+        long long v = strtoll(value, &end, 10);
+        if (end == value || *end || errno) llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(long long *)p = v;
+        break;
+    }
+    case F_ULLONG: {
+        if (value[0] == '-') llmc_die("flag %s expects a non-negative integer, got '%s'", flagname, value);
+        unsigned long long v = strtoull(value, &end, 10);
+        if (end == value || *end || errno) llmc_die("flag %s expects an integer, got '%s'", flagname, value);
+        *(unsigned long long *)p = v;
+        break;
+    }
+    case F_FLOAT: {
+        /* decimal only, like the integer flags: strtof alone would take hex ("0x1p3"), "inf", "nan" */
+        float v = strpbrk(value, "xXpP") ? NAN : strtof(value, &end);
+        if (!isfinite(v) || end == value || *end || errno)
+            llmc_die("flag %s expects a number, got '%s'", flagname, value);
+        *(float *)p = v;
+        break;
+    }
+    case F_STRING:
+        if (strlen(value) >= f->size) llmc_die("flag %s: value longer than %zu characters", flagname, f->size - 1);
+        memcpy(p, value, strlen(value) + 1);
+        break;
+    }
+}
+
+static void check_positive(const char *flag, long long v) {
+    if (v <= 0) llmc_die("flag %s must be positive, got %lld", flag, v);
+}
+static void check_range(const char *flag, long long v, long long lo, long long hi) {
+    if (v < lo || v > hi) llmc_die("flag %s must be between %lld and %lld, got %lld", flag, lo, hi, v);
+}
+
+/* Checks that need only the flags (the model-dependent ones happen at setup). */
+static void validate(const TrainConfig *c) {
+    check_positive("-b (--batch-size)", c->B);
+    check_positive("-t (--seq-len)", c->T);
+    /* sizes are checked in 64 bits before any int product is formed from them */
+    if ((long long)c->B * c->T * (c->num_processes > 0 ? c->num_processes : 1) > INT_MAX)
+        llmc_die("flags -b %d -t %d (x %d processes): B*T*processes must be at most %d tokens", c->B, c->T,
+                 c->num_processes, INT_MAX);
+    if (c->max_steps == INT_MAX) llmc_die("flag -x (--max-steps) must be below %d", INT_MAX);
+    if (c->gen_tokens > MAX_GEN_TOKENS)
+        llmc_die("flag -g (--gen-tokens) must be at most %d, got %d", MAX_GEN_TOKENS, c->gen_tokens);
+    if (c->max_skips < 0) llmc_die("flag --max-skips must be >= 0 (0 = never stop), got %d", c->max_skips);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cpus > 0 && c->threads > cpus)
+        llmc_die("flag --threads %d exceeds the %ld CPUs of this machine (0 = all of them)", c->threads, cpus);
+    if (c->total_batch < 0) llmc_die("flag -d (--total-batch) must be >= 0, got %lld", c->total_batch);
+    if (c->max_steps < -1) llmc_die("flag -x (--max-steps) must be positive, -1 or 0, got %d", c->max_steps);
+    if (lr_schedule_parse(c->schedule) < 0)
+        llmc_die("flag -k (--lr-schedule): unknown schedule '%s' (cosine, linear, constant, wsd)", c->schedule);
+    if (c->lr < 0) llmc_die("flag -l (--lr) must be >= 0, got %g", (double)c->lr);
+    if (c->warmup < 0) llmc_die("flag -u (--warmup) must be >= 0, got %d", c->warmup);
+    if (c->final_frac < 0 || c->final_frac > 1) llmc_die("flag -q (--final-lr-frac) must be in [0, 1], got %g", (double)c->final_frac);
+    if (c->weight_decay < 0) llmc_die("flag -c (--weight-decay) must be >= 0, got %g", (double)c->weight_decay);
+    if (!(c->beta1 >= 0 && c->beta1 < 1)) llmc_die("flag --beta1 must be in [0, 1), got %g", (double)c->beta1);
+    if (!(c->beta2 >= 0 && c->beta2 < 1)) llmc_die("flag --beta2 must be in [0, 1), got %g", (double)c->beta2);
+    if (!(c->eps > 0)) llmc_die("flag --eps must be positive, got %g", (double)c->eps);
+    if (c->grad_clip < 0) llmc_die("flag --grad-clip must be >= 0 (0 disables), got %g", (double)c->grad_clip);
+    if (c->skip_loss_z < 0 || c->skip_norm_z < 0) llmc_die("flags -sl/-sg must be >= 0 (0 disables)");
+    check_range("-r (--recompute)", c->recompute, 0, 3);
+    check_range("-a (--overfit-batch)", c->overfit_batch, 0, 1);
+    check_range("--shuffle", c->shuffle, 0, 1);
+    if (c->val_every < 0) llmc_die("flag -v (--val-every) must be >= 0 (0 disables), got %d", c->val_every);
+    if (c->val_max_steps == 0 || c->val_max_steps < -1) llmc_die("flag -m (--val-max-steps) must be positive or -1, got %d", c->val_max_steps);
+    if (c->sample_every < 0) llmc_die("flag -s (--sample-every) must be >= 0 (0 disables), got %d", c->sample_every);
+    if (c->gen_tokens < 1) llmc_die("flag -g (--gen-tokens) must be positive, got %d", c->gen_tokens);
+    if (c->ckpt_every < 0 || c->ckpt_keep < 0 || c->ckpt_major < 0) llmc_die("flags -n, -nk, -nm must be >= 0");
+    check_range("--checkpoint-bf16", c->ckpt_bf16, 0, 1);
+    check_range("--save-hf", c->save_hf, 0, 1);
+    if (c->save_hf && !LLMC_HAVE_CJSON)
+        llmc_die("--save-hf 1: this build has no Hugging Face support (cJSON was not found: apt-get install "
+                 "libcjson-dev, then make)");
+    check_range("-y (--resume)", c->resume, 0, 1);
+    check_range("--overwrite", c->overwrite, 0, 1);
+    check_range("--allow-config-change", c->allow_config_change, 0, 1);
+    check_range("--plan", c->plan, 0, 1);
+    check_range("--json", c->json, 0, 1);
+    if (c->json && !c->plan) llmc_die("flag --json goes with --plan (print the memory plan as JSON)");
+    cli_memory_budget_bytes(c->memory_budget); /* dies naming the flag */
+    check_range("--max-batch", c->max_batch, 0, 1);
+    if (c->max_batch && (!c->plan || !c->memory_budget[0]))
+        llmc_die("flag --max-batch goes with --plan --memory-budget SIZE (print the largest -b that fits)");
+    if (c->overwrite && c->resume)
+        llmc_die("flags -y 1 (resume the run in -o) and --overwrite 1 (delete it and start anew) contradict each other; give one");
+    if (c->overwrite && !c->output_dir[0]) llmc_die("flag --overwrite 1 needs an output directory (-o)");
+    if (c->resume && !c->output_dir[0]) llmc_die("flag -y 1 (resume) needs an output directory (-o) to resume from");
+    if (c->ckpt_every && !c->output_dir[0]) llmc_die("flag -n %d (checkpoints) needs an output directory (-o)", c->ckpt_every);
+    if (c->hellaswag != 0) llmc_die("flag -h (--hellaswag): HellaSwag evaluation is not available yet; use -h 0");
+    if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
+        llmc_die("flag --precision: unknown precision '%s' (fp32, bf16, fp16)", c->precision);
+    if (optstate_parse(c->optim_state) < 0)
+        llmc_die("flag --optim-state: unknown optimizer state type '%s' (fp32, bf16, int8)", c->optim_state);
+    if (strcmp(c->offload, "none") && strcmp(c->offload, "optimizer"))
+        llmc_die("flag --offload: unknown value '%s' (none, optimizer)", c->offload);
+    check_range("-f (--tf32)", c->tf32, 0, 1);
+    check_range("-w (--master-weights)", c->master_weights, 0, 1);
+    check_range("-ge (--gelu-fusion)", c->gelu_fusion, -1, 2);
+    check_range("--matmul-algos", c->matmul_algos, 1, 64);
+    check_range("--cuda-graph", c->cuda_graph, 0, 1);
+    check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
+    if (c->gpu_log_every < -1)
+        llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);
+    if (c->peak_tflops < 0) llmc_die("flag --peak-tflops must be >= 0");
+    if (c->threads < 0) llmc_die("flag --threads must be >= 0 (0 = all cores), got %d", c->threads);
+    check_positive("-pn (--num-processes)", c->num_processes);
+    check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
+    check_positive("-pg (--gpus-per-node)", c->gpus_per_node);
+    if (!(c->dist_timeout > 0.0f)) llmc_die("flag --dist-timeout must be a number of seconds > 0, got %g", (double)c->dist_timeout);
+    if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
+        llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
+    if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])
+        llmc_die("flag -pi tcp needs -ps (--server-ip) HOST[:PORT]: the address rank 0 listens on and the other ranks connect to");
+    if (strcmp(c->nccl_init, "fs") == 0) {
+        struct stat st;
+        if (!c->fs_path[0])
+            llmc_die("flag -pi fs needs -pf (--fs-path) DIR: a directory every rank sees, where rank 0 publishes its address");
+        int e = stat(c->fs_path, &st) != 0 ? errno : 0;
+        if (e || !S_ISDIR(st.st_mode))
+            llmc_die("flag -pf (--fs-path): '%s' is not a directory (%s); create it on a filesystem every rank sees", c->fs_path,
+                     e ? strerror(e) : "not a directory");
+    }
+}
+
+DistFlags train_config_dist_flags(const TrainConfig *c) {
+    DistFlags f = {c->num_processes, c->process_rank, c->nccl_init, c->server_ip, c->fs_path, c->dist_timeout};
+    return f;
+}
+
+static int is_integer(const char *s) {
+    char *end;
+    errno = 0;
+    strtol(s, &end, 10);
+    return end != s && *end == '\0' && errno == 0;
+}
+
+void train_config_parse(TrainConfig *c, int argc, char **argv, const char *program) {
+    TrainConfig defaults = *c;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0) {
+            train_config_help(&defaults, program, stdout);
+            exit(0);
+        }
+        if (arg[0] != '-') llmc_die("unexpected argument '%s' (flags start with '-'; see --help)", arg);
+        const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
+        size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const Flag *f = find_flag(arg, len);
+        if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
+        const char *value;
+        if (strcmp(arg, "-h") == 0 && (i + 1 >= argc || !is_integer(argv[i + 1])))
+            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0); for help use --help");
+        if (eq) {
+            value = eq + 1;
+        } else if (f->type == F_SWITCH) {
+            value = "1";
+        } else {
+            if (i + 1 >= argc) llmc_die("flag %s needs a value", arg);
+            value = argv[++i];
+        }
+        set_value(f, c, arg, value);
+    }
+    validate(c);
+}
+
+size_t cli_memory_budget_bytes(const char *s) {
+    if (!s[0]) return 0;
+    char *end = NULL;
+    errno = 0;
+    double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN; /* no sign, no "inf", no hex */
+    if (end && strpbrk(s, "xXpP")) v = NAN;
+    int shift = 0;
+    if (end && *end) {
+        const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
+        if (u) shift = 10 * (int)(u - units + 1), end++;
+        if (*end == 'i' && shift) end++;
+        if (*end == 'B' || *end == 'b') end++;
+    }
+    double bytes = v * ldexp(1.0, shift);
+    if (!end || *end || errno || !isfinite(v) || bytes < 1.0 || bytes >= 0x1p63)
+        llmc_die("flag --memory-budget expects a size such as 16G, 1500M or a byte count (K, M, G, T are powers of "
+                 "1024), got '%s'", s);
+    return (size_t)bytes;
+}
