@@ -1,22 +1,17 @@
 /*
- * model.cuh - GPT-2 on the GPU: the CUDA twin of llmc/cpu/gpt2.h. Same tensor tables
- * (llmc/models/gpt2.h), same forward/backward sequencing as llmc/cpu/gpt2.c, with these
- * differences, each for speed or memory:
- *  - tensors are stored in the run-time precision T (fp32 | bf16 | fp16); LayerNorm statistics,
- *    the attention logsumexp, losses, AdamW moments, master weights and norms are fp32;
- *  - the residual add is fused into the LayerNorm that follows it;
- *  - attention is our flash attention: the table's `att` slot holds the per-row logsumexp
- *    (B, NH, T) fp32 instead of the (B, NH, T, T) probabilities;
- *  - optional GELU fusion into the matmul epilogues (-ge 1: forward, -ge 2: also backward);
- *  - recompute level 3 keeps only each block's input (residual3 per layer) and reruns the
- *    block's forward in the backward pass;
- *  - the LM head and the loss run in chunks of head_rows positions, so the (B*T, Vp) logits are
- *    never stored: the logits buffer holds one chunk (at most LLMC_HEAD_CHUNK_BYTES). In a
- *    training forward each chunk's logits are computed, turned into losses and dlogits in place,
- *    and the head's backward for those rows runs at once (dlnf rows into dbuf_c, dwte +=), while
- *    they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence exactly.
- * Precision is chosen at run time; with_storage_type() in the public functions below is the
- * one point where it becomes the template argument T.
+ * cudamodel.cuh - the CUDA model's runtime, shared by both architectures: build, memory plan and
+ * allocation, host sync, the forward and backward drivers (staging, the chunked LM head and its
+ * loss, the encoder's backward), the gradient norm, the AdamW update, offload copies and the memory
+ * table. The struct and its views are arena.cuh's; the block sequences are gpt2.cuh's (GPT-2, arch
+ * 0) and llama.cuh's (LLMC_ARCH_LLAMA3); cudamodel_build picks by -e and the entry points dispatch
+ * on m->arch. Tensors are stored in the run-time precision T (fp32 | bf16 | fp16); losses, AdamW
+ * moments, master weights and norms are fp32. The LM head and the loss run in chunks of head_rows
+ * positions, so the (B*T, Vp) logits are never stored: the logits buffer holds one chunk (at most
+ * LLMC_HEAD_CHUNK_BYTES). In a training forward each chunk's logits are computed, turned into losses
+ * and dlogits in place, and the head's backward for those rows runs at once (dlnf rows into dbuf_c,
+ * dwte +=), while they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence
+ * exactly. Precision is chosen at run time; with_storage_type() in the public functions below is
+ * the one point where it becomes the template argument T.
  *
  * Contract: cudamodel_forward with targets and dloss != 0 also runs the head's backward (dlnf in
  * dbuf_c, wte's gradient accumulated), and cudamodel_backward must follow before the next forward;
@@ -26,12 +21,6 @@
  * (tokens through pinned buffers), cudamodel_forward_device and cudamodel_backward_layers (launches
  * only: a CUDA graph can capture them, graph.cuh), cudamodel_backward_encoder, and once per step
  * cudamodel_read_step_loss (the sum of the micro-steps' mean losses, kept on the device).
- *
- * Architectures: the struct holds a GPT-2 (arch 0) or a Llama 3 (LLMC_ARCH_LLAMA3: llama_model.cuh
- * has its block sequence and tables; cudamodel_build picks by -e). The generic parts here
- * (arenas, optimizer, loss scaler, norm, host sync, LM head and loss) serve both; the entry
- * points dispatch on m->arch. The ParameterTensors/ActivationTensors views are GPT-2's (their
- * activation slots also point at a Llama's tensors of the same name: lnf, logits, losses, ...).
  *
  * fp16 loss scaling: micro-steps scale dloss by loss_scale; cudamodel_grad_norm unscales the
  * norm and, when it is not finite (an overflow), halves loss_scale, counts a skipped step and
@@ -53,323 +42,21 @@
 #include "llmc/models/gpt2.h"
 #include "llmc/train/plan.h"
 #include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/gpt2.cuh"
 #include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/llama.cuh"
 #include "llmc/cuda/loss.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/nvtx.cuh"
 
-enum { LLMC_ARCH_GPT2 = 0, LLMC_ARCH_LLAMA3 = 1 };
-
-typedef struct {
-    ModelConfig cfg;
-    int arch;          /* LLMC_ARCH_GPT2 | LLMC_ARCH_LLAMA3 */
-    LlamaConfig llama; /* the Llama's knobs beyond cfg (arch LLMC_ARCH_LLAMA3) */
-    Precision precision;
-    CudaContext *ctx;
-    int recompute;    /* 0..3 */
-    int head_rows;    /* positions per LM-head chunk (the logits buffer's rows) */
-    int head_rows_request; /* set before cudamodel_allocate: > 0 fixes head_rows (tests); 0 = automatic */
-    int gelu_fusion;  /* 0..2 */
-    int use_master;   /* fp32 master weights (bf16/fp16 only) */
-    uint64_t seed;    /* stochastic rounding */
-    TensorSpec param_specs[NUM_PARAMETER_TENSORS]; /* the architecture's table (num_param_specs entries) */
-    int num_param_specs;
-    size_t head_offset; /* the LM head's weight in the arena: wte (GPT-2, tied Llama) or lm_head */
-    size_t num_parameters;
-    /* Device parameters and gradients in T, laid out by the table (contiguous, checkpoint
-     * order). The ParameterTensors members are untyped slots: cast to T * before use. */
-    void *params_memory, *grads_memory;
-    ParameterTensors params; /* (gradients: cudamodel_grad, which knows -z 2's slots) */
-    float *master, *m, *v; /* fp32, parameters [shard_lo, shard_hi) each; master NULL when not used */
-    /* --optim-state (cudamodel_set_optim_state, before cudamodel_allocate): how m and v are stored
-     * (OptStateType, llmc/core/optstate.h); compact states make m, v optstate_bytes(shard) bytes each. */
-    int optim_state;
-    /* --offload optimizer (cudamodel_set_offload, before cudamodel_allocate): no device m, v or
-     * master; host_params is the fp32 master copy, the training loop's optimizer (llmc/train/optim.c)
-     * updates it on the CPU from host_grads (pinned, fp32), filled by cudamodel_grads_to_host. */
-    int offload;
-    float *host_grads;
-    /* ZeRO-1: the range of parameters whose optimizer state (m, v, master) this rank keeps and
-     * updates (cudamodel_set_shard, before cudamodel_allocate); the whole [0, n) by default. The
-     * caller gathers the updated parameters from the ranks after cudamodel_update and gathers the
-     * host copies of m, v (and master) after cudamodel_sync_to_host, which fills only the shard. */
-    size_t shard_lo, shard_hi;
-    /* Gradient buckets (set by the trainer; NULL/0 by default: no hook, today's one reduction after
-     * the backward). In the backward of a micro-step with grad_hook_armed (the optimizer step's
-     * last), grad_hook(grad_hook_ctx, l) is called as soon as layer l's parameter gradients are
-     * final - once layer l's backward is queued on the compute stream, before layer l - 1's is -
-     * for l = L-1 .. 0, then grad_hook(ctx, -1) for the outer bucket (wte, wpe, lnfw, lnfb: wte's
-     * gradient gets its last part from the encoder backward, the backward's last op). A bucket is
-     * bucket_of_layer's (dist.h): one layer's slice of each of the 12 stacked tensors. GPT-2's table
-     * stacks each tensor over the layers, so a layer's gradients are 12 ranges of the arena, not
-     * one. The hook runs on the host while the queued kernels run: it orders its own work after
-     * them with an event. in_backward and backward_layer say where the backward's queueing is. */
-    void (*grad_hook)(void *ctx, int bucket);
-    void *grad_hook_ctx;
-    int grad_hook_armed, in_backward, backward_layer;
-    /* -z 2 without a full gradient buffer (cudamodel_set_grad_slots, before cudamodel_allocate; the
-     * trainer's grad_hook is then required): grads_memory holds the outer bucket packed (outer_numel:
-     * wte, wpe, lnfw, lnfb / the Llama's wte, lnfw, lm_head; accumulated over the step's micro-steps)
-     * then two layer slots (layer_numel each: layer l's gradients packed in slot l & 1). Every
-     * micro-step's backward clears layer l's slot (after slot_free[l & 1], which the hook records
-     * once it has reduced the slot's previous layer) and calls grad_hook(ctx, l) when the layer is
-     * done, on every micro-step, not only the armed one; the hook reduces the slot into this rank's
-     * shard_grads (shard_hi - shard_lo elements, accumulated over the micro-steps:
-     * cudamodel_shard_accumulate), which the norm and the update read (cudamodel_grad_at).
-     * bucket_pos[i]: tensor i's place in its packed bucket. */
-    int grad_slots;
-    size_t outer_numel, layer_numel, bucket_pos[NUM_PARAMETER_TENSORS];
-    void *shard_grads;
-    cudaEvent_t slot_free[2];
-    /* The per-layer "parameters needed" hook (NULL by default): params_hook(params_hook_ctx, l,
-     * backward) is called on the host before the kernels of layer l's forward (backward 0: every
-     * forward, training, eval or sampling; recompute included in the backward's call) or of its
-     * backward (backward 1) are queued. A feature that keeps a layer's parameters elsewhere (a
-     * ZeRO-3 gather into a slot, a host offload, a prefetch) makes them ready there, ordering its
-     * copies before the compute stream's next work. gpt2cuda_layer_weights and the Llama's views
-     * read the parameters through cudamodel_param, the one place that says where they are. Host
-     * code: a CUDA graph capture (graph.cuh) runs it once, at capture. */
-    void (*params_hook)(void *ctx, int layer, int backward);
-    void *params_hook_ctx;
-    int head_index; /* the LM head's parameter tensor: wte (GPT-2, tied Llama) or lm_head */
-    /* -z 3 (cudamodel_set_param_slots, with grad_slots, before cudamodel_allocate; the trainer's
-     * params_hook is then required): params_memory holds only this rank's shard [shard_lo,
-     * shard_hi) (cudamodel_param_at); gather_memory the outer bucket's parameters, whole and packed
-     * (gathered after every update), then two layer slots: layer l's parameters, gathered by the
-     * hook into slot l & 1 (slot_layer says which layer a slot holds, -1 none or stale). */
-    int param_slots;
-    void *gather_memory;
-    int slot_layer[2];
-    /* Activations for the allocated (B, T): act_specs from the shared table with the CUDA
-     * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
-     * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
-    int B, T;
-    TensorSpec act_specs[NUM_ACTIVATION_TENSORS]; /* a shorter table (Llama) ends at a NULL name */
-    size_t act_bytes[NUM_ACTIVATION_TENSORS], acts_total_bytes;
-    void *acts_memory;
-    ActivationTensors acts;
-    /* backward scratch in T, one layer's worth, reused by every layer (as on the CPU):
-     * dresidual (N, C): gradient of the residual stream, from the top down;
-     * dbuf_c (N, C): dlnf, then per layer dln2, datty, dln1 (each dead before the next);
-     * dbuf_f1 (N, F): dfch_gelu, later reused as dqkv (N, 3C fits since F >= 3C);
-     * dbuf_f2 (N, F): dfch (the last N * F elements of the scratch).
-     * (Llama: dbuf_f1 (N, max(2F, QKV)) dfch then dqkv, dbuf_f2 (N, F) dfch_swiglu.) */
-    void *scratch_memory, *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2;
-    size_t scratch_bytes;
-    /* fp32 scratch shared by the ops (never live across two ops): LayerNorm/bias partial sums,
-     * the attention row dots, the norm partials. */
-    float *fscratch, *d_norm;
-    size_t fscratch_floats;
-    int *d_inputs, *d_targets, *d_buckets;
-    int *h_buckets, *h_bucket_work; /* h_buckets pinned */
-    /* Host -> device without waiting (cudamodel_stage): the micro-batch's tokens (and, training,
-     * the encoder's buckets) go through pinned buffers; `staged` is recorded after their copies
-     * and waited for before the buffers are written again. bucket_tokens: the distinct tokens of
-     * the staged training batch (0: none staged; cudamodel_backward_encoder consumes them). */
-    int *h_inputs, *h_targets;
-    cudaEvent_t staged;
-    int staged_once, bucket_tokens;
-    /* The loss without waiting: d_loss the last forward's mean loss, d_loss_acc (fp64) the sum of
-     * the training forwards' mean losses since cudamodel_zero_grad; read back through the pinned
-     * h_readback (a double, then a float for the gradient norm). */
-    float *d_loss;
-    double *d_loss_acc;
-    void *h_readback;
-    void *h_staging; /* host copy of T parameters / a logits row */
-    /* host views for checkpoints (TrainBackend host_params/m/v) and next_logits */
-    float *host_params, *host_m, *host_v, *host_logits;
-    float mean_loss;
-    MemPlan plan; /* what cudamodel_allocate allocated (cudamodel_plan) */
-    /* fp16 dynamic loss scaling (1 and unused in fp32/bf16) */
-    float loss_scale;
-    int loss_scale_window, clean_steps;
-    long long skipped_steps;
-} CudaModel;
-static_assert((int)LLAMA3_NUM_PARAMETERS <= (int)NUM_PARAMETER_TENSORS &&
-                  (int)LLAMA3_NUM_ACTIVATIONS < (int)NUM_ACTIVATION_TENSORS,
-              "CudaModel's tables hold the Llama's");
-
-/* llama_model.cuh (included at the end), for the dispatches below */
-inline void llamacuda_set_config(CudaModel *m, const LlamaConfig *lc);
-inline size_t llamacuda_activation_specs(const LlamaConfig *lc, int B, int T_, Precision prec, int head_rows,
-                                         TensorSpec *specs, size_t *bytes);
-inline size_t llamacuda_fscratch_floats(const ModelConfig *cfg, size_t N);
-inline size_t llamacuda_scratch_f1(const ModelConfig *c);
-inline void llamacuda_allocated(CudaModel *m, int T_);
-template <class T> void llamacuda_trunk_forward(CudaModel *m, int B, int T_);
-template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_);
-template <class T> void llamacuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_);
-
-/* ---- the activation table on the GPU ----------------------------------------------------- */
-
-/* The LM head's chunk: request > 0 (capped at N), else as many positions as fit in
- * LLMC_HEAD_CHUNK_BYTES of logits, a multiple of 128 when that many fit (so every chunk's lnf
- * rows keep the same alignment, hence the same matmul plan), and at least 1. */
-enum { LLMC_HEAD_CHUNK_BYTES = 1 << 30 };
-inline int cudamodel_head_rows(size_t N, int Vp, size_t elem, int request) {
-    size_t rows = request > 0 ? (size_t)request : (size_t)LLMC_HEAD_CHUNK_BYTES / ((size_t)Vp * elem);
-    if (request <= 0 && rows >= 128) rows -= rows % 128;
-    if (rows < 1) rows = 1;
-    return (int)(rows < N ? rows : N);
-}
-
-/* Is this activation fp32 whatever the precision? Statistics, and the attention slot, which holds the
- * logsumexp on the GPU (lse: the table's row is its architecture's att). */
-inline int cudamodel_act_is_fp32(const TensorSpec *s, int lse) { return s->kind == ACT_STATS || lse; }
-
-inline size_t gpt2cuda_activation_specs(const ModelConfig *cfg, int B, int T, int recompute, Precision prec, int head_rows,
-                                        TensorSpec specs[NUM_ACTIVATION_TENSORS], size_t bytes[NUM_ACTIVATION_TENSORS]) {
-    /* level 0 of the shared table gives every per-layer tensor with all L layers */
-    gpt2_activation_specs(cfg, B, T, 0, specs);
-    const size_t L = (size_t)cfg->num_layers;
-    size_t offset = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        TensorSpec *s = &specs[i];
-        size_t unit = s->per_layer ? s->numel / L : s->numel;
-        if (i == GPT2_A_att) { /* logsumexp (B, NH, T) */
-            unit = (size_t)B * cfg->num_heads * T;
-            s->shape = "(L, B, NH, T) lse";
-        }
-        if (i == GPT2_A_logits) { /* one LM-head chunk */
-            unit = (size_t)head_rows * cfg->padded_vocab_size;
-            s->shape = "(head_rows, Vp)";
-        }
-        s->per_layer = s->per_layer && gpt2_activation_stored_per_layer(s->name, recompute);
-        s->numel = s->per_layer ? unit * L : unit;
-        bytes[i] = s->numel * (cudamodel_act_is_fp32(s, i == GPT2_A_att) ? sizeof(float) : precision_bytes(prec));
-        s->offset = offset; /* bytes here, 256-aligned */
-        offset += (bytes[i] + 255) & ~(size_t)255;
-    }
-    return offset;
-}
-
-/* Layer l's activations for the current (B, T) (one shared copy when not stored per layer). */
-template <class T> struct LayerActs {
-    T *residual, *ln1, *qkv, *atty, *residual2, *ln2, *fch, *fch_gelu, *residual3;
-    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
-};
-
-template <class T> inline LayerActs<T> gpt2cuda_layer(const CudaModel *m, int l, int B, int T_) {
-    const ActivationTensors *a = &m->acts;
-    const size_t N = (size_t)B * T_, C = (size_t)m->cfg.channels, F = (size_t)m->cfg.ffn_hidden;
-    const size_t NH = (size_t)m->cfg.num_heads;
-    const int r = m->recompute;
-#define LLMC_AT(name, per) (gpt2_activation_stored_per_layer(#name, r) ? (size_t)l * (per) : 0)
-    LayerActs<T> x;
-    x.residual = l == 0 ? (T *)a->encoded : (T *)a->residual3 + (size_t)(l - 1) * N * C;
-    x.ln1 = (T *)a->ln1 + LLMC_AT(ln1, N * C);
-    x.ln1_mean = (float *)a->ln1_mean + LLMC_AT(ln1_mean, N);
-    x.ln1_rstd = (float *)a->ln1_rstd + LLMC_AT(ln1_rstd, N);
-    x.qkv = (T *)a->qkv + LLMC_AT(qkv, N * 3 * C);
-    x.atty = (T *)a->atty + LLMC_AT(atty, N * C);
-    x.lse = (float *)a->att + LLMC_AT(att, N * NH);
-    x.residual2 = (T *)a->residual2 + LLMC_AT(residual2, N * C);
-    x.ln2 = (T *)a->ln2 + LLMC_AT(ln2, N * C);
-    x.ln2_mean = (float *)a->ln2_mean + LLMC_AT(ln2_mean, N);
-    x.ln2_rstd = (float *)a->ln2_rstd + LLMC_AT(ln2_rstd, N);
-    x.fch = (T *)a->fch + LLMC_AT(fch, N * F);
-    x.fch_gelu = (T *)a->fch_gelu + LLMC_AT(fch_gelu, N * F);
-    x.residual3 = (T *)a->residual3 + (size_t)l * N * C; /* always stored per layer */
-#undef LLMC_AT
-    return x;
-}
-
-/* Layer l's slice of a stacked (L, ...) parameter tensor, typed (decode.cuh's inference). */
-#define LLMC_LAYER(T, p, l, per) ((T *)(p) + (size_t)(l) * (per))
-
-/* ---- where a layer's parameters and gradients are (both architectures' only source) -------- */
-/* In a packed buffer (-z 2's gradients, -z 3's gathered parameters: the outer bucket, then two layer
- * slots), where bucket l starts (l < 0: the outer bucket; layer l in slot l & 1), and where tensor i's
- * layer-l part is (l ignored for a tensor kept once); in elements. */
-inline size_t cudamodel_packed_bucket(const CudaModel *m, int l) {
-    return l < 0 ? 0 : m->outer_numel + (size_t)(l & 1) * m->layer_numel;
-}
-inline size_t cudamodel_packed_pos(const CudaModel *m, int i, int l) {
-    return cudamodel_packed_bucket(m, m->param_specs[i].layer_numel ? l : -1) + m->bucket_pos[i];
-}
-/* Parameter tensor i of layer l (l ignored for a tensor kept once), typed. */
-template <class X> inline X *cudamodel_param(const CudaModel *m, int i, int l) {
-    const TensorSpec *s = &m->param_specs[i];
-    if (!m->param_slots) return (X *)m->params_memory + s->offset + (size_t)l * s->layer_numel;
-    return (X *)m->gather_memory + cudamodel_packed_pos(m, i, l);
-}
-/* Flat parameter a in this rank's storage (in [shard_lo, shard_hi) at -z 3): the update's and the
- * host copies' view. */
-template <class X> inline X *cudamodel_param_at(const CudaModel *m, size_t a) {
-    return m->param_slots ? (X *)m->params_memory + (a - m->shard_lo) : (X *)m->params_memory + a;
-}
-/* Layer l's gathered parameters, packed (l < 0: the outer bucket); param_slots only. */
-inline void *cudamodel_bucket_params(const CudaModel *m, int l) {
-    return (char *)m->gather_memory + cudamodel_packed_bucket(m, l) * precision_bytes(m->precision);
-}
-/* Its gradient: in the arena, or (-z 2, grad_slots) in the outer bucket or layer l's slot. */
-template <class X> inline X *cudamodel_grad(const CudaModel *m, int i, int l) {
-    const TensorSpec *s = &m->param_specs[i];
-    if (!m->grad_slots) return (X *)m->grads_memory + s->offset + (size_t)l * s->layer_numel;
-    return (X *)m->grads_memory + cudamodel_packed_pos(m, i, l);
-}
-/* Layer l's packed gradient bucket (l < 0: the outer one); grad_slots only. */
-inline void *cudamodel_bucket_grads(const CudaModel *m, int l) {
-    return (char *)m->grads_memory + cudamodel_packed_bucket(m, l) * precision_bytes(m->precision);
-}
-/* The reduced gradient of flat parameter a (in [shard_lo, shard_hi) when grad_slots), for the norm
- * and the update. */
-template <class X> inline X *cudamodel_grad_at(const CudaModel *m, size_t a) {
-    return m->grad_slots ? (X *)m->shard_grads + (a - m->shard_lo) : (X *)m->grads_memory + a;
-}
-
-/* The parameters-needed hook (see params_hook). */
-inline void cudamodel_params_needed(CudaModel *m, int l, int backward) {
-    if (m->params_hook) m->params_hook(m->params_hook_ctx, l, backward);
-}
-
-/* Before queueing layer l's backward (both architectures): where the backward is (grad_hook's
- * trace), the layer's parameters made ready (params_hook) and, -z 2, its gradient slot, which waits
- * for the reduction of the layer that used it before and is then cleared. */
-inline void cudamodel_backward_layer_begin(CudaModel *m, int l) {
-    m->backward_layer = l;
-    cudamodel_params_needed(m, l, 1);
-    if (!m->grad_slots) return;
-    cudaCheck(cudaStreamWaitEvent(m->ctx->stream, m->slot_free[l & 1], 0));
-    cudaCheck(cudaMemsetAsync(cudamodel_bucket_grads(m, l), 0, m->layer_numel * precision_bytes(m->precision), m->ctx->stream));
-}
-
-/* A GPT-2 block's parameter (or gradient) views for layer l. */
-template <class T> struct LayerWeights {
-    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-};
-template <class T> inline LayerWeights<T> gpt2cuda_layer_weights(const CudaModel *m, int l, int grads) {
-    LayerWeights<T> w;
-#define LLMC_VIEW(name) w.name = grads ? cudamodel_grad<T>(m, GPT2_P_##name, l) : cudamodel_param<T>(m, GPT2_P_##name, l)
-    LLMC_VIEW(ln1w), LLMC_VIEW(ln1b), LLMC_VIEW(qkvw), LLMC_VIEW(qkvb), LLMC_VIEW(attprojw), LLMC_VIEW(attprojb);
-    LLMC_VIEW(ln2w), LLMC_VIEW(ln2b), LLMC_VIEW(fcw), LLMC_VIEW(fcb), LLMC_VIEW(fcprojw), LLMC_VIEW(fcprojb);
-#undef LLMC_VIEW
-    return w;
-}
-
 /* ---- building ----------------------------------------------------------------------------- */
-inline void gpt2cuda_point_parameters(ParameterTensors *p, void *arena, const TensorSpec *specs, size_t elem) {
-    float **slots = gpt2_parameter_slots(p);
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) slots[i] = (float *)((char *)arena + specs[i].offset * elem);
-}
-
-/* The fp32 op scratch: its largest user (also serves inference: the classifier needs none). */
-inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
-    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
-    size_t fs = NORM_BLOCKS;
-    size_t cand[4] = {layernorm_backward_scratch_floats((int)N, (int)C), matmul_backward_scratch_floats((int)N, (int)F),
-                      matmul_backward_scratch_floats((int)N, 3 * (int)C),
-                      attention_backward_scratch_floats(N, cfg->num_heads, (int)C / cfg->num_heads)};
-    for (int i = 0; i < 4; i++) fs = cand[i] > fs ? cand[i] : fs;
-    return fs;
-}
-
 /* cudamodel_build's host copies: parameters, m, v (fp32), a logits row, the staging buffer (T). */
 inline size_t cudamodel_build_host_bytes(size_t n, int Vp, size_t elem) {
     return 3 * n * sizeof(float) + (size_t)Vp * sizeof(float) + n * elem;
@@ -563,22 +250,6 @@ inline void cudamodel_set_shard(CudaModel *m, size_t lo, size_t hi) {
     m->shard_hi = hi;
 }
 
-/* The ActivationTensors slots into the arena: GPT-2's table is those slots; a Llama's tensors
- * point the slots of the same name (lnf, logits, losses, ...), the others stay NULL. */
-inline void gpt2cuda_point_activations(CudaModel *m) {
-    static const char *const slot_names[] = {
-#define LLMC_ACT_NAME(name, ...) #name,
-        GPT2_ACTIVATIONS(LLMC_ACT_NAME)
-#undef LLMC_ACT_NAME
-    };
-    float **slots = (float **)&m->acts;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        slots[i] = NULL;
-        for (int j = 0; j < NUM_ACTIVATION_TENSORS && m->act_specs[j].name; j++)
-            if (strcmp(m->act_specs[j].name, slot_names[i]) == 0) slots[i] = (float *)((char *)m->acts_memory + m->act_specs[j].offset);
-    }
-}
-
 /* Activations for batches up to (B, T), plus gradients, moments and scratch if training. */
 inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int gelu_fusion, int training) {
     const ModelConfig *cfg = &m->cfg;
@@ -745,41 +416,6 @@ inline void cudamodel_sync_from_host(CudaModel *m) {
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
-/* Block l from its ln1 (already computed) to residual3 and the next LayerNorm (finish = 1), or
- * only up to fch_gelu (finish = 0: the recompute of level 3, which needs nothing later). */
-template <class T> void gpt2cuda_block_forward(CudaModel *m, int l, int B, int T_, int finish) {
-    NVTX_RANGE_LAYER(finish ? "forward layer" : "recompute layer", l);
-    const ModelConfig *cfg = &m->cfg;
-    const int C = cfg->channels, NH = cfg->num_heads, F = cfg->ffn_hidden, L = cfg->num_layers, N = B * T_;
-    const CudaContext *ctx = m->ctx;
-    cudaStream_t s = ctx->stream;
-    LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
-    const LayerWeights<T> p = gpt2cuda_layer_weights<T>(m, l, 0);
-    matmul_forward(x.qkv, x.ln1, p.qkvw, p.qkvb, N, C, 3 * C, ctx);
-    attention_forward(x.atty, x.lse, x.qkv, B, T_, C, NH, cfg->num_kv_heads, s);
-    matmul_forward(x.residual2, x.atty, p.attprojw, p.attprojb, N, C, C, ctx);
-    fused_residual_layernorm_forward(x.residual2, x.ln2, x.ln2_mean, x.ln2_rstd, x.residual2, x.residual, p.ln2w, p.ln2b, N, C, s);
-    if (m->gelu_fusion >= 1) {
-        matmul_forward_gelu(x.fch_gelu, x.fch, x.ln2, p.fcw, p.fcb, N, C, F, ctx);
-    } else {
-        matmul_forward(x.fch, x.ln2, p.fcw, p.fcb, N, C, F, ctx);
-        gelu_forward(x.fch_gelu, x.fch, (size_t)N * F, s);
-    }
-    if (!finish) return;
-    matmul_forward(x.residual3, x.fch_gelu, p.fcprojw, p.fcprojb, N, F, C, ctx);
-    if (l + 1 < L) {
-        cudamodel_params_needed(m, l + 1, 0); /* (its ln1w, ln1b) */
-        LayerActs<T> y = gpt2cuda_layer<T>(m, l + 1, B, T_);
-        const LayerWeights<T> q = gpt2cuda_layer_weights<T>(m, l + 1, 0);
-        fused_residual_layernorm_forward(x.residual3, y.ln1, y.ln1_mean, y.ln1_rstd, x.residual3, x.residual2, q.ln1w, q.ln1b,
-                                         N, C, s);
-    } else {
-        fused_residual_layernorm_forward(x.residual3, (T *)m->acts.lnf, (float *)m->acts.lnf_mean, (float *)m->acts.lnf_rstd,
-                                         x.residual3, x.residual2, cudamodel_param<T>(m, GPT2_P_lnfw, 0),
-                                         cudamodel_param<T>(m, GPT2_P_lnfb, 0), N, C, s);
-    }
-}
-
 /* The forward from the staged tokens (cudamodel_stage) in d_inputs/d_targets, without waiting:
  * with targets the mean loss lands in d_loss (and, training: dloss != 0, is added to d_loss_acc).
  * Only launches and device-to-device work, so a CUDA graph can capture it (graph.cuh). */
@@ -888,11 +524,6 @@ inline float cudamodel_forward(CudaModel *m, const int *inputs, const int *targe
 }
 
 /* ---- backward ------------------------------------------------------------------------------ */
-/* Bucket l's gradients are final for this step (see grad_hook). */
-inline void cudamodel_bucket_ready(CudaModel *m, int l) {
-    if (m->grad_hook && (m->grad_hook_armed || (m->grad_slots && l >= 0))) m->grad_hook(m->grad_hook_ctx, l);
-}
-
 /* dst += src, elementwise, in fp32 arithmetic. */
 template <class T> static __global__ void accumulate_kernel(T *dst, const T *src, size_t n) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -913,70 +544,6 @@ inline void cudamodel_shard_accumulate(CudaModel *m, const Bucket *b, const void
         });
         kernelCheck();
         k += n;
-    }
-}
-
-/* The backward down to the encoder's output gradient (dresidual): launches only (graph.cuh). */
-template <class T> void gpt2cuda_backward_layers_t(CudaModel *m, int B, int T_) {
-    NVTX_RANGE("backward");
-    const ModelConfig *cfg = &m->cfg;
-    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
-    const int N = B * T_;
-    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
-    ActivationTensors *a = &m->acts;
-    const CudaContext *ctx = m->ctx;
-    cudaStream_t s = ctx->stream;
-    float *fs = m->fscratch;
-    T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
-
-    /* (the LM head's backward ran in the forward, chunk by chunk: dlnf is in dbuf_c) */
-    /* lnf = layernorm(residual3[L-1]) */
-    cudaCheck(cudaMemsetAsync(dres, 0, NC * sizeof(T), s));
-    T *top = (T *)a->residual3 + (size_t)(L - 1) * NC;
-    layernorm_backward(dres, cudamodel_grad<T>(m, GPT2_P_lnfw, 0), cudamodel_grad<T>(m, GPT2_P_lnfb, 0), dbuf_c, top,
-                       cudamodel_param<T>(m, GPT2_P_lnfw, 0), (float *)a->lnf_mean, (float *)a->lnf_rstd, N, C, fs, s);
-    m->in_backward = 1;
-    for (int l = L - 1; l >= 0; l--) {
-        NVTX_RANGE_LAYER("backward layer", l);
-        cudamodel_backward_layer_begin(m, l);
-        LayerActs<T> x = gpt2cuda_layer<T>(m, l, B, T_);
-        const LayerWeights<T> p = gpt2cuda_layer_weights<T>(m, l, 0), g = gpt2cuda_layer_weights<T>(m, l, 1);
-        /* recompute what the forward did not keep, with the forward's own kernels */
-        if (m->recompute >= 3) {
-            layernorm_forward(x.ln1, x.ln1_mean, x.ln1_rstd, x.residual, p.ln1w, p.ln1b, N, C, s);
-            gpt2cuda_block_forward<T>(m, l, B, T_, 0);
-        } else {
-            if (m->recompute >= 1) gelu_forward(x.fch_gelu, x.fch, NF, s);
-            if (m->recompute >= 2) layernorm_recompute(x.ln2, x.residual2, x.ln2_mean, x.ln2_rstd, p.ln2w, p.ln2b, N, C, s);
-        }
-        /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
-        T *dfch_gelu = dbuf_f1, *dfch = dbuf_f2;
-        if (m->gelu_fusion >= 2) {
-            /* ... and fch_gelu = gelu(fch), through the DGELU epilogue */
-            matmul_backward_dgelu(dfch, g.fcprojw, g.fcprojb, dres, x.fch_gelu, p.fcprojw, x.fch, N, F, C, fs, ctx);
-        } else {
-            matmul_backward(dfch_gelu, g.fcprojw, g.fcprojb, dres, x.fch_gelu, p.fcprojw, N, F, C, fs, ctx);
-            /* fch_gelu = gelu(fch) */
-            gelu_backward(dfch, x.fch, dfch_gelu, NF, s);
-        }
-        /* fch = ln2 @ fcw^T + fcb */
-        T *dln2 = dbuf_c;
-        matmul_backward(dln2, g.fcw, g.fcb, dfch, x.ln2, p.fcw, N, C, F, fs, ctx);
-        /* ln2 = layernorm(residual2) */
-        layernorm_backward(dres, g.ln2w, g.ln2b, dln2, x.residual2, p.ln2w, x.ln2_mean, x.ln2_rstd, N, C, fs, s);
-        /* residual2 = residual + atty @ attprojw^T + attprojb */
-        T *datty = dbuf_c;
-        matmul_backward(datty, g.attprojw, g.attprojb, dres, x.atty, p.attprojw, N, C, C, fs, ctx);
-        /* atty = attention(qkv) */
-        T *dqkv = dbuf_f1;
-        attention_backward(dqkv, datty, x.qkv, x.atty, x.lse, B, T_, C, NH, cfg->num_kv_heads, fs, s);
-        /* qkv = ln1 @ qkvw^T + qkvb */
-        if (m->recompute == 2) layernorm_recompute(x.ln1, x.residual, x.ln1_mean, x.ln1_rstd, p.ln1w, p.ln1b, N, C, s);
-        T *dln1 = dbuf_c;
-        matmul_backward(dln1, g.qkvw, g.qkvb, dqkv, x.ln1, p.qkvw, N, C, 3 * C, fs, ctx);
-        /* ln1 = layernorm(residual) */
-        layernorm_backward(dres, g.ln1w, g.ln1b, dln1, x.residual, p.ln1w, x.ln1_mean, x.ln1_rstd, N, C, fs, s);
-        cudamodel_bucket_ready(m, l);
     }
 }
 
@@ -1295,7 +862,5 @@ inline void cudamodel_print_memory(const CudaModel *m, FILE *out) {
     fprintf(out, "| device total                        | %10.1f |\n", (double)total_b / MiB);
     fprintf(out, "+-------------------------------------+------------+\n");
 }
-
-#include "llmc/cuda/llama.cuh"
 
 #endif

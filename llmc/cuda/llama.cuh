@@ -1,10 +1,10 @@
 /*
- * llama_model.cuh - the Llama 3 block sequence on the GPU: the CUDA twin of llmc/cpu/llama.c,
- * in the same model struct as GPT-2 (CudaModel, model.cuh), which keeps everything that does not
+ * llama.cuh - the Llama 3 block sequence on the GPU: the CUDA twin of llmc/cpu/llama.c, in the
+ * same model struct as GPT-2 (CudaModel, arena.cuh). cudamodel.cuh keeps everything that does not
  * depend on the architecture: the parameter and gradient arenas laid out by the table, fp32
  * master weights, AdamW and its compact/offloaded/sharded states, the fp16 loss scaler, the
  * gradient norm, the host copies for checkpoints and the chunked LM head with its loss.
- * model.cuh's entry points (build, plan, allocate, forward, backward) dispatch here on m->arch.
+ * cudamodel.cuh's entry points (build, plan, allocate, forward, backward) dispatch here on m->arch.
  *
  * Differences from the CPU sequence, as for GPT-2 on CUDA: tensors in the run-time precision T
  * (RMSNorm's rstd, the attention logsumexp and the losses fp32); the residual add fused into the
@@ -19,6 +19,13 @@
 #define LLMC_CUDA_LLAMA_MODEL_CUH
 
 #include "llmc/models/llama.h"
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/arena.cuh"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/common.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/nvtx.cuh"
 #include "llmc/cuda/rmsnorm.cuh"
 #include "llmc/cuda/rope.cuh"
 #include "llmc/cuda/swiglu.cuh"
@@ -96,7 +103,7 @@ inline void llamacuda_allocated(CudaModel *m, int T_) {
 }
 
 /* Layer l's view of activation i, typed; from the table only (parameters and gradients:
- * model.cuh's cudamodel_param and cudamodel_grad, which know -z 2's gradient slots). */
+ * arena.cuh's cudamodel_param and cudamodel_grad, which know -z 2's gradient slots). */
 template <class X> inline X *llamacuda_act(const CudaModel *m, int i, int l) {
     const TensorSpec *s = &m->act_specs[i];
     return (X *)((char *)m->acts_memory + s->offset) + (size_t)l * s->layer_numel;
@@ -159,7 +166,7 @@ template <class T> void llamacuda_trunk_forward(CudaModel *m, int B, int T_) {
 /* ---- backward ------------------------------------------------------------------------------ */
 /* After the training forward (the LM head's backward left dlnf in dbuf_c and the head's gradient
  * accumulated): the blocks' and lnf's gradients, down to the embedding's output gradient (dresidual);
- * launches only, so a CUDA graph can capture it (model.cuh's cudamodel_backward_layers). */
+ * launches only, so a CUDA graph can capture it (cudamodel.cuh's cudamodel_backward_layers). */
 template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_) {
     NVTX_RANGE("backward");
     const ModelConfig *cfg = &m->cfg;
@@ -198,7 +205,7 @@ template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_)
         matmul_backward(dln1, GRAD(qkvw, l), (T *)NULL, dqkv, ACT(ln1, l), PARAM(qkvw, l), N, C, QKV, fs, ctx);
         /* ln1 = rmsnorm(residual) */
         rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), STAT(ln1_rstd, l), N, C, fs, s);
-        cudamodel_bucket_ready(m, l); /* layer l's gradients are final (model.cuh's grad_hook) */
+        cudamodel_bucket_ready(m, l); /* layer l's gradients are final (arena.cuh's grad_hook) */
     }
 }
 
