@@ -10,7 +10,7 @@ tok_hash := \#
 TOK_PCRE2 := $(if $(HAVE_PCRE2),1,$(shell printf '$(tok_hash)define PCRE2_CODE_UNIT_WIDTH 8\n$(tok_hash)include <pcre2.h>\nint main(void){return 0;}\n' | $(CC) -x c - -o /dev/null -lpcre2-8 >/dev/null 2>&1 && echo 1))
 
 ifeq ($(TOK_PCRE2),1)
-CORE_SRCS += llmc/data/tokenizer.c
+CORE_SRCS += llmc/data/tokenizer.c llmc/data/tokenizer_load.c
 LDLIBS    += -lpcre2-8
 BINS      += tokenizer
 TEST_BINS += $(BUILD)/test/test_tokenizer
