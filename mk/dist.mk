@@ -1,8 +1,8 @@
-# Data parallelism (llmc/dist/dist.c, llmc/train/optim.c): the TCP transport (-pi tcp | fs, every build),
+# Data parallelism (llmc/dist/dist.c, bucket.c, llmc/train/optim.c): the TCP transport (-pi tcp | fs, every build),
 # the CPU trainer without MPI, for the tests that a build without MPI asked for several processes
 # with -pi mpi says how to get them and trains with -pi tcp | fs (a link only: the core's dist.o
 # is the build without MPI), and `make bench-dist`.
-CORE_SRCS += llmc/dist/dist_tcp.c
+CORE_SRCS += llmc/dist/dist_tcp.c llmc/dist/bucket.c
 TEST_BINS += $(BUILD)/test/train_gpt_cpu_nompi
 $(BUILD)/test/train_gpt_cpu_nompi: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	@mkdir -p $(dir $@)

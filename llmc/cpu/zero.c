@@ -14,7 +14,7 @@ void cpu_zero_plan(const TensorSpec *specs, int num_specs, size_t num_parameters
     bucket_packing(specs, num_specs, &outer, &layer, NULL);
     p->host[MEM_GRADIENTS] = (outer + layer) * sizeof(float);
     if (zero < 3) return;
-    p->host[MEM_PARAMETERS] = optim_shard_floats(num_parameters, zero, ranks, rank) * sizeof(float);
+    p->host[MEM_PARAMETERS] = dist_shard_floats(num_parameters, zero, ranks, rank) * sizeof(float);
     p->host[MEM_PARAM_GATHER] = (outer + 2 * layer) * sizeof(float);
 }
 

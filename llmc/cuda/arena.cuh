@@ -59,7 +59,7 @@ typedef struct {
      * final - once layer l's backward is queued on the compute stream, before layer l - 1's is -
      * for l = L-1 .. 0, then grad_hook(ctx, -1) for the outer bucket (wte, wpe, lnfw, lnfb: wte's
      * gradient gets its last part from the encoder backward, the backward's last op). A bucket is
-     * bucket_of_layer's (dist.h): one layer's slice of each of the 12 stacked tensors. GPT-2's table
+     * bucket_of_layer's (bucket.h): one layer's slice of each of the 12 stacked tensors. GPT-2's table
      * stacks each tensor over the layers, so a layer's gradients are 12 ranges of the arena, not
      * one. The hook runs on the host while the queued kernels run: it orders its own work after
      * them with an event. in_backward and backward_layer say where the backward's queueing is. */

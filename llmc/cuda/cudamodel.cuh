@@ -36,7 +36,7 @@
 #include <string.h>
 
 #include "llmc/formats/modelfile.h"
-#include "llmc/dist/dist.h"
+#include "llmc/dist/bucket.h"
 #include "llmc/models/llama.h"
 #include "llmc/core/rng.h"
 #include "llmc/models/gpt2.h"
@@ -124,7 +124,7 @@ inline void cudamodel_plan(const LlamaConfig *llama, const ModelConfig *cfg, int
     p->host[MEM_STAGING] += (encoder_buckets_capacity((int)N) + N) * sizeof(int);
 }
 /* -z 2 without a full gradient buffer (grad_slots): the gradient class is the outer bucket and
- * two layer slots, packed (dist.h's bucket_packing), and the reduced gradients are the rank's
+ * two layer slots, packed (bucket.h's bucket_packing), and the reduced gradients are the rank's
  * shard (shard elements, at least 1 allocated). */
 inline void cudamodel_plan_grad_slots(const TensorSpec *specs, int num_specs, size_t shard, Precision prec, int zero3, MemPlan *p) {
     size_t outer, layer;
@@ -531,7 +531,7 @@ template <class T> static __global__ void accumulate_kernel(T *dst, const T *src
 }
 
 /* -z 2 (grad_slots): this rank's part of a packed gradient bucket b (run: its first element, the
- * part already reduced over the ranks; dist.h's bucket_part says where it is) added into
+ * part already reduced over the ranks; bucket.h's bucket_part says where it is) added into
  * shard_grads, slice by slice, on stream st. */
 inline void cudamodel_shard_accumulate(CudaModel *m, const Bucket *b, const void *run, cudaStream_t st) {
     size_t k = 0;

@@ -1,7 +1,6 @@
 #include "llmc/dist/dist.h"
 #include "llmc/dist/dist_ops.h"
 #include "llmc/core/check.h"
-#include "llmc/formats/rundir.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,16 +14,29 @@
 #include <mpi.h>
 #endif
 
-/* The world size a launcher announced in the environment (0: none), and which variable. */
-static int launcher_size(const char **var) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 0) {
-            *var = vars[i];
-            return atoi(v);
+/* ---- launchers ------------------------------------------------------------------------- */
+/* The world-size variables of the common launchers (OpenMPI's mpirun, PMIx, PMI; Slurm's only inside
+ * a job step, srun), in the order they are asked; SLURM_NTASKS (an allocation, maybe without a step)
+ * is asked after them, only beside SLURM_PROCID. */
+static const char *const LAUNCHER_SIZE_VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS",
+                                                 NULL};
+
+/* The first of LAUNCHER_SIZE_VARS whose value is above `above` (NULL: none), its value in *size. */
+static const char *launcher_var_above(int above, int *size) {
+    for (int i = 0; LAUNCHER_SIZE_VARS[i]; i++) {
+        const char *v = getenv(LAUNCHER_SIZE_VARS[i]);
+        if (v && atoi(v) > above) {
+            *size = atoi(v);
+            return LAUNCHER_SIZE_VARS[i];
         }
     }
+    return NULL;
+}
+
+/* The world size a launcher announced in the environment (0: none), and which variable. */
+static int launcher_size(const char **var) {
+    int size;
+    if ((*var = launcher_var_above(0, &size))) return size;
     const char *n = getenv("SLURM_NTASKS");
     if (n && getenv("SLURM_PROCID") && atoi(n) > 0) {
         *var = "SLURM_NTASKS";
@@ -34,6 +46,20 @@ static int launcher_size(const char **var) {
     return 0;
 }
 
+void dist_refuse_launcher(void) {
+    int size;
+    const char *var = launcher_var_above(1, &size);
+    if (var)
+        llmc_die("this process was started as one of %d by a launcher (%s=%s), but data parallelism is not "
+                 "built yet in this trainer (./train_gpt_cpu built with MPI has it): the copies would train alone "
+                 "and write the same files. Run one process (without mpirun/srun), or unset %s if it is stale",
+                 size, var, getenv(var), var);
+    const char *n = getenv("SLURM_NTASKS"), *rank = getenv("SLURM_PROCID");
+    if (n && rank && !getenv("SLURM_STEP_NUM_TASKS") && atoi(n) > 1)
+        llmc_die("this process was started as one of %d Slurm tasks (SLURM_NTASKS=%s, SLURM_PROCID=%s), but data "
+                 "parallelism is not built yet in this trainer. Run one task (srun -n 1)", atoi(n), n, rank);
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -41,8 +67,6 @@ static double now_ms(void) {
 }
 
 int dist_have_mpi(void) { return LLMC_HAVE_MPI ? 1 : 0; }
-
-size_t dist_type_size(DistType t) { return t == DIST_F32 ? 4 : 8; }
 
 static Dist world = {.size = 1, .launcher = "one process", .timeout_s = DIST_DEFAULT_TIMEOUT_S};
 Dist *dist_world(void) { return &world; }
@@ -95,7 +119,7 @@ Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
                 llmc_die("-pn %d: this build of the trainer has no data parallelism (./train_gpt needs NCCL for it; "
                          "./train_gpt_cpu has it): each process would train alone and write the same files. Run one "
                          "process (-pn 1), or rebuild where NCCL is installed", f->pn);
-            rundir_refuse_launcher();
+            dist_refuse_launcher();
         }
         (void)argc, (void)argv;
         return d;
@@ -162,13 +186,6 @@ void dist_finalize(Dist *d) {
     if (d->ops && d->ops->finalize) d->ops->finalize(d);
     d->ops = NULL;
     d->mpi = 0;
-}
-
-void dist_shard(size_t n, int P, int r, size_t *lo, size_t *hi) {
-    size_t s = (n + (size_t)P - 1) / (size_t)P;
-    size_t a = s * (size_t)r, b = a + s;
-    *lo = a < n ? a : n;
-    *hi = b < n ? b : n;
 }
 
 enum { CHUNK = 1 << 28 };
@@ -435,55 +452,6 @@ void dist_barrier(Dist *d) {
     if (d->size == 1) return;
     d->collectives++;
     d->ops->barrier(d, "barrier");
-}
-
-void bucket_add(Bucket *b, size_t off, size_t len) {
-    if (b->n == BUCKET_MAX_SLICES) llmc_die("internal: a bucket holds at most %d slices", BUCKET_MAX_SLICES);
-    if (b->n && off < b->off[b->n - 1] + b->len[b->n - 1]) llmc_die("internal: bucket slices out of order");
-    b->off[b->n] = off;
-    b->len[b->n++] = len;
-    b->numel += len;
-}
-
-void bucket_of_layer(Bucket *b, const TensorSpec *specs, int num_specs, int l) {
-    memset(b, 0, sizeof *b);
-    for (int i = 0; i < num_specs; i++) {
-        const TensorSpec *s = &specs[i];
-        if (l < 0 && !s->layer_numel && s->numel) bucket_add(b, s->offset, s->numel);
-        if (l >= 0 && s->layer_numel) bucket_add(b, s->offset + (size_t)l * s->layer_numel, s->layer_numel);
-    }
-}
-
-void bucket_packing(const TensorSpec *specs, int num_specs, size_t *outer, size_t *layer, size_t *pos) {
-    *outer = *layer = 0;
-    for (int i = 0; i < num_specs; i++) {
-        size_t *size = specs[i].layer_numel ? layer : outer;
-        if (pos) pos[i] = *size;
-        *size += specs[i].layer_numel ? specs[i].layer_numel : specs[i].numel;
-    }
-}
-
-void bucket_part(const Bucket *b, size_t lo, size_t hi, size_t *pos, size_t *count) {
-    *pos = *count = 0;
-    for (int i = 0; i < b->n; i++) {
-        size_t a;
-        *pos += bucket_slice_in(b, i, 0, lo, &a);
-        *count += bucket_slice_in(b, i, lo, hi, &a);
-    }
-}
-
-void bucket_shard_copy(const Bucket *b, size_t lo, size_t hi, float *packed, float *shard, int add) {
-    size_t k = 0; /* packed index of slice i's first element (add 1: of the run's first) */
-    for (int i = 0; i < b->n; i++) {
-        size_t a, n = bucket_slice_in(b, i, lo, hi, &a);
-        if (add) {
-            for (size_t j = 0; j < n; j++) shard[a - lo + j] += packed[k + j];
-            k += n;
-        } else {
-            memcpy(packed + k + (a - b->off[i]), shard + (a - lo), n * sizeof(float));
-            k += b->len[i];
-        }
-    }
 }
 
 void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts) {

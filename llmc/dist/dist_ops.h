@@ -1,5 +1,5 @@
 /*
- * dist_ops.h - the transports behind dist.h's collectives (private to llmc/dist*.c).
+ * dist_ops.h - the transports behind dist.h's collectives (private to llmc/dist/dist.c and dist_tcp.c).
  *
  * dist.c does what every transport shares (one rank: nothing to do; counting the collectives,
  * their bytes and time; summing gathered values in rank order) and calls the process group's
@@ -11,7 +11,9 @@
 #ifndef LLMC_DIST_OPS_H
 #define LLMC_DIST_OPS_H
 
-#include "llmc/dist/dist.h"
+#include <stddef.h>
+
+#include "llmc/dist/group.h"
 
 typedef enum { DIST_F32, DIST_F64, DIST_U64 } DistType;
 
@@ -32,7 +34,7 @@ typedef struct DistOps {
     void (*finalize)(Dist *d);
 } DistOps;
 
-size_t dist_type_size(DistType t);
+static inline size_t dist_type_size(DistType t) { return t == DIST_F32 ? 4 : 8; }
 
 /* dist_tcp.c: joins the group of size processes (-pi tcp | fs, dist.h) as rank `rank`; fills
  * d->size, rank, local_rank, launcher, ops, transport. Dies naming the flag or rank on any

@@ -17,23 +17,6 @@
 #endif
 const char *llmc_version(void) { return LLMC_GIT_COMMIT; }
 
-void rundir_refuse_launcher(void) {
-    /* world-size variables of the common launchers; Slurm's only inside a job step (srun) */
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_STEP_NUM_TASKS", NULL};
-    for (int i = 0; vars[i]; i++) {
-        const char *v = getenv(vars[i]);
-        if (v && atoi(v) > 1)
-            llmc_die("this process was started as one of %d by a launcher (%s=%s), but data parallelism is not "
-                     "built yet in this trainer (./train_gpt_cpu built with MPI has it): the copies would train alone "
-                     "and write the same files. Run one process (without mpirun/srun), or unset %s if it is stale",
-                     atoi(v), vars[i], v, vars[i]);
-    }
-    const char *n = getenv("SLURM_NTASKS"), *rank = getenv("SLURM_PROCID");
-    if (n && rank && !getenv("SLURM_STEP_NUM_TASKS") && atoi(n) > 1)
-        llmc_die("this process was started as one of %d Slurm tasks (SLURM_NTASKS=%s, SLURM_PROCID=%s), but data "
-                 "parallelism is not built yet in this trainer. Run one task (srun -n 1)", atoi(n), n, rank);
-}
-
 static void make_dirs(const char *dir) {
     char path[1100];
     snprintf(path, sizeof path, "%s", dir);

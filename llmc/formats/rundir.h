@@ -15,10 +15,6 @@
 extern "C" {
 #endif
 
-/* Dies when a multi-process launcher (mpirun, srun, ...) started this process as one of several
- * and the trainer has no process group (dist.h) to join: the copies would train alone and write
- * the same files. */
-void rundir_refuse_launcher(void);
 /* mkdir -p dir, then the exclusive lock (kept until the process exits); dies if another
  * process holds it, naming the directory and that process's PID. */
 void rundir_lock(const char *dir);

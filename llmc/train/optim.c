@@ -24,7 +24,7 @@ void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpe
     o->lo = 0;
     o->hi = n;
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
-    size_t k = optim_shard_floats(n, zero, d->size, d->rank);
+    size_t k = dist_shard_floats(n, zero, d->size, d->rank);
     size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
     o->m = (float *)mem_calloc(MEM_ADAM_M, mb, 1, "AdamW m");
     o->v = (float *)mem_calloc(MEM_ADAM_V, mb, 1, "AdamW v");
@@ -34,19 +34,12 @@ void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpe
     }
 }
 
-size_t optim_shard_floats(size_t n, int zero, int ranks, int rank) {
-    size_t lo = 0, hi = n;
-    if (zero >= 1) dist_shard(n, ranks, rank, &lo, &hi);
-    /* at least one float each, so that a rank past the end (owning nothing) still has buffers */
-    return hi - lo ? hi - lo : 1;
-}
-
 size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state) {
-    return optstate_bytes(optim_shard_floats(n, zero, ranks, rank), state);
+    return optstate_bytes(dist_shard_floats(n, zero, ranks, rank), state);
 }
 
 void optim_free(Optimizer *o) {
-    size_t k = optim_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float);
+    size_t k = dist_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float);
     size_t mb = optim_moment_bytes(o->n, o->zero, o->dist->size, o->dist->rank, o->state);
     mem_free(MEM_ADAM_M, o->m, mb);
     mem_free(MEM_ADAM_V, o->v, mb);
@@ -62,7 +55,7 @@ void optim_reduce(Optimizer *o, float *grads) {
 }
 
 void optim_zero_grad(Optimizer *o) {
-    if (o->gshard) memset(o->gshard, 0, optim_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float));
+    if (o->gshard) memset(o->gshard, 0, dist_shard_floats(o->n, o->zero, o->dist->size, o->dist->rank) * sizeof(float));
 }
 
 /* Every rank's run of b (counts, then displacements, into o->parts slot) */

@@ -61,9 +61,6 @@ void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpe
  * optim_init_state's one rule. */
 size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state);
 void optim_free(Optimizer *o);
-/* Floats of m (and of v, of the -z >= 2 gradient shard, of the -z 3 parameter shard) that rank
- * allocates: the plan's and optim_init's one rule. */
-size_t optim_shard_floats(size_t n, int zero, int ranks, int rank);
 float optim_loss_weight(const Optimizer *o, int accum);
 /* Sums grads over the ranks (-z 0/1: all of them; -z >= 2: nothing left to do, the buckets were
  * reduced during the backward). */

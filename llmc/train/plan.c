@@ -30,7 +30,7 @@ void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int rank
     p->accum = (int)(total_batch / micro);
     const size_t n = p->num_parameters;
     if (host_optimizer) {
-        size_t k = optim_shard_floats(n, zero, ranks, rank); /* rank 0's is the largest */
+        size_t k = dist_shard_floats(n, zero, ranks, rank); /* rank 0's is the largest */
         p->host[MEM_ADAM_M] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         p->host[MEM_ADAM_V] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         if (zero >= 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);

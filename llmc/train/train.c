@@ -148,7 +148,7 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     Dist *d = dist_world();
     d->timeout_s = tc->dist_timeout; /* the collective watchdog (dist.h) from here on */
-    if (d->size == 1) rundir_refuse_launcher(); /* a trainer that did not start a process group */
+    if (d->size == 1) dist_refuse_launcher(); /* a trainer that did not start a process group */
     /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
     int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
     dist_bcast_bytes(d, &step, sizeof step);
