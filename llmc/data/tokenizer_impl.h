@@ -38,7 +38,6 @@ struct Tokenizer {
     size_t nspecial;
 };
 
-
 /* A formatted reason into err[errlen] (nothing when err is NULL or errlen 0). */
 void tokenizer_set_err(char *err, size_t errlen, const char *fmt, ...) LLMC_PRINTF(3, 4);
 
