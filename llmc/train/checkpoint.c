@@ -61,7 +61,7 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
     return -1;
 }
 
-void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, Optimizer *opt,
+void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, TrainOptimizer *opt,
                             DataLoader *loader, const Rng *sampler_rng, int step, int healthy) {
     char model[4200], state[4200];
     Dist *d = dist_world();
@@ -69,29 +69,17 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
      * of m and v (gathered from the ranks' shards), whatever the number of ranks */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
     be->sync_to_host(be->model);
-    float *m = be->host_m, *v = be->host_v, *params = be->host_params;
-    /* the loop's optimizer: whole fp32 moments are written as they are; else gathered (and decoded) into copies */
-    const int gathered = be->host_grads && !optim_state_is_whole(opt);
-    if (be->host_grads && !gathered) m = opt->m, v = opt->v;
-    if (gathered) {
-        size_t n = d->rank == 0 ? be->num_parameters : 1;
-        m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
-        v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
-        optim_gather_state(opt, m, v);
-        if (opt->zero == 3) { /* the model file from the ranks' shards, on rank 0 */
-            params = (float *)mallocCheck(n * sizeof(float), "parameters (checkpoint)");
-            optim_gather_params(opt, be->host_params, params);
-        }
-    }
-    if (d->rank == 0 || params == be->host_params) /* (-z 3: the whole model is rank 0's) */
+    OptimStateView sv;
+    opt->state(opt->ctx, &sv);
+    const float *params = sv.params;
+    if (sv.whole_params) /* (-z 3: the whole model is rank 0's) */
         for (size_t i = 0; i < be->num_parameters; i++)
             if (!isfinite(params[i]))
                 llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
                          "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
                          i, (double)params[i], step, tc->output_dir);
     if (d->rank != 0) {
-        if (gathered) free(m), free(v);
-        if (params != be->host_params) free(params);
+        if (opt->state_release) opt->state_release(opt->ctx, &sv);
         return;
     }
     TrainState st = {0};
@@ -117,9 +105,8 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
     if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
-    state_file_save(state, &st, m, v);
-    if (gathered) free(m), free(v);
-    if (params != be->host_params) free(params);
+    state_file_save(state, &st, sv.m, sv.v);
+    if (opt->state_release) opt->state_release(opt->ctx, &sv);
     if (tc->process_rank == 0) {
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
@@ -129,23 +116,16 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     printf("checkpoint: %s\n", model);
 }
 
-void train_load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, DataLoader *loader, Rng *sampler_rng,
+void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *opt, DataLoader *loader, Rng *sampler_rng,
                        int step, long long total_batch) {
     char state[4200], model[4200];
     /* every rank reads the one state file (-o must be shared by the ranks' nodes) and keeps its shard */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof state);
     TrainState st;
-    float *m = be->host_m, *v = be->host_v;
-    if (be->host_grads) {
-        m = (float *)mallocCheck(be->num_parameters * sizeof(float), "AdamW m (checkpoint)");
-        v = (float *)mallocCheck(be->num_parameters * sizeof(float), "AdamW v (checkpoint)");
-    }
+    float *m, *v;
+    opt->load_begin(opt->ctx, &m, &v);
     state_file_load(state, &st, m, v, be->num_parameters);
-    if (be->host_grads) {
-        optim_load_state(opt, m, v);
-        free(m);
-        free(v);
-    }
+    if (opt->load_end) opt->load_end(opt->ctx, m, v);
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {
         uint32_t crc = model_file_checksum(model);

@@ -28,12 +28,12 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len);
 /* Writes model, state and the DONE marker (which holds the resolved configuration rc) of step.
  * healthy: the newest checkpoint step proven healthy (a later step trained from its weights
  * without diverging); pruning never deletes it. Rank 0 writes; every rank takes part in gathers. */
-void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, Optimizer *opt,
+void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, TrainOptimizer *opt,
                            DataLoader *loader, const Rng *sampler_rng, int step, int healthy);
 /* Resume: every rank reads step's one state file, keeps its shard of m and v, and restores the
  * loader position, the sampler's generator and the backend's state; dies when the state does not
  * belong to the model or to this run's -t / --shuffle / --seed. */
-void train_load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, DataLoader *loader, Rng *sampler_rng,
+void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *opt, DataLoader *loader, Rng *sampler_rng,
                       int step, long long total_batch);
 /* Resume: the checkpoint's saved configuration against this run's resolved one (rc). */
 void train_resume_check_config(const TrainConfig *rc, int step);
