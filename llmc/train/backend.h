@@ -84,7 +84,7 @@ typedef struct {
      * for -z >= 2 the backend hands its gradients to it bucket by bucket and for -z 3 keeps only
      * its shard of the parameters. It updates host_params (-z 3: this rank's shard) and host_grads
      * (-z >= 2: the bucket buffers, never read by the loop). */
-    void (*attach_optimizer)(void *model, struct Optimizer *opt, float **host_params, float **host_grads);
+    void (*attach_optimizer)(void *model, Optimizer *opt, float **host_params, float **host_grads);
 
     /* ---- reporting ---- */
     /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */

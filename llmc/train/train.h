@@ -20,7 +20,6 @@
 extern "C" {
 #endif
 
-
 /* Runs the whole training job; returns the process exit status. */
 int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step);
 
