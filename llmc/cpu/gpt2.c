@@ -6,8 +6,7 @@
 
 #include "llmc/core/check.h"
 #include "llmc/formats/modelfile.h"
-#include "llmc/train/optim.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"

@@ -13,7 +13,7 @@
 
 #include "llmc/dist/dist.h"
 #include "llmc/models/gpt2.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 #include "llmc/cpu/zero.h"
 
 #ifdef __cplusplus

@@ -10,7 +10,7 @@
 #include <stdio.h>
 
 #include "llmc/models/llama.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 #include "llmc/cpu/zero.h"
 
 #ifdef __cplusplus

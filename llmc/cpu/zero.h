@@ -16,7 +16,7 @@
 
 #include "llmc/dist/dist.h"
 #include "llmc/models/gpt2.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -40,7 +40,7 @@
 #include "llmc/models/llama.h"
 #include "llmc/core/rng.h"
 #include "llmc/models/gpt2.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/attention.cuh"

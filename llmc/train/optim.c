@@ -2,7 +2,7 @@
 #include "llmc/core/check.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/core/optstate.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 
 #include <limits.h>
 #include <math.h>

@@ -116,6 +116,47 @@ void optim_load_state(Optimizer *o, const float *m, const float *v);
 /* The per-rank optimizer memory table. */
 void optim_print_memory(const Optimizer *o, FILE *out);
 
+/* ---- the optimizer of the training loop: one interface, two implementations ----
+ * TrainOptimizer is what train_run asks of an optimizer, whoever keeps it: the loop's host AdamW
+ * above (llmc/train/hostopt.h: over the backend's host gradients, ZeRO 1-3, --offload's buckets)
+ * or a backend's own (the CUDA trainer's device AdamW, llmc/cuda/trainer.cuh). Per step: zero_grad
+ * (after the backend cleared its gradients), the micro-steps with loss_weight, reduce (the summed
+ * gradients over the ranks), grad_norm (the global norm, the same on every rank), then step or,
+ * skipped, nothing. ctx is the implementation's; NULL ops do nothing. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay;
+    int t;            /* the step, from 1 */
+    float grad_scale; /* the clip factor on the summed gradients */
+} AdamWStep;
+
+/* The whole state for a checkpoint, on rank 0: m and v (num_parameters floats each, fp32) and the
+ * parameters; whole_params: params holds every parameter on this rank (checked finite here). */
+typedef struct {
+    float *m, *v, *params;
+    int whole_params;
+    int copies; /* the implementation's: what state_release frees */
+} OptimStateView;
+
+typedef struct TrainOptimizer {
+    void *ctx;
+    int zero_max; /* the highest -z it shards */
+    float (*loss_weight)(void *ctx, int accum); /* a micro-step's loss gradient weight */
+    void (*zero_grad)(void *ctx);
+    void (*reduce)(void *ctx);
+    float (*grad_norm)(void *ctx);
+    void (*step)(void *ctx, const AdamWStep *s);
+    /* After the backend's sync_to_host: the state for a checkpoint (collective: every rank calls
+     * it); state_release frees what state allocated. */
+    void (*state)(void *ctx, OptimStateView *s);
+    void (*state_release)(void *ctx, OptimStateView *s);
+    /* Resume: load_begin gives buffers for the whole m and v (num_parameters floats) that the
+     * state file is read into; load_end keeps this rank's part (and frees what load_begin gave). */
+    void (*load_begin)(void *ctx, float **m, float **v);
+    void (*load_end)(void *ctx, float *m, float *v);
+    void (*print_memory)(void *ctx, FILE *out);
+    void (*free)(void *ctx);
+} TrainOptimizer;
+
 #ifdef __cplusplus
 }
 #endif

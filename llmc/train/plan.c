@@ -1,24 +1,16 @@
+/*
+ * plan.c - the training loop's part of the memory plan (optimizer moments, token, data and
+ * checkpoint buffers), the whole plan of a run, --plan, and the loop's checks of the plan
+ * against what was allocated (the planted leak, the leak check, planned against measured).
+ */
 #include "llmc/train/plan.h"
 #include "llmc/core/check.h"
-#include "llmc/dist/dist.h"
-#include "llmc/train/optim.h"
 #include "llmc/core/optstate.h"
-#include "llmc/train/train.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/train/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-const char *const mem_class_names[MEM_NUM_CLASSES] = {
-    "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "parameter_gather", "activations",
-    "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "blas_packing", "checkpoint_gather",
-    "cudnn_workspace", "test_leak"};
-const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
-
-void mem_plan_init(MemPlan *p, const char *device) {
-    memset(p, 0, sizeof *p);
-    p->device = device;
-    p->ranks = 1;
-}
 
 void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int rank, int zero,
                        int host_optimizer, int checkpoints, int validation) {
@@ -45,134 +37,72 @@ void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int rank
     p->host[MEM_DATA] = 3 * (size_t)total_batch * 4 + 4 + (validation ? ((size_t)B * T + 1) * 4 : 0);
 }
 
-size_t mem_plan_peak(const MemPlan *p, int step_only, const char **phase) {
-    size_t sum = 0;
-    int gpu = strcmp(p->device, "GPU") == 0;
-    for (int c = 0; c < MEM_NUM_CLASSES; c++) sum += gpu ? p->device_bytes[c] : p->host[c];
-    size_t t = 0;
-    if (!gpu && !step_only)
-        for (int c = 0; c < MEM_NUM_CLASSES; c++) t += p->transient[c];
-    if (phase)
-        *phase = t ? "checkpoint save (every arena live, plus the whole m and v gathered on rank 0)"
-                   : "backward (every arena is allocated for the run: all stored activations, the backward scratch, "
-                     "gradients and optimizer state live at once)";
-    return sum + t;
+size_t train_token_buffer_bytes(int B, int T, long long total_batch) {
+    return (2 * (size_t)B * T + 2 * (size_t)total_batch) * sizeof(int);
 }
 
-size_t mem_plan_accounted(const MemPlan *p, MemClass c, int device) { return device ? p->device_bytes[c] : p->host[c]; }
+void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
+                       const char *device, MemPlan *p) {
+    if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
+    mem_plan_init(p, device);
+    p->optim_state = optstate_parse(tc->optim_state);
+    p->offload = strcmp(tc->offload, "optimizer") == 0;
+    backend_plan(tc, cfg, p);
+    mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
+                      tc->output_dir[0] != 0, tc->val_every > 0);
+}
 
-static double mib(size_t b) { return (double)b / 1048576.0; }
-
-void mem_plan_print(const MemPlan *p, FILE *out) {
-    int gpu = strcmp(p->device, "GPU") == 0;
-    fprintf(out, "memory plan (%s, rank %d): %zu parameters, B %d, T %d, -r %d, %d rank%s, -z %d, -d %lld (%d accumulation steps), "
-                 "--optim-state %s, --offload %s%s%s\n",
-            p->device, p->rank, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->ranks == 1 ? "" : "s", p->zero,
-            p->total_batch, p->accum, optstate_name(p->optim_state), p->offload ? "optimizer" : "none",
-            p->config[0] ? ", " : "", p->config);
-    fprintf(out, "  %-20s %16s %12s%s\n", "class", "bytes", "MiB", gpu ? "   (device)       host bytes" : "");
-    for (int c = 0; c < MEM_NUM_CLASSES; c++) {
-        size_t b = gpu ? p->device_bytes[c] : p->host[c];
-        size_t h = p->host[c];
-        if (c == MEM_TEST_LEAK || (!b && !h && !p->transient[c])) continue;
-        if (gpu) fprintf(out, "  %-20s %16zu %12.1f %20zu\n", mem_class_names[c], b, mib(b), h);
-        else if (p->transient[c])
-            fprintf(out, "  %-20s %16zu %12.1f   (checkpoint save only)\n", mem_class_names[c], p->transient[c],
-                    mib(p->transient[c]));
-        else fprintf(out, "  %-20s %16zu %12.1f%s\n", mem_class_names[c], b, mib(b),
-                     mem_class_accounted[c] ? "" : "   (allocated by a library, planned, not accounted)");
+void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
+    if (model_config_from_descriptor(cfg, tc->init) == 0) {
+        const char *bad = model_config_validate(cfg);
+        if (bad) llmc_die("invalid model configuration: %s", bad);
+    } else {
+        int version;
+        model_file_read_header(tc->init, cfg, &version); /* the header only: no parameters read */
     }
-    fprintf(out, "  activations by tensor (x L: one per layer; x 1: one copy):\n");
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS && p->act[i].name; i++) { /* a shorter table ends at a NULL name */
-        const TensorSpec *s = &p->act[i];
-        fprintf(out, "    %-10s %-18s %s %16zu %12.1f\n", s->name, s->shape, s->per_layer ? "x L" : "x 1",
-                p->act_bytes[i], mib(p->act_bytes[i]));
-    }
-    const char *phase;
-    size_t step = mem_plan_peak(p, 1, NULL), peak = mem_plan_peak(p, 0, &phase);
-    fprintf(out, "  step peak %zu bytes (%.1f MiB)\n", step, mib(step));
-    fprintf(out, "  peak %zu bytes (%.1f MiB, %.2f GiB) of the %s, in %s\n", peak, mib(peak), mib(peak) / 1024.0,
-            gpu ? "device" : "process (plus the runtime's fixed overhead)", phase);
 }
 
-void mem_plan_print_json(const MemPlan *p, FILE *out) {
-    int gpu = strcmp(p->device, "GPU") == 0;
-    const char *phase;
-    size_t peak = mem_plan_peak(p, 0, &phase);
-    fprintf(out, "{\"device\": \"%s\", \"parameters\": %zu, \"B\": %d, \"T\": %d, \"recompute\": %d, \"ranks\": %d, \"rank\": %d, "
-                 "\"zero\": %d, \"optim_state\": \"%s\", \"offload\": %d, \"total_batch\": %lld, \"accum\": %d, \"peak_bytes\": %zu, \"step_peak_bytes\": %zu, "
-                 "\"peak_phase\": \"%s\", \"classes\": {",
-            p->device, p->num_parameters, p->B, p->T, p->recompute, p->ranks, p->rank, p->zero, optstate_name(p->optim_state),
-            p->offload, p->total_batch, p->accum, peak,
-            mem_plan_peak(p, 1, NULL), phase);
-    int first = 1;
-    for (int c = 0; c < MEM_NUM_CLASSES; c++) {
-        if (c == MEM_TEST_LEAK) continue;
-        fprintf(out, "%s\"%s\": %zu", first ? "" : ", ", mem_class_names[c],
-                c == MEM_CHECKPOINT ? p->transient[c] : gpu ? p->device_bytes[c] : p->host[c]);
-        first = 0;
-    }
-    fprintf(out, "}, \"host_classes\": {");
-    for (int c = 0; c < MEM_TEST_LEAK; c++) fprintf(out, "%s\"%s\": %zu", c ? ", " : "", mem_class_names[c], p->host[c]);
-    fprintf(out, "}, \"activations\": {");
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS && p->act[i].name; i++)
-        fprintf(out, "%s\"%s\": %zu", i ? ", " : "", p->act[i].name, p->act_bytes[i]);
-    fprintf(out, "}}\n");
+int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
+    ModelConfig cfg;
+    train_plan_model_config(tc, &cfg);
+    MemPlan p;
+    train_memory_plan(tc, &cfg, backend_plan, host_optimizer, device, &p);
+    if (tc->json) mem_plan_print_json(&p, stdout);
+    else mem_plan_print(&p, stdout);
+    return 0;
 }
 
-/* ---- the accounting allocator ---- */
-static size_t live[2][MEM_NUM_CLASSES], live_total[2], peak_total[2];
-
-void mem_account(MemClass c, long long delta, int device) {
-    live[device][c] += (size_t)delta; /* unsigned wrap: a negative delta subtracts */
-    live_total[device] += (size_t)delta;
-    if (live_total[device] > peak_total[device]) peak_total[device] = live_total[device];
+int train_planted_leak_class(void) {
+    const char *e = getenv("LLMC_TEST_LEAK");
+    if (!e || !e[0]) return -1;
+    for (int c = 0; c < MEM_NUM_CLASSES; c++)
+        if (strcmp(e, mem_class_names[c]) == 0) return c;
+    llmc_die("LLMC_TEST_LEAK=%s: not a memory class name", e);
 }
 
-void *mem_calloc(MemClass c, size_t n, size_t size, const char *what) {
-    void *p = callocCheck(n ? n : 1, size, what);
-    mem_account(c, (long long)((n ? n : 1) * size), 0);
-    return p;
-}
-
-void mem_free(MemClass c, void *p, size_t bytes) {
-    if (!p) return;
-    free(p);
-    mem_account(c, -(long long)bytes, 0);
-}
-
-size_t mem_live(MemClass c, int device) { return live[device][c]; }
-size_t mem_live_total(int device) { return live_total[device]; }
-size_t mem_peak_total(int device) { return peak_total[device]; }
-
-void mem_check_plan(const MemPlan *p) {
+void train_check_leaks(int step, int base_step, size_t base[2][MEM_NUM_CLASSES]) {
     for (int device = 0; device < 2; device++)
         for (int c = 0; c < MEM_NUM_CLASSES; c++) {
-            if (!mem_class_accounted[c] || c == MEM_TEST_LEAK) continue;
-            size_t planned = device ? p->device_bytes[c] : p->host[c];
-            if (live[device][c] != planned)
-                llmc_die("internal: %s memory class '%s': allocated %zu bytes but the plan says %zu (a bug: the plan "
-                         "and the allocation code disagree)",
-                         device ? "device" : "host", mem_class_names[c], live[device][c], planned);
+            size_t now = mem_live((MemClass)c, device);
+            if (step == base_step) base[device][c] = now;
+            else if (step > base_step && now != base[device][c])
+                llmc_die("memory leak: %s memory class '%s' grew from %zu bytes after step %d to %zu bytes after step %d",
+                         device ? "device" : "host", mem_class_names[c], base[device][c], base_step, now, step);
         }
 }
 
-static size_t proc_status_kib(const char *key) {
-    FILE *f = fopen("/proc/self/status", "r");
-    if (!f) return 0;
-    char line[256];
-    size_t v = 0, n = strlen(key);
-    while (fgets(line, sizeof line, f))
-        if (strncmp(line, key, n) == 0) {
-            v = (size_t)strtoull(line + n, NULL, 10);
-            break;
-        }
-    fclose(f);
-    return v * 1024;
+/* Planned against measured, after the first step: CPU the process's VmHWM less the runtime's
+ * fixed overhead (VmRSS at process start); GPU from the backend's own figure (step_extras). */
+void train_print_planned_vs_measured(const MemPlan *plan, Logger *lg) {
+    size_t planned = mem_plan_peak(plan, 1, NULL), hwm = mem_process_hwm(), base = mem_process_start_rss();
+    if (strcmp(plan->device, "CPU") != 0 || !hwm) return;
+    double measured = (double)hwm - (double)base;
+    printf("memory: planned peak %.1f MiB; measured VmHWM %.1f MiB = runtime overhead %.1f MiB (VmRSS at start) "
+           "+ %.1f MiB; planned / measured %.4f\n",
+           planned / 1048576.0, hwm / 1048576.0, base / 1048576.0, measured / 1048576.0, planned / measured);
+    log_int(lg, "mem_planned_peak", (long long)planned);
+    log_int(lg, "mem_measured_hwm", (long long)hwm);
+    log_int(lg, "mem_runtime_overhead", (long long)base);
+    log_double(lg, "mem_planned_over_measured", planned / measured);
 }
-size_t mem_process_rss(void) { return proc_status_kib("VmRSS:"); }
-size_t mem_process_hwm(void) { return proc_status_kib("VmHWM:"); }
 
-static size_t start_rss;
-__attribute__((constructor)) static void note_start_rss(void) { start_rss = mem_process_rss(); }
-size_t mem_process_start_rss(void) { return start_rss; }

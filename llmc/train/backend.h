@@ -1,0 +1,112 @@
+/*
+ * backend.h - TrainBackend: what the training loop (train.h) asks of a model on one backend (CPU
+ * or CUDA): forward+backward of a micro-batch, the evaluation loss and the logits of sampling;
+ * where its state lives (host views of parameters, gradients and moments for checkpoints and the
+ * loop's optimizer); and, when the backend keeps its own optimizer, that optimizer's steps.
+ */
+#ifndef LLMC_TRAIN_BACKEND_H
+#define LLMC_TRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "llmc/core/logger.h"
+#include "llmc/dist/dist.h"
+#include "llmc/models/gpt2.h"
+#include "llmc/train/cli.h"
+#include "llmc/train/optim.h"
+#include "llmc/train/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    /* ---- what it is ---- */
+    const char *name;          /* e.g. "CPU fp32, OpenBLAS, 2 threads" */
+    void *model;
+    ModelConfig cfg;
+    size_t num_parameters;
+    double peak_flops;         /* device peak for MFU; 0 = not reported */
+    int gpu;                   /* 1: the GPU-only flags apply (the startup print shows them) */
+
+    /* ---- what the model does ---- */
+    /* Forward + backward of one micro-batch, gradients accumulated with weight dloss_scale
+     * (the optimizer's loss_weight); returns the micro-batch's mean loss. */
+    float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+    /* Optional: the sum of the micro-step mean losses since zero_grad, read once per step after the
+     * last micro-step; then train_micro_step need not wait for its loss (its return value is not
+     * used). NULL: the loop sums train_micro_step's returns (the CPU backends). */
+    double (*step_loss)(void *model);
+    float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
+    /* Clears the gradients (first, once per step). */
+    void (*zero_grad)(void *model);
+    /* Logits (at least V floats, host memory) for the position after tokens[0..n-1]. */
+    const float *(*next_logits)(void *model, const int *tokens, int n);
+    /* The backend's part of the memory plan for tc on cfg (model states, activations, scratch,
+     * workspaces): the same function its allocation code takes its sizes from. */
+    TrainPlanFn plan;
+
+    /* ---- where its state lives ---- */
+    /* The host copy of the parameters (checkpoints; the loop's optimizer updates it). sync_to_host
+     * fills the host copies from the device (no-op on CPU); sync_from_host pushes them back after
+     * a load. */
+    float *host_params;
+    void (*sync_to_host)(void *model);
+    void (*sync_from_host)(void *model);
+    void (*print_memory)(void *model, FILE *out);
+    /* Optional: backend state a bit-exact resume needs beyond weights and moments (the fp16
+     * loss scaler), as 4 words saved in the state file; all zero means none. May be NULL. */
+    void (*save_backend_state)(void *model, int64_t words[4]);
+    void (*load_backend_state)(void *model, const int64_t words[4]);
+
+    /* ---- the optimizer ---- */
+    /* The backend's own (the CUDA trainer's device AdamW: its m and v, reductions and update), or
+     * all zero: the loop's host AdamW (hostopt.h) over the host gradients below. */
+    TrainOptimizer optimizer;
+    /* For the loop's host AdamW: the host gradients (num_parameters floats, summed by
+     * train_micro_step, cleared by zero_grad) and the parameter table (offsets, decay). */
+    float *host_grads;
+    const TensorSpec *param_specs;
+    /* Optional, a device backend (--offload optimizer): grads_to_host fills host_grads from the
+     * device once per step, after the last micro-step; params_from_host pushes host_params (the
+     * fp32 master copy) to the device after the update. With buckets (the update is then
+     * optim_step_buckets'): grad_bucket_sumsq gives each bucket's sum of squared gradients
+     * (optim_num_buckets entries, optim_bucket's order), accumulated as they reached the host, or
+     * NULL; params_bucket_to_device queues a bucket's updated parameters for the device as soon
+     * as they are final (params_from_host then only orders the next forward after the copies). */
+    void (*grads_to_host)(void *model);
+    void (*params_from_host)(void *model);
+    const double *(*grad_bucket_sumsq)(void *model);
+    void (*params_bucket_to_device)(void *model, const Bucket *b);
+    /* Optional: called once the host optimizer exists, before the memory plan is checked, so that
+     * for -z >= 2 the backend hands its gradients to it bucket by bucket and for -z 3 keeps only
+     * its shard of the parameters. It updates host_params (-z 3: this rank's shard) and host_grads
+     * (-z >= 2: the bucket buffers, never read by the loop). */
+    void (*attach_optimizer)(void *model, Optimizer *opt, float **host_params, float **host_grads);
+
+    /* ---- reporting ---- */
+    /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */
+    void (*step_extras)(void *model, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg);
+    /* Optional: -lg telemetry. Reads the device once, writes the reading as " | "-separated text
+     * (printed on its own line after the step line) and as fields of the step's open log
+     * record. Called every tc->gpu_log_every steps when that is > 0. NULL: no telemetry (CPU). */
+    void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
+
+    /* Optional, for an architecture other than GPT-2 (NULL/0: GPT-2's). num_param_specs: the
+     * entries of param_specs (0: NUM_PARAMETER_TENSORS). save_model writes params (the whole
+     * model: host_params, or at -z 3 the ranks' shards gathered) as the architecture's checkpoint
+     * file at path and returns its CRC-32 (NULL: llm.c's GPT-2 file); save_hf writes them as the
+     * HF directory beside checkpoint step (NULL: hf_save_checkpoint's GPT-2).
+     * flops_per_token: training flops per token at the run's T (0: gpt2_flops_per_token). */
+    int num_param_specs;
+    uint32_t (*save_model)(void *model, const float *params, const char *path, int bf16);
+    void (*save_hf)(void *model, const float *params, const char *run_dir, int step, int bf16);
+    double flops_per_token;
+} TrainBackend;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

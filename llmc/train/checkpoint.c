@@ -1,0 +1,180 @@
+/*
+ * checkpoint.c - the training loop's checkpoints: where a run's parameters come from (-e, or -y 1's
+ * latest checkpoint in -o), writing model, state and DONE marker, loading the state of a resume
+ * and comparing the resumed run's configuration with the saved one.
+ */
+#include "llmc/train/checkpoint.h"
+#include "llmc/core/atomicfile.h"
+#include "llmc/core/check.h"
+#include "llmc/formats/hf.h"
+#include "llmc/formats/modelfile.h"
+#include "llmc/formats/rundir.h"
+#include "llmc/models/llama.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len);
+
+int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
+    Dist *d = dist_world();
+    d->timeout_s = tc->dist_timeout; /* the collective watchdog (dist.h) from here on */
+    if (d->size == 1) dist_refuse_launcher(); /* a trainer that did not start a process group */
+    /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
+    int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
+    dist_bcast_bytes(d, &step, sizeof step);
+    if (step >= 0) checkpoint_paths(tc->output_dir, step, 0, init_path, NULL, NULL, len);
+    else snprintf(init_path, len, "%s", tc->init);
+    return step;
+}
+
+static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len) {
+    snprintf(init_path, len, "%s", tc->init);
+    if (!tc->output_dir[0]) return -1;
+    rundir_lock(tc->output_dir);
+    atomic_remove_stale(tc->output_dir); /* temporary files of dead processes (kill -9, full disk) */
+    char names[512];
+    int files = rundir_run_files(tc->output_dir, names, sizeof names);
+    int step = checkpoint_latest_step(tc->output_dir);
+    if (tc->resume) {
+        if (step >= 0) {
+            checkpoint_paths(tc->output_dir, step, tc->process_rank, init_path, NULL, NULL, len);
+            return step;
+        }
+        if (files > 0) {
+            /* it died before its first checkpoint (a preempted or killed job): nothing can be resumed,
+             * and a restart loop must not fail forever, so the run starts over */
+            printf("note: -y 1: output directory '%s' holds a run (%s) with no complete checkpoint (it stopped before "
+                   "its first one): nothing to resume, so it starts over and its files are replaced\n",
+                   tc->output_dir, names);
+            rundir_remove_run(tc->output_dir);
+            return -1;
+        }
+        printf("note: -y 1: output directory '%s' holds no run yet: starting a new one from -e %s\n", tc->output_dir, tc->init);
+        return -1;
+    }
+    if (files > 0 && !tc->overwrite)
+        llmc_die("output directory '%s' already holds a run (%s); to continue it use -y 1, to delete its files and "
+                 "start a new run there use --overwrite 1, or give another -o",
+                 tc->output_dir, names);
+    return -1;
+}
+
+void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, TrainOptimizer *opt,
+                            DataLoader *loader, const Rng *sampler_rng, int step, int healthy) {
+    char model[4200], state[4200];
+    Dist *d = dist_world();
+    /* one checkpoint for the whole run, written by rank 0: the model, and a state file holding all
+     * of m and v (gathered from the ranks' shards), whatever the number of ranks */
+    checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
+    be->sync_to_host(be->model);
+    OptimStateView sv;
+    opt->state(opt->ctx, &sv);
+    const float *params = sv.params;
+    if (sv.whole_params) /* (-z 3: the whole model is rank 0's) */
+        for (size_t i = 0; i < be->num_parameters; i++)
+            if (!isfinite(params[i]))
+                llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
+                         "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
+                         i, (double)params[i], step, tc->output_dir);
+    if (d->rank != 0) {
+        if (opt->state_release) opt->state_release(opt->ctx, &sv);
+        return;
+    }
+    TrainState st = {0};
+    if (tc->process_rank == 0) {
+        st.model_crc = be->save_model ? be->save_model(be->model, params, model, tc->ckpt_bf16)
+                                      : model_file_save(model, &be->cfg, params, be->num_parameters,
+                                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        st.has_model_crc = 1;
+        if (tc->save_hf && be->save_hf) be->save_hf(be->model, params, tc->output_dir, step, tc->ckpt_bf16);
+        else if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
+    }
+    st.step = step;
+    st.numel = be->num_parameters;
+    st.B = tc->B;
+    st.T = tc->T;
+    st.processes = tc->num_processes;
+    st.rank = tc->process_rank;
+    st.shuffle = tc->shuffle;
+    st.seed = tc->seed;
+    DataLoaderState ds;
+    dataloader_get_state(loader, &ds);
+    _Static_assert(sizeof ds == sizeof st.loader, "the state file stores the whole DataLoaderState");
+    memcpy(st.loader, &ds, sizeof ds);
+    st.sampler_rng = sampler_rng->state;
+    if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
+    state_file_save(state, &st, sv.m, sv.v);
+    if (opt->state_release) opt->state_release(opt->ctx, &sv);
+    if (tc->process_rank == 0) {
+        char config[16384];
+        train_config_to_text(rc, config, sizeof config);
+        checkpoint_mark_done(tc->output_dir, step, config);
+        checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank, healthy);
+    }
+    printf("checkpoint: %s\n", model);
+}
+
+void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *opt, DataLoader *loader, Rng *sampler_rng,
+                       int step, long long total_batch) {
+    char state[4200], model[4200];
+    /* every rank reads the one state file (-o must be shared by the ranks' nodes) and keeps its shard */
+    checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof state);
+    TrainState st;
+    float *m, *v;
+    opt->load_begin(opt->ctx, &m, &v);
+    state_file_load(state, &st, m, v, be->num_parameters);
+    if (opt->load_end) opt->load_end(opt->ctx, m, v);
+    if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
+    if (st.has_model_crc) {
+        uint32_t crc = model_file_checksum(model);
+        if (crc != st.model_crc)
+            llmc_die("training state '%s' was saved with another model file than '%s' (crc32 %08x, the state "
+                     "records %08x): the model and the state of step %d do not belong together",
+                     state, model, (unsigned)crc, (unsigned)st.model_crc, step);
+    }
+    /* -b and the number of processes may change: a step's data is fixed by -d (the loader's
+     * state checks that), and m and v are stored whole */
+    if (st.T != tc->T || st.shuffle != tc->shuffle || st.seed != tc->seed)
+        llmc_die("cannot resume from '%s': it was written with -t %d --shuffle %d --seed %llu, "
+                 "this run has -t %d --shuffle %d --seed %llu (resume needs the same values)",
+                 state, st.T, st.shuffle, (unsigned long long)st.seed, tc->T, tc->shuffle, (unsigned long long)tc->seed);
+    if (st.version < 3 && (long long)st.B * st.T * st.processes != total_batch)
+        llmc_die("training state '%s' is version %d, written before data parallelism: its data position counts "
+                 "micro-batches of B*T*processes = %d*%d*%d tokens, which this build can continue only when that "
+                 "is the whole step (-d %lld, no gradient accumulation)",
+                 state, st.version, st.B, st.T, st.processes, total_batch);
+    if (st.processes != tc->num_processes || st.B != tc->B)
+        printf("resume: the checkpoint was written by %d process(es) with -b %d; continuing with %d x -b %d\n",
+               st.processes, st.B, tc->num_processes, tc->B);
+    DataLoaderState ds;
+    memcpy(&ds, st.loader, sizeof ds);
+    char err[4600];
+    if (dataloader_check_state(loader, &ds, err, sizeof err) != 0) llmc_die("training state '%s': %s", state, err);
+    dataloader_set_state(loader, &ds);
+    sampler_rng->state = st.sampler_rng;
+    if (be->load_backend_state) be->load_backend_state(be->model, st.backend);
+    be->sync_from_host(be->model);
+}
+
+void train_resume_check_config(const TrainConfig *rc, int step) {
+    char *text = checkpoint_read_done(rc->output_dir, step);
+    char where[1200];
+    snprintf(where, sizeof where, "the checkpoint at step %d in '%s'", step, rc->output_dir);
+    if (!text) {
+        printf("note: %s has no saved configuration (written by llm.c or an older llmc): flags not compared\n", where);
+        return;
+    }
+    TrainConfig saved;
+    train_config_defaults(&saved);
+    train_config_from_text(&saved, text);
+    free(text);
+    /* A Llama keeps every activation: both trainers run it at -r 0 whatever -r says, and older
+     * binaries saved the -r given (1 by default), which is no difference from this run's 0. */
+    char model[4200];
+    LlamaConfig llama;
+    checkpoint_paths(rc->output_dir, step, 0, model, NULL, NULL, sizeof model);
+    if (rc->recompute == 0 && saved.recompute != 0 && llama_config_from_init(model, &llama)) saved.recompute = 0;
+    train_config_compare(&saved, rc, where, stdout);
+}

@@ -1,0 +1,110 @@
+/*
+ * hostopt.c - the loop's host AdamW behind TrainOptimizer (hostopt.h): thin adapters from the
+ * interface to optim.h's functions and the backend's host-gradient hooks.
+ */
+#include "llmc/train/hostopt.h"
+#include "llmc/core/check.h"
+#include "llmc/core/optstate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static float host_loss_weight(void *p, int accum) { return optim_loss_weight(&((HostAdamW *)p)->opt, accum); }
+
+static void host_zero_grad(void *p) { optim_zero_grad(&((HostAdamW *)p)->opt); }
+
+/* A device backend's gradients reach the host first (--offload optimizer), then the ranks' sum. */
+static void host_reduce(void *p) {
+    HostAdamW *h = (HostAdamW *)p;
+    TrainBackend *be = h->be;
+    if (be->grads_to_host) be->grads_to_host(be->model);
+    optim_reduce(&h->opt, be->host_grads);
+}
+
+/* --offload optimizer: from per-bucket sums of squares (one rank: those the backend accumulated
+ * as each bucket's gradients reached the host; more: computed now, after the reduction). */
+static float host_grad_norm(void *p) {
+    HostAdamW *h = (HostAdamW *)p;
+    TrainBackend *be = h->be;
+    if (!h->offload) return optim_grad_norm(&h->opt, be->host_grads);
+    const double *sumsq = h->opt.dist->size == 1 && be->grad_bucket_sumsq ? be->grad_bucket_sumsq(be->model) : NULL;
+    return optim_grad_norm_buckets(&h->opt, be->host_grads, sumsq);
+}
+
+static void host_step(void *p, const AdamWStep *s) {
+    HostAdamW *h = (HostAdamW *)p;
+    TrainBackend *be = h->be;
+    if (h->offload)
+        optim_step_buckets(&h->opt, be->host_params, be->host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay,
+                           s->t, s->grad_scale, be->params_bucket_to_device, be->model);
+    else
+        optim_step(&h->opt, be->host_params, be->host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->t,
+                   s->grad_scale);
+    if (be->params_from_host) be->params_from_host(be->model);
+}
+
+enum { COPY_MOMENTS = 1, COPY_PARAMS = 2 };
+
+/* Whole fp32 moments are written as they are; else gathered (and decoded) into copies on rank 0,
+ * and at -z 3 the model too from the ranks' shards. */
+static void host_state(void *p, OptimStateView *s) {
+    HostAdamW *h = (HostAdamW *)p;
+    Optimizer *o = &h->opt;
+    TrainBackend *be = h->be;
+    memset(s, 0, sizeof *s);
+    s->params = be->host_params;
+    s->whole_params = 1;
+    if (optim_state_is_whole(o)) {
+        s->m = o->m, s->v = o->v;
+        return;
+    }
+    size_t n = o->dist->rank == 0 ? be->num_parameters : 1;
+    s->m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
+    s->v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
+    s->copies = COPY_MOMENTS;
+    optim_gather_state(o, s->m, s->v);
+    if (o->zero == 3) { /* the model file from the ranks' shards, on rank 0 */
+        s->params = (float *)mallocCheck(n * sizeof(float), "parameters (checkpoint)");
+        s->copies |= COPY_PARAMS;
+        s->whole_params = o->dist->rank == 0;
+        optim_gather_params(o, be->host_params, s->params);
+    }
+}
+
+static void host_state_release(void *p, OptimStateView *s) {
+    (void)p;
+    if (s->copies & COPY_MOMENTS) free(s->m), free(s->v);
+    if (s->copies & COPY_PARAMS) free(s->params);
+    memset(s, 0, sizeof *s);
+}
+
+static void host_load_begin(void *p, float **m, float **v) {
+    size_t n = ((HostAdamW *)p)->be->num_parameters;
+    *m = (float *)mallocCheck(n * sizeof(float), "AdamW m (checkpoint)");
+    *v = (float *)mallocCheck(n * sizeof(float), "AdamW v (checkpoint)");
+}
+
+static void host_load_end(void *p, float *m, float *v) {
+    optim_load_state(&((HostAdamW *)p)->opt, m, v);
+    free(m);
+    free(v);
+}
+
+static void host_print_memory(void *p, FILE *out) { optim_print_memory(&((HostAdamW *)p)->opt, out); }
+
+static void host_free(void *p) { optim_free(&((HostAdamW *)p)->opt); }
+
+void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, TrainBackend *be, Dist *d) {
+    memset(h, 0, sizeof *h);
+    h->be = be;
+    h->offload = strcmp(tc->offload, "optimizer") == 0;
+    optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->param_specs,
+                     be->num_param_specs ? be->num_param_specs : NUM_PARAMETER_TENSORS, optstate_parse(tc->optim_state));
+    if (be->attach_optimizer) be->attach_optimizer(be->model, &h->opt, &be->host_params, &be->host_grads);
+    /* in TrainOptimizer's order: ctx, zero_max, then the ops */
+    static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,
+                                       host_step, host_state, host_state_release, host_load_begin, host_load_end,
+                                       host_print_memory, host_free};
+    *o = ops;
+    o->ctx = h;
+}
