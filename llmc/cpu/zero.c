@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
-#include "llmc/train/optim.h"
 
 static void make_bucket(const CpuZero *z, int l, Bucket *b) { /* l < 0: the outer bucket */
     bucket_of_layer(b, z->specs, z->num_specs, l);
