@@ -37,7 +37,7 @@ void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
 }
 
 void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed) {
-    const char *bad = model_config_validate(cfg);
+    const char *bad = gpt2_config_validate(cfg);
     if (bad) llmc_die("invalid model configuration: %s", bad);
     build_common(model, cfg);
     gpt2_init_parameters(cfg, model->param_specs, model->params_memory, seed);

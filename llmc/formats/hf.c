@@ -182,7 +182,7 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
         if (v != flags[i].want)
             return fail(err, errlen, "%s %s is not supported: %s", flags[i].key, v ? "true" : "false", flags[i].why);
     }
-    const char *bad = model_config_validate(cfg);
+    const char *bad = gpt2_config_validate(cfg);
     if (bad) return fail(err, errlen, "n_embd %d, n_layer %d, n_head %d, n_positions %d, vocab_size %d: %s",
                          cfg->channels, cfg->num_layers, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, bad);
     return 0;

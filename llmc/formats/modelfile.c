@@ -123,7 +123,7 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     cfg->padded_vocab_size = h[7];
     cfg->num_kv_heads = h[5];
     cfg->ffn_hidden = h[6] > 0 && h[6] <= MODEL_MAX_CHANNELS ? 4 * h[6] : 1;
-    const char *bad = model_config_validate(cfg);
+    const char *bad = gpt2_config_validate(cfg);
     if (bad)
         llmc_die("model checkpoint '%s' has an invalid header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d): %s",
                  path, h[2], h[3], h[4], h[5], h[6], h[7], bad);

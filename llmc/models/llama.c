@@ -85,9 +85,7 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
     if (cfg->rope_factor > 0 && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor &&
                                   cfg->rope_low_freq_factor > 0 && cfg->rope_original_max_pos > 0))
         return "rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_pos > 0";
-    ModelConfig gqa = *b; /* the shared limits; GPT-2's rule NKV == NH does not apply */
-    gqa.num_kv_heads = gqa.num_heads;
-    return model_config_validate(&gqa);
+    return model_config_validate(b); /* the shared limits (GPT-2's rule NKV == NH is gpt2_config_validate's) */
 }
 
 #define LLAMA_SHAPE_NAMES(cfg)                                                                \

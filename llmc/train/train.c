@@ -509,7 +509,7 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
 
 void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
     if (model_config_from_descriptor(cfg, tc->init) == 0) {
-        const char *bad = model_config_validate(cfg);
+        const char *bad = gpt2_config_validate(cfg);
         if (bad) llmc_die("invalid model configuration: %s", bad);
     } else {
         int version;
