@@ -509,11 +509,11 @@ static void verify_checksums(const char *dir, const Safetensors *st) {
     for (int i = 0; i < st->num_files; i++) {
         uint32_t want_crc;
         long long want_bytes;
-        if (!model_sum_read(st->files[i].path, &want_crc, &want_bytes)) {
+        if (!sumfile_read(st->files[i].path, &want_crc, &want_bytes)) {
             unverified++;
             continue;
         }
-        uint32_t crc = model_file_checksum(st->files[i].path);
+        uint32_t crc = sumfile_checksum(st->files[i].path);
         if (crc != want_crc || (long long)st->files[i].size != want_bytes)
             llmc_die("safetensors file '%s' does not match its checksum file '%s.sum' (crc32 %08x, %llu bytes; "
                      "recorded %08x, %lld bytes): the file is damaged or was replaced", st->files[i].path,
@@ -745,7 +745,7 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
     if (total <= limit) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         uint32_t crc = safetensors_write(path, w, count, bf16 ? ST_BF16 : ST_F32, &bytes);
-        model_sum_write(path, crc, (long long)bytes);
+        sumfile_write(path, crc, (long long)bytes);
         return;
     }
     int *shard_of = (int *)callocCheck((size_t)count, sizeof(int), "HF shard map");
@@ -762,7 +762,7 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
         while (last < count && shard_of[last] == sh) last++;
         snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, sh + 1, shards);
         uint32_t crc = safetensors_write(path, w + first, last - first, bf16 ? ST_BF16 : ST_F32, &bytes);
-        model_sum_write(path, crc, (long long)bytes);
+        sumfile_write(path, crc, (long long)bytes);
         first = last;
     }
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);

@@ -1,92 +1,17 @@
 #include "llmc/formats/modelfile.h"
 #include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
+#include "llmc/core/sumfile.h"
 #include "llmc/formats/hf.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <zlib.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-uint16_t float_to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7FFFu + ((u >> 16) & 1u); /* round to nearest, ties to even */
-    return (uint16_t)(u >> 16);
-}
-
-float bf16_to_float(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-}
-
-static long long file_size(FILE *f) {
-    struct stat st;
-    return fstat(fileno(f), &st) == 0 ? (long long)st.st_size : -1;
-}
-
-static FILE *open_for_reading(const char *path, const char *what) {
-    char err[4400];
-    FILE *f = fopen_regular(path, err, sizeof err);
-    if (!f) llmc_die("%s: %s", what, err);
-    return f;
-}
-
-/* ---- checksums: CRC-32 (zlib) of whole files ---------------------------------------------- */
-static uint32_t crc_update(uint32_t crc, const void *p, size_t n) {
-    return (uint32_t)crc32_z(crc, (const Bytef *)p, n);
-}
-
-void model_sum_path(const char *model_path, char *out, size_t len) { snprintf(out, len, "%s.sum", model_path); }
-
-int model_sum_read(const char *model_path, uint32_t *crc, long long *bytes) {
-    char sum[4200];
-    model_sum_path(model_path, sum, sizeof sum);
-    struct stat st;
-    if (stat(sum, &st) != 0) return 0;
-    FILE *f = open_for_reading(sum, "checksum file");
-    char line[256] = "";
-    unsigned c = 0;
-    int n = 0;
-    int ok = fgets(line, sizeof line, f) && sscanf(line, "llmc-sum 1 crc32 %8x bytes %lld%n", &c, bytes, &n) == 2 &&
-             (line[n] == '\n' || line[n] == '\0');
-    fclose(f);
-    if (!ok) llmc_die("checksum file '%s' is malformed (expected 'llmc-sum 1 crc32 <hex> bytes <n>')", sum);
-    *crc = c;
-    return 1;
-}
-
-void model_sum_write(const char *model_path, uint32_t crc, long long bytes) {
-    char sum[4200];
-    model_sum_path(model_path, sum, sizeof sum);
-    AtomicFile af;
-    atomic_open(&af, sum);
-    if (fprintf(af.f, "llmc-sum 1 crc32 %08x bytes %lld\n", (unsigned)crc, bytes) < 0)
-        llmc_die("writing '%s' failed: %s", af.tmp_path, strerror(errno));
-    atomic_commit(&af);
-}
-
-uint32_t model_file_checksum(const char *path) {
-    FILE *f = open_for_reading(path, "model checkpoint");
-    enum { CHUNK = 1 << 20 };
-    unsigned char *buf = (unsigned char *)mallocCheck(CHUNK, "checksum buffer");
-    uint32_t crc = crc_update(0, NULL, 0);
-    size_t n;
-    while ((n = fread(buf, 1, CHUNK, f)) > 0) crc = crc_update(crc, buf, n);
-    int bad = ferror(f);
-    free(buf);
-    fclose(f);
-    if (bad) llmc_die("cannot read model checkpoint '%s'", path);
-    return crc;
-}
 
 void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     struct stat sb;
@@ -102,10 +27,10 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
         llmc_die("model checkpoint '%s' is a directory, not a model file: give a model_NNNNNNNN.bin file%s, or "
                  "continue the run in it with -o %s -y 1", path, hint, path);
     }
-    FILE *f = open_for_reading(path, "model checkpoint");
+    FILE *f = sumfile_open_for_reading(path, "model checkpoint");
     int32_t h[256];
     size_t got = fread(h, 4, 256, f);
-    long long size = file_size(f);
+    long long size = sumfile_size(f);
     fclose(f);
     if (got != 256) llmc_die("model checkpoint '%s' is truncated: %lld bytes, shorter than the 1024-byte header", path, size);
     if (h[0] != MODEL_MAGIC)
@@ -139,7 +64,7 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
     if (!bf16) {
         fwriteCheck(params, sizeof(float), numel, f, path);
-        if (crc) *crc = crc_update(*crc, params, numel * sizeof(float));
+        if (crc) *crc = sumfile_crc_update(*crc, params, numel * sizeof(float));
         return;
     }
     enum { CHUNK = 1 << 16 };
@@ -148,7 +73,7 @@ void model_params_write(FILE *f, const char *path, const float *params, size_t n
         size_t n = numel - i < CHUNK ? numel - i : CHUNK;
         for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
         fwriteCheck(buf, sizeof(uint16_t), n, f, path);
-        if (crc) *crc = crc_update(*crc, buf, n * sizeof(uint16_t));
+        if (crc) *crc = sumfile_crc_update(*crc, buf, n * sizeof(uint16_t));
     }
     free(buf);
 }
@@ -156,7 +81,7 @@ void model_params_write(FILE *f, const char *path, const float *params, size_t n
 void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc) {
     if (!bf16) {
         freadCheck(params, sizeof(float), numel, f, path);
-        if (crc) *crc = crc_update(*crc, params, numel * sizeof(float));
+        if (crc) *crc = sumfile_crc_update(*crc, params, numel * sizeof(float));
         return;
     }
     enum { CHUNK = 1 << 16 };
@@ -164,7 +89,7 @@ void model_params_read(FILE *f, const char *path, float *params, size_t numel, i
     for (size_t i = 0; i < numel; i += CHUNK) {
         size_t n = numel - i < CHUNK ? numel - i : CHUNK;
         freadCheck(buf, sizeof(uint16_t), n, f, path);
-        if (crc) *crc = crc_update(*crc, buf, n * sizeof(uint16_t));
+        if (crc) *crc = sumfile_crc_update(*crc, buf, n * sizeof(uint16_t));
         for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
     }
     free(buf);
@@ -172,8 +97,8 @@ void model_params_read(FILE *f, const char *path, float *params, size_t numel, i
 
 void model_file_read_params(const char *path, size_t header_bytes, float *params, size_t numel, int bf16,
                             const TensorSpec *specs, int nspecs) {
-    FILE *f = open_for_reading(path, "model checkpoint");
-    long long bytes = file_size(f);
+    FILE *f = sumfile_open_for_reading(path, "model checkpoint");
+    long long bytes = sumfile_size(f);
     long long want = (long long)header_bytes + (long long)numel * (bf16 ? 2 : 4);
     if (bytes != want)
         llmc_die("model checkpoint '%s' is %lld bytes, but its header describes %lld (%zu header bytes + %zu %s "
@@ -182,14 +107,14 @@ void model_file_read_params(const char *path, size_t header_bytes, float *params
     unsigned char h[4096];
     if (header_bytes > sizeof h) llmc_die("model_file_read_params: a %zu-byte header", header_bytes);
     freadCheck(h, 1, header_bytes, f, path);
-    uint32_t crc = crc_update(crc_update(0, NULL, 0), h, header_bytes);
+    uint32_t crc = sumfile_crc_update(sumfile_crc_update(0, NULL, 0), h, header_bytes);
     model_params_read(f, path, params, numel, bf16, &crc);
     fclose(f);
     uint32_t want_crc;
     long long want_bytes;
     char sum[4200];
-    model_sum_path(path, sum, sizeof sum);
-    if (model_sum_read(path, &want_crc, &want_bytes)) {
+    sumfile_path(path, sum, sizeof sum);
+    if (sumfile_read(path, &want_crc, &want_bytes)) {
         if (want_crc != crc || want_bytes != bytes)
             llmc_die("model checkpoint '%s' does not match its checksum file '%s' (crc32 %08x, %lld bytes; recorded "
                      "%08x, %lld bytes): the file is damaged or was replaced",
@@ -216,13 +141,13 @@ uint32_t model_file_write(const char *path, const void *header, size_t header_by
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, 1, header_bytes, af.f, af.tmp_path);
-    uint32_t crc = crc_update(crc_update(0, NULL, 0), header, header_bytes);
+    uint32_t crc = sumfile_crc_update(sumfile_crc_update(0, NULL, 0), header, header_bytes);
     model_params_write(af.f, af.tmp_path, params, numel, bf16, &crc);
     char sum[4200];
-    model_sum_path(path, sum, sizeof sum);
+    sumfile_path(path, sum, sizeof sum);
     unlink(sum); /* a crash between the two commits leaves a model without a sum, never a wrong sum */
     atomic_commit(&af);
-    model_sum_write(path, crc, (long long)header_bytes + (long long)numel * (bf16 ? 2 : 4));
+    sumfile_write(path, crc, (long long)header_bytes + (long long)numel * (bf16 ? 2 : 4));
     return crc;
 }
 
@@ -286,9 +211,9 @@ static uint32_t state_crc(const int32_t h[256], const float *m, const float *v, 
     int32_t hz[256];
     memcpy(hz, h, sizeof hz);
     hz[42] = 0;
-    uint32_t crc = crc_update(crc_update(0, NULL, 0), hz, sizeof hz);
-    crc = crc_update(crc, m, numel * sizeof(float));
-    return crc_update(crc, v, numel * sizeof(float));
+    uint32_t crc = sumfile_crc_update(sumfile_crc_update(0, NULL, 0), hz, sizeof hz);
+    crc = sumfile_crc_update(crc, m, numel * sizeof(float));
+    return sumfile_crc_update(crc, v, numel * sizeof(float));
 }
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v) {
@@ -304,7 +229,7 @@ void state_file_save(const char *path, const TrainState *st, const float *m, con
 }
 
 void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel) {
-    FILE *f = open_for_reading(path, "training state");
+    FILE *f = sumfile_open_for_reading(path, "training state");
     int32_t h[256];
     if (fread(h, 4, 256, f) != 256) llmc_die("training state '%s' is truncated (shorter than its header)", path);
     if (h[0] != STATE_MAGIC) llmc_die("'%s' is not a training state file: magic %d, expected %d", path, h[0], STATE_MAGIC);
@@ -338,8 +263,8 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     if (st->numel != expect_numel)
         llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
     long long want = 1024 + 2LL * (long long)st->numel * 4;
-    if (file_size(f) != want)
-        llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, file_size(f), want);
+    if (sumfile_size(f) != want)
+        llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, sumfile_size(f), want);
     if (!m || !v) {
         fclose(f);
         return;
@@ -388,7 +313,7 @@ char *checkpoint_read_done(const char *dir, int step) {
     checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
     FILE *f = fopen(done, "rb");
     if (!f) return NULL;
-    long long size = file_size(f);
+    long long size = sumfile_size(f);
     char *text = NULL;
     if (size > 0 && size < (1 << 20)) {
         text = (char *)mallocCheck((size_t)size + 1, "DONE marker text");
@@ -431,7 +356,7 @@ void checkpoint_prune(const char *dir, int keep, int major, int rank, int protec
         unlink(model);
         unlink(state);
         char sum[4300];
-        model_sum_path(model, sum, sizeof sum);
+        sumfile_path(model, sum, sizeof sum);
         unlink(sum);
         char hf[4300];
         hf_checkpoint_dir(dir, steps[i], hf, sizeof hf);

@@ -35,6 +35,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "llmc/core/dtype.h"
+#include "llmc/core/sumfile.h"
 #include "llmc/models/gpt2.h"
 
 #ifdef __cplusplus
@@ -71,14 +73,6 @@ void model_file_read_params(const char *path, size_t header_bytes, float *params
                             const TensorSpec *specs, int nspecs);
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc);
 void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc);
-/* CRC-32 of the whole file at path (dies if it cannot be read). */
-uint32_t model_file_checksum(const char *path);
-void model_sum_path(const char *model_path, char *out, size_t len);
-/* "<path>.sum" of any file we write (model files, safetensors files): model_sum_read returns 1
- * with its crc and bytes, 0 when there is none, and dies if it exists but is malformed;
- * model_sum_write writes it atomically. */
-int model_sum_read(const char *path, uint32_t *crc, long long *bytes);
-void model_sum_write(const char *path, uint32_t crc, long long bytes);
 
 typedef struct {
     int step;
@@ -109,9 +103,6 @@ char *checkpoint_read_done(const char *dir, int step);
 /* Deletes complete checkpoints beyond the newest `keep`, sparing multiples of `major` and the
  * step `protect` (the newest checkpoint known to be healthy; -1 = none). */
 void checkpoint_prune(const char *dir, int keep, int major, int rank, int protect);
-
-uint16_t float_to_bf16(float x);
-float bf16_to_float(uint16_t b);
 
 #ifdef __cplusplus
 }

@@ -279,7 +279,7 @@ static void load_state(const TrainConfig *tc, TrainBackend *be, Optimizer *opt, 
     }
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {
-        uint32_t crc = model_file_checksum(model);
+        uint32_t crc = sumfile_checksum(model);
         if (crc != st.model_crc)
             llmc_die("training state '%s' was saved with another model file than '%s' (crc32 %08x, the state "
                      "records %08x): the model and the state of step %d do not belong together",
