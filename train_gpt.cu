@@ -671,8 +671,9 @@ static void test_rank_summary(const CudaTrainer *tr) {
            m->loss_scale, m->skipped_steps);
 }
 
-/* The Llama whose plan cuda_plan prices (a TrainPlanFn sees only the ModelConfig); NULL: a GPT-2. */
-static LlamaConfig plan_llama_config;
+/* The architecture of -e and its config (formats/arch.h); plan_llama: the Llama whose plan cuda_plan
+ * prices (a TrainPlanFn sees only the ModelConfig), NULL: a GPT-2. */
+static ArchConfig run_arch;
 static const LlamaConfig *plan_llama;
 
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
@@ -738,9 +739,12 @@ static int cuda_graph_allowed(const TrainConfig *tc, const CudaModel *m, FILE *n
 }
 
 /* Is init a Llama (a name, an HF directory, llmc's or llm.c's Llama file)? Then plan_llama is
- * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). */
-static int detect_llama(TrainConfig *tc, const char *init, int note) {
-    plan_llama = llama_config_from_init(init, &plan_llama_config) ? &plan_llama_config : NULL;
+ * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). resolve:
+ * run_arch becomes init's architecture, whatever it is (the model's own path: after -y 1 found
+ * it); else only the Llama entry is asked (the GPT-2 fallback would read a path not yet resolved). */
+static int detect_llama(TrainConfig *tc, const char *init, int note, int resolve) {
+    const int found = resolve ? model_arch_for_init(init, &run_arch) != NULL : llama3_arch.config_from_init(init, &run_arch);
+    plan_llama = found && run_arch.arch == &llama3_arch ? arch_config_as(&run_arch, const LlamaConfig) : NULL;
     if (!plan_llama) return 0;
     if (tc->recompute != 0 && note)
         printf("note: -r %d: the CUDA Llama keeps every activation (no recompute levels yet); using -r 0\n", tc->recompute);
@@ -758,17 +762,6 @@ static BudgetSpace budget_space(int precision) {
     return s;
 }
 
-/* ---- a Llama's files (TrainBackend save_model, save_hf) ---------------------------------------- */
-static uint32_t cuda_llama_save_model(void *p, const float *params, const char *path, int bf16) {
-    const CudaModel *m = &((CudaTrainer *)p)->model;
-    return llama_checkpoint_write(path, &m->llama, params, m->num_parameters, bf16);
-}
-
-static void cuda_llama_save_hf(void *p, const float *params, const char *run_dir, int step, int bf16) {
-    const CudaTrainer *tr = (const CudaTrainer *)p;
-    hf_llama_save_checkpoint(run_dir, step, &tr->model.llama, params, tr->model.num_parameters, bf16, tr->tc.init);
-}
-
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* every line reaches a pipe or a log file as it is printed */
     TrainConfig tc;
@@ -776,7 +769,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
-    detect_llama(&tc, tc.init, !tc.plan); /* (--plan --json prints only the JSON) */
+    detect_llama(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
     BudgetSpace space = budget_space(precision);
@@ -824,7 +817,7 @@ int main(int argc, char **argv) {
     }
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
-    const int llama = detect_llama(&tc, init, 0); /* a resumed run's checkpoint: the same architecture */
+    const int llama = detect_llama(&tc, init, 0, 1); /* a resumed run's checkpoint: the same architecture */
     space = budget_space(precision);
     tr.tc = tc;
     CudaModel *m = &tr.model;
@@ -855,7 +848,7 @@ int main(int argc, char **argv) {
     cudamodel_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     const ModelConfig *cfg = &m->cfg;
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
-    tr.flops_per_token = llama ? llama_flops_per_token(&m->llama, tc.T) : gpt2_flops_per_token(cfg, tc.T);
+    tr.flops_per_token = run_arch.arch->flops_per_token(&run_arch, tc.T);
     /* gradient buckets: reduced over the ranks, or copied to the host, as the backward makes them */
     const long long micro_tokens = (long long)tc.B * tc.T * dist->size;
     tr.accum = tc.total_batch > 0 ? (int)(tc.total_batch / micro_tokens) : 1;
@@ -909,7 +902,6 @@ int main(int argc, char **argv) {
     if (offload) {
         be.host_grads = m->host_grads;
         be.param_specs = m->param_specs;
-        be.num_param_specs = m->num_param_specs;
         be.host_m = be.host_v = NULL;
         be.grads_to_host = cuda_grads_to_host;
         be.params_from_host = cuda_params_from_host;
@@ -925,11 +917,7 @@ int main(int argc, char **argv) {
     be.save_backend_state = cuda_save_backend_state;
     be.load_backend_state = cuda_load_backend_state;
     be.plan = cuda_plan;
-    if (llama) {
-        be.save_model = cuda_llama_save_model;
-        be.save_hf = cuda_llama_save_hf;
-        be.flops_per_token = tr.flops_per_token;
-    }
+    be.arch = &run_arch; /* the checkpoint files, --save-hf and the flops are the architecture's */
     if (tc.gpu_log_every > 0) {
         gpu_telemetry_open(&tr.telemetry, tr.ctx.device, LLMC_NVML_LIBRARY);
         gpu_telemetry_print_source(&tr.telemetry, tc.gpu_log_every);

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
+#include "llmc/formats/llamafile.h"
 #include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"

@@ -53,6 +53,8 @@ typedef struct ModelArch {
     const char *hf_architecture;  /* config.json's "architectures" entry ("LlamaForCausalLM"), or NULL */
     int num_param_specs;          /* entries of its parameter table */
     int num_act_specs;            /* entries of its activation table */
+    int recompute_levels;         /* 1: its activation table has -r levels; 0: every activation is
+                                   * stored and the trainers run -r 0 (the resume check knows) */
 
     /* -e: returns 1 and fills cfg (cfg->arch set; only a header or config.json read, no
      * parameters) when init names this architecture, 0 when it does not. Dies on a file of this

@@ -4,6 +4,7 @@
  */
 #include "llmc/formats/hf.h"
 #include "llmc/core/check.h"
+#include "llmc/formats/rundir.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -15,14 +16,10 @@ int hf_is_model_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && lstat(config, &sb) == 0;
 }
 
-void hf_checkpoint_dir(const char *run_dir, int step, char *out, size_t len) {
-    snprintf(out, len, "%s/model_%08d_hf", run_dir, step);
-}
-
 void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
                         int bf16) {
     char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
     hf_save(dir, cfg, params, numel, bf16);
 }
 
@@ -32,7 +29,8 @@ const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.js
 
 #if LLMC_HAVE_CJSON
 #include "llmc/core/atomicfile.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/core/dtype.h"
+#include "llmc/core/sumfile.h"
 #include "llmc/formats/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -880,7 +878,7 @@ void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params,
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {
     char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
     const int from_hf = source && source[0] && hf_is_model_dir(source);
     static int told; /* the note, once per run */
     if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL) == 0 && !told++)

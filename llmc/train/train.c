@@ -1,11 +1,10 @@
 #include "llmc/train/train.h"
 #include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/statefile.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/dist/dist.h"
-#include "llmc/formats/hf.h"
-#include "llmc/models/llama.h"
 #include "llmc/train/optim.h"
 #include "llmc/core/optstate.h"
 #include "llmc/formats/rundir.h"
@@ -227,12 +226,11 @@ static void save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainB
     }
     TrainState st = {0};
     if (tc->process_rank == 0) {
-        st.model_crc = be->save_model ? be->save_model(be->model, params, model, tc->ckpt_bf16)
-                                      : model_file_save(model, &be->cfg, params, be->num_parameters,
-                                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        const ModelArch *arch = be->arch->arch;
+        st.model_crc = arch->save(model, be->arch, params, be->num_parameters, tc->ckpt_bf16);
         st.has_model_crc = 1;
-        if (tc->save_hf && be->save_hf) be->save_hf(be->model, params, tc->output_dir, step, tc->ckpt_bf16);
-        else if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
+        if (tc->save_hf)
+            arch->save_hf_checkpoint(tc->output_dir, step, be->arch, params, be->num_parameters, tc->ckpt_bf16, tc->init);
     }
     st.step = step;
     st.numel = be->num_parameters;
@@ -376,12 +374,14 @@ static void resume_check_config(const TrainConfig *rc, int step) {
     train_config_defaults(&saved);
     train_config_from_text(&saved, text);
     free(text);
-    /* A Llama keeps every activation: both trainers run it at -r 0 whatever -r says, and older
-     * binaries saved the -r given (1 by default), which is no difference from this run's 0. */
+    /* An architecture without recompute levels (Llama) keeps every activation: both trainers run it
+     * at -r 0 whatever -r says, and older binaries saved the -r given (1 by default), which is no
+     * difference from this run's 0. */
     char model[4200];
-    LlamaConfig llama;
+    ArchConfig ac;
     checkpoint_paths(rc->output_dir, step, 0, model, NULL, NULL, sizeof model);
-    if (rc->recompute == 0 && saved.recompute != 0 && llama_config_from_init(model, &llama)) saved.recompute = 0;
+    if (rc->recompute == 0 && saved.recompute != 0 && !model_arch_for_init(model, &ac)->recompute_levels)
+        saved.recompute = 0;
     train_config_compare(&saved, rc, where, stdout);
 }
 
@@ -508,13 +508,9 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
 }
 
 void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
-    if (model_config_from_descriptor(cfg, tc->init) == 0) {
-        const char *bad = gpt2_config_validate(cfg);
-        if (bad) llmc_die("invalid model configuration: %s", bad);
-    } else {
-        int version;
-        model_file_read_header(tc->init, cfg, &version); /* the header only: no parameters read */
-    }
+    ArchConfig ac;
+    model_arch_for_init(tc->init, &ac); /* the header only: no parameters read */
+    *cfg = *arch_config_base(&ac);
 }
 
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
@@ -642,7 +638,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     Optimizer opt = {0};
     if (be->host_grads)
         optim_init_state(&opt, dist, tc->zero_stage, be->num_parameters, be->param_specs,
-                         be->num_param_specs ? be->num_param_specs : NUM_PARAMETER_TENSORS, optstate_parse(tc->optim_state));
+                         be->arch->arch->num_param_specs, optstate_parse(tc->optim_state));
     else if (tc->zero_stage > be->zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, be->zero_max);
     check_ranks_agree(dist, &rc, be, train); /* (before -z 3 leaves each rank only its shard) */
@@ -685,7 +681,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
 
     const int schedule = lr_schedule_parse(tc->schedule);
     const double flops_per_step =
-        (be->flops_per_token > 0 ? be->flops_per_token : gpt2_flops_per_token(cfg, T)) * (double)total_batch;
+        be->arch->arch->flops_per_token(be->arch, T) * (double)total_batch;
     Outliers loss_hist = {{0}, 0, 0}, norm_hist = {{0}, 0, 0};
     const float diverged_loss = 10.0f * logf((float)cfg->vocab_size > 2.0f ? (float)cfg->vocab_size : 2.0f);
     /* last_ckpt: the newest checkpoint written (or resumed from); healthy_ckpt: the newest one a
