@@ -135,33 +135,37 @@ static void llama_no_recompute(TrainConfig *tc) {
     tc->recompute = 0;
 }
 
-static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
+/* The fields every CPU model fills alike: its parameters and gradients live in host memory and
+ * the loop's optimizer (llmc/train/optim.c) updates them. */
+static void host_backend(TrainBackend *be, void *model, const ModelConfig *cfg, size_t n, float *params, float *grads,
+                         const TensorSpec *specs) {
     be->model = model;
-    be->cfg = model->cfg.base;
-    be->num_parameters = model->num_parameters;
+    be->cfg = *cfg;
+    be->num_parameters = n;
+    be->host_params = params;
+    be->host_grads = grads;
+    be->param_specs = specs;
+}
+
+static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
+    host_backend(be, model, &model->cfg.base, model->num_parameters, model->params_memory, model->grads_memory,
+                 model->param_specs);
     be->train_micro_step = llama_train_micro_step;
     be->eval_loss = llama_eval_loss;
     be->zero_grad = llama_zero;
     be->next_logits = llama_next_logits;
-    be->host_params = model->params_memory;
-    be->host_grads = model->grads_memory;
-    be->param_specs = model->param_specs;
     if (shard_stage(tc)) be->attach_optimizer = llama_attach_optimizer;
     be->print_memory = llama_memory;
     be->plan = llama_cpu_plan;
 }
 
 static void gpt2_backend(TrainBackend *be, GPT2 *model, const TrainConfig *tc) {
-    be->model = model;
-    be->cfg = model->cfg;
-    be->num_parameters = model->num_parameters;
+    host_backend(be, model, &model->cfg, model->num_parameters, model->params_memory, model->grads_memory,
+                 model->param_specs);
     be->train_micro_step = cpu_train_micro_step;
     be->eval_loss = cpu_eval_loss;
     be->zero_grad = cpu_zero_grad;
     be->next_logits = cpu_next_logits;
-    be->host_params = model->params_memory;
-    be->host_grads = model->grads_memory; /* the loop's optimizer (llmc/train/optim.c) does the rest */
-    be->param_specs = model->param_specs;
     if (shard_stage(tc)) be->attach_optimizer = cpu_attach_optimizer;
     be->print_memory = cpu_print_memory;
     be->plan = cpu_plan;

@@ -18,24 +18,16 @@
 #define LLMC_HD
 #endif
 
-/* The bits of a float and back. */
+/* The bits of a float and back (memcpy: host and device alike). */
 LLMC_HD static inline uint32_t float_bits(float x) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
     uint32_t u;
     memcpy(&u, &x, 4);
     return u;
-#endif
 }
 LLMC_HD static inline float bits_float(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
     float x;
     memcpy(&x, &u, 4);
     return x;
-#endif
 }
 
 LLMC_HD static inline uint16_t float_to_bf16(float x) {

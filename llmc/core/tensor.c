@@ -58,3 +58,31 @@ void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_la
         }
     }
 }
+
+size_t tensor_table_place_params(TensorSpec *t, int n, size_t L) {
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        t[i].layer_numel = t[i].layer_numel ? t[i].numel / L : 0;
+        t[i].offset = offset;
+        offset += t[i].numel;
+    }
+    return offset;
+}
+
+size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute) {
+    size_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        t[i].per_layer = recompute < t[i].per_layer;
+        if (t[i].per_layer) {
+            t[i].layer_numel = t[i].numel;
+            t[i].numel *= L;
+        }
+        t[i].offset = offset;
+        offset += t[i].numel;
+    }
+    return offset;
+}
+
+double model_flops_per_token(size_t n, const ModelConfig *cfg, int T) {
+    return 6.0 * (double)n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+}

@@ -60,6 +60,22 @@ typedef struct {
     size_t layer_numel; /* elements between layer l and l + 1 (0: one copy shared by every layer) */
 } TensorSpec;
 
+/* Training flops per token of a model of n parameters, the usual 6N + 6LCT (forward + backward,
+ * attention's two matmuls counted for the causal half). */
+double model_flops_per_token(size_t n, const ModelConfig *cfg, int T);
+
+/* A table row from an X-macro row: parameters X(name, shape, numel, decay, init, stacked) carry
+ * "stacked" in layer_numel, activations X(name, shape, numel, kind, level) their per-layer level in
+ * per_layer, until tensor_table_place_* lays the table out. */
+#define TENSOR_PARAM_ROW(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked},
+#define TENSOR_ACT_ROW(name, shape, numel, kind, level) {#name, shape, numel, 0, 0, 0, kind, level, 0},
+/* Offsets back to back in table order; a stacked parameter gets layer_numel = numel / L. Returns
+ * the total element count. */
+size_t tensor_table_place_params(TensorSpec *t, int n, size_t L);
+/* Offsets back to back; an activation whose level is above recompute is stored for each of the L
+ * layers (numel *= L, layer_numel = one layer's, per_layer = 1), else once (per_layer = 0). */
+size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute);
+
 /* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
  * never from hand-written shape products. */
 static inline float *tensor_layer(float *arena, const TensorSpec *s, int l) {

@@ -111,12 +111,6 @@ const ModelArch gpt2_arch = {
     gpt2_load, gpt2_save, gpt2_save_hf_ckpt, gpt2_save_hf, gpt2_flops,
 };
 
-void model_arch_gpt2_config(ArchConfig *ac, const ModelConfig *base) {
-    memset(ac, 0, sizeof *ac);
-    ac->arch = &gpt2_arch;
-    *arch_config_base(ac) = *base;
-}
-
 /* ---- Llama 3: a name (llama3:dN, llama3.2-1b, ...), llmc's or llm.c's file, an HF directory --- */
 _Static_assert(sizeof(LlamaConfig) <= MODEL_ARCH_CONFIG_BYTES, "LlamaConfig must fit ArchConfig");
 #define LLAMA(ac) arch_config_as(ac, const LlamaConfig)
@@ -208,12 +202,5 @@ const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg) {
 const ModelArch *model_arch_by_name(const char *name) {
     for (int i = 0; model_archs[i]; i++)
         if (strcmp(model_archs[i]->name, name) == 0) return model_archs[i];
-    return NULL;
-}
-
-const ModelArch *model_arch_for_hf(const char *hf_architecture) {
-    for (int i = 0; model_archs[i]; i++)
-        if (model_archs[i]->hf_architecture && strcmp(model_archs[i]->hf_architecture, hf_architecture) == 0)
-            return model_archs[i];
     return NULL;
 }

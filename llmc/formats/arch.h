@@ -97,11 +97,6 @@ extern const ModelArch *const model_archs[];
 const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg);
 /* The entry of that name ("gpt2", "llama3"), or NULL. */
 const ModelArch *model_arch_by_name(const char *name);
-/* The entry with that HF "architectures" string, or NULL. */
-const ModelArch *model_arch_for_hf(const char *hf_architecture);
-/* cfg as an architecture's config built from a bare ModelConfig (GPT-2's only: the others need
- * their own knobs); for callers that hold a ModelConfig of GPT-2. */
-void model_arch_gpt2_config(ArchConfig *cfg, const ModelConfig *base);
 
 /* The registry's entries (defined beside each architecture's code). */
 extern const ModelArch gpt2_arch;

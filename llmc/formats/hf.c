@@ -186,17 +186,25 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
     return 0;
 }
 
+/* config.json's head: "architectures": [architecture], "model_type", then the shape's numbers in order. */
+typedef struct {
+    const char *key;
+    double value;
+} JsonNumber;
+static void write_config_head(cJSON *json, const char *architecture, const char *model_type, const JsonNumber *nums,
+                              size_t n) {
+    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(architecture));
+    cJSON_AddStringToObject(json, "model_type", model_type);
+    for (size_t i = 0; i < n; i++) cJSON_AddNumberToObject(json, nums[i].key, nums[i].value);
+}
+
 static void gpt2_write_config(cJSON *json, const HfConfig *hc, int bf16) {
     const ModelConfig *cfg = &hc->base;
-    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(json, "model_type", "gpt2");
-    cJSON_AddNumberToObject(json, "vocab_size", cfg->vocab_size);
-    cJSON_AddNumberToObject(json, "n_positions", cfg->max_seq_len);
-    cJSON_AddNumberToObject(json, "n_ctx", cfg->max_seq_len);
-    cJSON_AddNumberToObject(json, "n_embd", cfg->channels);
-    cJSON_AddNumberToObject(json, "n_layer", cfg->num_layers);
-    cJSON_AddNumberToObject(json, "n_head", cfg->num_heads);
+    const JsonNumber shape[] = {{"vocab_size", cfg->vocab_size}, {"n_positions", cfg->max_seq_len},
+                                {"n_ctx", cfg->max_seq_len},     {"n_embd", cfg->channels},
+                                {"n_layer", cfg->num_layers},    {"n_head", cfg->num_heads}};
+    write_config_head(json, "GPT2LMHeadModel", "gpt2", shape, sizeof shape / sizeof shape[0]);
     cJSON_AddNullToObject(json, "n_inner");
     cJSON_AddStringToObject(json, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(json, "layer_norm_epsilon", 1e-5);
@@ -308,17 +316,15 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
 
 static void llama_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
     const ModelConfig *b = &cfg->base;
-    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(json, "model_type", "llama");
-    cJSON_AddNumberToObject(json, "vocab_size", b->vocab_size);
-    cJSON_AddNumberToObject(json, "hidden_size", b->channels);
-    cJSON_AddNumberToObject(json, "intermediate_size", b->ffn_hidden);
-    cJSON_AddNumberToObject(json, "num_hidden_layers", b->num_layers);
-    cJSON_AddNumberToObject(json, "num_attention_heads", b->num_heads);
-    cJSON_AddNumberToObject(json, "num_key_value_heads", b->num_kv_heads);
-    cJSON_AddNumberToObject(json, "head_dim", b->channels / b->num_heads);
-    cJSON_AddNumberToObject(json, "max_position_embeddings", b->max_seq_len);
+    const JsonNumber shape[] = {{"vocab_size", b->vocab_size},
+                                {"hidden_size", b->channels},
+                                {"intermediate_size", b->ffn_hidden},
+                                {"num_hidden_layers", b->num_layers},
+                                {"num_attention_heads", b->num_heads},
+                                {"num_key_value_heads", b->num_kv_heads},
+                                {"head_dim", b->channels / b->num_heads},
+                                {"max_position_embeddings", b->max_seq_len}};
+    write_config_head(json, "LlamaForCausalLM", "llama", shape, sizeof shape / sizeof shape[0]);
     cJSON_AddStringToObject(json, "hidden_act", "silu");
     cJSON_AddNumberToObject(json, "rms_norm_eps", cfg->norm_eps);
     cJSON_AddNumberToObject(json, "rope_theta", cfg->rope_theta);

@@ -50,19 +50,11 @@ int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     TensorSpec table[] = {
-#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, stacked, 0},
-        GPT2_PARAMETERS(LLMC_PARAM_SPEC)
-#undef LLMC_PARAM_SPEC
+        GPT2_PARAMETERS(TENSOR_PARAM_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        table[i].layer_numel = table[i].per_layer ? table[i].numel / L : 0;
-        table[i].per_layer = 0; /* the column means "stored per layer" for activations only */
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t total = tensor_table_place_params(table, NUM_PARAMETER_TENSORS, L);
     if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    return total;
 }
 
 float **gpt2_parameter_slots(ParameterTensors *p) {
@@ -91,22 +83,9 @@ size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompu
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
     TensorSpec table[] = {
-#define LLMC_ACT_SPEC(name, shape, numel, kind, keep_below) {#name, shape, numel, 0, 0, 0, kind, keep_below, 0},
-        GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
-#undef LLMC_ACT_SPEC
+        GPT2_ACTIVATIONS(TENSOR_ACT_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (recompute < table[i].per_layer) { /* the column holds the level that drops per-layer storage */
-            table[i].layer_numel = table[i].numel;
-            table[i].numel *= L;
-            table[i].per_layer = 1;
-        } else {
-            table[i].per_layer = 0;
-        }
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t offset = tensor_table_place_acts(table, NUM_ACTIVATION_TENSORS, L, recompute);
     if (specs) memcpy(specs, table, sizeof table);
     return offset;
 }
@@ -119,8 +98,7 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 }
 
 double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
-    double n = (double)gpt2_parameter_specs(cfg, NULL);
-    return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+    return model_flops_per_token(gpt2_parameter_specs(cfg, NULL), cfg, T);
 }
 
 

@@ -113,7 +113,6 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
                           unsigned long long seed);
 
-
 /* Training flops per token, the usual 6N + 6LCT (N = all parameters; forward + backward,
  * attention's two matmuls counted for the causal half): the basis of GFLOP/s and MFU. */
 double gpt2_flops_per_token(const ModelConfig *cfg, int T);

@@ -95,37 +95,20 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
 size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]) {
     LLAMA_SHAPE_NAMES(cfg);
     TensorSpec table[] = {
-#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked},
-        LLAMA3_PARAMETERS(LLMC_PARAM_SPEC)
-#undef LLMC_PARAM_SPEC
+        LLAMA3_PARAMETERS(TENSOR_PARAM_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < LLAMA3_NUM_PARAMETERS; i++) {
-        table[i].layer_numel = table[i].layer_numel ? table[i].numel / L : 0;
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t total = tensor_table_place_params(table, LLAMA3_NUM_PARAMETERS, L);
     if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    return total;
 }
 
 size_t llama_activation_specs(const LlamaConfig *cfg, int Bi, int Ti, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]) {
     LLAMA_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
     TensorSpec table[] = {
-#define LLMC_ACT_SPEC(name, shape, numel, kind, per_layer) {#name, shape, numel, 0, 0, 0, kind, per_layer, 0},
-        LLAMA3_ACTIVATIONS(LLMC_ACT_SPEC)
-#undef LLMC_ACT_SPEC
+        LLAMA3_ACTIVATIONS(TENSOR_ACT_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++) {
-        if (table[i].per_layer) {
-            table[i].layer_numel = table[i].numel;
-            table[i].numel *= L;
-        }
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t offset = tensor_table_place_acts(table, LLAMA3_NUM_ACTIVATIONS, L, 0); /* column 0/1: per layer or not */
     if (specs) memcpy(specs, table, sizeof table);
     return offset;
 }
@@ -140,6 +123,5 @@ void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3
 }
 
 double llama_flops_per_token(const LlamaConfig *cfg, int T) {
-    double n = (double)llama_parameter_specs(cfg, NULL);
-    return 6.0 * n + 6.0 * cfg->base.num_layers * (double)cfg->base.channels * T;
+    return model_flops_per_token(llama_parameter_specs(cfg, NULL), &cfg->base, T);
 }
