@@ -135,40 +135,39 @@ static void llama_no_recompute(TrainConfig *tc) {
     tc->recompute = 0;
 }
 
-/* The fields every CPU model fills alike: its parameters and gradients live in host memory and
- * the loop's optimizer (llmc/train/optim.c) updates them. */
+/* A CPU model's adapters (the TrainBackend entries that differ by architecture). */
+typedef struct {
+    float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+    float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
+    void (*zero_grad)(void *model);
+    const float *(*next_logits)(void *model, const int *tokens, int n);
+    void (*attach_optimizer)(void *model, Optimizer *opt, float **host_params, float **host_grads);
+    void (*print_memory)(void *model, FILE *out);
+    TrainPlanFn plan;
+} CpuModelOps;
+
+static const CpuModelOps gpt2_ops = {cpu_train_micro_step, cpu_eval_loss, cpu_zero_grad, cpu_next_logits,
+                                     cpu_attach_optimizer, cpu_print_memory, cpu_plan};
+static const CpuModelOps llama_ops = {llama_train_micro_step, llama_eval_loss, llama_zero, llama_next_logits,
+                                      llama_attach_optimizer, llama_memory, llama_cpu_plan};
+
+/* Every CPU model's parameters and gradients live in host memory and the loop's optimizer
+ * (llmc/train/optim.c) updates them; ops are its adapters. */
 static void host_backend(TrainBackend *be, void *model, const ModelConfig *cfg, size_t n, float *params, float *grads,
-                         const TensorSpec *specs) {
+                         const TensorSpec *specs, const CpuModelOps *ops, const TrainConfig *tc) {
     be->model = model;
     be->cfg = *cfg;
     be->num_parameters = n;
     be->host_params = params;
     be->host_grads = grads;
     be->param_specs = specs;
-}
-
-static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
-    host_backend(be, model, &model->cfg.base, model->num_parameters, model->params_memory, model->grads_memory,
-                 model->param_specs);
-    be->train_micro_step = llama_train_micro_step;
-    be->eval_loss = llama_eval_loss;
-    be->zero_grad = llama_zero;
-    be->next_logits = llama_next_logits;
-    if (shard_stage(tc)) be->attach_optimizer = llama_attach_optimizer;
-    be->print_memory = llama_memory;
-    be->plan = llama_cpu_plan;
-}
-
-static void gpt2_backend(TrainBackend *be, GPT2 *model, const TrainConfig *tc) {
-    host_backend(be, model, &model->cfg, model->num_parameters, model->params_memory, model->grads_memory,
-                 model->param_specs);
-    be->train_micro_step = cpu_train_micro_step;
-    be->eval_loss = cpu_eval_loss;
-    be->zero_grad = cpu_zero_grad;
-    be->next_logits = cpu_next_logits;
-    if (shard_stage(tc)) be->attach_optimizer = cpu_attach_optimizer;
-    be->print_memory = cpu_print_memory;
-    be->plan = cpu_plan;
+    be->train_micro_step = ops->train_micro_step;
+    be->eval_loss = ops->eval_loss;
+    be->zero_grad = ops->zero_grad;
+    be->next_logits = ops->next_logits;
+    if (shard_stage(tc)) be->attach_optimizer = ops->attach_optimizer;
+    be->print_memory = ops->print_memory;
+    be->plan = ops->plan;
 }
 
 static void budget_fit_run(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *space, Dist *dist) {
@@ -184,7 +183,8 @@ static int gpt2_run(TrainConfig *tc, const char *init, const BudgetSpace *space,
     run_arch.arch->load_init(init, &run_arch, model.params_memory, model.num_parameters, tc->seed);
     budget_fit_run(tc, &model.cfg, space, dist);
     gpt2_allocate(&model, tc->B, tc->T, tc->recompute, 1);
-    gpt2_backend(be, &model, tc);
+    host_backend(be, &model, &model.cfg, model.num_parameters, model.params_memory, model.grads_memory, model.param_specs,
+                 &gpt2_ops, tc);
     int status = train_run(tc, be, resume_step);
     gpt2_free(&model);
     return status;
@@ -196,7 +196,8 @@ static int llama_run(TrainConfig *tc, const char *init, const BudgetSpace *space
     llama_build(&llama, arch_config_as(&run_arch, const LlamaConfig));
     run_arch.arch->load_init(init, &run_arch, llama.params_memory, llama.num_parameters, tc->seed);
     llama_allocate_for(&llama, tc->B, tc->T, 1);
-    llama_backend(be, &llama, tc);
+    host_backend(be, &llama, &llama.cfg.base, llama.num_parameters, llama.params_memory, llama.grads_memory,
+                 llama.param_specs, &llama_ops, tc);
     int status = train_run(tc, be, resume_step);
     llama_free(&llama);
     return status;
