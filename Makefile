@@ -72,9 +72,11 @@ endif
 # CORE_SRCS: the shared llmc/ core (both trainers, tools and tests link it).
 # CPU_SRCS:  the CPU backend (ops and model sequencing).
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
-CORE_SRCS := llmc/core/check.c llmc/core/atomicfile.c llmc/data/shard.c llmc/models/gpt2.c llmc/train/cli.c llmc/formats/modelfile.c \
-             llmc/core/logger.c llmc/core/rng.c llmc/train/schedule.c llmc/generate/sampler.c llmc/train/train.c llmc/train/checkpoint.c llmc/train/report.c llmc/formats/rundir.c \
-             llmc/dist/dist.c llmc/train/optim.c llmc/train/hostopt.c llmc/core/optstate.c llmc/core/mem.c llmc/train/plan.c llmc/cpu/adamw.c llmc/models/llama.c
+CORE_SRCS := llmc/core/check.c llmc/core/tensor.c llmc/core/sumfile.c llmc/core/atomicfile.c llmc/core/logger.c llmc/core/rng.c \
+             llmc/core/optstate.c llmc/core/mem.c llmc/data/shard.c llmc/models/gpt2.c llmc/models/llama.c \
+             llmc/formats/modelfile.c llmc/formats/statefile.c llmc/formats/rundir.c llmc/dist/dist.c llmc/generate/sampler.c \
+             llmc/train/cli.c llmc/train/schedule.c llmc/train/train.c llmc/train/checkpoint.c llmc/train/report.c \
+             llmc/train/optim.c llmc/train/hostopt.c llmc/train/plan.c llmc/cpu/adamw.c
 # (llmc/cpu/adamw.c is the core's: the loop's optimizer, llmc/train/optim.c, runs it)
 CPU_SRCS  := $(filter-out llmc/cpu/adamw.c,$(wildcard llmc/cpu/*.c))
 BINS      := train_gpt_cpu

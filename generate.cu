@@ -11,7 +11,7 @@
 #include "llmc/core/check.h"
 #include "llmc/cuda/decode.cuh"
 #include "llmc/generate/generate.h"
-#include "llmc/models/llama.h"
+#include "llmc/formats/arch.h"
 
 typedef struct {
     CudaContext ctx;
@@ -23,9 +23,10 @@ static void cuda_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *
     CudaGenerator *cg = (CudaGenerator *)self;
     int precision = precision_parse(g->precision ? g->precision : "bf16");
     if (precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", g->precision);
-    LlamaConfig lc;
-    if (llama_config_from_init(g->init, &lc))
-        llmc_die("-e %s is a Llama 3 model: ./generate_gpu runs GPT-2 only for now; use ./generate (CPU)", g->init);
+    ArchConfig ac; /* the CUDA decoder runs GPT-2's block sequence only */
+    const ModelArch *arch = model_arch_for_init(g->init, &ac);
+    if (arch != &gpt2_arch)
+        llmc_die("-e %s is a %s model: ./generate_gpu runs GPT-2 only for now; use ./generate (CPU)", g->init, arch->display);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count < 1)

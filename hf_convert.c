@@ -23,8 +23,9 @@
 #include <sys/stat.h>
 
 #include "llmc/core/check.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/formats/arch.h"
 #include "llmc/formats/hf.h"
+#include "llmc/formats/llamafile.h"
 #include "llmc/models/llama.h"
 #include "llmc/models/gpt2.h"
 
@@ -43,7 +44,8 @@ static void usage(FILE *out) {
 }
 
 /* A Llama between llmc's Llama checkpoint, llm.c's Llama 3 file and an HF LlamaForCausalLM directory */
-static int convert_llama(const char *in, const char *out, const LlamaConfig *cfg, const char *dtype, const char *format) {
+static int convert_llama(const char *in, const char *out, const ArchConfig *ac, const char *dtype, const char *format) {
+    const LlamaConfig *cfg = arch_config_as(ac, const LlamaConfig);
     const int from_hf = hf_is_model_dir(in);
     int32_t h[2] = {0, 0};
     if (!from_hf) {
@@ -55,12 +57,11 @@ static int convert_llama(const char *in, const char *out, const LlamaConfig *cfg
     const char *to = format ? format : from_hf ? "llmc" : "hf";
     size_t n = llama_parameter_specs(cfg, NULL);
     float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
-    int in_bf16 = from_hf ? hf_llama_load(in, cfg, params, n)
-                          : (llama_load_init(in, cfg, params, n, 0), from_llmc ? llama_file_is_bf16(in) : h[1] == 5);
+    int in_bf16 = ac->arch->load_init(in, ac, params, n, 0);
     const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16;
     if (strcmp(to, "llama3") == 0) llmc_llama3_write(out, cfg, params, n, bf16);
-    else if (strcmp(to, "hf") == 0) hf_llama_save(out, cfg, params, n, bf16);
-    else llama_checkpoint_write(out, cfg, params, n, bf16);
+    else if (strcmp(to, "hf") == 0) ac->arch->save_hf(out, ac, params, n, bf16);
+    else ac->arch->save(out, ac, params, n, bf16);
     const char *kind = from_hf ? "Hugging Face LlamaForCausalLM directory" : from_llmc ? "llmc Llama checkpoint" : "llm.c Llama 3 file";
     printf("%s (%s%s) -> %s (%s, %s): L %d, NH %d, NKV %d, C %d, F %d, maxT %d, V %d: %zu parameters\n", in, kind,
            in_bf16 ? ", bf16" : "", out, to, bf16 ? "bf16" : "fp32", cfg->base.num_layers, cfg->base.num_heads,
@@ -107,26 +108,19 @@ int main(int argc, char **argv) {
     struct stat sb;
     if (lstat(out, &sb) == 0) llmc_die("output '%s' already exists: remove it or give another path", out);
 
-    LlamaConfig lc;
-    if (stat(in, &sb) == 0 && llama_config_from_init(in, &lc))
-        return convert_llama(in, out, &lc, dtype, format);
+    ArchConfig ac; /* (a path that does not exist: GPT-2's reader says so) */
+    const ModelArch *arch = stat(in, &sb) == 0 ? model_arch_for_init(in, &ac) : (gpt2_arch.config_from_init(in, &ac), &gpt2_arch);
+    if (arch == &llama3_arch) return convert_llama(in, out, &ac, dtype, format);
     if (format) llmc_die("--format %s: '%s' is not a Llama file (--format is for Llama conversions)", format, in);
 
-    ModelConfig cfg;
-    int version, bf16;
-    model_file_read_header(in, &cfg, &version); /* either kind: checkpoint.c dispatches on hf_is_model_dir */
-    size_t numel = gpt2_parameter_specs(&cfg, NULL);
+    const ModelConfig cfg = *arch_config_base(&ac);
+    size_t numel = arch->parameter_specs(&ac, NULL);
     float *params = (float *)mallocCheck(numel * sizeof(float), "parameters");
     const int from_hf = hf_is_model_dir(in);
-    if (from_hf) {
-        bf16 = hf_load(in, params, numel);
-    } else {
-        model_file_load(in, params, numel);
-        bf16 = version == MODEL_VERSION_BF16;
-    }
+    int bf16 = arch->load_init(in, &ac, params, numel, 0);
     if (dtype) bf16 = strcmp(dtype, "bf16") == 0;
     if (from_hf) {
-        model_file_save(out, &cfg, params, numel, bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        arch->save(out, &ac, params, numel, bf16);
     } else {
         /* the padded vocabulary rows (Vp - V) are not part of an HF model */
         TensorSpec specs[NUM_PARAMETER_TENSORS];
@@ -140,7 +134,7 @@ int main(int argc, char **argv) {
             printf("note: '%s' has %zu non-zero weights in wte's padded vocabulary rows (%d..%d), which an HF "
                    "directory does not hold: they are dropped (no token reads them)\n",
                    in, nonzero, cfg.vocab_size, cfg.padded_vocab_size - 1);
-        hf_save(out, &cfg, params, numel, bf16);
+        arch->save_hf(out, &ac, params, numel, bf16);
     }
     printf("%s (%s) -> %s (%s): L %d, NH %d, C %d, maxT %d, V %d: %zu parameters\n", in,
            from_hf ? "Hugging Face directory" : "llm.c model file", out,

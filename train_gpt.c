@@ -15,7 +15,7 @@
 #include "llmc/cpu/llama.h"
 #include "llmc/cpu/gpt2.h"
 #include "llmc/dist/dist.h"
-#include "llmc/formats/hf.h"
+#include "llmc/formats/arch.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/train.h"
 
@@ -116,23 +116,15 @@ static void llama_attach_optimizer(void *m, Optimizer *opt, float **host_params,
     *host_grads = model->grads_memory;
 }
 
-static uint32_t llama_save_model(void *m, const float *params, const char *path, int bf16) {
-    LlamaModel *model = (LlamaModel *)m;
-    return llama_checkpoint_write(path, &model->cfg, params, model->num_parameters, bf16);
-}
+/* the architecture -e names, with its config: what a TrainPlanFn (which sees only the
+ * ModelConfig) and the backend read */
+static ArchConfig run_arch;
 
-static const char *llama_source; /* the run's -e: --save-hf copies its tokenizer files (an HF directory) */
-static void llama_save_hf(void *m, const float *params, const char *run_dir, int step, int bf16) {
-    LlamaModel *model = (LlamaModel *)m;
-    hf_llama_save_checkpoint(run_dir, step, &model->cfg, params, model->num_parameters, bf16, llama_source);
-}
-
-/* the Llama whose plan --plan prints (a TrainPlanFn sees only the ModelConfig) */
-static LlamaConfig plan_llama;
 static void llama_cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg;
-    llama_plan(&plan_llama, tc->B, tc->T, 1, p);
-    if (shard_stage(tc)) llama_plan_shard(&plan_llama, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+    const LlamaConfig *lc = arch_config_as(&run_arch, const LlamaConfig);
+    llama_plan(lc, tc->B, tc->T, 1, p);
+    if (shard_stage(tc)) llama_plan_shard(lc, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
 /* -r: the CPU Llama keeps every activation; the run (and its plan and budget search) is -r 0 */
@@ -143,30 +135,102 @@ static void llama_no_recompute(TrainConfig *tc) {
     tc->recompute = 0;
 }
 
-static void llama_backend(TrainBackend *be, LlamaModel *model, const TrainConfig *tc) {
+/* A CPU model's adapters (the TrainBackend entries that differ by architecture). */
+typedef struct {
+    float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
+    float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
+    void (*zero_grad)(void *model);
+    const float *(*next_logits)(void *model, const int *tokens, int n);
+    void (*attach_optimizer)(void *model, Optimizer *opt, float **host_params, float **host_grads);
+    void (*print_memory)(void *model, FILE *out);
+    TrainPlanFn plan;
+} CpuModelOps;
+
+static const CpuModelOps gpt2_ops = {cpu_train_micro_step, cpu_eval_loss, cpu_zero_grad, cpu_next_logits,
+                                     cpu_attach_optimizer, cpu_print_memory, cpu_plan};
+static const CpuModelOps llama_ops = {llama_train_micro_step, llama_eval_loss, llama_zero, llama_next_logits,
+                                      llama_attach_optimizer, llama_memory, llama_cpu_plan};
+
+/* Every CPU model's parameters and gradients live in host memory and the loop's optimizer
+ * (llmc/train/optim.c) updates them; ops are its adapters. */
+static void host_backend(TrainBackend *be, void *model, const ModelConfig *cfg, size_t n, float *params, float *grads,
+                         const TensorSpec *specs, const CpuModelOps *ops, const TrainConfig *tc) {
     be->model = model;
-    be->cfg = model->cfg.base;
-    be->num_parameters = model->num_parameters;
-    be->train_micro_step = llama_train_micro_step;
-    be->eval_loss = llama_eval_loss;
-    be->zero_grad = llama_zero;
-    be->next_logits = llama_next_logits;
-    be->host_params = model->params_memory;
-    be->host_grads = model->grads_memory;
-    be->param_specs = model->param_specs;
-    be->num_param_specs = LLAMA3_NUM_PARAMETERS;
-    if (shard_stage(tc)) be->attach_optimizer = llama_attach_optimizer;
-    be->print_memory = llama_memory;
-    be->plan = llama_cpu_plan;
-    be->save_model = llama_save_model;
-    be->save_hf = llama_save_hf;
-    be->flops_per_token = llama_flops_per_token(&model->cfg, tc->T);
+    be->cfg = *cfg;
+    be->num_parameters = n;
+    be->host_params = params;
+    be->host_grads = grads;
+    be->param_specs = specs;
+    be->train_micro_step = ops->train_micro_step;
+    be->eval_loss = ops->eval_loss;
+    be->zero_grad = ops->zero_grad;
+    be->next_logits = ops->next_logits;
+    if (shard_stage(tc)) be->attach_optimizer = ops->attach_optimizer;
+    be->print_memory = ops->print_memory;
+    be->plan = ops->plan;
 }
 
-static void build_model(GPT2 *model, const char *init, unsigned long long seed) {
-    ModelConfig cfg;
-    if (model_config_from_descriptor(&cfg, init) == 0) gpt2_build_random(model, &cfg, seed);
-    else gpt2_build_from_checkpoint(model, init);
+static void budget_fit_run(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *space, Dist *dist) {
+    if (!tc->memory_budget[0]) return;
+    budget_fit(tc, cfg, space, cli_memory_budget_bytes(tc->memory_budget), "--memory-budget", dist->rank == 0 ? stdout : NULL);
+    budget_agree(dist, tc);
+}
+
+/* Build (parameters from init), allocate, train, free: one per architecture. */
+static int gpt2_run(TrainConfig *tc, const char *init, const BudgetSpace *space, Dist *dist, TrainBackend *be, int resume_step) {
+    GPT2 model;
+    gpt2_build(&model, arch_config_base(&run_arch));
+    run_arch.arch->load_init(init, &run_arch, model.params_memory, model.num_parameters, tc->seed);
+    budget_fit_run(tc, &model.cfg, space, dist);
+    gpt2_allocate(&model, tc->B, tc->T, tc->recompute, 1);
+    host_backend(be, &model, &model.cfg, model.num_parameters, model.params_memory, model.grads_memory, model.param_specs,
+                 &gpt2_ops, tc);
+    int status = train_run(tc, be, resume_step);
+    gpt2_free(&model);
+    return status;
+}
+
+static int llama_run(TrainConfig *tc, const char *init, const BudgetSpace *space, Dist *dist, TrainBackend *be, int resume_step) {
+    budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
+    LlamaModel llama;
+    llama_build(&llama, arch_config_as(&run_arch, const LlamaConfig));
+    run_arch.arch->load_init(init, &run_arch, llama.params_memory, llama.num_parameters, tc->seed);
+    llama_allocate_for(&llama, tc->B, tc->T, 1);
+    host_backend(be, &llama, &llama.cfg.base, llama.num_parameters, llama.params_memory, llama.grads_memory,
+                 llama.param_specs, &llama_ops, tc);
+    int status = train_run(tc, be, resume_step);
+    llama_free(&llama);
+    return status;
+}
+
+/* The CPU backend's entry for each architecture (formats/arch.h's registry): its plan, the
+ * flags its block sequence fixes, what --memory-budget may search, and its run. */
+typedef struct {
+    const ModelArch *arch;
+    TrainPlanFn plan;
+    void (*fix_flags)(TrainConfig *tc); /* NULL: none */
+    int max_recompute;                  /* the budget search's -r range */
+    const char *no_recompute;           /* why it has none (NULL: it has) */
+    int (*run)(TrainConfig *tc, const char *init, const BudgetSpace *space, Dist *dist, TrainBackend *be, int resume_step);
+} CpuArch;
+
+static const CpuArch cpu_archs[] = {
+    {&gpt2_arch, cpu_plan, NULL, 2, NULL, gpt2_run},
+    {&llama3_arch, llama_cpu_plan, llama_no_recompute, 0, "the CPU Llama keeps every activation (no recompute levels)",
+     llama_run},
+};
+
+/* The CPU entry of init's architecture (run_arch filled); dies when the CPU has none. */
+static const CpuArch *cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *space) {
+    const ModelArch *arch = model_arch_for_init(init, &run_arch);
+    for (size_t i = 0; i < sizeof cpu_archs / sizeof cpu_archs[0]; i++) {
+        const CpuArch *a = &cpu_archs[i];
+        if (a->arch != arch) continue;
+        if (a->fix_flags) a->fix_flags(tc);
+        *space = (BudgetSpace){a->plan, 1, "CPU", a->max_recompute, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), a->no_recompute};
+        return a;
+    }
+    llmc_die("-e %s is a %s model: the CPU trainer has no block sequence for it", init, arch->display);
 }
 
 int main(int argc, char **argv) {
@@ -180,22 +244,18 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
-    /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
-    const BudgetSpace space = {cpu_plan, 1, "CPU", 2, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), NULL};
-    /* a Llama's: no recompute levels on the CPU (the search skips that knob) */
-    const BudgetSpace llama_space = {llama_cpu_plan, 1, "CPU", 0, OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
-                                     "the CPU Llama keeps every activation (no recompute levels)"};
-    /* --plan: before any process group, run directory or model (-pn gives the rank count) */
-    if (tc.plan && llama_config_from_init(tc.init, &plan_llama)) { /* a Llama: its header or name only */
-        llama_no_recompute(&tc);
-        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &llama_space, &plan_llama.base);
+    BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
+    /* --plan: before any process group, run directory or model (-pn gives the rank count); the
+     * model's header or name only */
+    if (tc.plan) {
+        const CpuArch *a = cpu_arch_for_init(tc.init, &tc, &space);
+        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
-        train_memory_plan(&tc, &plan_llama.base, llama_cpu_plan, 1, "CPU", &p);
+        train_memory_plan(&tc, arch_config_base(&run_arch), a->plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout);
         return 0;
     }
-    if (tc.plan) return tc.memory_budget[0] ? budget_plan_main(&tc, &space) : train_plan_main(&tc, cpu_plan, 1, "CPU");
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
@@ -216,54 +276,15 @@ int main(int argc, char **argv) {
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    const CpuArch *a = cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
     TrainBackend be = {0};
     be.name = name;
     be.sync_to_host = cpu_sync_noop;
     be.sync_from_host = cpu_sync_noop;
-    if (llama_config_from_init(init, &plan_llama)) { /* the architecture is the model's: name or file header */
-        llama_no_recompute(&tc);
-        if (tc.memory_budget[0]) {
-            budget_fit(&tc, &plan_llama.base, &llama_space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget",
-                       dist->rank == 0 ? stdout : NULL);
-            budget_agree(dist, &tc);
-        }
-        LlamaModel llama;
-        llama_build(&llama, &plan_llama);
-        llama_load_init(init, &plan_llama, llama.params_memory, llama.num_parameters, tc.seed);
-        llama_allocate_for(&llama, tc.B, tc.T, 1);
-        llama_backend(&be, &llama, &tc);
-        llama_source = tc.init;
-        int status = train_run(&tc, &be, resume_step);
-        llama_free(&llama);
-        dist_finalize(dist);
-        return status;
-    }
-    GPT2 model;
-    build_model(&model, init, tc.seed);
-    if (tc.memory_budget[0]) {
-        budget_fit(&tc, &model.cfg, &space, cli_memory_budget_bytes(tc.memory_budget), "--memory-budget", dist->rank == 0 ? stdout : NULL);
-        budget_agree(dist, &tc);
-    }
-    gpt2_allocate(&model, tc.B, tc.T, tc.recompute, 1);
-
-    be.model = &model;
-    be.cfg = model.cfg;
-    be.num_parameters = model.num_parameters;
-    be.train_micro_step = cpu_train_micro_step;
-    be.eval_loss = cpu_eval_loss;
-    be.zero_grad = cpu_zero_grad;
-    be.next_logits = cpu_next_logits;
-    be.host_params = model.params_memory;
-    be.host_grads = model.grads_memory; /* the loop's optimizer (llmc/train/optim.c) does the rest */
-    be.param_specs = model.param_specs;
-    if (shard_stage(&tc)) be.attach_optimizer = cpu_attach_optimizer;
-    be.print_memory = cpu_print_memory;
-    be.plan = cpu_plan;
-
-    int status = train_run(&tc, &be, resume_step);
-    gpt2_free(&model);
+    be.arch = &run_arch;
+    int status = a->run(&tc, init, &space, dist, &be, resume_step);
     dist_finalize(dist);
     return status;
 }

@@ -22,7 +22,7 @@
 #include "llmc/cuda/cudamodel.cuh"
 #include "llmc/cuda/trainer.cuh"
 #include "llmc/dist/dist.h"
-#include "llmc/formats/hf.h"
+#include "llmc/formats/arch.h"
 #include "llmc/models/llama.h"
 #include "llmc/train/train.h"
 
@@ -190,8 +190,9 @@ static void test_rank_summary(const CudaTrainer *tr) {
            m->loss_scale, m->skipped_steps);
 }
 
-/* The Llama whose plan cuda_plan prices (a TrainPlanFn sees only the ModelConfig); NULL: a GPT-2. */
-static LlamaConfig plan_llama_config;
+/* The architecture of -e and its config (formats/arch.h); plan_llama: the Llama whose plan cuda_plan
+ * prices (a TrainPlanFn sees only the ModelConfig), NULL: a GPT-2. */
+static ArchConfig run_arch;
 static const LlamaConfig *plan_llama;
 
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
@@ -253,9 +254,12 @@ static int cuda_graph_allowed(const TrainConfig *tc, const CudaModel *m, FILE *n
 }
 
 /* Is init a Llama (a name, an HF directory, llmc's or llm.c's Llama file)? Then plan_llama is
- * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). */
-static int detect_llama(TrainConfig *tc, const char *init, int note) {
-    plan_llama = llama_config_from_init(init, &plan_llama_config) ? &plan_llama_config : NULL;
+ * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). resolve:
+ * run_arch becomes init's architecture, whatever it is (the model's own path: after -y 1 found
+ * it); else only the Llama entry is asked (the GPT-2 fallback would read a path not yet resolved). */
+static int detect_llama(TrainConfig *tc, const char *init, int note, int resolve) {
+    const int found = resolve ? model_arch_for_init(init, &run_arch) != NULL : llama3_arch.config_from_init(init, &run_arch);
+    plan_llama = found && run_arch.arch == &llama3_arch ? arch_config_as(&run_arch, const LlamaConfig) : NULL;
     if (!plan_llama) return 0;
     if (tc->recompute != 0 && note)
         printf("note: -r %d: the CUDA Llama keeps every activation (no recompute levels yet); using -r 0\n", tc->recompute);
@@ -271,17 +275,6 @@ static BudgetSpace budget_space(int precision) {
     BudgetSpace s = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0, NULL};
     if (plan_llama) s.max_recompute = 0, s.no_recompute = "the CUDA Llama has -r 0 only";
     return s;
-}
-
-/* ---- a Llama's files (TrainBackend save_model, save_hf) ---------------------------------------- */
-static uint32_t cuda_llama_save_model(void *p, const float *params, const char *path, int bf16) {
-    const CudaModel *m = &((CudaTrainer *)p)->model;
-    return llama_checkpoint_write(path, &m->llama, params, m->num_parameters, bf16);
-}
-
-static void cuda_llama_save_hf(void *p, const float *params, const char *run_dir, int step, int bf16) {
-    const CudaTrainer *tr = (const CudaTrainer *)p;
-    hf_llama_save_checkpoint(run_dir, step, &tr->model.llama, params, tr->model.num_parameters, bf16, tr->tc.init);
 }
 
 /* The device of this local rank, its CUDA context (what it holds before llmc allocates: the
@@ -324,7 +317,7 @@ static void cuda_fit(TrainConfig *tc, const CudaTrainer *tr, const BudgetSpace *
 }
 
 /* The backend's model half (the optimizer half: cuda_trainer_optimizer). */
-static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name, int llama) {
+static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name) {
     const CudaModel *m = &tr->model;
     memset(be, 0, sizeof *be);
     be->name = name;
@@ -344,11 +337,7 @@ static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name, in
     be->save_backend_state = cuda_save_backend_state;
     be->load_backend_state = cuda_load_backend_state;
     be->plan = cuda_plan;
-    if (llama) {
-        be->save_model = cuda_llama_save_model;
-        be->save_hf = cuda_llama_save_hf;
-        be->flops_per_token = tr->flops_per_token;
-    }
+    be->arch = &run_arch; /* the checkpoint files, --save-hf and the flops are the architecture's */
     if (tr->tc.gpu_log_every > 0) {
         gpu_telemetry_open(&tr->telemetry, tr->ctx.device, LLMC_NVML_LIBRARY);
         gpu_telemetry_print_source(&tr->telemetry, tr->tc.gpu_log_every);
@@ -385,7 +374,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
-    detect_llama(&tc, tc.init, !tc.plan); /* (--plan --json prints only the JSON) */
+    detect_llama(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
     BudgetSpace space = budget_space(precision);
@@ -412,7 +401,7 @@ int main(int argc, char **argv) {
     const size_t device_free = cuda_start(&tr, &tc, dist);
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
-    const int llama = detect_llama(&tc, init, 0); /* a resumed run's checkpoint: the same architecture */
+    const int llama = detect_llama(&tc, init, 0, 1); /* a resumed run's checkpoint: the same architecture */
     space = budget_space(precision);
     tr.tc = tc;
     CudaModel *m = &tr.model;
@@ -425,7 +414,7 @@ int main(int argc, char **argv) {
     cuda_trainer_shard(&tr, tc.zero_stage, offload);
     cudamodel_allocate(m, tc.B, tc.T, tc.recompute, tc.gelu_fusion, 1);
     tr.peak_flops = peak_flops_for(&tr.ctx.props, m->precision, tc.tf32, tc.peak_tflops);
-    tr.flops_per_token = llama ? llama_flops_per_token(&m->llama, tc.T) : gpt2_flops_per_token(&m->cfg, tc.T);
+    tr.flops_per_token = run_arch.arch->flops_per_token(&run_arch, tc.T);
     tr.step = resume_step < 0 ? 0 : resume_step; /* (-1: a fresh run) */
     tr.inf_step = test_inf_step(dist);
     cuda_trainer_buckets(&tr, &tc, offload);
@@ -434,7 +423,7 @@ int main(int argc, char **argv) {
     char name[512];
     cuda_backend_name(&tr, &tc, llama, name, sizeof name);
     TrainBackend be;
-    cuda_backend(&be, &tr, name, llama);
+    cuda_backend(&be, &tr, name);
     cuda_trainer_optimizer(&tr, &be, offload);
     int status = train_run(&tc, &be, resume_step);
     cuda_finish(&tr);

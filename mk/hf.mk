@@ -5,7 +5,7 @@
 hf_hash := \#
 HAVE_CJSON := $(shell printf '$(hf_hash)include <cjson/cJSON.h>\nint main(void){return cJSON_ParseWithLength("{}", 2) == 0;}\n' | $(CC) -x c - -o /dev/null -lcjson >/dev/null 2>&1 && echo 1)
 
-CORE_SRCS += llmc/formats/safetensors.c llmc/formats/hf.c
+CORE_SRCS += llmc/formats/safetensors.c llmc/formats/hf.c llmc/formats/llamafile.c llmc/formats/arch.c
 override CFLAGS += -DLLMC_HAVE_CJSON=$(if $(HAVE_CJSON),1,0)
 ifeq ($(HAVE_CJSON),1)
 LDLIBS += -lcjson

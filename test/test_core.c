@@ -13,7 +13,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "llmc/formats/arch.h"
 #include "llmc/formats/modelfile.h"
+#include "llmc/models/llama.h"
 #include "llmc/dist/dist.h"
 #include "llmc/core/logger.h"
 #include "llmc/cpu/adamw.h"
@@ -51,6 +53,33 @@ static void test_descriptors(void) {
     /* recompute 2 keeps one layer of ln1, ln2 and fch_gelu instead of L */
     size_t saved = (size_t)(cfg.num_layers - 1) * 4 * 32 * (2 * cfg.channels + cfg.ffn_hidden);
     test_report(n0 - n2 == saved, "recompute 2 saves (L-1) layers of ln1, ln2, fch_gelu", "%zu vs %zu", n0 - n2, saved);
+}
+
+/* The architecture table: -e resolves to the entry whose tables the name describes, and the entry's
+ * functions agree with the architecture's own. */
+static void test_arch_table(void) {
+    ArchConfig ac;
+    const ModelArch *g = model_arch_for_init("gpt2:d2", &ac);
+    ModelConfig d2;
+    model_config_from_descriptor(&d2, "d2");
+    int gpt2_ok = g == &gpt2_arch && ac.arch == g && memcmp(arch_config_base(&ac), &d2, sizeof d2) == 0 &&
+                  g->parameter_specs(&ac, NULL) == gpt2_parameter_specs(&d2, NULL) &&
+                  g->flops_per_token(&ac, 64) == gpt2_flops_per_token(&d2, 64) && g->recompute_levels;
+    test_report(gpt2_ok, "model_arch_for_init: gpt2:d2 is GPT-2's entry with d2's config, tables and flops", "");
+    const ModelArch *l = model_arch_for_init("llama3:d2", &ac);
+    LlamaConfig lc;
+    llama_config_from_name(&lc, "llama3:d2");
+    const LlamaConfig *got = arch_config_as(&ac, const LlamaConfig);
+    int llama_ok = l == &llama3_arch && got->base.num_kv_heads == lc.base.num_kv_heads &&
+                   got->rope_theta == lc.rope_theta && l->num_param_specs == LLAMA3_NUM_PARAMETERS &&
+                   l->parameter_specs(&ac, NULL) == llama_parameter_specs(&lc, NULL) &&
+                   l->flops_per_token(&ac, 64) == llama_flops_per_token(&lc, 64) && !l->recompute_levels;
+    test_report(llama_ok, "model_arch_for_init: llama3:d2 is Llama 3's entry with its LlamaConfig, tables and flops", "");
+    int names = model_arch_by_name("gpt2") == &gpt2_arch && model_arch_by_name("llama3") == &llama3_arch &&
+                model_arch_by_name("llama") == NULL;
+    int last = 0;
+    while (model_archs[last + 1]) last++;
+    test_report(names && model_archs[last] == &gpt2_arch, "the registry: names resolve, GPT-2 is the last (the fallback)", "");
 }
 
 static void test_schedules(void) {
@@ -286,8 +315,8 @@ static void test_optstate(void) {
             ok &= (u & 0xFFFF) == 0 && fabs((double)y[i] - x[i]) <= ldexp(fabs((double)x[i]), -8);
         }
         /* ties go to the even neighbour: 1 + 2^-8 (halfway between 1 and 1 + 2^-7) -> 1 */
-        ok &= optstate_bf16_decode(optstate_bf16_encode(1.0f + 0x1p-8f)) == 1.0f &&
-              optstate_bf16_decode(optstate_bf16_encode(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f;
+        ok &= bf16_to_float(float_to_bf16(1.0f + 0x1p-8f)) == 1.0f &&
+              bf16_to_float(float_to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f;
         test_report(ok, is_v ? "optstate bf16 v: round to nearest even (within 2^-8 relative)" : "optstate bf16 m: round to nearest even (within 2^-8 relative)", "a value off");
         /* int8: codes equal to the double-precision nearest code (except within 1e-4 of a tie),
          * values equal to the double-precision decode to float accuracy, the scale element exact */
@@ -387,6 +416,7 @@ static void test_dist_refuses_pn_without_parallelism(void) {
 
 int main(void) {
     test_descriptors();
+    test_arch_table();
     test_dist_refuses_pn_without_parallelism();
     test_optstate();
     test_schedules();

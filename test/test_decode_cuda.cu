@@ -230,7 +230,7 @@ int main(void) {
     kvcache_free(&cache);
     gpt2_free(&cpu);
     char sum[160];
-    model_sum_path(path, sum, sizeof sum);
+    sumfile_path(path, sum, sizeof sum);
     unlink(sum);
     unlink(path);
     return test_exit_code();

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "llmc/formats/llamafile.h"
 #include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
@@ -32,6 +33,16 @@
 #include "llmc/cuda/cudamodel.cuh"
 #include "llmc/core/rng.h"
 #include "test/testing.h"
+#include "llmc/formats/arch.h"
+
+/* The CPU GPT-2 of a model file or HF directory (formats/arch.h's GPT-2 entry loads it). */
+static void build_from_file(GPT2 *model, const char *path) {
+    ArchConfig ac;
+    model_arch_for_init(path, &ac);
+    gpt2_build(model, arch_config_base(&ac));
+    ac.arch->load_init(path, &ac, model->params_memory, model->num_parameters, 0);
+}
+
 
 typedef struct {
     ModelConfig cfg;
@@ -179,7 +190,7 @@ static void compare_cuda_step(const Setup *s, CudaContext *ctx, Precision p, con
 
 static void compare_step(const Setup *s, CudaContext *ctx, Precision p) {
     GPT2 cpu;
-    gpt2_build_from_checkpoint(&cpu, s->ckpt);
+    build_from_file(&cpu, s->ckpt);
     gpt2_allocate(&cpu, s->B, s->T, 0, 1);
     const size_t NV = (size_t)s->B * s->T * s->cfg.padded_vocab_size;
     gpt2_forward(&cpu, batch_in(s, 0), NULL, s->B, s->T, 0.0f);
@@ -198,7 +209,7 @@ static void compare_trajectory(const Setup *s, CudaContext *ctx, Precision p) {
     const char *pn = precision_name(p);
     ModelTol tol = model_tol(p);
     GPT2 cpu;
-    gpt2_build_from_checkpoint(&cpu, s->ckpt);
+    build_from_file(&cpu, s->ckpt);
     gpt2_allocate(&cpu, s->B, s->T, 0, 1);
     float ref[STEPS], got[3][STEPS];
     for (int t = 1; t <= STEPS; t++) ref[t - 1] = cpu_step(&cpu, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, t);

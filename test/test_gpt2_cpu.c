@@ -28,6 +28,16 @@
 #include "llmc/cpu/gpt2.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
+#include "llmc/formats/arch.h"
+
+/* The CPU GPT-2 of a model file or HF directory (formats/arch.h's GPT-2 entry loads it). */
+static void build_from_file(GPT2 *model, const char *path) {
+    ArchConfig ac;
+    model_arch_for_init(path, &ac);
+    gpt2_build(model, arch_config_base(&ac));
+    ac.arch->load_init(path, &ac, model->params_memory, model->num_parameters, 0);
+}
+
 
 int main(int argc, char **argv) {
     if (argc < 3) {
@@ -36,7 +46,7 @@ int main(int argc, char **argv) {
     }
     int recompute = argc > 3 ? atoi(argv[3]) : 0;
     GPT2 model;
-    gpt2_build_from_checkpoint(&model, argv[1]);
+    build_from_file(&model, argv[1]);
     DebugState d;
     read_debug_state(argv[2], &d, model.num_parameters);
     const ModelConfig *cfg = &model.cfg;
@@ -59,7 +69,7 @@ int main(int argc, char **argv) {
     check_debug_gradients(&d, model.param_specs, NUM_PARAMETER_TENSORS, model.grads_memory);
 
     /* the N-step trajectory on the same batch, with the reference's AdamW settings */
-    gpt2_build_from_checkpoint(&model, argv[1]);
+    build_from_file(&model, argv[1]);
     gpt2_allocate(&model, B, T, recompute, 1);
     int traj_ok = 1;
     for (int step = 0; step < d.nsteps; step++) {

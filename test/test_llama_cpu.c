@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
+#include "llmc/formats/llamafile.h"
 #include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
@@ -116,7 +117,7 @@ int main(int argc, char **argv) {
     } while (ca != EOF && cb != EOF);
     fclose(a), fclose(b), remove(path);
     char sum[4300];
-    model_sum_path(path, sum, sizeof sum);
+    sumfile_path(path, sum, sizeof sum);
     remove(sum);
     test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
 

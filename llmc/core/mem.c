@@ -59,7 +59,7 @@ void mem_plan_print(const MemPlan *p, FILE *out) {
                      mem_class_accounted[c] ? "" : "   (allocated by a library, planned, not accounted)");
     }
     fprintf(out, "  activations by tensor (x L: one per layer; x 1: one copy):\n");
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS && p->act[i].name; i++) { /* a shorter table ends at a NULL name */
+    for (int i = 0; i < MODEL_MAX_ACTIVATIONS && p->act[i].name; i++) { /* a shorter table ends at a NULL name */
         const TensorSpec *s = &p->act[i];
         fprintf(out, "    %-10s %-18s %s %16zu %12.1f\n", s->name, s->shape, s->per_layer ? "x L" : "x 1",
                 p->act_bytes[i], mib(p->act_bytes[i]));
@@ -91,7 +91,7 @@ void mem_plan_print_json(const MemPlan *p, FILE *out) {
     fprintf(out, "}, \"host_classes\": {");
     for (int c = 0; c < MEM_TEST_LEAK; c++) fprintf(out, "%s\"%s\": %zu", c ? ", " : "", mem_class_names[c], p->host[c]);
     fprintf(out, "}, \"activations\": {");
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS && p->act[i].name; i++)
+    for (int i = 0; i < MODEL_MAX_ACTIVATIONS && p->act[i].name; i++)
         fprintf(out, "%s\"%s\": %zu", i ? ", " : "", p->act[i].name, p->act_bytes[i]);
     fprintf(out, "}}\n");
 }

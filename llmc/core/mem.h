@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "llmc/models/gpt2.h" /* TensorSpec, NUM_ACTIVATION_TENSORS (core/tensor.h once it exists) */
+#include "llmc/core/tensor.h" /* TensorSpec, MODEL_MAX_ACTIVATIONS */
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,8 +55,8 @@ typedef struct {
     size_t host[MEM_NUM_CLASSES];          /* host bytes by class, live for the whole run */
     size_t device_bytes[MEM_NUM_CLASSES];  /* device bytes by class (GPU backend) */
     size_t transient[MEM_NUM_CLASSES];     /* host bytes live only in one phase (checkpoint save) */
-    TensorSpec act[NUM_ACTIVATION_TENSORS];
-    size_t act_bytes[NUM_ACTIVATION_TENSORS]; /* bytes of each activation tensor */
+    TensorSpec act[MODEL_MAX_ACTIVATIONS];
+    size_t act_bytes[MODEL_MAX_ACTIVATIONS]; /* bytes of each activation tensor */
     size_t num_parameters;
     int B, T, recompute, zero, ranks, rank, accum;
     int optim_state;                       /* --optim-state (OptStateType): the bytes of m and v */

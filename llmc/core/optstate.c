@@ -28,7 +28,7 @@ void optstate_load_block(const void *state, int type, int is_v, size_t k, size_t
         memcpy(x, (const float *)state + j0, count * sizeof(float));
     } else if (type == OPTSTATE_BF16) {
         const uint16_t *s = (const uint16_t *)state + j0;
-        for (size_t j = 0; j < count; j++) x[j] = optstate_bf16_decode(s[j]);
+        for (size_t j = 0; j < count; j++) x[j] = bf16_to_float(s[j]);
     } else {
         const float a = q8_scales(state)[block];
         const uint8_t *q = q8_codes(state, k) + j0;
@@ -45,7 +45,7 @@ void optstate_store_block(void *state, int type, int is_v, size_t k, size_t bloc
         memcpy((float *)state + j0, x, count * sizeof(float));
     } else if (type == OPTSTATE_BF16) {
         uint16_t *s = (uint16_t *)state + j0;
-        for (size_t j = 0; j < count; j++) s[j] = optstate_bf16_encode(x[j]);
+        for (size_t j = 0; j < count; j++) s[j] = float_to_bf16(x[j]);
     } else {
         float a = 0.0f;
         for (size_t j = 0; j < count; j++) {
@@ -88,10 +88,10 @@ void optstate_segments(OptSegments *s, const TensorSpec *specs, int nspecs, size
 
 void optstate_to_bf16(uint16_t *dst, const float *src, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (long long i = 0; i < (long long)n; i++) dst[i] = optstate_bf16_encode(src[i]);
+    for (long long i = 0; i < (long long)n; i++) dst[i] = float_to_bf16(src[i]);
 }
 
 void optstate_from_bf16(float *dst, const uint16_t *src, size_t n) {
 #pragma omp parallel for schedule(static)
-    for (long long i = 0; i < (long long)n; i++) dst[i] = optstate_bf16_decode(src[i]);
+    for (long long i = 0; i < (long long)n; i++) dst[i] = bf16_to_float(src[i]);
 }

@@ -35,13 +35,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "llmc/models/gpt2.h"
+#include "llmc/core/dtype.h"
+#include "llmc/core/tensor.h"
 
-#ifdef __CUDACC__
-#define LLMC_HD __host__ __device__
-#else
-#define LLMC_HD
-#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -97,33 +93,7 @@ LLMC_HD static inline float optstate_adamw(float w, float g, float *m, float *v,
 void optstate_to_bf16(uint16_t *dst, const float *src, size_t n);
 void optstate_from_bf16(float *dst, const uint16_t *src, size_t n);
 
-/* ---- the element codes (shared with the CUDA kernel) ---- */
-LLMC_HD static inline uint32_t optstate_f2u(float x) {
-#ifdef __CUDA_ARCH__
-    return __float_as_uint(x);
-#else
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return u;
-#endif
-}
-LLMC_HD static inline float optstate_u2f(uint32_t u) {
-#ifdef __CUDA_ARCH__
-    return __uint_as_float(u);
-#else
-    float x;
-    memcpy(&x, &u, 4);
-    return x;
-#endif
-}
-/* bf16, round to nearest, ties to even (NaN stays a quiet NaN). */
-LLMC_HD static inline uint16_t optstate_bf16_encode(float x) {
-    uint32_t u = optstate_f2u(x);
-    if ((u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu)) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-LLMC_HD static inline float optstate_bf16_decode(uint16_t b) { return optstate_u2f((uint32_t)b << 16); }
+/* ---- the element codes (shared with the CUDA kernel); bf16 is llmc/core/dtype.h's ---- */
 
 /* int8 m: x in [-a, a] with scale a > 0 (a = 0: every code 0). */
 LLMC_HD static inline int8_t optstate_q8m_encode(float x, float a) {

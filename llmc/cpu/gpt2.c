@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
-#include "llmc/formats/modelfile.h"
 #include "llmc/core/mem.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
@@ -18,7 +17,7 @@
 
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
 
-static void build_common(GPT2 *model, const ModelConfig *cfg) {
+void gpt2_build(GPT2 *model, const ModelConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = gpt2_parameter_specs(cfg, model->param_specs);
@@ -27,18 +26,10 @@ static void build_common(GPT2 *model, const ModelConfig *cfg) {
     gpt2_point_parameters(&model->params, model->params_memory, model->param_specs);
 }
 
-void gpt2_build_from_checkpoint(GPT2 *model, const char *path) {
-    ModelConfig cfg;
-    int version;
-    model_file_read_header(path, &cfg, &version);
-    build_common(model, &cfg);
-    model_file_load(path, model->params_memory, model->num_parameters);
-}
-
 void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed) {
-    const char *bad = model_config_validate(cfg);
+    const char *bad = gpt2_config_validate(cfg);
     if (bad) llmc_die("invalid model configuration: %s", bad);
-    build_common(model, cfg);
+    gpt2_build(model, cfg);
     gpt2_init_parameters(cfg, model->param_specs, model->params_memory, seed);
 }
 
@@ -71,7 +62,7 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     MemPlan plan;
     mem_plan_init(&plan, "CPU");
     gpt2_plan(cfg, B, T, recompute, training, &plan);
-    memcpy(model->act_specs, plan.act, sizeof plan.act);
+    memcpy(model->act_specs, plan.act, sizeof model->act_specs);
     model->num_activations = plan.host[MEM_ACTIVATIONS] / sizeof(float);
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
     gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);

@@ -49,9 +49,10 @@ typedef struct {
     size_t params_floats, grads_floats;
 } GPT2;
 
-/* Parameters from an llm.c checkpoint, or random as GPT-2 initialises (std 0.02, residual
- * projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
-void gpt2_build_from_checkpoint(GPT2 *model, const char *path);
+/* gpt2_build: the model for cfg with its parameter arena allocated (zero; the caller fills it, e.g.
+ * from formats/arch.h's gpt2_arch.load_init). gpt2_build_random: random as GPT-2 initialises
+ * (std 0.02, residual projections 0.02/sqrt(2L), biases 0, gains 1, padded vocab rows 0). */
+void gpt2_build(GPT2 *model, const ModelConfig *cfg);
 void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long seed);
 /* The CPU backend's memory plan for (B, T, recompute, training): parameters, gradients,
  * activations by tensor, backward scratch. gpt2_allocate allocates exactly these sizes. */

@@ -179,8 +179,8 @@ static __global__ void adamw_update_compact_kernel(T *params, float *master, con
     uint8_t *m_code = (uint8_t *)m + nb * sizeof(float), *v_code = (uint8_t *)v + nb * sizeof(float);
     if (live) {
         if (state == OPTSTATE_BF16) {
-            mi = optstate_bf16_decode(((const uint16_t *)m)[j]);
-            vi = optstate_bf16_decode(((const uint16_t *)v)[j]);
+            mi = bf16_to_float(((const uint16_t *)m)[j]);
+            vi = bf16_to_float(((const uint16_t *)v)[j]);
         } else {
             mi = optstate_q8m_decode((int8_t)m_code[j], m_scale[b]);
             vi = optstate_q8v_decode(v_code[j], v_scale[b]);
@@ -195,8 +195,8 @@ static __global__ void adamw_update_compact_kernel(T *params, float *master, con
     }
     if (state == OPTSTATE_BF16) {
         if (live) {
-            ((uint16_t *)m)[j] = optstate_bf16_encode(mi);
-            ((uint16_t *)v)[j] = optstate_bf16_encode(vi);
+            ((uint16_t *)m)[j] = float_to_bf16(mi);
+            ((uint16_t *)v)[j] = float_to_bf16(vi);
         }
         return;
     }

@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llmc/formats/modelfile.h"
+#include "llmc/formats/arch.h"
 #include "llmc/dist/bucket.h"
 #include "llmc/models/llama.h"
 #include "llmc/core/rng.h"
@@ -159,19 +159,19 @@ inline void *cudamodel_malloc(MemClass c, size_t bytes) {
 
 /* Parameters from a checkpoint path or a dN descriptor (random init: the shared
  * gpt2_init_parameters, so both trainers start from the same weights), into host_params.
- * A Llama (a name such as llama3:dN, an HF directory, llmc's or llm.c's Llama file: see
- * llama_config_from_init) builds a Llama, its parameters from llama_load_init. */
+ * A Llama (a name such as llama3:dN, an HF directory, llmc's or llm.c's Llama file: formats/arch.h's
+ * model_arch_for_init) builds a Llama; the parameters come from the architecture's load_init. */
 inline void cudamodel_build(CudaModel *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
                            int use_master) {
     memset(m, 0, sizeof *m);
-    ModelConfig cfg;
-    LlamaConfig lc;
-    const int llama = llama_config_from_init(init, &lc); /* the architecture is the model's: name or file header */
-    int version, random_init = !llama && model_config_from_descriptor(&cfg, init) == 0;
+    ArchConfig ac; /* the architecture is the model's: name or file header */
+    const ModelArch *arch = model_arch_for_init(init, &ac);
+    const int llama = arch == &llama3_arch;
     if (llama) {
-        llamacuda_set_config(m, &lc);
+        llamacuda_set_config(m, arch_config_as(&ac, const LlamaConfig));
     } else {
-        if (!random_init) model_file_read_header(init, &cfg, &version);
+        if (arch != &gpt2_arch) llmc_die("-e %s is a %s model: the CUDA model has no block sequence for it", init, arch->display);
+        const ModelConfig cfg = *arch_config_base(&ac);
         m->cfg = cfg;
         m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
         m->num_param_specs = NUM_PARAMETER_TENSORS;
@@ -183,9 +183,7 @@ inline void cudamodel_build(CudaModel *m, const char *init, unsigned long long s
     m->use_master = use_master && prec != PRECISION_FP32;
     const size_t n = m->num_parameters, elem = precision_bytes(prec);
     m->host_params = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host parameters");
-    if (llama) llama_load_init(init, &lc, m->host_params, n, seed);
-    else if (random_init) gpt2_init_parameters(&cfg, m->param_specs, m->host_params, seed);
-    else model_file_load(init, m->host_params, n);
+    arch->load_init(init, &ac, m->host_params, n, seed);
     m->host_m = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW m");
     m->host_v = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW v");
     m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)m->cfg.padded_vocab_size, sizeof(float), "host logits row");
@@ -286,8 +284,8 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
         memset(&m->params, 0, sizeof m->params); /* (decode.cuh's views: not at -z 3) */
     }
     m->head_rows = cudamodel_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
-    memcpy(m->act_specs, plan->act, sizeof plan->act);
-    memcpy(m->act_bytes, plan->act_bytes, sizeof plan->act_bytes);
+    memcpy(m->act_specs, plan->act, sizeof m->act_specs);
+    memcpy(m->act_bytes, plan->act_bytes, sizeof m->act_bytes);
     m->acts_total_bytes = plan->device_bytes[MEM_ACTIVATIONS];
     m->acts_memory = cudamodel_malloc(MEM_ACTIVATIONS, m->acts_total_bytes);
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));

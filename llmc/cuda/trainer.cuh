@@ -603,7 +603,6 @@ static void cuda_trainer_optimizer(CudaTrainer *tr, TrainBackend *be, int offloa
     }
     be->host_grads = m->host_grads;
     be->param_specs = m->param_specs;
-    be->num_param_specs = m->num_param_specs;
     be->grads_to_host = cuda_grads_to_host;
     be->params_from_host = cuda_params_from_host;
     if (m->grad_hook) {

@@ -10,7 +10,7 @@
 
 #include <stddef.h>
 
-#include "llmc/models/gpt2.h"
+#include "llmc/core/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

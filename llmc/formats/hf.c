@@ -4,6 +4,7 @@
  */
 #include "llmc/formats/hf.h"
 #include "llmc/core/check.h"
+#include "llmc/formats/rundir.h"
 
 #include <stdio.h>
 #include <sys/stat.h>
@@ -15,14 +16,10 @@ int hf_is_model_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && lstat(config, &sb) == 0;
 }
 
-void hf_checkpoint_dir(const char *run_dir, int step, char *out, size_t len) {
-    snprintf(out, len, "%s/model_%08d_hf", run_dir, step);
-}
-
 void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
                         int bf16) {
     char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
     hf_save(dir, cfg, params, numel, bf16);
 }
 
@@ -32,7 +29,8 @@ const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.js
 
 #if LLMC_HAVE_CJSON
 #include "llmc/core/atomicfile.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/core/dtype.h"
+#include "llmc/core/sumfile.h"
 #include "llmc/formats/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -182,23 +180,31 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
         if (v != flags[i].want)
             return fail(err, errlen, "%s %s is not supported: %s", flags[i].key, v ? "true" : "false", flags[i].why);
     }
-    const char *bad = model_config_validate(cfg);
+    const char *bad = gpt2_config_validate(cfg);
     if (bad) return fail(err, errlen, "n_embd %d, n_layer %d, n_head %d, n_positions %d, vocab_size %d: %s",
                          cfg->channels, cfg->num_layers, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, bad);
     return 0;
 }
 
+/* config.json's head: "architectures": [architecture], "model_type", then the shape's numbers in order. */
+typedef struct {
+    const char *key;
+    double value;
+} JsonNumber;
+static void write_config_head(cJSON *json, const char *architecture, const char *model_type, const JsonNumber *nums,
+                              size_t n) {
+    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
+    cJSON_AddItemToArray(archs, cJSON_CreateString(architecture));
+    cJSON_AddStringToObject(json, "model_type", model_type);
+    for (size_t i = 0; i < n; i++) cJSON_AddNumberToObject(json, nums[i].key, nums[i].value);
+}
+
 static void gpt2_write_config(cJSON *json, const HfConfig *hc, int bf16) {
     const ModelConfig *cfg = &hc->base;
-    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(json, "model_type", "gpt2");
-    cJSON_AddNumberToObject(json, "vocab_size", cfg->vocab_size);
-    cJSON_AddNumberToObject(json, "n_positions", cfg->max_seq_len);
-    cJSON_AddNumberToObject(json, "n_ctx", cfg->max_seq_len);
-    cJSON_AddNumberToObject(json, "n_embd", cfg->channels);
-    cJSON_AddNumberToObject(json, "n_layer", cfg->num_layers);
-    cJSON_AddNumberToObject(json, "n_head", cfg->num_heads);
+    const JsonNumber shape[] = {{"vocab_size", cfg->vocab_size}, {"n_positions", cfg->max_seq_len},
+                                {"n_ctx", cfg->max_seq_len},     {"n_embd", cfg->channels},
+                                {"n_layer", cfg->num_layers},    {"n_head", cfg->num_heads}};
+    write_config_head(json, "GPT2LMHeadModel", "gpt2", shape, sizeof shape / sizeof shape[0]);
     cJSON_AddNullToObject(json, "n_inner");
     cJSON_AddStringToObject(json, "activation_function", "gelu_new");
     cJSON_AddNumberToObject(json, "layer_norm_epsilon", 1e-5);
@@ -310,17 +316,15 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
 
 static void llama_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
     const ModelConfig *b = &cfg->base;
-    cJSON *archs = cJSON_AddArrayToObject(json, "architectures");
-    cJSON_AddItemToArray(archs, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(json, "model_type", "llama");
-    cJSON_AddNumberToObject(json, "vocab_size", b->vocab_size);
-    cJSON_AddNumberToObject(json, "hidden_size", b->channels);
-    cJSON_AddNumberToObject(json, "intermediate_size", b->ffn_hidden);
-    cJSON_AddNumberToObject(json, "num_hidden_layers", b->num_layers);
-    cJSON_AddNumberToObject(json, "num_attention_heads", b->num_heads);
-    cJSON_AddNumberToObject(json, "num_key_value_heads", b->num_kv_heads);
-    cJSON_AddNumberToObject(json, "head_dim", b->channels / b->num_heads);
-    cJSON_AddNumberToObject(json, "max_position_embeddings", b->max_seq_len);
+    const JsonNumber shape[] = {{"vocab_size", b->vocab_size},
+                                {"hidden_size", b->channels},
+                                {"intermediate_size", b->ffn_hidden},
+                                {"num_hidden_layers", b->num_layers},
+                                {"num_attention_heads", b->num_heads},
+                                {"num_key_value_heads", b->num_kv_heads},
+                                {"head_dim", b->channels / b->num_heads},
+                                {"max_position_embeddings", b->max_seq_len}};
+    write_config_head(json, "LlamaForCausalLM", "llama", shape, sizeof shape / sizeof shape[0]);
     cJSON_AddStringToObject(json, "hidden_act", "silu");
     cJSON_AddNumberToObject(json, "rms_norm_eps", cfg->norm_eps);
     cJSON_AddNumberToObject(json, "rope_theta", cfg->rope_theta);
@@ -509,11 +513,11 @@ static void verify_checksums(const char *dir, const Safetensors *st) {
     for (int i = 0; i < st->num_files; i++) {
         uint32_t want_crc;
         long long want_bytes;
-        if (!model_sum_read(st->files[i].path, &want_crc, &want_bytes)) {
+        if (!sumfile_read(st->files[i].path, &want_crc, &want_bytes)) {
             unverified++;
             continue;
         }
-        uint32_t crc = model_file_checksum(st->files[i].path);
+        uint32_t crc = sumfile_checksum(st->files[i].path);
         if (crc != want_crc || (long long)st->files[i].size != want_bytes)
             llmc_die("safetensors file '%s' does not match its checksum file '%s.sum' (crc32 %08x, %llu bytes; "
                      "recorded %08x, %lld bytes): the file is damaged or was replaced", st->files[i].path,
@@ -745,7 +749,7 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
     if (total <= limit) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         uint32_t crc = safetensors_write(path, w, count, bf16 ? ST_BF16 : ST_F32, &bytes);
-        model_sum_write(path, crc, (long long)bytes);
+        sumfile_write(path, crc, (long long)bytes);
         return;
     }
     int *shard_of = (int *)callocCheck((size_t)count, sizeof(int), "HF shard map");
@@ -762,7 +766,7 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
         while (last < count && shard_of[last] == sh) last++;
         snprintf(path, sizeof path, "%s/model-%05d-of-%05d.safetensors", dir, sh + 1, shards);
         uint32_t crc = safetensors_write(path, w + first, last - first, bf16 ? ST_BF16 : ST_F32, &bytes);
-        model_sum_write(path, crc, (long long)bytes);
+        sumfile_write(path, crc, (long long)bytes);
         first = last;
     }
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
@@ -880,7 +884,7 @@ void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params,
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {
     char dir[4400];
-    hf_checkpoint_dir(run_dir, step, dir, sizeof dir);
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
     const int from_hf = source && source[0] && hf_is_model_dir(source);
     static int told; /* the note, once per run */
     if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL) == 0 && !told++)

@@ -64,9 +64,7 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg);
 int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel);
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16);
-/* The HF directory written beside checkpoint step of a run: "<run_dir>/model_%08d_hf". */
-void hf_checkpoint_dir(const char *run_dir, int step, char *out, size_t len);
-/* --save-hf 1: writes that directory (hf_save) for the checkpoint of step. */
+/* --save-hf 1: writes the HF directory beside the checkpoint of step (rundir.h's rundir_hf_dir) by hf_save. */
 void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
                         int bf16);
 /* The tokenizer files --save-hf copies from a Llama run's HF directory (relative paths; NULL ends). */

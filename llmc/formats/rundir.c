@@ -1,6 +1,7 @@
 #include "llmc/formats/rundir.h"
 #include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
+#include "llmc/core/sumfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -125,4 +126,94 @@ void rundir_machine(char *host, size_t host_len, char *cpu, size_t cpu_len, int 
     }
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     *cores = n > 0 ? (int)n : 1;
+}
+
+/* ---- checkpoints in -o: file names, DONE markers, pruning -------------------------------- */
+void rundir_hf_dir(const char *run_dir, int step, char *out, size_t len) {
+    snprintf(out, len, "%s/model_%08d_hf", run_dir, step);
+}
+
+void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len) {
+    if (model) snprintf(model, len, "%s/model_%08d.bin", dir, step);
+    if (state) snprintf(state, len, "%s/state_%08d_%05d.bin", dir, step, rank);
+    if (done) snprintf(done, len, "%s/DONE_%08d", dir, step);
+}
+
+int checkpoint_latest_step(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int best = -1;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) best = step;
+    }
+    closedir(d);
+    return best;
+}
+
+void checkpoint_mark_done(const char *dir, int step, const char *text) {
+    char done[4200];
+    checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
+    AtomicFile af;
+    atomic_open(&af, done);
+    if (text && text[0]) fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
+    atomic_commit(&af);
+}
+
+char *checkpoint_read_done(const char *dir, int step) {
+    char done[4200];
+    checkpoint_paths(dir, step, 0, NULL, NULL, done, sizeof done);
+    FILE *f = fopen(done, "rb");
+    if (!f) return NULL;
+    long long size = sumfile_size(f);
+    char *text = NULL;
+    if (size > 0 && size < (1 << 20)) {
+        text = (char *)mallocCheck((size_t)size + 1, "DONE marker text");
+        if (fread(text, 1, (size_t)size, f) != (size_t)size) {
+            free(text);
+            text = NULL;
+        } else {
+            text[size] = '\0';
+        }
+    }
+    fclose(f);
+    return text;
+}
+
+void checkpoint_prune(const char *dir, int keep, int major, int rank, int protect) {
+    if (keep <= 0) return;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int steps[4096], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096) {
+        int step;
+        char tail;
+        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) steps[n++] = step;
+    }
+    closedir(d);
+    /* sort descending */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {
+            int t = steps[j];
+            steps[j] = steps[j - 1];
+            steps[j - 1] = t;
+        }
+    for (int i = keep; i < n; i++) {
+        if (major > 0 && steps[i] % major == 0) continue;
+        if (steps[i] == protect) continue;
+        char model[4200], state[4200], done[4200];
+        checkpoint_paths(dir, steps[i], rank, model, state, done, sizeof model);
+        unlink(done); /* first, so a crash mid-prune never leaves a DONE without its files */
+        unlink(model);
+        unlink(state);
+        char sum[4300];
+        sumfile_path(model, sum, sizeof sum);
+        unlink(sum);
+        char hf[4300];
+        rundir_hf_dir(dir, steps[i], hf, sizeof hf);
+        remove_tree(hf); /* --save-hf's directory, if any */
+    }
 }

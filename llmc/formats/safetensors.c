@@ -7,7 +7,8 @@
 #if LLMC_HAVE_CJSON
 #include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/core/dtype.h"
+#include "llmc/core/sumfile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -17,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <zlib.h>
 
 static const struct {
     const char *name;
@@ -458,7 +458,7 @@ void safetensors_read_f32(const Safetensors *st, const StTensor *t, float *dst) 
 
 static uint32_t write_bytes(AtomicFile *af, uint32_t crc, const void *p, size_t n) {
     fwriteCheck(p, 1, n, af->f, af->tmp_path);
-    return (uint32_t)crc32_z(crc, (const Bytef *)p, n);
+    return sumfile_crc_update(crc, p, n);
 }
 
 uint32_t safetensors_write(const char *path, const StWriteTensor *tensors, int n, int dtype, uint64_t *bytes) {
@@ -490,7 +490,7 @@ uint32_t safetensors_write(const char *path, const StWriteTensor *tensors, int n
     for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     AtomicFile af;
     atomic_open(&af, path);
-    uint32_t crc = write_bytes(&af, (uint32_t)crc32_z(0, NULL, 0), le, 8);
+    uint32_t crc = write_bytes(&af, 0, le, 8);
     crc = write_bytes(&af, crc, json, len);
     free(json);
     crc = write_bytes(&af, crc, "       ", padded - len);

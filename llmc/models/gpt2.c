@@ -1,5 +1,4 @@
 #include "llmc/models/gpt2.h"
-#include "llmc/core/rng.h"
 
 #include <math.h>
 
@@ -7,9 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const activation_kind_names[ACT_NUM_KINDS] = {
-    "residual stream", "layernorm outputs", "norm stats + losses", "attention (qkv, att, y)",
-    "mlp pre-activation", "gelu outputs", "logits / dlogits"};
+
+const char *gpt2_config_validate(const ModelConfig *cfg) {
+    const char *bad = model_config_validate(cfg);
+    if (bad) return bad;
+    if (cfg->num_kv_heads != cfg->num_heads) return "grouped KV heads are not supported by GPT-2 blocks";
+    return NULL;
+}
 
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
     if (strncmp(desc, "gpt2:", 5) == 0) desc += 5;
@@ -34,33 +37,6 @@ int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
     return 0;
 }
 
-const char *model_config_validate(const ModelConfig *cfg) {
-    static char msg[256];
-    if (cfg->max_seq_len < 1 || cfg->vocab_size < 1 || cfg->num_layers < 1 || cfg->num_heads < 1 ||
-        cfg->channels < 1 || cfg->num_kv_heads < 1 || cfg->ffn_hidden < 1)
-        return "all dimensions must be positive";
-    /* explicit limits, far above any real GPT-2/Llama shape, so that every size computed from
-     * them (parameters, activations, file bytes) fits in 64 bits and no int product overflows */
-    if (cfg->max_seq_len > MODEL_MAX_SEQ_LEN || cfg->vocab_size > MODEL_MAX_VOCAB ||
-        cfg->padded_vocab_size > MODEL_MAX_VOCAB || cfg->num_layers > MODEL_MAX_LAYERS ||
-        cfg->channels > MODEL_MAX_CHANNELS || cfg->num_heads > cfg->channels ||
-        cfg->num_kv_heads > cfg->num_heads || cfg->ffn_hidden > 4 * MODEL_MAX_CHANNELS) {
-        snprintf(msg, sizeof msg, "a dimension is out of range (limits: maxT %d, vocab %d, layers %d, channels %d, heads <= channels)",
-                 MODEL_MAX_SEQ_LEN, MODEL_MAX_VOCAB, MODEL_MAX_LAYERS, MODEL_MAX_CHANNELS);
-        return msg;
-    }
-    if (cfg->padded_vocab_size < cfg->vocab_size) {
-        snprintf(msg, sizeof msg, "padded vocab %d is smaller than vocab %d", cfg->padded_vocab_size,
-                 cfg->vocab_size);
-        return msg;
-    }
-    if (cfg->channels % cfg->num_heads != 0) {
-        snprintf(msg, sizeof msg, "channels %d not divisible by heads %d", cfg->channels, cfg->num_heads);
-        return msg;
-    }
-    if (cfg->num_kv_heads != cfg->num_heads) return "grouped KV heads are not supported by GPT-2 blocks";
-    return NULL;
-}
 
 /* Local names the table's expressions refer to. */
 #define LLMC_SHAPE_NAMES(cfg)                                                          \
@@ -74,19 +50,11 @@ const char *model_config_validate(const ModelConfig *cfg) {
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     TensorSpec table[] = {
-#define LLMC_PARAM_SPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, stacked, 0},
-        GPT2_PARAMETERS(LLMC_PARAM_SPEC)
-#undef LLMC_PARAM_SPEC
+        GPT2_PARAMETERS(TENSOR_PARAM_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        table[i].layer_numel = table[i].per_layer ? table[i].numel / L : 0;
-        table[i].per_layer = 0; /* the column means "stored per layer" for activations only */
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t total = tensor_table_place_params(table, NUM_PARAMETER_TENSORS, L);
     if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    return total;
 }
 
 float **gpt2_parameter_slots(ParameterTensors *p) {
@@ -115,22 +83,9 @@ size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompu
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
     TensorSpec table[] = {
-#define LLMC_ACT_SPEC(name, shape, numel, kind, keep_below) {#name, shape, numel, 0, 0, 0, kind, keep_below, 0},
-        GPT2_ACTIVATIONS(LLMC_ACT_SPEC)
-#undef LLMC_ACT_SPEC
+        GPT2_ACTIVATIONS(TENSOR_ACT_ROW)
     };
-    size_t offset = 0;
-    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) {
-        if (recompute < table[i].per_layer) { /* the column holds the level that drops per-layer storage */
-            table[i].layer_numel = table[i].numel;
-            table[i].numel *= L;
-            table[i].per_layer = 1;
-        } else {
-            table[i].per_layer = 0;
-        }
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
+    size_t offset = tensor_table_place_acts(table, NUM_ACTIVATION_TENSORS, L, recompute);
     if (specs) memcpy(specs, table, sizeof table);
     return offset;
 }
@@ -143,31 +98,9 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
 }
 
 double gpt2_flops_per_token(const ModelConfig *cfg, int T) {
-    double n = (double)gpt2_parameter_specs(cfg, NULL);
-    return 6.0 * n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
+    return model_flops_per_token(gpt2_parameter_specs(cfg, NULL), cfg, T);
 }
 
-void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed) {
-    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * num_layers);
-    enum { CHUNK = 1 << 18 };
-    for (int i = 0; i < n; i++) {
-        const TensorSpec *s = &specs[i];
-        float *p = params + s->offset;
-        if (s->init == INIT_ZEROS || s->init == INIT_ONES) {
-            for (size_t j = 0; j < s->numel; j++) p[j] = s->init == INIT_ONES ? 1.0f : 0.0f;
-            continue;
-        }
-        float sd = s->init == INIT_NORMAL_RESIDUAL ? resid_std : std;
-        long long chunks = (long long)((s->numel + CHUNK - 1) / CHUNK);
-#pragma omp parallel for schedule(static)
-        for (long long k = 0; k < chunks; k++) {
-            Rng rng;
-            rng_seed(&rng, splitmix64(seed) ^ splitmix64(((uint64_t)i << 40) + (uint64_t)k));
-            size_t j0 = (size_t)k * CHUNK, cnt = s->numel - j0 < CHUNK ? s->numel - j0 : CHUNK;
-            rng_normal(&rng, p + j0, cnt, 0.0f, sd);
-        }
-    }
-}
 
 void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
                           unsigned long long seed) {

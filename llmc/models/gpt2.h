@@ -1,18 +1,10 @@
 /*
- * model.h - the model configuration and the one table that declares every tensor.
- *
- * GPT2_PARAMETERS is the single declaration of the parameter tensors. From it derive:
- * the ParameterTensors struct of pointers, the element counts and offsets into the one
- * arena, the checkpoint order (llm.c's), the weight-decay choice and the init rule.
- * Activations are declared the same way in GPT2_ACTIVATIONS; their counts depend on the
- * batch shape and the recompute level.
- *
- * Shape vocabulary: B batch, T sequence, C channels, V vocab, Vp padded vocab, L layers,
- * NH heads, HS head size, maxT the longest sequence, F the MLP hidden width (4C for GPT-2).
- * A Llama-style block adds rows to a second table (RMSNorm gains only, SwiGLU's three
- * matrices, NKV heads in the qkv width, an untied lm_head) with the same machinery; the
- * config below already carries those knobs so the rest of the code reads them, not
- * constants.
+ * gpt2.h - GPT-2's architecture: the descriptor (dN), its parameter and activation tables
+ * (GPT2_PARAMETERS, GPT2_ACTIVATIONS) and what derives from them: the ParameterTensors struct
+ * of pointers, element counts and offsets into the one arena, the checkpoint order (llm.c's),
+ * the weight-decay choice and the init rule. The generic table code (ModelConfig, TensorSpec,
+ * tensor_layer, tensor_table_init) is llmc/core/tensor.h; the architecture's entry in the
+ * registry is llmc/formats/arch.h's gpt2_arch.
  */
 #ifndef LLMC_MODEL_H
 #define LLMC_MODEL_H
@@ -20,35 +12,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llmc/core/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct {
-    int max_seq_len;       /* maxT */
-    int vocab_size;        /* V, the real vocabulary (50257 for GPT-2) */
-    int padded_vocab_size; /* Vp, V rounded up to a multiple of 128 */
-    int num_layers;        /* L */
-    int num_heads;         /* NH */
-    int num_kv_heads;      /* NKV; == NH for GPT-2 */
-    int channels;          /* C */
-    int ffn_hidden;        /* F; 4*C for GPT-2 */
-} ModelConfig;
 
 /* Fills cfg for a GPT-2 of depth L from a descriptor "dN" or "gpt2:dN": d12/d24/d36/d48 are
  * GPT-2 124M/350M/774M/1558M (C 768/1024/1280/1600); any other N gets C = 64*N, NH = N.
  * Returns 0, or -1 if the string is not a descriptor. */
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc);
-/* Checks divisibility and ranges; returns NULL or a message describing the problem. */
-const char *model_config_validate(const ModelConfig *cfg);
-/* The limits model_config_validate enforces (checkpoint headers are checked against them before
- * any size is computed). */
-#define MODEL_MAX_SEQ_LEN (1 << 24)
-#define MODEL_MAX_VOCAB (1 << 24)
-#define MODEL_MAX_LAYERS (1 << 12)
-#define MODEL_MAX_CHANNELS (1 << 16)
-
-typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRule;
+/* model_config_validate's checks plus GPT-2's block: NKV == NH. NULL or a message. */
+const char *gpt2_config_validate(const ModelConfig *cfg);
 
 /* X(name, shape comment, numel expression, weight decay?, init rule, stacked over L?)
  * Expressions may use Vp, C, L, maxT, F, QKV (= (NH + 2*NKV) * HS). Order = checkpoint order.
@@ -71,11 +46,9 @@ typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRu
     X(lnfw,     "(C)",         (size_t)C,             0, INIT_ONES, 0)            \
     X(lnfb,     "(C)",         (size_t)C,             0, INIT_ZEROS, 0)
 
-#define LLMC_DECLARE_POINTER(name, ...) float *name;
 typedef struct {
     GPT2_PARAMETERS(LLMC_DECLARE_POINTER)
 } ParameterTensors;
-#define LLMC_COUNT_ONE(...) +1
 enum { NUM_PARAMETER_TENSORS = 0 GPT2_PARAMETERS(LLMC_COUNT_ONE) };
 /* GPT2_P_wte, ...: each parameter's index in the table (for tensor_layer) */
 #define LLMC_PARAM_INDEX(name, ...) GPT2_P_##name,
@@ -107,35 +80,17 @@ enum { GPT2_PARAMETERS(LLMC_PARAM_INDEX) };
     X(logits,   "(B, T, Vp)",       (size_t)B * T * Vp,      ACT_LOGITS,    0) \
     X(losses,   "(B, T)",           (size_t)B * T,           ACT_STATS,     0)
 
-typedef enum { ACT_RESIDUAL, ACT_LAYERNORM, ACT_STATS, ACT_ATTENTION, ACT_MLP, ACT_GELU, ACT_LOGITS,
-               ACT_NUM_KINDS } ActivationKind;
-extern const char *const activation_kind_names[ACT_NUM_KINDS];
 
 typedef struct {
     GPT2_ACTIVATIONS(LLMC_DECLARE_POINTER)
 } ActivationTensors;
 enum { NUM_ACTIVATION_TENSORS = 0 GPT2_ACTIVATIONS(LLMC_COUNT_ONE) };
+/* (C and C++: GPT-2's activation table fits a MemPlan) */
+typedef char gpt2_activations_fit_memplan[(int)NUM_ACTIVATION_TENSORS <= (int)MODEL_MAX_ACTIVATIONS ? 1 : -1];
 /* GPT2_A_encoded, ...: each activation's index in the table */
 #define LLMC_ACT_INDEX(name, ...) GPT2_A_##name,
 enum { GPT2_ACTIVATIONS(LLMC_ACT_INDEX) };
 
-typedef struct {
-    const char *name;
-    const char *shape;
-    size_t numel;   /* elements in the whole tensor (all layers) */
-    size_t offset;  /* elements from the start of its arena */
-    int decay;      /* parameters: weight decay applies */
-    int init;       /* parameters: an InitRule */
-    int kind;       /* activations: an ActivationKind */
-    int per_layer;  /* activations: numel counts all stored layers */
-    size_t layer_numel; /* elements between layer l and l + 1 (0: one copy shared by every layer) */
-} TensorSpec;
-
-/* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
- * never from hand-written shape products. */
-static inline float *tensor_layer(float *arena, const TensorSpec *s, int l) {
-    return arena + s->offset + (size_t)l * s->layer_numel;
-}
 
 /* The parameter table for cfg; returns the total element count. specs may be NULL. */
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]);
@@ -159,10 +114,6 @@ void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec
  * (tensor, chunk) draws from its own stream, so the result depends only on the seed. */
 void gpt2_init_parameters(const ModelConfig *cfg, const TensorSpec specs[NUM_PARAMETER_TENSORS], float *params,
                           unsigned long long seed);
-
-/* The random initialisation of any architecture's table (n tensors): N(0, 0.02), INIT_NORMAL_RESIDUAL
- * N(0, 0.02/sqrt(2L)), INIT_ZEROS 0, INIT_ONES 1; each (tensor, chunk) draws from its own stream. */
-void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed);
 
 /* Training flops per token, the usual 6N + 6LCT (N = all parameters; forward + backward,
  * attention's two matmuls counted for the causal half): the basis of GFLOP/s and MFU. */

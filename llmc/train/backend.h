@@ -13,6 +13,7 @@
 
 #include "llmc/core/logger.h"
 #include "llmc/dist/dist.h"
+#include "llmc/formats/arch.h"
 #include "llmc/models/gpt2.h"
 #include "llmc/train/cli.h"
 #include "llmc/train/optim.h"
@@ -94,16 +95,11 @@ typedef struct {
      * record. Called every tc->gpu_log_every steps when that is > 0. NULL: no telemetry (CPU). */
     void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
 
-    /* Optional, for an architecture other than GPT-2 (NULL/0: GPT-2's). num_param_specs: the
-     * entries of param_specs (0: NUM_PARAMETER_TENSORS). save_model writes params (the whole
-     * model: host_params, or at -z 3 the ranks' shards gathered) as the architecture's checkpoint
-     * file at path and returns its CRC-32 (NULL: llm.c's GPT-2 file); save_hf writes them as the
-     * HF directory beside checkpoint step (NULL: hf_save_checkpoint's GPT-2).
-     * flops_per_token: training flops per token at the run's T (0: gpt2_flops_per_token). */
-    int num_param_specs;
-    uint32_t (*save_model)(void *model, const float *params, const char *path, int bf16);
-    void (*save_hf)(void *model, const float *params, const char *run_dir, int step, int bf16);
-    double flops_per_token;
+    /* The model's architecture and its config (formats/arch.h): the loop takes from it the parameter
+     * table's size (param_specs has arch->arch->num_param_specs entries), the checkpoint file it
+     * writes (save: the whole model, host_params or at -z 3 the ranks' shards gathered), --save-hf's
+     * directory and the flops per token. */
+    const ArchConfig *arch;
 } TrainBackend;
 
 #ifdef __cplusplus

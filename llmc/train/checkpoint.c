@@ -6,10 +6,10 @@
 #include "llmc/train/checkpoint.h"
 #include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
-#include "llmc/formats/hf.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/arch.h"
+#include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
-#include "llmc/models/llama.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -84,12 +84,11 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     }
     TrainState st = {0};
     if (tc->process_rank == 0) {
-        st.model_crc = be->save_model ? be->save_model(be->model, params, model, tc->ckpt_bf16)
-                                      : model_file_save(model, &be->cfg, params, be->num_parameters,
-                                                        tc->ckpt_bf16 ? MODEL_VERSION_BF16 : MODEL_VERSION_FP32);
+        const ModelArch *arch = be->arch->arch;
+        st.model_crc = arch->save(model, be->arch, params, be->num_parameters, tc->ckpt_bf16);
         st.has_model_crc = 1;
-        if (tc->save_hf && be->save_hf) be->save_hf(be->model, params, tc->output_dir, step, tc->ckpt_bf16);
-        else if (tc->save_hf) hf_save_checkpoint(tc->output_dir, step, &be->cfg, params, be->num_parameters, tc->ckpt_bf16);
+        if (tc->save_hf)
+            arch->save_hf_checkpoint(tc->output_dir, step, be->arch, params, be->num_parameters, tc->ckpt_bf16, tc->init);
     }
     st.step = step;
     st.numel = be->num_parameters;
@@ -128,7 +127,7 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
     if (opt->load_end) opt->load_end(opt->ctx, m, v);
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {
-        uint32_t crc = model_file_checksum(model);
+        uint32_t crc = sumfile_checksum(model);
         if (crc != st.model_crc)
             llmc_die("training state '%s' was saved with another model file than '%s' (crc32 %08x, the state "
                      "records %08x): the model and the state of step %d do not belong together",
@@ -170,11 +169,13 @@ void train_resume_check_config(const TrainConfig *rc, int step) {
     train_config_defaults(&saved);
     train_config_from_text(&saved, text);
     free(text);
-    /* A Llama keeps every activation: both trainers run it at -r 0 whatever -r says, and older
-     * binaries saved the -r given (1 by default), which is no difference from this run's 0. */
+    /* An architecture without recompute levels (Llama) keeps every activation: both trainers run it
+     * at -r 0 whatever -r says, and older binaries saved the -r given (1 by default), which is no
+     * difference from this run's 0. */
     char model[4200];
-    LlamaConfig llama;
+    ArchConfig ac;
     checkpoint_paths(rc->output_dir, step, 0, model, NULL, NULL, sizeof model);
-    if (rc->recompute == 0 && saved.recompute != 0 && llama_config_from_init(model, &llama)) saved.recompute = 0;
+    if (rc->recompute == 0 && saved.recompute != 0 && !model_arch_for_init(model, &ac)->recompute_levels)
+        saved.recompute = 0;
     train_config_compare(&saved, rc, where, stdout);
 }

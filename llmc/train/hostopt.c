@@ -99,7 +99,7 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     h->be = be;
     h->offload = strcmp(tc->offload, "optimizer") == 0;
     optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->param_specs,
-                     be->num_param_specs ? be->num_param_specs : NUM_PARAMETER_TENSORS, optstate_parse(tc->optim_state));
+                     be->arch->arch->num_param_specs, optstate_parse(tc->optim_state));
     if (be->attach_optimizer) be->attach_optimizer(be->model, &h->opt, &be->host_params, &be->host_grads);
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,

@@ -6,7 +6,7 @@
 #include "llmc/train/plan.h"
 #include "llmc/core/check.h"
 #include "llmc/core/optstate.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/formats/arch.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
@@ -53,13 +53,9 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
 }
 
 void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
-    if (model_config_from_descriptor(cfg, tc->init) == 0) {
-        const char *bad = model_config_validate(cfg);
-        if (bad) llmc_die("invalid model configuration: %s", bad);
-    } else {
-        int version;
-        model_file_read_header(tc->init, cfg, &version); /* the header only: no parameters read */
-    }
+    ArchConfig ac;
+    model_arch_for_init(tc->init, &ac); /* the header only: no parameters read */
+    *cfg = *arch_config_base(&ac);
 }
 
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {

@@ -8,7 +8,7 @@
 #include "llmc/core/rng.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/dist/dist.h"
-#include "llmc/formats/modelfile.h"
+#include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/train/hostopt.h"
 #include "llmc/train/optim.h"
@@ -538,7 +538,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const ModelConfig *cfg = &be->cfg;
     r->schedule = lr_schedule_parse(tc->schedule);
     r->flops_per_step =
-        (be->flops_per_token > 0 ? be->flops_per_token : gpt2_flops_per_token(cfg, r->T)) * (double)r->total_batch;
+        be->arch->arch->flops_per_token(be->arch, r->T) * (double)r->total_batch;
     r->diverged_loss = 10.0f * logf((float)cfg->vocab_size > 2.0f ? (float)cfg->vocab_size : 2.0f);
     r->last_ckpt = resume_step, r->healthy_ckpt = -1;
     r->val_best = r->val_last = (ValRecord){0.0f, -1};

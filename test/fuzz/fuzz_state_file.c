@@ -7,7 +7,7 @@
  * file is a clean error; an accepted file has exactly 1024 + 8 * numel bytes and its moments
  * load as stored; an accepted loader position gives a batch of in-vocabulary tokens.
  */
-#include "llmc/formats/modelfile.h"
+#include "llmc/formats/statefile.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/data/shard.h"
 #include "test/fuzz/fuzz.h"

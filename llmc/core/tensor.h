@@ -1,0 +1,94 @@
+/*
+ * tensor.h - the generic tensor-table machinery every architecture uses: the shared shape
+ * (ModelConfig and its limits), a table row (TensorSpec), layer views (tensor_layer), init
+ * rules and the random initialisation of a whole table. An architecture's own tables (its
+ * X-macro rows) live in llmc/models/<arch>.h.
+ *
+ * Shape vocabulary: B batch, T sequence, C channels, V vocab, Vp padded vocab, L layers,
+ * NH heads, NKV key/value heads, HS head size, maxT the longest sequence, F the MLP width.
+ */
+#ifndef LLMC_CORE_TENSOR_H
+#define LLMC_CORE_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int max_seq_len;       /* maxT */
+    int vocab_size;        /* V, the real vocabulary (50257 for GPT-2) */
+    int padded_vocab_size; /* Vp, V rounded up to a multiple of 128 */
+    int num_layers;        /* L */
+    int num_heads;         /* NH */
+    int num_kv_heads;      /* NKV; == NH for GPT-2 */
+    int channels;          /* C */
+    int ffn_hidden;        /* F; 4*C for GPT-2 */
+} ModelConfig;
+
+/* The limits and divisibility every architecture shares (GPT-2 adds NKV == NH: gpt2_config_validate);
+ * returns NULL or a message describing the problem. */
+const char *model_config_validate(const ModelConfig *cfg);
+/* The limits model_config_validate enforces (checkpoint headers are checked against them before
+ * any size is computed). */
+#define MODEL_MAX_SEQ_LEN (1 << 24)
+#define MODEL_MAX_VOCAB (1 << 24)
+#define MODEL_MAX_LAYERS (1 << 12)
+#define MODEL_MAX_CHANNELS (1 << 16)
+/* entries an architecture's activation table may have (MemPlan holds one such table) */
+enum { MODEL_MAX_ACTIVATIONS = 32 };
+
+typedef enum { INIT_NORMAL, INIT_NORMAL_RESIDUAL, INIT_ZEROS, INIT_ONES } InitRule;
+
+/* X-macro helpers: a struct member per row, a row count. */
+#define LLMC_DECLARE_POINTER(name, ...) float *name;
+#define LLMC_COUNT_ONE(...) +1
+
+typedef enum { ACT_RESIDUAL, ACT_LAYERNORM, ACT_STATS, ACT_ATTENTION, ACT_MLP, ACT_GELU, ACT_LOGITS,
+               ACT_NUM_KINDS } ActivationKind;
+extern const char *const activation_kind_names[ACT_NUM_KINDS];
+
+typedef struct {
+    const char *name;
+    const char *shape;
+    size_t numel;   /* elements in the whole tensor (all layers) */
+    size_t offset;  /* elements from the start of its arena */
+    int decay;      /* parameters: weight decay applies */
+    int init;       /* parameters: an InitRule */
+    int kind;       /* activations: an ActivationKind */
+    int per_layer;  /* activations: numel counts all stored layers */
+    size_t layer_numel; /* elements between layer l and l + 1 (0: one copy shared by every layer) */
+} TensorSpec;
+
+/* Training flops per token of a model of n parameters, the usual 6N + 6LCT (forward + backward,
+ * attention's two matmuls counted for the causal half). */
+double model_flops_per_token(size_t n, const ModelConfig *cfg, int T);
+
+/* A table row from an X-macro row: parameters X(name, shape, numel, decay, init, stacked) carry
+ * "stacked" in layer_numel, activations X(name, shape, numel, kind, level) their per-layer level in
+ * per_layer, until tensor_table_place_* lays the table out. */
+#define TENSOR_PARAM_ROW(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked},
+#define TENSOR_ACT_ROW(name, shape, numel, kind, level) {#name, shape, numel, 0, 0, 0, kind, level, 0},
+/* Offsets back to back in table order; a stacked parameter gets layer_numel = numel / L. Returns
+ * the total element count. */
+size_t tensor_table_place_params(TensorSpec *t, int n, size_t L);
+/* Offsets back to back; an activation whose level is above recompute is stored for each of the L
+ * layers (numel *= L, layer_numel = one layer's, per_layer = 1), else once (per_layer = 0). */
+size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute);
+
+/* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
+ * never from hand-written shape products. */
+static inline float *tensor_layer(float *arena, const TensorSpec *s, int l) {
+    return arena + s->offset + (size_t)l * s->layer_numel;
+}
+
+/* The random initialisation of any architecture's table (n tensors): N(0, 0.02), INIT_NORMAL_RESIDUAL
+ * N(0, 0.02/sqrt(2L)), INIT_ZEROS 0, INIT_ONES 1; each (tensor, chunk) draws from its own stream. */
+void tensor_table_init(const TensorSpec *specs, int n, float *params, int num_layers, unsigned long long seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
