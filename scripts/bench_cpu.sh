@@ -16,15 +16,7 @@ mkdir -p "$out"
 py=/usr/bin/python3
 
 # random tokens: timing does not depend on the text
-$py - "$out/tokens.bin" <<'PY'
-import random, struct, sys
-rng = random.Random(0)
-n = 4 * 64 * 64 + 1
-toks = [rng.randrange(50257) for _ in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *toks))
-PY
+$py test/testlib.py random-shard "$out/tokens.bin" $((4 * 64 * 64 + 1)) 0
 gcc -O2 -march=native -fopenmp dev/bench/cpu_peak.c -o "$out/cpu_peak"
 # the CPU's own peak (widest vectors, all cores, best of several runs; OpenBLAS plays no part)
 peak=$("$out/cpu_peak" | sed -n 's/.*gflops=\([0-9.]*\).*/\1/p')
@@ -43,6 +35,23 @@ ms = [json.loads(l)['step_ms'] for l in open(sys.argv[1] + '/log.jsonl') if 'tra
 print(statistics.median(ms))" "$1"
 }
 
+# the table of one comparison: bench_table TITLE NOTE FLOPS_PER_STEP OURS_MS OURS_RSS TORCH_MS TORCH_RSS
+# (NOTE follows the speed ratio's line; GFLOP/s and % of the measured $peak from the flops per step)
+bench_table() {
+    $py - "$peak" "$@" <<'PY'
+import sys
+peak, title, note, flops, ours, ours_rss, torch, torch_rss = sys.argv[1:]
+peak, flops, ours, torch = float(peak), float(flops), float(ours), float(torch)
+print(f"\n### {title}\n")
+print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
+print("|---|---|---|---|---|---|")
+for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):
+    g = flops / (ms * 1e6)
+    print(f"| {name} | {ms:.0f} | {256 / (ms / 1e3):.0f} | {g:.1f} | {100 * g / peak:.0f}% | {rss} |")
+print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference{note}")
+PY
+}
+
 run_mode() {
     local mode=$1
     local -a env_cmd=(env)
@@ -58,19 +67,9 @@ run_mode() {
     "${env_cmd[@]}" /usr/bin/time -v $py dev/reference/train_gpt2.py --bench-steps "$steps" --batch-size 4 --seq-len 64 \
         > "$out/torch.txt" 2> "$out/torch.time"
     torch_ms=$(sed -n 's/^BENCH pytorch ms_per_step=\([0-9.]*\).*/\1/p' "$out/torch.txt")
-    $py - "$mode" "$core" "$peak" "$flops" "$ours_ms" "$(peak_rss "$out/ours.time")" "$torch_ms" \
-        "$(peak_rss "$out/torch.time")" <<'PY'
-import sys
-mode, core, peak, flops, ours, ours_rss, torch, torch_rss = sys.argv[1:]
-peak, flops, ours, torch = float(peak), float(flops), float(ours), float(torch)
-print(f"\n### OpenBLAS environment: {mode} (our trainer ran OpenBLAS {core}); CPU fp32 peak measured: {peak:.0f} GFLOP/s\n")
-print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
-print("|---|---|---|---|---|---|")
-for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):
-    g = flops / (ms * 1e6)
-    print(f"| {name} | {ms:.0f} | {256 / (ms / 1e3):.0f} | {g:.1f} | {100 * g / peak:.0f}% | {rss} |")
-print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference (target: at most 1500 ms/step)")
-PY
+    bench_table "OpenBLAS environment: $mode (our trainer ran OpenBLAS $core); CPU fp32 peak measured: $(printf %.0f "$peak") GFLOP/s" \
+        " (target: at most 1500 ms/step)" "$flops" "$ours_ms" "$(peak_rss "$out/ours.time")" "$torch_ms" \
+        "$(peak_rss "$out/torch.time")"
 }
 
 # Llama 3 of about GPT-2 124M's size (issue 11): L 12, C 768, NH 12, NKV 4 (grouped-query), F 2048
@@ -91,20 +90,9 @@ run_llama() {
     local params
     params=$(sed -n 's/^model: .*: \([0-9]*\) parameters$/\1/p' "$out/llama_ours.txt")
     rm -f "$out/llama.bin" "$out"/llama_ours/model_* "$out"/llama_ours/state_*
-    $py - "$peak" "$params" "$ours_ms" "$(peak_rss "$out/llama_ours.time")" "$torch_ms" \
-        "$(peak_rss "$out/llama_torch.time")" <<'PY'
-import sys
-peak, params, ours, ours_rss, torch, torch_rss = sys.argv[1:]
-peak, params, ours, torch = float(peak), int(params), float(ours), float(torch)
-flops = (6 * params + 6 * 12 * 768 * 64) * 4 * 64
-print(f"\n### Llama 3, L 12, C 768, NH 12, NKV 4, F 2048, V 50257 ({params / 1e6:.0f}M parameters), B=4, T=64, fp32\n")
-print("| trainer | ms/step | tokens/s | GFLOP/s | % of peak | peak RSS MiB |")
-print("|---|---|---|---|---|---|")
-for name, ms, rss in (("train_gpt_cpu", ours, ours_rss), ("PyTorch reference", torch, torch_rss)):
-    g = flops / (ms * 1e6)
-    print(f"| {name} | {ms:.0f} | {256 / (ms / 1e3):.0f} | {g:.1f} | {100 * g / peak:.0f}% | {rss} |")
-print(f"\ntrain_gpt_cpu is {torch / ours:.2f}x faster than the PyTorch reference on this Llama (target: 3x)")
-PY
+    bench_table "Llama 3, L 12, C 768, NH 12, NKV 4, F 2048, V 50257 ($($py -c "print(f'{$params / 1e6:.0f}')")M parameters), B=4, T=64, fp32" \
+        " on this Llama (target: 3x)" "$($py -c "print((6 * $params + 6 * 12 * 768 * 64) * 4 * 64)")" "$ours_ms" \
+        "$(peak_rss "$out/llama_ours.time")" "$torch_ms" "$(peak_rss "$out/llama_torch.time")"
 }
 
 echo "## make bench: GPT-2 124M (d12), B=4, T=64, fp32, $(nproc) cores, median of $steps steps ($(date -u +%F))"

@@ -16,15 +16,7 @@ if ! grep -q "LLMC_USE_OPENBLAS=1" build/.cflags 2>/dev/null; then
 fi
 tmp=$(mktemp -d /tmp/llmc_blas.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-/usr/bin/python3 - "$tmp/tok.bin" <<'PY'
-import random, struct, sys
-rng = random.Random(0)
-n = 2 * 32 * 2 + 1
-toks = [rng.randrange(50257) for _ in range(n)]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
-    f.write(struct.pack(f"<{n}H", *toks))
-PY
+/usr/bin/python3 test/testlib.py random-shard "$tmp/tok.bin" $((2 * 32 * 2 + 1)) 0
 best=$(build/test/test_blas_select | sed -n 's/^BEST_CORETYPE //p')
 run() { "$@" ./train_gpt_cpu -i "$tmp/tok.bin" -j "$tmp/tok.bin" -e d1 -b 2 -t 32 -x 1 -v 0 -s 0 2>&1 | grep '^backend:'; }
 line=$(run env)

@@ -33,7 +33,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import kill_a_rank  # noqa: E402
+from testlib import failures, kill_a_rank, report, write_shard  # noqa: E402
 
 TRAINER = "./train_gpt_cpu"
 NOMPI = "build/test/train_gpt_cpu_nompi"
@@ -41,27 +41,6 @@ ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONF
        "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
 LOSS_RTOL = 1e-5
 PARAM_ATOL = 1e-4
-failures = 0
-
-
-def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: {name}: {detail}")
-    sys.stdout.flush()
-
-
-def write_shard(path, tokens):
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(tokens)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
-
-
 def mpirun(np, args, trainer=TRAINER, timeout=300):
     cmd = ["mpirun", "--oversubscribe", "-np", str(np), trainer] + args if np else [trainer] + args
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=ENV)
@@ -481,8 +460,8 @@ def main():
            "a build without MPI started by mpirun -np 2: a clear error on each rank", p.stderr[-300:])
 
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    print(f"{failures()} failure(s)")
+    return 1 if failures() else 0
 
 
 if __name__ == "__main__":

@@ -79,11 +79,7 @@ int main(int argc, char **argv) {
         float norm = gpt2_grad_norm(&model);
         float scale = d.grad_clip > 0 && norm > d.grad_clip ? d.grad_clip / norm : 1.0f;
         gpt2_update(&model, d.lr, d.beta1, d.beta2, d.eps, d.weight_decay, scale, step + 1);
-        int ok = fabsf(l - d.losses[step]) <= 1e-4f * fabsf(d.losses[step]) &&
-                 fabsf(norm - d.norms[step]) <= 1e-3f * fabsf(d.norms[step]);
-        printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d.losses[step], norm,
-               d.norms[step], ok ? "" : "  <-- out of tolerance");
-        traj_ok &= ok;
+        traj_ok &= check_debug_step(&d, step, l, norm);
     }
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d.params_after, model.num_parameters, 1e-5, 1e-4);

@@ -28,11 +28,13 @@ import tempfile
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import testlib  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", os.path.join(ROOT, "train_gpt_cpu"))
 CONVERT = os.environ.get("LLMC_TEST_HF_CONVERT", os.path.join(ROOT, "hf_convert"))
 GENERATE = os.path.join(ROOT, "generate")
-failures = 0
 
 # a tiny GPT-2 with the real vocabulary (so that ./generate's tokenizer fits): Vp pads 47 rows
 V, VP, L, NH, C, MAXT = 50257, 50304, 2, 2, 32, 64
@@ -40,14 +42,7 @@ F = 4 * C
 
 
 def report(ok, name, detail=""):
-    global failures
-    if ok:
-        print(f"PASS: hf: {name}")
-    else:
-        failures += 1
-        print(f"FAIL: hf: {name}: {detail}")
-    sys.stdout.flush()
-    return ok
+    return testlib.report(ok, f"hf: {name}", detail)
 
 
 def run(cmd, **kw):
@@ -279,10 +274,10 @@ def main():
     if not quick:
         train_checks(P, data, files, hf_dirs)
     bad_inputs(P, data, files, hf_dirs, w)
-    if failures == 0:
+    if testlib.failures() == 0:
         shutil.rmtree(tmp)
-    print(f"{failures} failure(s)")
-    return 1 if failures else 0
+    print(f"{testlib.failures()} failure(s)")
+    return 1 if testlib.failures() else 0
 
 
 def train_checks(P, data, files, hf_dirs):

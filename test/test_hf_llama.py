@@ -42,7 +42,7 @@ from safetensors.numpy import load_file, save_file
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import expect_error, failed_count, report, write_shard  # noqa: E402
 import train_llama3 as ll  # noqa: E402
 
 PY = "/usr/bin/python3"
@@ -346,9 +346,7 @@ def tokenizer_files_saved(tmp, hf, ref, shard):
 
 
 def error_check(name, cmd, pattern):
-    p = run(cmd)
-    out = p.stdout + p.stderr
-    report(p.returncode == 1 and "error: " in out and pattern in out, name, f"exit {p.returncode}: {out[-500:]}")
+    expect_error(name, run(cmd), pattern)
 
 
 def main():
@@ -469,8 +467,7 @@ def main():
                         shard, "-b", str(B), "-t", str(T), "-x", "1"], pattern)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{failures()} failed")
-    return 1 if failures() else 0
+    return failed_count()
 
 
 if __name__ == "__main__":

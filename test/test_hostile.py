@@ -297,17 +297,13 @@ def case_nonregular(ctx, r, i):
             os.rename(node, os.path.join(d, "log.jsonl"))
             node = os.path.join(d, "log.jsonl")
         args = b + ["-o", d]
-    elif kind == "state":
-        d = resume_copy(ctx, f"nr_state_{i}")
-        s = os.path.join(d, "state_00000002_00000.bin")
-        os.remove(s)
-        os.symlink(node, s)
-        args = base_args(ctx) + ["-e", "d1", "-x", "4", "-y", "1", "-o", d]
-    elif kind == "model_in_o":
-        d = resume_copy(ctx, f"nr_model_{i}")
-        m = os.path.join(d, "model_00000002.bin")
-        os.remove(m)
-        os.symlink(node, m)
+    elif kind in ("state", "model_in_o"):
+        # the resume's state or model file in -o replaced by a link to the node
+        tag, name = ("state", "state_00000002_00000.bin") if kind == "state" else ("model", "model_00000002.bin")
+        d = resume_copy(ctx, f"nr_{tag}_{i}")
+        link = os.path.join(d, name)
+        os.remove(link)
+        os.symlink(node, link)
         args = base_args(ctx) + ["-e", "d1", "-x", "4", "-y", "1", "-o", d]
     else:
         if not ctx.have_tokenizer:

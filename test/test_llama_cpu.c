@@ -149,11 +149,7 @@ int main(int argc, char **argv) {
             adamw_update(model.params_memory + s->offset, model.grads_memory + s->offset, m + s->offset, v + s->offset,
                          s->numel, d.lr, d.beta1, d.beta2, d.eps, s->decay ? d.weight_decay : 0.0f, step + 1, scale);
         }
-        int ok = fabsf(l - d.losses[step]) <= 1e-4f * fabsf(d.losses[step]) &&
-                 fabsf(norm - d.norms[step]) <= 1e-3f * fabsf(d.norms[step]);
-        printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d.losses[step], norm,
-               d.norms[step], ok ? "" : "  <-- out of tolerance");
-        traj_ok &= ok;
+        traj_ok &= check_debug_step(&d, step, l, norm);
     }
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d.params_after, n, 1e-5, 1e-4);

@@ -24,7 +24,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import failed_count, report, write_shard  # noqa: E402
 from test_dist import LOSS_RTOL, PARAM_ATOL, inf_if_none, loss_diff, losses, mpirun, param_diff, params, shard_bytes  # noqa: E402
 
 MAXT, V, L, NH, NKV, C, F = 64, 1000, 2, 4, 2, 64, 256
@@ -129,8 +129,7 @@ def main():
                    f"largest {pd:.1e})", f"largest difference {pd}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{failures()} failed")
-    return 1 if failures() else 0
+    return failed_count()
 
 
 if __name__ == "__main__":

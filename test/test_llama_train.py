@@ -28,7 +28,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import expect_error, failed_count, report, write_shard  # noqa: E402
 
 PY = "/usr/bin/python3"
 TRAINER = "./train_gpt_cpu"
@@ -111,9 +111,7 @@ def same_bytes(a, b, skip=0):
 
 
 def error_check(name, cmd, pattern):
-    p = run(cmd)
-    out = p.stdout + p.stderr
-    report(p.returncode == 1 and "error: " in out and pattern in out, name, f"exit {p.returncode}: {out[-400:]}")
+    expect_error(name, run(cmd), pattern, tail=400)
 
 
 def main():
@@ -222,8 +220,7 @@ def main():
                             "./generate_gpu runs GPT-2 only")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{failures()} failed")
-    return 1 if failures() else 0
+    return failed_count()
 
 
 def older_recompute_resume(tmp, ref, shard, run_dir, steps):

@@ -115,6 +115,24 @@ static int count_lines(const char *s, const char *prefix) {
 
 static int same(const Outputs &a, const Outputs &b) { return a.len == b.len && a.len && memcmp(a.bytes, b.bytes, a.len) == 0; }
 
+/* run_ops in c, a new context (context()'s algos and cache); *text, unless text is NULL: what c
+ * printed (the caller frees it). */
+template <class T> static Outputs run_in(CudaContext *c, int algos, const char *cache, char **text) {
+    FILE *log;
+    context(c, algos, cache, &log);
+    Outputs o = run_ops<T>(c);
+    if (text) *text = slurp(log);
+    return o;
+}
+
+/* Edits the cache file with a sed script, then run_in a tuning context (4 candidates) reading it. */
+template <class T> static Outputs run_edited_cache(CudaContext *c, const char *cache, const char *sed_script, char **text) {
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "sed -i '%s' %s", sed_script, cache);
+    if (system(cmd) != 0) test_report(0, "sed", "could not edit %s", cache);
+    return run_in<T>(c, 4, cache, text);
+}
+
 /* The shapes run_ops uses: forward, forward+GELU, backward's dinp, backward+DGELU's dinp, and the
  * dweight product both backwards share. */
 enum { SHAPES = 5 };
@@ -123,18 +141,14 @@ template <class T> static void test_precision(const char *dir) {
     const char *p = StorageInfo<T>::name;
     char name[256], cache[1024];
     CudaContext c1, c4;
-    FILE *log1, *log4;
-    context(&c1, 1, NULL, &log1);
-    Outputs base = run_ops<T>(&c1);
-    context(&c4, 4, NULL, &log4);
-    Outputs tuned = run_ops<T>(&c4);
-    char *text = slurp(log4);
+    char *untuned, *text;
+    Outputs base = run_in<T>(&c1, 1, NULL, &untuned);
+    Outputs tuned = run_in<T>(&c4, 4, NULL, &text);
     snprintf(name, sizeof name, "%s: tuning keeps the results bit-identical (%zu bytes of outputs)", p, base.len);
     test_report(same(base, tuned), name, "outputs differ from the untuned run's");
     snprintf(name, sizeof name, "%s: one tuning line per shape, none choosing the slow candidate", p);
     test_report(count_lines(text, "matmul ") == SHAPES && !strstr(text, "candidate 1 of 4"), name,
                 "expected %d lines without 'candidate 1 of 4':\n%s", SHAPES, text);
-    char *untuned = slurp(log1);
     snprintf(name, sizeof name, "%s: --matmul-algos 1 tunes nothing and prints nothing", p);
     test_report(untuned[0] == '\0', name, "printed:\n%s", untuned);
     free(text);
@@ -143,12 +157,8 @@ template <class T> static void test_precision(const char *dir) {
     /* the cache file: written by a tuning context, read by the next one */
     snprintf(cache, sizeof cache, "%s/algos_%s.txt", dir, p);
     CudaContext cw, cr;
-    FILE *logw, *logr;
-    context(&cw, 4, cache, &logw);
-    Outputs written = run_ops<T>(&cw);
-    context(&cr, 4, cache, &logr);
-    Outputs reread = run_ops<T>(&cr);
-    text = slurp(logr);
+    Outputs written = run_in<T>(&cw, 4, cache, NULL);
+    Outputs reread = run_in<T>(&cr, 4, cache, &text);
     FILE *f = fopen(cache, "r");
     char line[1024];
     int lines = 0;
@@ -161,27 +171,16 @@ template <class T> static void test_precision(const char *dir) {
     free(text);
 
     /* another GPU's file: a note, then tuning as if there were none */
-    char other[1100];
-    snprintf(other, sizeof other, "sed -i 's/^gpu .*/gpu Some Other GPU/' %s", cache);
-    if (system(other) != 0) test_report(0, "sed", "could not edit %s", cache);
     CudaContext co;
-    FILE *logo;
-    context(&co, 4, cache, &logo);
-    Outputs o2 = run_ops<T>(&co);
-    text = slurp(logo);
+    Outputs o2 = run_edited_cache<T>(&co, cache, "s/^gpu .*/gpu Some Other GPU/", &text);
     snprintf(name, sizeof name, "%s: another GPU's cache file is ignored with a note and retuned", p);
     test_report(strstr(text, "is for Some Other GPU") && count_lines(text, "matmul ") == SHAPES && same(base, o2), name,
                 "printed:\n%s", text);
     free(text);
 
     /* an algorithm the library never returned (a stale file): AlgoCheck refuses it, retuned */
-    snprintf(other, sizeof other, "sed -i '4s/6c6c6d6373696d/1234/' %s", cache);
-    if (system(other) != 0) test_report(0, "sed", "could not edit %s", cache);
     CudaContext cs;
-    FILE *logs;
-    context(&cs, 4, cache, &logs);
-    Outputs o3 = run_ops<T>(&cs);
-    text = slurp(logs);
+    Outputs o3 = run_edited_cache<T>(&cs, cache, "4s/6c6c6d6373696d/1234/", &text);
     snprintf(name, sizeof name, "%s: a cached algorithm that no longer fits is retuned with a note", p);
     test_report(strstr(text, "no longer fits") && count_lines(text, "matmul ") == 1 && same(base, o3), name,
                 "printed:\n%s", text);

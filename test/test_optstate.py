@@ -32,17 +32,13 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hardening_util import write_model  # noqa: E402 (sets OMP_NUM_THREADS=1: tiny runs)
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import failures, report, run_trainer, write_shard  # noqa: E402
 
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", "./train_gpt_cpu")
 
 
 def run(args, expect_ok=True):
-    p = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600)
-    if expect_ok and p.returncode != 0:
-        print(p.stdout[-2000:])
-        print(p.stderr[-2000:])
-    return p
+    return run_trainer(TRAINER, args, expect_ok, tail=2000)
 
 
 def losses(outdir):

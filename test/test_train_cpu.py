@@ -20,19 +20,14 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import failures, report, run_trainer, write_shard  # noqa: E402
 
 # the program under test; test/test_sanitizers.sh points this at its ASan+UBSan build
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", "./train_gpt_cpu")
 
 
 def run(args, expect_ok=True, env=None):
-    p = subprocess.run([TRAINER] + args, capture_output=True, text=True, timeout=600,
-                       env=None if env is None else {**os.environ, **env})
-    if expect_ok and p.returncode != 0:
-        print(p.stdout[-3000:])
-        print(p.stderr[-3000:])
-    return p
+    return run_trainer(TRAINER, args, expect_ok, env)
 
 
 def read_log(outdir):

@@ -1,6 +1,7 @@
 """What the Python tests share: the PASS:/FAIL: protocol (test/run_tests.sh counts the lines),
 shard writing in llm.c's format, and small comparisons. Import from test/ (each test puts its own
-directory on sys.path)."""
+directory on sys.path). As a command, `python3 test/testlib.py random-shard PATH N SEED` writes a
+shard of N random GPT-2 token ids (random.Random(SEED)), for the shell scripts."""
 import struct
 import sys
 
@@ -32,6 +33,41 @@ def write_shard(path, tokens, magic=20240520, version=1, ntok=None, width="H"):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack(f"<{len(tokens)}{width}", *tokens))
+
+
+def run_trainer(trainer, args, expect_ok=True, env=None, tail=3000):
+    """Runs [trainer] + args (text output, 600 s at most; env: variables added to the environment)
+    and returns the CompletedProcess; when expect_ok and it failed, prints its output's last
+    tail characters."""
+    import os
+    import subprocess
+    p = subprocess.run([trainer] + args, capture_output=True, text=True, timeout=600,
+                       env=None if env is None else {**os.environ, **env})
+    if expect_ok and p.returncode != 0:
+        print(p.stdout[-tail:])
+        print(p.stderr[-tail:])
+    return p
+
+
+def failed_count():
+    """Prints how many checks failed; returns the exit status (1 when any did, else 0)."""
+    print(f"{_failures} failed")
+    return 1 if _failures else 0
+
+
+def expect_error(name, proc, pattern, tail=500):
+    """Reports whether a finished run (a subprocess.CompletedProcess with text output) exited 1
+    with "error: " and pattern in its stdout + stderr."""
+    out = proc.stdout + proc.stderr
+    return report(proc.returncode == 1 and "error: " in out and pattern in out, name,
+                  f"exit {proc.returncode}: {out[-tail:]}")
+
+
+def write_random_shard(path, n, seed):
+    """A shard of n token ids drawn uniformly from GPT-2's 50257 by random.Random(seed)."""
+    import random
+    rng = random.Random(seed)
+    write_shard(path, [rng.randrange(50257) for _ in range(n)])
 
 
 def first_diff(a, b):
@@ -71,3 +107,9 @@ def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120, which=1):
         text, _ = proc.communicate()
         return f"still running {timeout} s after the kill", proc.returncode, text, time.time() - t0
     return None, proc.returncode, text, time.time() - t0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 5 or sys.argv[1] != "random-shard":
+        sys.exit("usage: testlib.py random-shard PATH N SEED")
+    write_random_shard(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

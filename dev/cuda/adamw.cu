@@ -143,14 +143,9 @@ template <class T> static void lab_norm(const LabDevice *dev, const LabOptions *
 int main(int argc, char **argv) {
     int n = 124475904;
     LabSize sizes[] = {{"n", &n, 100003, "parameters"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/adamw.cuh against llmc/cpu/adamw.h.", sizes, 1, &opt);
-    LabDevice dev = lab_device_init();
-    const uint64_t seed = 9;
-    printf("adamw lab: n=%d, lr %g beta1 %g beta2 %g eps %g wd %g step %d grad_scale %g, seed %llu, %d timed repeats\n",
-           n, LR, B1, B2, EPS, WD, STEP, CLIP, (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/adamw.cuh against llmc/cpu/adamw.h.",
+                                   sizes, 1, 9);
+    printf("(lr %g beta1 %g beta2 %g eps %g wd %g step %d grad_scale %g)\n", LR, B1, B2, EPS, WD, STEP, CLIP);
     AdamCase a;
     a.n = n;
     a.p = lab_host_normal(&r, n, 0.0f, 1.0f), a.g = lab_host_normal(&r, n, 0.0f, 1.0f);

@@ -69,18 +69,10 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768, NH = 12;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 67, "sequence length"}, {"C", &C, 128, "channels"},
                        {"NH", &NH, 2, "heads (C/NH in 16, 32, 64, 128)"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/attention.cuh against llmc/cpu/attention.h.", sizes, 4, &opt);
-    LabDevice dev = lab_device_init();
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/attention.cuh against llmc/cpu/attention.h.",
+                                   sizes, 4, 1);
     const size_t N = (size_t)B * T;
-    const uint64_t seed = 1;
-    printf("attention lab: B=%d T=%d C=%d NH=%d, seed %llu, %d timed repeats\n", B, T, C, NH, (unsigned long long)seed,
-           opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
-    float *qkv = lab_host_normal(&r, N * 3 * C, 0.0f, 1.0f), *dy = lab_host_normal(&r, N * C, 0.0f, 1.0f);
-    lab_round<__nv_bfloat16>(qkv, N * 3 * C);
-    lab_round<__nv_bfloat16>(dy, N * C);
+    float *qkv = lab_bf16_normal(&r, N * 3 * C, 0.0f, 1.0f), *dy = lab_bf16_normal(&r, N * C, 0.0f, 1.0f);
     float *out = lab_host_floats(N * C), *dinp = lab_host_floats(N * 3 * C);
     float *att = lab_host_floats((size_t)B * NH * T * T);
     attention_forward(out, att, qkv, B, T, NH, NH, C / NH); /* GPT-2: NKV == NH */

@@ -68,13 +68,8 @@ template <class T> static void lab_cast(const LabDevice *dev, const LabOptions *
 int main(int argc, char **argv) {
     int n = 124475904;
     LabSize sizes[] = {{"n", &n, 100003, "elements"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/cast.cuh against the toolkit's host conversions.", sizes, 1, &opt);
-    LabDevice dev = lab_device_init();
-    const uint64_t seed = 6;
-    printf("cast lab: n=%d, seed %llu, %d timed repeats\n", n, (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
+    auto [dev, opt, r] =
+        lab_begin(argc, argv, "Checks and times llmc/cuda/cast.cuh against the toolkit's host conversions.", sizes, 1, 6);
     float *x = lab_host_normal(&r, n, 0.0f, 1.0f);
     /* scales from 2^-30 to 2^30, and the special values up front */
     for (size_t i = 0; i < (size_t)n; i++) x[i] = ldexpf(x[i], (int)(rng_u32(&r) % 61) - 30);

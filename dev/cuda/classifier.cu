@@ -56,18 +56,13 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, V = 50257, Vp = 50304;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 37, "sequence length"}, {"V", &V, 1001, "vocabulary"},
                        {"Vp", &Vp, 1024, "padded vocabulary (row length)"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/classifier.cuh against llmc/cpu/classifier.h.", sizes, 4, &opt);
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/classifier.cuh against llmc/cpu/classifier.h.",
+                                   sizes, 4, 8);
     if (Vp < V) llmc_die("--Vp must be at least --V");
-    LabDevice dev = lab_device_init();
     ClsCase c;
     c.N = B * T, c.V = V, c.Vp = Vp, c.dloss = 1.0f / (B * T);
     const size_t NV = (size_t)c.N * Vp;
-    const uint64_t seed = 8;
-    printf("classifier lab: B=%d T=%d (N=%d) V=%d Vp=%d, dloss 1/N, seed %llu, %d timed repeats\n", B, T, c.N, V, Vp,
-           (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
+    printf("(N = B*T = %d rows, dloss 1/N)\n", c.N);
     c.z = lab_host_normal(&r, NV, 0.0f, 3.0f);
     for (int i = 0; i < c.N; i++)
         for (int v = V; v < Vp; v++) c.z[(size_t)i * Vp + v] = 1e4f; /* padded columns must not count */

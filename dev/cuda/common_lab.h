@@ -110,6 +110,28 @@ static inline LabDevice lab_device_init(void) {
     return d;
 }
 
+/* What a lab's main starts with: the device, the flags and the seeded generator of its inputs. */
+typedef struct {
+    LabDevice dev;
+    LabOptions opt;
+    Rng rng;
+} Lab;
+
+/* The start of a lab's main (`auto [dev, opt, r] = lab_begin(...)`): parses the flags into sizes
+ * and opt (lab_parse), finds the device (lab_device_init prints it), prints the setup line "NAME
+ * lab: SIZE=value ..., seed S, R timed repeats" (NAME: the program's file name) and seeds rng. */
+static inline Lab lab_begin(int argc, char **argv, const char *what, LabSize *sizes, int n, uint64_t seed) {
+    Lab lab;
+    lab_parse(argc, argv, what, sizes, n, &lab.opt);
+    lab.dev = lab_device_init();
+    const char *slash = strrchr(argv[0], '/');
+    printf("%s lab:", slash ? slash + 1 : argv[0]);
+    for (int i = 0; i < n; i++) printf(" %s=%d", sizes[i].name, *sizes[i].value);
+    printf(", seed %llu, %d timed repeats\n", (unsigned long long)seed, lab.opt.reps);
+    rng_seed(&lab.rng, seed);
+    return lab;
+}
+
 /* "TIME what: 0.123 ms, 456 GB/s (12% of peak)". bytes: what the kernel must read + write. */
 static inline void lab_report_bandwidth(const LabDevice *d, const char *what, double bytes, float ms) {
     double gbs = bytes / (ms * 1e-3) / 1e9;
@@ -152,6 +174,13 @@ template <class... P> static void lab_free(P... p) {
 /* Rounds h[0..n) to T in place (round to nearest even, the toolkit's host conversion). */
 template <class T> static void lab_round(float *h, size_t n) {
     for (size_t i = 0; i < n; i++) h[i] = to_float(from_float<T>(h[i]));
+}
+
+/* lab_host_normal rounded to bf16 in place: inputs that the bf16 and the fp32 run store exactly. */
+static inline float *lab_bf16_normal(Rng *r, size_t n, float mean, float std) {
+    float *h = lab_host_normal(r, n, mean, std);
+    lab_round<__nv_bfloat16>(h, n);
+    return h;
 }
 
 /* Rounds h[0..n) to T in place (so the CPU reference sees the stored values) and uploads it. */

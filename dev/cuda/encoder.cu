@@ -84,17 +84,11 @@ int main(int argc, char **argv) {
     e.B = 8, e.T = 1024, e.C = 768, e.V = 50257, e.Vp = 50304;
     LabSize sizes[] = {{"B", &e.B, 3, "batch"},        {"T", &e.T, 37, "sequence length"}, {"C", &e.C, 72, "channels"},
                        {"V", &e.V, 301, "vocabulary"}, {"Vp", &e.Vp, 320, "padded vocabulary (rows of wte)"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/encoder.cuh against llmc/cpu/encoder.h.", sizes, 5, &opt);
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/encoder.cuh against llmc/cpu/encoder.h.",
+                                   sizes, 5, 4);
     if (e.Vp < e.V) llmc_die("--Vp must be at least --V");
-    LabDevice dev = lab_device_init();
     const int N = e.B * e.T, C = e.C;
     const size_t NC = (size_t)N * C, VC = (size_t)e.Vp * C, TC = (size_t)e.T * C;
-    const uint64_t seed = 4;
-    printf("encoder lab: B=%d T=%d C=%d V=%d Vp=%d, seed %llu, %d timed repeats\n", e.B, e.T, C, e.V, e.Vp,
-           (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
     /* a quarter of the positions hold one of 4 frequent tokens (long buckets), the rest are
      * uniform over the vocabulary; the last token id appears too */
     e.inp = (int *)mallocCheck(N * sizeof(int), "tokens");

@@ -58,17 +58,10 @@ static void lab_gelu(const LabDevice *dev, const LabOptions *opt, float *x, floa
 int main(int argc, char **argv) {
     int N = 8 * 1024 * 3072;
     LabSize sizes[] = {{"N", &N, 100003, "elements"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/gelu.cuh against llmc/cpu/gelu.h.", sizes, 1, &opt);
-    LabDevice dev = lab_device_init();
-    const uint64_t seed = 3;
-    printf("gelu lab: N=%d, seed %llu, %d timed repeats\n", N, (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/gelu.cuh against llmc/cpu/gelu.h.",
+                                   sizes, 1, 3);
     /* std 2: the tails (|x| up to ~10) reach the saturated and cancelling parts of tanh */
-    float *x = lab_host_normal(&r, N, 0.0f, 2.0f), *dy = lab_host_normal(&r, N, 0.0f, 1.0f);
-    lab_round<__nv_bfloat16>(x, N);
-    lab_round<__nv_bfloat16>(dy, N);
+    float *x = lab_bf16_normal(&r, N, 0.0f, 2.0f), *dy = lab_bf16_normal(&r, N, 0.0f, 1.0f);
     float *out = lab_host_floats(N), *dinp = lab_host_floats(N);
     gelu_forward(out, x, N);
     gelu_backward(dinp, x, dy, N);

@@ -88,15 +88,10 @@ static void lab_layernorm(const LabDevice *dev, const LabOptions *opt, LnRef *h,
 int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768;
     LabSize sizes[] = {{"B", &B, 3, "batch"}, {"T", &T, 37, "sequence length"}, {"C", &C, 200, "channels"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/layernorm.cuh against llmc/cpu/layernorm.h.", sizes, 3, &opt);
-    LabDevice dev = lab_device_init();
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/layernorm.cuh against llmc/cpu/layernorm.h.",
+                                   sizes, 3, 2);
     const int N = B * T;
     const size_t NC = (size_t)N * C;
-    const uint64_t seed = 2;
-    printf("layernorm lab: B=%d T=%d C=%d, seed %llu, %d timed repeats\n", B, T, C, (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
     LnRef h;
     /* a mean offset of 4: the two-pass variance must not cancel */
     h.x = lab_host_normal(&r, NC, 4.0f, 1.0f), h.x2 = lab_host_normal(&r, NC, 0.0f, 1.0f);

@@ -95,20 +95,15 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768, OC = 3072;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 300, "sequence length"}, {"C", &C, 64, "input channels"},
                        {"OC", &OC, 200, "output channels"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/matmul.cuh against llmc/cpu/matmul.h.", sizes, 4, &opt);
-    LabDevice dev = lab_device_init();
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/matmul.cuh against llmc/cpu/matmul.h.",
+                                   sizes, 4, 7);
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off: fp32 is compared tightly */
     MmCase m;
     m.N = B * T, m.C = C, m.OC = OC;
     const int N = m.N;
     const size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
-    const uint64_t seed = 7;
-    printf("matmul lab: B=%d T=%d (N=%d) C=%d OC=%d, seed %llu, %d timed repeats, CPU sgemm: %s\n", B, T, N, C, OC,
-           (unsigned long long)seed, opt.reps, llmc_sgemm_backend());
-    Rng r;
-    rng_seed(&r, seed);
+    printf("(N = B*T = %d rows; CPU sgemm: %s)\n", N, llmc_sgemm_backend());
     m.x = lab_host_normal(&r, NC, 0.0f, 1.0f), m.w = lab_host_normal(&r, OCC, 0.0f, 1.0f / sqrtf((float)C));
     m.b = lab_host_normal(&r, OC, 0.0f, 0.5f), m.dy = lab_host_normal(&r, NO, 0.0f, 1.0f);
     m.gw0 = lab_host_normal(&r, OCC, 0.0f, 1.0f), m.gb0 = lab_host_normal(&r, OC, 0.0f, 1.0f);

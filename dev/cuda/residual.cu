@@ -32,17 +32,10 @@ template <class T> static void lab_residual(const LabDevice *dev, const LabOptio
 int main(int argc, char **argv) {
     int N = 8 * 1024 * 768;
     LabSize sizes[] = {{"N", &N, 100003, "elements"}};
-    LabOptions opt;
-    lab_parse(argc, argv, "Checks and times llmc/cuda/residual.cuh against llmc/cpu/residual.h.", sizes, 1, &opt);
-    LabDevice dev = lab_device_init();
-    const uint64_t seed = 5;
-    printf("residual lab: N=%d, seed %llu, %d timed repeats\n", N, (unsigned long long)seed, opt.reps);
-    Rng r;
-    rng_seed(&r, seed);
+    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/residual.cuh against llmc/cpu/residual.h.",
+                                   sizes, 1, 5);
     /* different scales, so the sums need rounding */
-    float *a = lab_host_normal(&r, N, 0.0f, 1.0f), *b = lab_host_normal(&r, N, 0.0f, 0.01f);
-    lab_round<__nv_bfloat16>(a, N);
-    lab_round<__nv_bfloat16>(b, N);
+    float *a = lab_bf16_normal(&r, N, 0.0f, 1.0f), *b = lab_bf16_normal(&r, N, 0.0f, 0.01f);
     float *sum = lab_host_floats(N);
     residual_forward(sum, a, b, N);
     lab_residual<__nv_bfloat16>(&dev, &opt, a, b, sum, N);

@@ -69,6 +69,16 @@ def tiny_model(dtype=torch.float64, seed=SEED, cfg=TINY):
     return ref.GPT2(cfg, {k: t.to(dtype) for k, t in tensors.items()}), tensors
 
 
+def tiny_backward():
+    """The float64 tiny model after one forward + backward on the seeded batch:
+    (model, x, y, logits, loss), the gradients in each parameter's .grad."""
+    model, _ = tiny_model(torch.float64)
+    x, y = ref.random_batch(B, T, TINY.vocab_size, SEED)
+    logits, loss = model(x, y)
+    loss.backward()
+    return model, x, y, logits, loss
+
+
 # ------------------------------------------------------------------------------------------
 # An independently written GPT-2: torch.nn.functional layers, per-head einsum attention with an
 # additive mask, F.cross_entropy on the sliced logits.
@@ -125,10 +135,7 @@ def _():
 
 @check("finite_difference_every_tensor_float64")
 def _():
-    model, _ = tiny_model(torch.float64)
-    x, y = ref.random_batch(B, T, TINY.vocab_size, SEED)
-    _, loss = model(x, y)
-    loss.backward()
+    model, x, y, _, _ = tiny_backward()
     gen = torch.Generator().manual_seed(SEED + 3)
     h = 1e-6
     for n in ref.PARAM_NAMES:
@@ -155,10 +162,7 @@ def _():
 
 @check("padded_vocab_does_not_affect_loss")
 def _():
-    model, _ = tiny_model(torch.float64)
-    x, y = ref.random_batch(B, T, TINY.vocab_size, SEED)
-    logits, loss = model(x, y)
-    loss.backward()
+    model, x, y, logits, loss = tiny_backward()
     grads = {n: getattr(model, n).grad.clone() for n in ref.PARAM_NAMES}
     with torch.no_grad():   # garbage (large) values in the padded rows
         model.wte[TINY.vocab_size:] = 100.0 * torch.randn(

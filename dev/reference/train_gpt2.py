@@ -536,6 +536,22 @@ def greedy_generate(model, prompt_ids, max_new, eot):
     return out, gap
 
 
+def write_debug_state_body(f, header, x, y, ref):
+    """Writes a debug state after its header: the tokens x, y (B, T) as int32, then ref's logits,
+    loss, grads, per-step losses and grad norms and final params (the order both trainers read)."""
+    f.write(header)
+    f.write(x.cpu().numpy().astype("<i4").tobytes())
+    f.write(y.cpu().numpy().astype("<i4").tobytes())
+    f.write(ref["logits"].tobytes())
+    f.write(struct.pack("<f", ref["loss"]))
+    for g in ref["grads"]:
+        f.write(g.tobytes())
+    f.write(ref["losses"].tobytes())
+    f.write(ref["grad_norms"].tobytes())
+    for p in ref["params"]:
+        f.write(p.tobytes())
+
+
 def write_debug_state(path, cfg, x, y, hp, nsteps, ref):
     B, T = x.shape
     hp_values = [hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.grad_clip]
@@ -545,19 +561,7 @@ def write_debug_state(path, cfg, x, y, hp, nsteps, ref):
     for i, value in enumerate(hp_values):
         fields[DEBUG_HP_SLOT + i] = struct.pack("<f", value)
 
-    def write(f):
-        f.write(header_bytes(fields))
-        f.write(x.cpu().numpy().astype("<i4").tobytes())
-        f.write(y.cpu().numpy().astype("<i4").tobytes())
-        f.write(ref["logits"].tobytes())
-        f.write(struct.pack("<f", ref["loss"]))
-        for g in ref["grads"]:
-            f.write(g.tobytes())
-        f.write(ref["losses"].tobytes())
-        f.write(ref["grad_norms"].tobytes())
-        for p in ref["params"]:
-            f.write(p.tobytes())
-    atomic_write(path, write)
+    atomic_write(path, lambda f: write_debug_state_body(f, header_bytes(fields), x, y, ref))
     size = os.path.getsize(path)
     if size != debug_state_size(B, T, cfg, nsteps):
         raise RuntimeError(f"{path}: wrote {size} bytes, layout says "
@@ -646,18 +650,11 @@ def parse_args(argv):
                    help="comma-separated prompt token ids for --generate")
     g.add_argument("--eot", type=int, default=50256, help="end-of-text id: --generate stops there")
     g = p.add_argument_group("optimizer")
-    g.add_argument("--lr", type=float, default=HyperParams.lr,
-                   help="learning rate")
-    g.add_argument("--beta1", type=float, default=HyperParams.beta1,
-                   help="AdamW beta1")
-    g.add_argument("--beta2", type=float, default=HyperParams.beta2,
-                   help="AdamW beta2")
-    g.add_argument("--eps", type=float, default=HyperParams.eps,
-                   help="AdamW epsilon")
-    g.add_argument("--weight-decay", type=float, default=HyperParams.weight_decay,
-                   help="decoupled weight decay (wte, wpe, qkvw, attprojw, fcw, fcprojw)")
-    g.add_argument("--grad-clip", type=float, default=HyperParams.grad_clip,
-                   help="clip the global grad norm to this; <= 0 disables")
+    for field, what in (("lr", "learning rate"), ("beta1", "AdamW beta1"), ("beta2", "AdamW beta2"),
+                        ("eps", "AdamW epsilon"),
+                        ("weight_decay", "decoupled weight decay (wte, wpe, qkvw, attprojw, fcw, fcprojw)"),
+                        ("grad_clip", "clip the global grad norm to this; <= 0 disables")):
+        g.add_argument("--" + field.replace("_", "-"), type=float, default=getattr(HyperParams, field), help=what)
     g = p.add_argument_group("benchmark")
     g.add_argument("--bench-steps", type=int, default=0,
                    help="time this many training steps (after 2 warm-up steps); 0 = no bench")

@@ -186,19 +186,7 @@ def write_debug_state(path, cfg, x, y, hp, nsteps, out):
     for i, value in enumerate([hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.grad_clip]):
         fields[ref.DEBUG_HP_SLOT + i] = struct.pack("<f", value)
 
-    def write(fh):
-        fh.write(ref.header_bytes(fields))
-        fh.write(x.numpy().astype("<i4").tobytes())
-        fh.write(y.numpy().astype("<i4").tobytes())
-        fh.write(out["logits"].tobytes())
-        fh.write(struct.pack("<f", out["loss"]))
-        for g in out["grads"]:
-            fh.write(g.tobytes())
-        fh.write(out["losses"].tobytes())
-        fh.write(out["grad_norms"].tobytes())
-        for p in out["params"]:
-            fh.write(p.tobytes())
-    ref.atomic_write(path, write)
+    ref.atomic_write(path, lambda fh: ref.write_debug_state_body(fh, ref.header_bytes(fields), x, y, out))
 
 
 def main(argv=None):

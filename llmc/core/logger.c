@@ -84,20 +84,24 @@ void log_int(Logger *lg, const char *k, long long value) {
     fprintf(lg->f, "%lld", value);
 }
 
+/* k: the formatted number, or null where it is not finite (JSON has no inf or nan) */
+static void number(Logger *lg, const char *k, const char *formatted, int finite) {
+    key(lg, k);
+    fputs(finite ? formatted : "null", lg->f);
+}
+
 void log_float(Logger *lg, const char *k, float value) {
     if (!lg->f) return;
     char buf[32];
     format_float_roundtrip(buf, value);
-    key(lg, k);
-    fputs(isfinite(value) ? buf : "null", lg->f);
+    number(lg, k, buf, isfinite(value));
 }
 
 void log_double(Logger *lg, const char *k, double value) {
     if (!lg->f) return;
     char buf[32];
     format_double_roundtrip(buf, value);
-    key(lg, k);
-    fputs(isfinite(value) ? buf : "null", lg->f);
+    number(lg, k, buf, isfinite(value));
 }
 
 void log_string(Logger *lg, const char *k, const char *value) {

@@ -30,13 +30,19 @@ static void gelu_tanh_block(float *th, const float *x, int n) {
     tanh_block(th, u, n);
 }
 
+/* The block of inp at i0 (BLOCK elements, fewer at the end of N): th = its tanh part; returns its length. */
+static int gelu_tanh_at(float *th, const float *inp, size_t i0, size_t N) {
+    int n = N - i0 < BLOCK ? (int)(N - i0) : BLOCK;
+    gelu_tanh_block(th, inp + i0, n);
+    return n;
+}
+
 void gelu_forward(float *out, const float *inp, size_t N) {
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < N; i0 += BLOCK) {
-        int n = N - i0 < BLOCK ? (int)(N - i0) : BLOCK;
-        const float *x = inp + i0;
         float th[BLOCK];
-        gelu_tanh_block(th, x, n);
+        const int n = gelu_tanh_at(th, inp, i0, N);
+        const float *x = inp + i0;
         for (int i = 0; i < n; i++) out[i0 + i] = 0.5f * x[i] * (1.0f + th[i]);
     }
 }
@@ -44,10 +50,9 @@ void gelu_forward(float *out, const float *inp, size_t N) {
 void gelu_backward(float *dinp, const float *inp, const float *dout, size_t N) {
 #pragma omp parallel for schedule(static)
     for (size_t i0 = 0; i0 < N; i0 += BLOCK) {
-        int n = N - i0 < BLOCK ? (int)(N - i0) : BLOCK;
-        const float *x = inp + i0;
         float th[BLOCK];
-        gelu_tanh_block(th, x, n);
+        const int n = gelu_tanh_at(th, inp, i0, N);
+        const float *x = inp + i0;
         for (int i = 0; i < n; i++) {
             float sech2 = 1.0f - th[i] * th[i];
             float local = 0.5f * (1.0f + th[i]) + 0.5f * x[i] * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x[i] * x[i]);

@@ -54,14 +54,36 @@ template <int N> __device__ inline float dot_n(const float *a, const float *b) {
     return s;
 }
 
+/* The indices of a query-block kernel (the forward and dq; grid (T / BR, B * NH)): block (x,
+ * b * NH + h) takes queries [q0, q0 + BR) of head h, one per thread (t: this thread's); C3 =
+ * (NH + 2 NKV) HS is the qkv row, kcol and vcol the columns of h's key and value head
+ * (h / (NH / NKV): grouped-query attention). */
+struct AttnQueryBlock {
+    int C, C3, bh, b, h, kcol, vcol, q0, t;
+};
+template <int HS, int BR> __device__ inline AttnQueryBlock attn_query_block(int NH, int NKV) {
+    const int C = NH * HS, bh = blockIdx.y, h = bh % NH, kcol = C + h / (NH / NKV) * HS, q0 = blockIdx.x * BR;
+    return {C, (NH + 2 * NKV) * HS, bh, bh / NH, h, kcol, kcol + NKV * HS, q0, q0 + (int)threadIdx.x};
+}
+
+/* Keys and values of rows [k0, k0 + ROWS) (columns [kcol, kcol + HS) and [vcol, vcol + HS) of
+ * the (T, C3) qkv rows at base) into the fp32 tiles ks, vs; rows at or past T become zeros.
+ * The block's NT threads share the copy. */
+template <int HS, int ROWS, int NT, class T>
+__device__ inline void attn_load_kv_tile(float (*ks)[HS], float (*vs)[HS], const T *base, int C3, int kcol, int vcol,
+                                         int k0, int T_) {
+    for (int idx = threadIdx.x; idx < ROWS * HS; idx += NT) {
+        int j = idx / HS, i = idx % HS, u = k0 + j;
+        ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
+        vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
+    }
+}
+
 template <class T, int HS>
 static __global__ void attention_forward_flash_kernel(T *out, float *lse, const T *inp, int T_, int NH, int NKV) {
     constexpr int BR = AttentionTiles<HS>::rows, BC = AttentionTiles<HS>::fwd_tile, CH = 8;
     __shared__ float ks[BC][HS], vs[BC][HS];
-    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS; /* C3: the qkv row */
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS;
-    const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
+    const auto [C, C3, bh, b, h, kcol, vcol, q0, t] = attn_query_block<HS, BR>(NH, NKV);
     const bool active = t < T_;
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
@@ -75,11 +97,7 @@ static __global__ void attention_forward_flash_kernel(T *out, float *lse, const 
     const int kv_end = min(q0 + BR, T_);
     for (int k0 = 0; k0 < kv_end; k0 += BC) {
         __syncthreads(); /* the previous tile is no longer read */
-        for (int idx = threadIdx.x; idx < BC * HS; idx += BR) {
-            int j = idx / HS, i = idx % HS, u = k0 + j;
-            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
-            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
-        }
+        attn_load_kv_tile<HS, BC, BR>(ks, vs, base, C3, kcol, vcol, k0, T_);
         __syncthreads();
         if (!active) continue;
         const int jmax = min(BC, t - k0 + 1); /* keys u <= t in this tile */
@@ -215,10 +233,7 @@ static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, cons
     constexpr int BR = AttentionTiles<HS>::rows, BK = AttentionTiles<HS>::bwd_tile;
     __shared__ float qt[HS][BR], dot_[HS][BR];
     __shared__ float ks[BK][HS], vs[BK][HS];
-    const int C = NH * HS, C3 = (NH + 2 * NKV) * HS;
-    const int bh = blockIdx.y, b = bh / NH, h = bh % NH;
-    const int kcol = C + h / (NH / NKV) * HS, vcol = kcol + NKV * HS;
-    const int q0 = blockIdx.x * BR, t = q0 + threadIdx.x;
+    const auto [C, C3, bh, b, h, kcol, vcol, q0, t] = attn_query_block<HS, BR>(NH, NKV);
     const bool active = t < T_;
     const float scale = 1.0f / sqrtf((float)HS);
     const T *base = inp + (size_t)b * T_ * C3;
@@ -233,11 +248,7 @@ static __global__ void attention_backward_dq_kernel(T *dinp, const T *dout, cons
     const int kv_end = min(q0 + BR, T_);
     for (int k0 = 0; k0 < kv_end; k0 += BK) {
         __syncthreads();
-        for (int idx = threadIdx.x; idx < BK * HS; idx += BR) {
-            int j = idx / HS, i = idx % HS, u = k0 + j;
-            ks[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + kcol + i]) : 0.0f;
-            vs[j][i] = u < T_ ? to_float(base[(size_t)u * C3 + vcol + i]) : 0.0f;
-        }
+        attn_load_kv_tile<HS, BK, BR>(ks, vs, base, C3, kcol, vcol, k0, T_);
         __syncthreads();
         if (!active) continue;
         const int jmax = min(BK, t - k0 + 1);

@@ -466,10 +466,8 @@ inline void attention_fa2_check(const char *who, int B, int T_, int NH, int NKV,
 template <class T>
 void attention_forward_fa2(T *out, float *lse, const T *inp, int B, int T_, int NH, int NKV, int HS,
                            cudaStream_t stream) {
-    static_assert(sizeof(T) == 2, "the FA2 attention is for bf16 and fp16");
     attention_fa2_check("attention_forward_fa2", B, T_, NH, NKV, HS);
-    attention_tc_check_aligned("attention_forward_fa2", inp, "inp");
-    attention_tc_check_aligned("attention_forward_fa2", out, "out");
+    attention_tc_check_io("attention_forward_fa2", inp, out, "out");
     if (HS == 64) attention_forward_fa2_hs<T, 64>(out, lse, inp, B, T_, NH, NKV, stream);
     else attention_forward_fa2_hs<T, 128>(out, lse, inp, B, T_, NH, NKV, stream);
 }
@@ -502,10 +500,8 @@ static void attention_backward_fa2_hs(T *dinp, const T *dout, const T *inp, cons
 template <class T>
 void attention_backward_fa2(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_,
                             int NH, int NKV, int HS, float *scratch, cudaStream_t stream) {
-    static_assert(sizeof(T) == 2, "the FA2 attention is for bf16 and fp16");
     attention_fa2_check("attention_backward_fa2", B, T_, NH, NKV, HS);
-    attention_tc_check_aligned("attention_backward_fa2", inp, "inp");
-    attention_tc_check_aligned("attention_backward_fa2", dinp, "dinp");
+    attention_tc_check_io("attention_backward_fa2", inp, dinp, "dinp");
     attention_tc_check_aligned("attention_backward_fa2", scratch, "scratch");
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
     if (HS == 64) attention_backward_fa2_hs<T, 64>(dinp, dout, inp, lse, scratch, B, T_, NH, NKV, stream);

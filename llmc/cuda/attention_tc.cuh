@@ -136,6 +136,27 @@ __device__ inline void attn_tc_two_products(const T *a1, const T *a2, const T *b
     wmma::store_matrix_sync(s2 + j * 16, f2, LDS, wmma::mem_row_major);
 }
 
+/* One warp: acc (16 x HS, fp32) += A B over the first nsub 16-wide sub-tiles, sub-tile j by
+ * sub-tile j: A the warp's 16 rows of 16-bit scratch a (row stride LDP; columns [16j, 16j + 16)),
+ * B rows [16j, 16j + 16) of a [64][HS + 8] tile b. The forward's O += P V and dq's dQ += dS K. */
+template <class T, int HS>
+__device__ inline void attn_tc_accumulate_product(
+    nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> (&acc)[HS / 16], const T *a, const T *b,
+    int nsub) {
+    using namespace nvcuda;
+    constexpr int LDT = AttnTC<T, HS>::LDT, LDP = AttnTC<T, HS>::LDP;
+    for (int j = 0; j < nsub; j++) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> af;
+        wmma::load_matrix_sync(af, a + j * 16, LDP);
+#pragma unroll
+        for (int n = 0; n < HS / 16; n++) {
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> bf;
+            wmma::load_matrix_sync(bf, b + j * 16 * LDT + n * 16, LDT);
+            wmma::mma_sync(acc[n], af, bf, acc[n]);
+        }
+    }
+}
+
 template <class T, int HS>
 static __global__ void __launch_bounds__(128)
     attention_forward_tc_kernel(T *out, float *lse, const T *inp, int T_, int NH, int NKV) {
@@ -222,17 +243,7 @@ static __global__ void __launch_bounds__(128)
         }
         l += sum + __shfl_xor_sync(0xffffffffu, sum, 1);
         __syncwarp();
-        /* O += P V */
-        for (int j = 0; j < nsub; j++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> pf;
-            wmma::load_matrix_sync(pf, ps + j * 16, L::LDP);
-#pragma unroll
-            for (int n = 0; n < L::NK; n++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> vf;
-                wmma::load_matrix_sync(vf, vs + j * 16 * L::LDT + n * 16, L::LDT);
-                wmma::mma_sync(of[n], pf, vf, of[n]);
-            }
-        }
+        attn_tc_accumulate_product<T, HS>(of, ps, vs, nsub); /* O += P V */
         __syncwarp(); /* P and S are rewritten by the next tile */
     }
     if (w0 >= T_) return;
@@ -382,16 +393,7 @@ static __global__ void __launch_bounds__(128)
             dss[rr * L::LDP + c] = from_float<T>(ds);
         }
         __syncwarp();
-        for (int j = 0; j < nsub; j++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> da;
-            wmma::load_matrix_sync(da, dss + j * 16, L::LDP);
-#pragma unroll
-            for (int n = 0; n < L::NK; n++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::row_major> kb;
-                wmma::load_matrix_sync(kb, ks + j * 16 * L::LDT + n * 16, L::LDT);
-                wmma::mma_sync(dq[n], da, kb, dq[n]);
-            }
-        }
+        attn_tc_accumulate_product<T, HS>(dq, dss, ks, nsub); /* dQ += dS K */
     }
     if (w0 >= T_) return;
 #pragma unroll
@@ -406,6 +408,13 @@ inline void attention_tc_check_aligned(const char *who, const void *p, const cha
     snprintf(what, sizeof what, "%s is not 16-byte aligned", name);
     llmc_check_failed(who, what, "HINT: a caller bug (tensor-core attention moves 16-byte vectors)", __func__, __FILE__,
                       __LINE__);
+}
+
+/* A 16-bit tensor-core launcher's input and output (named out_name in the message) 16-byte aligned. */
+template <class T> inline void attention_tc_check_io(const char *who, const T *inp, const T *out, const char *out_name) {
+    static_assert(sizeof(T) == 2, "tensor-core attention (own and FA2) is for bf16 and fp16");
+    attention_tc_check_aligned(who, inp, "inp");
+    attention_tc_check_aligned(who, out, out_name);
 }
 
 /* Raise a kernel's dynamic shared memory limit once (it needs more than the default 48 KiB). */
@@ -444,20 +453,16 @@ static void attention_backward_tc_hs(T *dinp, const T *dout, const T *inp, const
 template <class T>
 void attention_forward_tc(T *out, float *lse, const T *inp, int B, int T_, int C, int NH, int NKV,
                           cudaStream_t stream) {
-    static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
     attention_check_sizes("attention_forward", B, T_, C, NH, NKV);
-    attention_tc_check_aligned("attention_forward", inp, "inp");
-    attention_tc_check_aligned("attention_forward", out, "out");
+    attention_tc_check_io("attention_forward", inp, out, "out");
     with_head_size(C / NH, [&](auto hs) { attention_forward_tc_hs<T, decltype(hs)::value>(out, lse, inp, B, T_, NH, NKV, stream); });
 }
 
 template <class T>
 void attention_backward_tc(T *dinp, const T *dout, const T *inp, const T *out, const float *lse, int B, int T_, int C,
                            int NH, int NKV, float *scratch, cudaStream_t stream) {
-    static_assert(sizeof(T) == 2, "tensor-core attention is for bf16 and fp16");
     attention_check_sizes("attention_backward", B, T_, C, NH, NKV);
-    attention_tc_check_aligned("attention_backward", inp, "inp");
-    attention_tc_check_aligned("attention_backward", dinp, "dinp");
+    attention_tc_check_io("attention_backward", inp, dinp, "dinp");
     const int HS = C / NH;
     attention_backward_rowdot(scratch, dout, out, B, T_, NH, HS, stream); /* checks dout's alignment */
     with_head_size(HS, [&](auto hs) {

@@ -16,6 +16,17 @@
 
 #include "llmc/cuda/common.cuh"
 
+/* The end of a row's pass: the block's max and sum from each thread's running (tm, ts) (max of
+ * the maxima, the sums moved to it; fixed-order block reductions through the shared red[32]);
+ * thread 0 writes the row's loss log(sum) + max - zy. Returns the max; *inv = 1 / sum. */
+__device__ inline float classifier_row_stats(float *losses, float tm, float ts, float zy, float *red, float *inv) {
+    const float mx = block_max(tm, red);
+    const float s = block_sum(tm == -INFINITY ? 0.0f : ts * expf(tm - mx), red);
+    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
+    *inv = 1.0f / s;
+    return mx;
+}
+
 template <class T>
 static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses, const int *targets, float dloss,
                                                         int V, int Vp, int write_dlogits) {
@@ -35,11 +46,9 @@ static __global__ void fused_classifier_rowblock_kernel(T *logits, float *losses
             ts += expf(x - tm);
         }
     }
-    const float mx = block_max(tm, red);
-    const float s = block_sum(tm == -INFINITY ? 0.0f : ts * expf(tm - mx), red);
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
+    float inv;
+    const float mx = classifier_row_stats(losses, tm, ts, zy, red, &inv);
     if (!write_dlogits) return;
-    const float inv = 1.0f / s;
     for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
         float d = 0.0f;
         if (v < V) {
@@ -79,11 +88,9 @@ static __global__ void fused_classifier_rowblock_kernel16(T *logits, float *loss
         ts = ts * expf(tm - m_new) + add;
         tm = m_new;
     }
-    const float mx = block_max(tm, red);
-    const float s = block_sum(tm == -INFINITY ? 0.0f : ts * expf(tm - mx), red);
-    if (threadIdx.x == 0) losses[blockIdx.x] = logf(s) + mx - zy;
+    float inv;
+    const float mx = classifier_row_stats(losses, tm, ts, zy, red, &inv);
     if (!write_dlogits) return;
-    const float inv = 1.0f / s;
     for (int p = threadIdx.x; p < packs; p += blockDim.x) {
         Pack16<T> x = p < live ? load16(z + (size_t)p * P) : Pack16<T>{};
 #pragma unroll

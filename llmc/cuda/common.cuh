@@ -197,6 +197,21 @@ template <class T> __device__ inline void store16(T *p, const Pack16<T> &x) {
     __stcg(reinterpret_cast<int4 *>(p), bits);
 }
 
+/* One warp's share of a row of npacks packs at src, in registers: lane l holds packs l, l + 32,
+ * ..., x[k] = pack l + 32 k as floats, zeros past npacks (K >= ceil(npacks / 32)). */
+template <class T, int K>
+__device__ inline void load_row16(float (&x)[K][Pack16<T>::size], const T *src, int npacks, int lane) {
+    constexpr int P = Pack16<T>::size;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        Pack16<T> a;
+        if (p < npacks) a = load16(src + (size_t)p * P);
+#pragma unroll
+        for (int j = 0; j < P; j++) x[k][j] = p < npacks ? to_float(a.v[j]) : 0.0f;
+    }
+}
+
 /* Sum over the 32 lanes of a warp, butterfly order: every lane gets the same bits. */
 __device__ inline float warp_sum(float x) {
     for (int off = 16; off > 0; off >>= 1) x += __shfl_xor_sync(0xffffffffu, x, off);

@@ -153,14 +153,7 @@ static __global__ void layernorm_forward_kernel16(T *out, float *mean, float *rs
     const int row = blockIdx.x * LN_WARPS_PER_BLOCK + threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
     if (row >= N) return;
     float x[K][P];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int p = lane + 32 * k;
-        Pack16<T> a;
-        if (p < npacks) a = load16(inp + (size_t)row * C + (size_t)p * P);
-#pragma unroll
-        for (int j = 0; j < P; j++) x[k][j] = p < npacks ? to_float(a.v[j]) : 0.0f;
-    }
+    load_row16<T, K>(x, inp + (size_t)row * C, npacks, lane);
     ln_row_finish16<T, K>(out, mean, rstd, row, x, weight, bias, npacks, C, lane);
 }
 
@@ -315,14 +308,11 @@ static __global__ void layernorm_backward_fused16_kernel(T *dinp, float *partial
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, npacks = C / P;
     const int r0 = blockIdx.x * LN_ROWS_PER_CHUNK, r1 = min(r0 + (int)LN_ROWS_PER_CHUNK, N);
     float w[K][P], aw[K][P], ab[K][P];
+    load_row16<T, K>(w, weight, npacks, lane);
 #pragma unroll
-    for (int k = 0; k < K; k++) {
-        const int p = lane + 32 * k;
-        Pack16<T> wp;
-        if (p < npacks) wp = load16(weight + (size_t)p * P);
+    for (int k = 0; k < K; k++)
 #pragma unroll
-        for (int j = 0; j < P; j++) w[k][j] = p < npacks ? to_float(wp.v[j]) : 0.0f, aw[k][j] = 0.0f, ab[k][j] = 0.0f;
-    }
+        for (int j = 0; j < P; j++) aw[k][j] = 0.0f, ab[k][j] = 0.0f;
     for (int row = r0 + warp; row < r1; row += LN_WARPS_PER_BLOCK) {
         const size_t base = (size_t)row * C;
         const float m = mean[row], s = rstd[row];

@@ -158,6 +158,16 @@ static __global__ void rmsnorm_backward_finish_kernel(T *dweight, const float *p
  * rmsnorm_backward_finish_kernel adds in chunk order. Shared memory: C floats.
  * K > 4 (wide): the row's values are not held between the dot and the update but read again,
  * with the same arithmetic in the same order (so the results equal the narrow form's bits). */
+/* What the wide backward reads (twice) at pack p of a row that starts at element base. */
+template <class T> struct RmsPacks {
+    Pack16<T> dout, inp, weight;
+};
+template <class T>
+__device__ inline RmsPacks<T> rms_packs(const T *dout, const T *inp, const T *weight, size_t base, int p) {
+    constexpr int P = Pack16<T>::size;
+    return {load16(dout + base + (size_t)p * P), load16(inp + base + (size_t)p * P), load16(weight + (size_t)p * P)};
+}
+
 template <class T, int K>
 static __global__ void rmsnorm_backward_fused16_kernel(T *dinp, float *partial, const T *dout, const T *inp,
                                                        const T *weight, const float *rstd, int N, int C) {
@@ -180,23 +190,22 @@ static __global__ void rmsnorm_backward_fused16_kernel(T *dinp, float *partial, 
             for (int k = 0; k < K; k++) {
                 const int p = lane + 32 * k;
                 if (p >= npacks) continue;
-                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P),
-                                wp = load16(weight + (size_t)p * P);
+                const RmsPacks<T> q = rms_packs(dout, inp, weight, base, p);
 #pragma unroll
-                for (int j = 0; j < P; j++) dot += to_float(wp.v[j]) * to_float(a.v[j]) * (to_float(b.v[j]) * s);
+                for (int j = 0; j < P; j++)
+                    dot += to_float(q.weight.v[j]) * to_float(q.dout.v[j]) * (to_float(q.inp.v[j]) * s);
             }
             dot = warp_sum(dot) / (float)C;
 #pragma unroll
             for (int k = 0; k < K; k++) {
                 const int p = lane + 32 * k;
                 if (p >= npacks) continue;
-                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P),
-                                wp = load16(weight + (size_t)p * P);
+                const RmsPacks<T> q = rms_packs(dout, inp, weight, base, p);
                 Pack16<T> d = load16(dinp + base + (size_t)p * P);
 #pragma unroll
                 for (int j = 0; j < P; j++) {
-                    const float dy = to_float(a.v[j]), xh = to_float(b.v[j]) * s;
-                    d.v[j] = from_float<T>(to_float(d.v[j]) + s * (to_float(wp.v[j]) * dy - xh * dot));
+                    const float dy = to_float(q.dout.v[j]), xh = to_float(q.inp.v[j]) * s;
+                    d.v[j] = from_float<T>(to_float(d.v[j]) + s * (to_float(q.weight.v[j]) * dy - xh * dot));
                     aw[k][j] += dy * xh;
                 }
                 store16(dinp + base + (size_t)p * P, d);
@@ -204,14 +213,7 @@ static __global__ void rmsnorm_backward_fused16_kernel(T *dinp, float *partial, 
         }
     } else {
         float w[K][P];
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int p = lane + 32 * k;
-            Pack16<T> wp;
-            if (p < npacks) wp = load16(weight + (size_t)p * P);
-#pragma unroll
-            for (int j = 0; j < P; j++) w[k][j] = p < npacks ? to_float(wp.v[j]) : 0.0f;
-        }
+        load_row16<T, K>(w, weight, npacks, lane);
         for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK) {
             const size_t base = (size_t)row * C;
             const float s = rstd[row];

@@ -240,6 +240,18 @@ Layout *layout_of(cublasLtMatrixLayout_t l) {
     return p;
 }
 
+/* The end of a Create: the handle is the object. */
+template <class H, class T> cublasStatus_t hand_out(H *handle, T *p) {
+    *handle = (H)p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+/* A Destroy: the magic cleared first, so that a use after it is reported, not undefined. */
+template <class T> cublasStatus_t destroy(T *p) {
+    p->magic = 0;
+    delete p;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 } // namespace
 
 extern "C" {
@@ -257,15 +269,9 @@ cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeTy
     check_compute(compute, scale);
     MatmulDesc *p = new MatmulDesc;
     p->compute = compute, p->scale = scale;
-    *d = (cublasLtMatmulDesc_t)p;
-    return CUBLAS_STATUS_SUCCESS;
+    return hand_out(d, p);
 }
-cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-    MatmulDesc *p = desc_of(d);
-    p->magic = 0;
-    delete p;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { return destroy(desc_of(d)); }
 
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void *buf, size_t size) {
@@ -302,15 +308,9 @@ cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataTyp
     if (ld < (int64_t)(rows ? rows : 1)) unsupported("matrix layout with ld %lld < rows %llu", (long long)ld, (unsigned long long)rows);
     Layout *p = new Layout;
     p->type = type, p->rows = rows, p->cols = cols, p->ld = ld;
-    *l = (cublasLtMatrixLayout_t)p;
-    return CUBLAS_STATUS_SUCCESS;
+    return hand_out(l, p);
 }
-cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-    Layout *p = layout_of(l);
-    p->magic = 0;
-    delete p;
-    return CUBLAS_STATUS_SUCCESS;
-}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { return destroy(layout_of(l)); }
 cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr,
                                                 const void *buf, size_t size) {
     Layout *p = layout_of(l);

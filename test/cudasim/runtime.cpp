@@ -145,6 +145,17 @@ ucontext_t g_sched_uc;
 #endif
 Fiber *g_cur = nullptr;
 
+/* The first thread of the block in progress that is in state s (nullptr if none). */
+const Fiber *first_fiber_in(FiberState s) {
+    for (const Fiber &g : g_launch.fibers)
+        if (g.state == s) return &g;
+    return nullptr;
+}
+/* How a report of a thread gone while another waits at __syncthreads ends. */
+#define CUDASIM_EARLY_RETURN_HINT                                                                                   \
+    "every thread of the block must reach each __syncthreads.\n  HINT: do not return early from a kernel that " \
+    "synchronizes; guard the work instead."
+
 size_t g_stack_size = 0;
 const size_t kPage = 4096;
 std::vector<char *> g_stacks; /* mapping bases; usable stack starts one page above */
@@ -413,13 +424,9 @@ void on_fiber_exit(Fiber *f) {
     f->state = F_DONE;
     L.ndone++;
     if (L.barrier_count > 0) {
-        const Fiber *w = nullptr;
-        for (const Fiber &g : L.fibers)
-            if (g.state == F_BARRIER) { w = &g; break; }
-        fail(f, "this thread returned from the kernel while thread (%u,%u,%u) waits at "
-             "__syncthreads (%s:%d): every thread of the block must reach each __syncthreads.\n"
-             "  HINT: do not return early from a kernel that synchronizes; guard the work instead.",
-             w->tid.x, w->tid.y, w->tid.z, w->file, w->line);
+        const Fiber *w = first_fiber_in(F_BARRIER);
+        fail(f, "this thread returned from the kernel while thread (%u,%u,%u) waits at __syncthreads (%s:%d): "
+             CUDASIM_EARLY_RETURN_HINT, w->tid.x, w->tid.y, w->tid.z, w->file, w->line);
     }
     /* a lane waiting in a warp primitive that names this one can never complete */
     Fiber *base = &L.fibers[f->warp * 32];
@@ -788,6 +795,16 @@ cudaError_t capture_unsafe(const char *fn) {
     return cudaSuccess;
 }
 
+/* The allocation and free entry points (named fn): capture_unsafe, then guarded_alloc/_free. */
+cudaError_t api_alloc(const char *fn, void **out, size_t size, int kind) {
+    const cudaError_t e = capture_unsafe(fn);
+    return e != cudaSuccess ? e : guarded_alloc(out, size, kind);
+}
+cudaError_t api_free(const char *fn, void *p, int kind) {
+    const cudaError_t e = capture_unsafe(fn);
+    return e != cudaSuccess ? e : guarded_free(p, kind, fn);
+}
+
 } // namespace
 
 /* ---- entry points used by cudasim.h --------------------------------------------------------- */
@@ -822,13 +839,9 @@ int barrier(int op, int pred, const char *file, int line) {
     Launch &L = g_launch;
     g_stats.barriers++;
     if (L.ndone > 0) {
-        const Fiber *gone = nullptr;
-        for (const Fiber &g : L.fibers)
-            if (g.state == F_DONE) { gone = &g; break; }
-        fail(f, "__syncthreads (%s:%d) reached after thread (%u,%u,%u) of this block returned from "
-             "the kernel: every thread of the block must reach each __syncthreads.\n  HINT: do not "
-             "return early from a kernel that synchronizes; guard the work instead.",
-             file, line, gone->tid.x, gone->tid.y, gone->tid.z);
+        const Fiber *gone = first_fiber_in(F_DONE);
+        fail(f, "__syncthreads (%s:%d) reached after thread (%u,%u,%u) of this block returned from the kernel: "
+             CUDASIM_EARLY_RETURN_HINT, file, line, gone->tid.x, gone->tid.y, gone->tid.z);
     }
     if (L.barrier_count == 0) {
         L.barrier_file = file, L.barrier_line = line, L.barrier_op = op;
@@ -1045,37 +1058,18 @@ using namespace cudasim::detail;
 
 extern "C" {
 
-#define CUDASIM_CAPTURE_UNSAFE(fn)                          \
-    do {                                                    \
-        cudaError_t unsafe_ = capture_unsafe(fn);           \
-        if (unsafe_ != cudaSuccess) return unsafe_;         \
-    } while (0)
-cudaError_t cudaMalloc(void **devPtr, size_t size) {
-    CUDASIM_CAPTURE_UNSAFE("cudaMalloc");
-    return guarded_alloc(devPtr, size, 0);
-}
+cudaError_t cudaMalloc(void **devPtr, size_t size) { return api_alloc("cudaMalloc", devPtr, size, 0); }
 cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags) {
     (void)flags;
-    CUDASIM_CAPTURE_UNSAFE("cudaMallocManaged");
-    return guarded_alloc(devPtr, size, 1);
+    return api_alloc("cudaMallocManaged", devPtr, size, 1);
 }
-cudaError_t cudaMallocHost(void **ptr, size_t size) {
-    CUDASIM_CAPTURE_UNSAFE("cudaMallocHost");
-    return guarded_alloc(ptr, size, 2);
-}
+cudaError_t cudaMallocHost(void **ptr, size_t size) { return api_alloc("cudaMallocHost", ptr, size, 2); }
 cudaError_t cudaHostAlloc(void **ptr, size_t size, unsigned int flags) {
     (void)flags;
-    CUDASIM_CAPTURE_UNSAFE("cudaHostAlloc");
-    return guarded_alloc(ptr, size, 2);
+    return api_alloc("cudaHostAlloc", ptr, size, 2);
 }
-cudaError_t cudaFree(void *devPtr) {
-    CUDASIM_CAPTURE_UNSAFE("cudaFree");
-    return guarded_free(devPtr, 0, "cudaFree");
-}
-cudaError_t cudaFreeHost(void *ptr) {
-    CUDASIM_CAPTURE_UNSAFE("cudaFreeHost");
-    return guarded_free(ptr, 2, "cudaFreeHost");
-}
+cudaError_t cudaFree(void *devPtr) { return api_free("cudaFree", devPtr, 0); }
+cudaError_t cudaFreeHost(void *ptr) { return api_free("cudaFreeHost", ptr, 2); }
 
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind) {
     if (memcpy_waits(dst, src, kind, false) || g_capture.active) {
@@ -1250,6 +1244,14 @@ static SimGraph *graph_of(const void *h, int magic, const char *fn) {
     }
     return g;
 }
+/* cudaGraphDestroy / cudaGraphExecDestroy (named fn): the magic cleared, so a later use is reported. */
+static cudaError_t graph_destroy(const void *h, int magic, const char *fn) {
+    SimGraph *g = graph_of(h, magic, fn);
+    if (!g) return cudaErrorInvalidResourceHandle;
+    g->magic = 0;
+    delete g;
+    return cudaSuccess;
+}
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags) {
     (void)flags;
     SimGraph *g = graph_of(graph, kGraphMagic, "cudaGraphInstantiate");
@@ -1274,19 +1276,9 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) {
     return cudaSuccess;
 }
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec) {
-    SimGraph *g = graph_of(graphExec, kGraphExecMagic, "cudaGraphExecDestroy");
-    if (!g) return cudaErrorInvalidResourceHandle;
-    g->magic = 0;
-    delete g;
-    return cudaSuccess;
+    return graph_destroy(graphExec, kGraphExecMagic, "cudaGraphExecDestroy");
 }
-cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
-    SimGraph *g = graph_of(graph, kGraphMagic, "cudaGraphDestroy");
-    if (!g) return cudaErrorInvalidResourceHandle;
-    g->magic = 0;
-    delete g;
-    return cudaSuccess;
-}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) { return graph_destroy(graph, kGraphMagic, "cudaGraphDestroy"); }
 cudaError_t cudaDeviceReset(void) { return cudaSuccess; }
 cudaError_t cudaGetLastError(void) {
     cudaError_t e = g_last_error;

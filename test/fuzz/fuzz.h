@@ -27,6 +27,17 @@ int fuzz_call(void (*fn)(void *), void *arg);
  * exit); the full path goes to path. Aborts if the write fails (a harness problem). */
 void fuzz_write_file(const char *name, const void *data, size_t size, char *path, size_t pathlen);
 
+/* What a file target's parser gets: the fuzzer's bytes and the file they were written to. */
+typedef struct {
+    const char *path;
+    const uint8_t *data;
+    size_t size;
+} FuzzFile;
+
+/* The body of a file target's LLVMFuzzerTestOneInput: writes data to NAME (fuzz_write_file) and
+ * runs fn on a FuzzFile of it through fuzz_call. Returns 0 (libFuzzer's "keep going"). */
+int fuzz_file_target(const char *name, const uint8_t *data, size_t size, void (*fn)(void *));
+
 /* This process's temporary directory (created on first use). */
 const char *fuzz_tmpdir(void);
 

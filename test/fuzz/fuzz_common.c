@@ -240,3 +240,11 @@ void fuzz_write_file(const char *name, const void *data, size_t size, char *path
     if (!f || fwrite(data, 1, size, f) != size || __real_fclose(f) != 0)
         fuzz_fail("cannot write '%s'", path);
 }
+
+int fuzz_file_target(const char *name, const uint8_t *data, size_t size, void (*fn)(void *)) {
+    char path[4200];
+    fuzz_write_file(name, data, size, path, sizeof path);
+    FuzzFile in = {path, data, size};
+    fuzz_call(fn, &in);
+    return 0;
+}

@@ -14,12 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *path;
-    const uint8_t *data;
-    size_t size;
-} Input;
-
 /* The parameter count of cfg with every product in long double: no wrap-around. */
 static long double exact_numel(const ModelConfig *cfg) {
     const long double Vp = cfg->padded_vocab_size, C = cfg->channels, L = cfg->num_layers,
@@ -34,7 +28,7 @@ static long double exact_numel(const ModelConfig *cfg) {
 }
 
 static void load(void *arg) {
-    const Input *in = arg;
+    const FuzzFile *in = arg;
     ModelConfig cfg;
     int version;
     model_file_read_header(in->path, &cfg, &version);
@@ -64,9 +58,5 @@ static void load(void *arg) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char path[4200];
-    fuzz_write_file("model.bin", data, size, path, sizeof path);
-    Input in = {path, data, size};
-    fuzz_call(load, &in);
-    return 0;
+    return fuzz_file_target("model.bin", data, size, load);
 }

@@ -16,12 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    const char *path;
-    const uint8_t *data;
-    size_t size;
-} Input;
-
 static float half_value(uint16_t h) {
     int sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
     float v = exp == 0 ? ldexpf((float)man, -24) : exp == 31 ? (man ? NAN : INFINITY) : ldexpf((float)(man | 1024), exp - 25);
@@ -29,7 +23,7 @@ static float half_value(uint16_t h) {
 }
 
 static void load(void *arg) {
-    const Input *in = arg;
+    const FuzzFile *in = arg;
     Safetensors *st = safetensors_open_file(in->path);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | in->data[i];
@@ -75,9 +69,5 @@ static void load(void *arg) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    char path[4200];
-    fuzz_write_file("model.safetensors", data, size, path, sizeof path);
-    Input in = {path, data, size};
-    fuzz_call(load, &in);
-    return 0;
+    return fuzz_file_target("model.safetensors", data, size, load);
 }
