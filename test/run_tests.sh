@@ -16,11 +16,12 @@
 # The "@pair" commands run first, two at a time, then the others one by one; each command's output
 # is buffered and printed whole when it ends, in that order (suite order within each group).
 # The end: the ten slowest commands with their seconds, the failing ones, then the counts line.
-# Usage: test/run_tests.sh [FILTER]   (FILTER: only commands containing this substring)
+# Usage: test/run_tests.sh [FILTER]   (FILTER: only commands containing this substring;
+#        RUN_TESTS_JOBS=1 runs the "@pair" commands one at a time too)
 set -u
 cd "$(dirname "$0")/.."
 filter="${1:-}"
-JOBS=2
+JOBS=${RUN_TESTS_JOBS:-2}
 tmp=$(mktemp -d /tmp/llmc_run_tests.XXXXXX)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -- "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
