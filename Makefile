@@ -159,10 +159,12 @@ $(BIN_DIR)/train_gpt_cpu: $(call obj,train_gpt.c) $(BUILD)/libllmc_cpu.a $(BUILD
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
 endif
 
-# `make test`: check dependencies (install them when root), build, run every suite.
+# `make test`: check dependencies (install them when root), build, run every suite (its end: the
+# ten slowest commands, then "N passed, M failed"). The build uses every core unless make was given -j.
+TEST_JOBS = $(if $(filter -j%,$(MAKEFLAGS)),,-j$(shell nproc))
 test:
 	@scripts/deps.sh --test
-	@$(MAKE) --no-print-directory features $(BIN_PATHS) $(TEST_BINS)
+	@$(MAKE) --no-print-directory $(TEST_JOBS) features $(BIN_PATHS) $(TEST_BINS)
 	@test/run_tests.sh $(FILTER)
 
 # The main job: tiny Shakespeare, a 4-layer 256-channel GPT-2 from scratch on this CPU, samples.

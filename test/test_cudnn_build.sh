@@ -32,6 +32,16 @@ trap 'rm -rf "$dir"' EXIT
 lab="$dir/dev/cuda/cudnn_att_check"
 targets=("$lab" "$dir/cuda/train_gpt.o" "$dir/test/test_gpt" "$dir/train_gpt")
 start=$(date +%s)
+# Built once: USE_CUDNN changes only the nvcc objects (they depend on the $(BUILD)/.cudnn stamp), so
+# the C objects and libraries are build/'s, brought up to date there and copied with their times
+# (and the flag stamps), instead of compiled again into the scratch directory.
+reuse=(build/libllmc.a build/libllmc_cpu.a)
+[ "$(make -s --no-print-directory print-HAVE_MPI)" = 1 ] && reuse+=(build/llmc/dist/dist_mpi.o)
+if make -s -j"$(nproc)" --no-print-directory "${reuse[@]}" >"$dir/reuse.log" 2>&1; then
+    cp -a build/llmc build/libllmc.a build/libllmc_cpu.a build/.cflags build/.git_commit "$dir/"
+else
+    echo "note: build/'s C objects are not buildable here; the scratch build compiles its own"
+fi
 if ! make -j"$(nproc)" --no-print-directory BUILD="$dir" BIN_DIR="$dir" USE_CUDNN=1 "${targets[@]}" >"$dir/build.log" 2>&1; then
     tail -40 "$dir/build.log"
     echo "FAIL: make USE_CUDNN=1 ${targets[*]#$dir/} (log above)"

@@ -98,9 +98,6 @@ plant() {
         failed=1
         return
     fi
-    local cc ldlibs
-    cc=$(CFLAGS="$SAN" make -s BUILD=$B print-CC print-CFLAGS | tr '\n' ' ')
-    ldlibs=$(CFLAGS="$SAN" LDFLAGS="$SAN_LD" make -s BUILD=$B print-LDLIBS)
     if ! $cc -Illmc -c "$mut/dataloader.c" -o "$mut/dataloader.o" ||
         ! $cc $SAN_LD "$B/test/test_dataloader.o" "$mut/dataloader.o" $B/libllmc.a $ldlibs -o "$mut/test_dataloader"; then
         echo "FAIL: sanitizers: planted $name: cannot build the mutant"
@@ -118,6 +115,9 @@ plant() {
         failed=1
     fi
 }
+# (the compiler and libraries of the ASan build, asked of make once for the three mutants)
+cc=$(CFLAGS="$SAN" make -s BUILD=$B print-CC print-CFLAGS | tr '\n' ' ')
+ldlibs=$(CFLAGS="$SAN" LDFLAGS="$SAN_LD" make -s BUILD=$B print-LDLIBS)
 plant heap_overflow 's/mallocCheck(plen, "shard path")/mallocCheck(plen - 1, "shard path")/' heap-buffer-overflow
 plant signed_overflow 's/if (i < bt) inputs\[i\] = (int32_t)tok;/if (i < bt) inputs[i] = (int32_t)tok * 65536 * 32768;/' "signed integer overflow"
 plant leak '/^void dataloader_close/,/^}/{/^    free(dl);$/d}' "byte(s) leaked in"
