@@ -16,7 +16,7 @@ logits = rmsnorm(x) lnfw wte^T; loss as GPT-2's. rmsnorm(x) = x / sqrt(mean(x^2)
 
 Files: the model as llmc's MLP checkpoint (llmc/formats/mlpfile.h: magic 20261130, architecture 2;
 then the tensors in table order as float32), and the debug state in train_gpt2.py's layout (version 3)
-with header [11] NKV (1) and [12] F, the tensors in this table's order. The optimizer is train_gpt2.py's
+with header [11] NKV (1) and [12] F (train_llama3.py's writer), the tensors in this table's order. The optimizer is train_gpt2.py's
 AdamW (the project's settings: betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the decayed tensors, clip 1).
 """
 
@@ -31,6 +31,7 @@ import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_gpt2 as ref  # noqa: E402
+import train_llama3  # noqa: E402  (its debug state: train_gpt2.py's layout with NKV and F)
 
 MLP_MAGIC = 20261130
 MLP_VERSION = 1
@@ -112,29 +113,6 @@ def save_model(path, cfg, tensors):
     ref.atomic_write(path, write)
 
 
-def write_debug_state(path, cfg, x, y, hp, nsteps, out):
-    B, T = x.shape
-    fields = {0: ref.DEBUG_MAGIC, 1: ref.DEBUG_VERSION, 2: B, 3: T, 4: cfg.vocab_size,
-              5: cfg.padded_vocab, 6: nsteps, 7: cfg.n_layer, 8: 1, 9: cfg.channels,
-              10: cfg.max_seq_len, 11: 1, 12: cfg.ffn}
-    for i, value in enumerate([hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, hp.grad_clip]):
-        fields[ref.DEBUG_HP_SLOT + i] = struct.pack("<f", value)
-
-    def write(fh):
-        fh.write(ref.header_bytes(fields))
-        fh.write(x.numpy().astype("<i4").tobytes())
-        fh.write(y.numpy().astype("<i4").tobytes())
-        fh.write(out["logits"].tobytes())
-        fh.write(struct.pack("<f", out["loss"]))
-        for g in out["grads"]:
-            fh.write(g.tobytes())
-        fh.write(out["losses"].tobytes())
-        fh.write(out["grad_norms"].tobytes())
-        for p in out["params"]:
-            fh.write(p.tobytes())
-    ref.atomic_write(path, write)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description="PyTorch reference MLP-only model (llmc/models/mlp.h layout)")
     for flag, default in (("--depth", 2), ("--channels", 64), ("--ffn", 0), ("--max-seq-len", 64),
@@ -156,7 +134,7 @@ def main(argv=None):
     hp = ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
     model = Mlp(cfg, {k: t.clone() for k, t in tensors.items()})
     out = ref.run_reference(model, x, y, hp, a.steps)
-    write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
+    train_llama3.write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
     print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses " + " ".join(f"{v:.6f}" for v in out["losses"]))
     return 0
 

@@ -126,15 +126,18 @@ static uint32_t arch_save(const char *path, const ArchConfig *c, const float *pa
     return mlp_file_write(path, mine(c), params, n, bf16);
 }
 
+/* --save-hf 1 and ./hf_convert: this architecture has no Hugging Face format */
+static LLMC_NORETURN void no_hf(const char *what, const char *path) {
+    llmc_die("%s '%s': no Hugging Face format for mlp", what, path);
+}
 static void arch_save_hf_checkpoint(const char *run_dir, int step, const ArchConfig *c, const float *params, size_t n,
                                     int bf16, const char *source) {
     (void)step, (void)c, (void)params, (void)n, (void)bf16, (void)source;
-    llmc_die("--save-hf 1 (run directory '%s'): no Hugging Face format for mlp", run_dir);
+    no_hf("--save-hf 1 in run directory", run_dir);
 }
-
 static void arch_save_hf(const char *dir, const ArchConfig *c, const float *params, size_t n, int bf16) {
     (void)c, (void)params, (void)n, (void)bf16;
-    llmc_die("cannot write '%s': no Hugging Face format for mlp", dir);
+    no_hf("cannot write", dir);
 }
 
 static double arch_flops_per_token(const ArchConfig *c, int T) { return mlp_flops_per_token(mine(c), T); }
