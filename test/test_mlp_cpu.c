@@ -7,7 +7,8 @@
  *        test_mlp_cpu --descriptors               (mlp:dN, random init, files: no reference needed)
  * Checks (test_llama_cpu.c's tolerances): logits, loss, every gradient tensor, the 10-step
  * loss/grad-norm trajectory under the reference's AdamW and the parameters after it; that the
- * loaded model saved through the table is the reference's file byte for byte; bf16 saving.
+ * loaded model saved through the table is the reference's file byte for byte; bf16 saving; -z 2
+ * and -z 3 (zero.h's buckets and gathers, one rank) give the -z 0 loss and gradients bit for bit.
  */
 #include <math.h>
 #include <stdint.h>
@@ -115,6 +116,56 @@ static void test_descriptors(const char *dir) {
     free(p1), free(p2);
 }
 
+/* -z 2/3 with one rank: the hooks stand in for the optimizer (reduce: a bucket's gradients into
+ * whole ones; gather: a bucket's parameters from a whole copy) */
+typedef struct {
+    float *grads;
+    const float *params;
+} ZeroCtx;
+static void zero_reduce(void *ctx, float *packed, const Bucket *b) {
+    for (int i = 0; i < b->n; packed += b->len[i], i++)
+        memcpy(((ZeroCtx *)ctx)->grads + b->off[i], packed, b->len[i] * sizeof(float));
+}
+static void zero_gather_begin(void *ctx, float *packed, const Bucket *b, int slot) {
+    (void)slot;
+    for (int i = 0; i < b->n; packed += b->len[i], i++)
+        memcpy(packed, ((ZeroCtx *)ctx)->params + b->off[i], b->len[i] * sizeof(float));
+}
+static void zero_gather_end(void *ctx, int slot) { (void)ctx, (void)slot; }
+
+static void test_zero(const char *path, const DebugState *d) {
+    MlpModel model;
+    ArchConfig ac;
+    load(&model, &ac, path, 0);
+    mlp_allocate(&model, d->B, d->T);
+    const size_t n = model.num_parameters;
+    const float dloss = 1.0f / (d->B * d->T);
+    mlp_zero_grad(&model);
+    const float loss0 = mlp_forward(&model, d->x, d->y, d->B, d->T, dloss);
+    mlp_backward(&model, d->x, d->B, d->T);
+    float *params = (float *)mallocCheck(n * sizeof(float), "params"), *grads0 = (float *)mallocCheck(n * sizeof(float), "grads");
+    memcpy(params, model.params_memory, n * sizeof(float));
+    memcpy(grads0, model.grads_memory, n * sizeof(float));
+    mlp_free(&model);
+    for (int zero = 2; zero <= 3; zero++) {
+        ZeroCtx zc = {(float *)callocCheck(n, sizeof(float), "whole grads"), params};
+        load(&model, &ac, path, 0);
+        mlp_allocate(&model, d->B, d->T);
+        mlp_shard(&model, zero, 1, 0, (CpuShardHooks){&zc, zero_reduce, zero_gather_begin, zero_gather_end});
+        mlp_zero_grad(&model);
+        const float loss = mlp_forward(&model, d->x, d->y, d->B, d->T, dloss);
+        mlp_backward(&model, d->x, d->B, d->T);
+        char name[96];
+        snprintf(name, sizeof name, "-z %d: the loss and every gradient equal -z 0's bit for bit", zero);
+        test_report(loss == loss0 && memcmp(zc.grads, grads0, n * sizeof(float)) == 0, name, "loss %.9g vs %.9g", loss,
+                    loss0);
+        if (zero == 3) mlp_print_memory(&model, stdout);
+        mlp_free(&model);
+        free(zc.grads);
+    }
+    free(params), free(grads0);
+}
+
 /* the N-step trajectory on the reference's batch under its AdamW settings */
 static void test_trajectory(const char *path, const DebugState *d) {
     MlpModel model;
@@ -183,5 +234,6 @@ int main(int argc, char **argv) {
     check_debug_gradients(&d, model.param_specs, MLP_NUM_PARAMETERS, model.grads_memory);
     mlp_free(&model);
     test_trajectory(argv[1], &d);
+    test_zero(argv[1], &d);
     return test_exit_code();
 }

@@ -16,7 +16,8 @@ void mlp_build(MlpModel *model, const MlpConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = mlp_parameter_specs(cfg, model->param_specs);
-    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
+    model->params_floats = model->num_parameters;
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->params_floats, sizeof(float), "parameters");
 }
 
 /* backward scratch floats per position: dresidual, dbuf_c (C each), dbuf_f1 (2F), dbuf_f2 (F) */
@@ -62,12 +63,31 @@ void mlp_allocate_for(MlpModel *model, int B, int T, int training) {
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
     model->dbuf_f2 = model->dbuf_f1 + N * 2 * F;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->num_parameters, sizeof(float), "gradients");
+    model->grads_floats = model->num_parameters;
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
 }
 
-/* Layer l's view of a parameter, gradient or activation, from the tables. */
-#define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[MLP_P_##name], l)
-#define GRAD(name, l) tensor_layer(model->grads_memory, &model->param_specs[MLP_P_##name], l)
+void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
+    TensorSpec specs[MLP_NUM_PARAMETERS];
+    size_t n = mlp_parameter_specs(cfg, specs);
+    cpu_zero_plan(specs, MLP_NUM_PARAMETERS, n, zero, ranks, rank, p);
+}
+
+void mlp_shard(MlpModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
+    if (!model->grads_memory) llmc_die("mlp_shard: allocate the model for training first");
+    cpu_zero_shard(&model->zs, model->param_specs, MLP_NUM_PARAMETERS, model->cfg.base.num_layers, model->num_parameters,
+                   zero, ranks, rank, hooks, &model->params_memory, &model->params_floats, &model->grads_memory,
+                   &model->grads_floats);
+}
+
+/* Layer l's view of a parameter, gradient or activation, from the tables (-z 2/3: in the
+ * layer's bucket or the outer bucket, zero.h). */
+#define PARAM(name, l)                                                                                 \
+    cpu_zero_view(&model->zs, model->param_specs, MLP_P_##name, l, model->params_memory, model->zs.cur_params, \
+                  model->zs.zero == 3 ? model->zs.gather_memory : NULL)
+#define GRAD(name, l)                                                                                  \
+    cpu_zero_view(&model->zs, model->param_specs, MLP_P_##name, l, model->grads_memory, model->zs.cur_grads, \
+                  model->zs.zero >= 2 ? model->grads_memory : NULL)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[MLP_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual, (l) - 1))
 
@@ -79,12 +99,15 @@ float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B,
     const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden;
     const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
     const float eps = model->cfg.norm_eps;
+    cpu_zero_gather_outer(&model->zs);
+    cpu_zero_prefetch_layer(&model->zs, 0);
     for (int i = 0; i < N; i++) { /* encoded = wte[inputs] (no positions) */
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
     for (int l = 0; l < L; l++) { /* residual_l = input + swiglu(ln @ fcw^T) @ fcprojw^T */
+        cpu_zero_use_layer(&model->zs, l, l + 1);
         float *input = BLOCK_INPUT(l), *ln = ACT(ln, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         float *out = ACT(residual, l);
         rmsnorm_forward(ln, ACT(ln_rstd, l), input, PARAM(lnw, l), N, C, eps);
@@ -93,6 +116,7 @@ float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B,
         matmul_forward(out, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
         residual_forward(out, out, input, (size_t)N * C);
     }
+    cpu_zero_end_layers(&model->zs);
     rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual, L - 1), PARAM(lnfw, 0), N, C, eps);
     matmul_forward(ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), NULL, N, C, Vp);
     if (!targets) return model->mean_loss = 0.0f;
@@ -108,32 +132,40 @@ void mlp_backward(MlpModel *model, const int *inputs, int B, int T) {
     if (!model->grads_memory) llmc_die("mlp_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, Vp = cfg->padded_vocab_size, N = B * T;
     float *dres = model->dresidual;
+    cpu_zero_backward_begin(&model->zs, model->grads_memory);
     /* logits = lnf @ wte^T (dlogits already in the logits activation) */
     matmul_backward(model->dbuf_c, GRAD(wte, 0), NULL, ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), N, C, Vp);
     memset(dres, 0, (size_t)N * C * sizeof(float));
     rmsnorm_backward(dres, GRAD(lnfw, 0), model->dbuf_c, ACT(residual, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
     for (int l = L - 1; l >= 0; l--) { /* dres: the gradient of residual_l, and (identity) of its input */
+        cpu_zero_use_layer(&model->zs, l, l - 1);
+        cpu_zero_layer_grads(&model->zs, model->grads_memory);
         float *input = BLOCK_INPUT(l), *ln = ACT(ln, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         float *dfch_swiglu = model->dbuf_f2, *dfch = model->dbuf_f1, *dln = model->dbuf_c;
         matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
         swiglu_backward(dfch, fch, dfch_swiglu, N, F);
         matmul_backward(dln, GRAD(fcw, l), NULL, dfch, ln, PARAM(fcw, l), N, C, 2 * F);
         rmsnorm_backward(dres, GRAD(lnw, l), dln, input, PARAM(lnw, l), ACT(ln_rstd, l), N, C);
+        cpu_zero_reduce_layer(&model->zs, l);
     }
+    cpu_zero_end_layers(&model->zs);
     float *dwte = GRAD(wte, 0); /* encoded = wte[inputs], in position order (deterministic) */
     for (int i = 0; i < N; i++) {
         float *row = dwte + (size_t)inputs[i] * C;
         for (int j = 0; j < C; j++) row[j] += dres[(size_t)i * C + j];
     }
+    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 
 void mlp_zero_grad(MlpModel *model) {
+    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
 void mlp_free(MlpModel *model) {
-    mem_free(MEM_PARAMETERS, model->params_memory, model->num_parameters * sizeof(float));
-    if (model->grads_memory) mem_free(MEM_GRADIENTS, model->grads_memory, model->num_parameters * sizeof(float));
+    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
+    if (model->grads_memory) mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
+    cpu_zero_free(&model->zs);
     if (model->acts_memory) mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
     if (model->scratch_memory) mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
@@ -143,9 +175,11 @@ void mlp_print_memory(const MlpModel *model, FILE *out) {
     const double MiB = 1048576.0;
     double kinds[ACT_NUM_KINDS] = {0};
     for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
-    fprintf(out, "memory (CPU, fp32, MLP): parameters %zu (%.1f MiB), gradients %.1f MiB, activations",
-            model->num_parameters, model->num_parameters * sizeof(float) / MiB,
-            (model->grads_memory ? model->num_parameters : 0) * sizeof(float) / MiB);
+    fprintf(out, "memory (CPU, fp32, MLP): parameters %zu (%.1f MiB%s), ", model->num_parameters,
+            model->params_floats * sizeof(float) / MiB, model->zs.zero == 3 ? " this shard" : "");
+    if (model->zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->zs.gather_floats * sizeof(float) / MiB);
+    fprintf(out, "gradients%s %.1f MiB, activations", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
+            (model->grads_memory ? model->grads_floats : 0) * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
     fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
 }

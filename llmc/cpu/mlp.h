@@ -3,7 +3,7 @@
  * llmc/models/mlp.h (fp32, every activation stored). The function shapes are llmc/cpu/llama.h's,
  * so the CPU backend's per-architecture table holds either: mlp_forward with targets and
  * dloss != 0 leaves dlogits in the logits activation and mlp_backward must follow;
- * mlp_backward accumulates into grads. No ZeRO -z 2/3 (the gradients and parameters are whole).
+ * mlp_backward accumulates into grads. ZeRO -z 2/3 through llmc/cpu/zero.h, as the Llama's.
  */
 #ifndef LLMC_CPU_MLP_H
 #define LLMC_CPU_MLP_H
@@ -12,6 +12,7 @@
 
 #include "llmc/models/mlp.h"
 #include "llmc/train/plan.h"
+#include "llmc/cpu/zero.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +32,10 @@ typedef struct {
     float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
     size_t num_scratch;
     float mean_loss;
+    /* ZeRO-2/3 (mlp_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
+     * gathers over this model's table; params_floats / grads_floats: as allocated. */
+    CpuZero zs;
+    size_t params_floats, grads_floats;
 } MlpModel;
 
 /* cfg must pass mlp_config_validate (dies naming the problem); the parameters are allocated
@@ -42,6 +47,13 @@ void mlp_plan(const MlpConfig *cfg, int B, int T, int training, MemPlan *p);
 void mlp_allocate_for(MlpModel *model, int B, int T, int training);
 void mlp_allocate(MlpModel *model, int B, int T); /* training */
 void mlp_zero_grad(MlpModel *model);
+/* ZeRO -z 2 or 3 on rank `rank` of `ranks` (after mlp_allocate with training), as llama_shard:
+ * the backward hands per-layer gradient buckets to hooks.reduce and, -z 3, the model keeps only
+ * this rank's parameter shard, each layer gathered before its forward and backward. The sizes
+ * are mlp_plan_shard's. */
+void mlp_shard(MlpModel *model, int zero, int ranks, int rank, CpuShardHooks hooks);
+/* mlp_plan's classes for -z zero (>= 2) on rank `rank` of `ranks`. */
+void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan *p);
 void mlp_print_memory(const MlpModel *model, FILE *out);
 /* inputs, targets (B, T) token ids in [0, V) (targets NULL: logits only); returns the mean loss
  * (0 without targets). dloss: the weight of each position's loss in the gradient (1/(B*T)). */
