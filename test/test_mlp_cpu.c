@@ -8,7 +8,9 @@
  * Checks (test_llama_cpu.c's tolerances): logits, loss, every gradient tensor, the 10-step
  * loss/grad-norm trajectory under the reference's AdamW and the parameters after it; that the
  * loaded model saved through the table is the reference's file byte for byte; bf16 saving; -z 2
- * and -z 3 (zero.h's buckets and gathers, one rank) give the -z 0 loss and gradients bit for bit.
+ * and -z 3 (zero.h's buckets and gathers, one rank) give the -z 0 loss and gradients bit for bit;
+ * ./generate's cached forward (chunks of 1..8 tokens) gives the full forward's logits and refuses
+ * to run past maxT.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +34,13 @@ static void load(MlpModel *m, ArchConfig *ac, const char *init, unsigned long lo
     mlp_build(m, arch_config_as(ac, MlpConfig));
     test_report(mlp_arch.parameter_specs(ac, NULL) == m->num_parameters, "the table's size is the model's", "");
     mlp_arch.load_init(init, ac, m->params_memory, m->num_parameters, seed);
+}
+
+/* the file at path, loaded through the table and allocated for (B, T) */
+static void load_for(MlpModel *m, const char *path, int B, int T, int training) {
+    ArchConfig ac;
+    load(m, &ac, path, 0);
+    mlp_allocate_for(m, B, T, training);
 }
 
 static int same_bytes(const char *pa, const char *pb) {
@@ -135,9 +144,7 @@ static void zero_gather_end(void *ctx, int slot) { (void)ctx, (void)slot; }
 
 static void test_zero(const char *path, const DebugState *d) {
     MlpModel model;
-    ArchConfig ac;
-    load(&model, &ac, path, 0);
-    mlp_allocate(&model, d->B, d->T);
+    load_for(&model, path, d->B, d->T, 1);
     const size_t n = model.num_parameters;
     const float dloss = 1.0f / (d->B * d->T);
     mlp_zero_grad(&model);
@@ -149,8 +156,7 @@ static void test_zero(const char *path, const DebugState *d) {
     mlp_free(&model);
     for (int zero = 2; zero <= 3; zero++) {
         ZeroCtx zc = {(float *)callocCheck(n, sizeof(float), "whole grads"), params};
-        load(&model, &ac, path, 0);
-        mlp_allocate(&model, d->B, d->T);
+        load_for(&model, path, d->B, d->T, 1);
         mlp_shard(&model, zero, 1, 0, (CpuShardHooks){&zc, zero_reduce, zero_gather_begin, zero_gather_end});
         mlp_zero_grad(&model);
         const float loss = mlp_forward(&model, d->x, d->y, d->B, d->T, dloss);
@@ -166,12 +172,36 @@ static void test_zero(const char *path, const DebugState *d) {
     free(params), free(grads0);
 }
 
+/* the cached forward in chunks of 1, 2, ..., 8 tokens against the full forward of the sequence */
+static void test_decode(const char *path, const int *tokens, int T) {
+    MlpModel model;
+    load_for(&model, path, 1, T, 0);
+    mlp_forward(&model, tokens, NULL, 1, T, 0.0f);
+    const int Vp = model.cfg.base.padded_vocab_size, V = model.cfg.base.vocab_size;
+    const float *full = tensor_layer(model.acts_memory, &model.act_specs[MLP_A_logits], 0);
+    MlpKVCache cache;
+    mlp_kvcache_init(&cache, &model, 8);
+    float *got = (float *)mallocCheck((size_t)T * V * sizeof(float), "cached logits");
+    float *want = (float *)mallocCheck((size_t)T * V * sizeof(float), "full logits");
+    for (int pos = 0, chunk = 1; pos < T; pos += chunk, chunk = chunk % 8 + 1) {
+        int n = pos + chunk > T ? T - pos : chunk;
+        const float *logits = mlp_forward_cached(&model, &cache, tokens + pos, n);
+        for (int i = 0; i < n; i++) memcpy(got + (size_t)(pos + i) * V, logits + (size_t)i * Vp, V * sizeof(float));
+        chunk = n;
+    }
+    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, full + (size_t)t * Vp, V * sizeof(float));
+    test_close("cached decode (chunks of 1..8 tokens) equals the full forward's logits", got, want, (size_t)T * V, 1e-5,
+               1e-4);
+    test_report(cache.len == T && cache.max_len == model.cfg.base.max_seq_len, "the cache counts the positions fed", "");
+    mlp_kvcache_free(&cache);
+    mlp_free(&model);
+    free(got), free(want);
+}
+
 /* the N-step trajectory on the reference's batch under its AdamW settings */
 static void test_trajectory(const char *path, const DebugState *d) {
     MlpModel model;
-    ArchConfig ac;
-    load(&model, &ac, path, 0);
-    mlp_allocate(&model, d->B, d->T);
+    load_for(&model, path, d->B, d->T, 1);
     const size_t n = model.num_parameters;
     float *m = (float *)callocCheck(n, sizeof(float), "m"), *v = (float *)callocCheck(n, sizeof(float), "v");
     int traj_ok = 1;
@@ -235,5 +265,12 @@ int main(int argc, char **argv) {
     mlp_free(&model);
     test_trajectory(argv[1], &d);
     test_zero(argv[1], &d);
+    test_decode(argv[1], d.x, d.T);
+    if (argc == 4 && strcmp(argv[3], "--past-maxT") == 0) { /* (the script expects an error naming maxT) */
+        load(&model, &ac, argv[1], 0);
+        MlpKVCache cache;
+        mlp_kvcache_init(&cache, &model, 8);
+        for (int pos = 0; pos <= model.cfg.base.max_seq_len; pos += 8) mlp_forward_cached(&model, &cache, d.x, 8);
+    }
     return test_exit_code();
 }

@@ -16,6 +16,14 @@ for shape in "2 64 0" "3 48 96"; do
     build/test/test_mlp_cpu "$out/model$depth.bin" "$out/state$depth.bin" || status=1
 done
 build/test/test_mlp_cpu --descriptors "$out" || status=1
+# the cached decode refuses to go past maxT (64 here), naming it
+set +e
+msg=$(build/test/test_mlp_cpu "$out/model2.bin" "$out/state2.bin" --past-maxT 2>&1)
+rc=$?
+set -e
+if [ $rc -eq 1 ] && grep -q "error: the sequence would reach 72 tokens, beyond the model's context of 64 (maxT)" <<<"$msg"; then
+    echo "PASS: the cached decode refuses to run past maxT"
+else echo "FAIL: the cached decode past maxT (exit $rc): $(tail -2 <<<"$msg")"; status=1; fi
 # bad MLP checkpoints: a clear error naming the file, exit status 1
 bad() { # name, python that edits bytearray b, expected message
     /usr/bin/python3 -c "import struct,sys; b=bytearray(open(sys.argv[1],'rb').read()); $2; open(sys.argv[2],'wb').write(b)" \

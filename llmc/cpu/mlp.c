@@ -1,6 +1,7 @@
 /* mlp.c (CPU) - the MLP test architecture's block sequence: build, plan, forward, backward (mlp.h). */
 #include "llmc/cpu/mlp.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "llmc/core/check.h"
@@ -88,26 +89,25 @@ void mlp_shard(MlpModel *model, int zero, int ranks, int rank, CpuShardHooks hoo
 #define GRAD(name, l)                                                                                  \
     cpu_zero_view(&model->zs, model->param_specs, MLP_P_##name, l, model->grads_memory, model->zs.cur_grads, \
                   model->zs.zero >= 2 ? model->grads_memory : NULL)
-#define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[MLP_A_##name], l)
+/* (ACT: in the activations `acts` laid out by `aspecs`, the model's own or a decode cache's) */
+#define ACT(name, l) tensor_layer(acts, &aspecs[MLP_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual, (l) - 1))
 
-float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+/* The trunk over N positions into the activations acts (laid out by aspecs): the embedding, the
+ * blocks, the final norm and the logits. zs: the ZeRO hooks to run (NULL: none, the decode's). */
+static void forward_trunk(const MlpModel *model, CpuZero *zs, float *acts, const TensorSpec *aspecs, const int *inputs,
+                          const int *targets, int N) {
     const ModelConfig *cfg = &model->cfg.base;
-    if (!model->acts_memory) llmc_die("mlp_forward: call mlp_allocate first");
-    if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
-        llmc_die("mlp_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
-    const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
+    const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     const float eps = model->cfg.norm_eps;
-    cpu_zero_gather_outer(&model->zs);
-    cpu_zero_prefetch_layer(&model->zs, 0);
+    if (zs) cpu_zero_gather_outer(zs), cpu_zero_prefetch_layer(zs, 0);
     for (int i = 0; i < N; i++) { /* encoded = wte[inputs] (no positions) */
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
     for (int l = 0; l < L; l++) { /* residual_l = input + swiglu(ln @ fcw^T) @ fcprojw^T */
-        cpu_zero_use_layer(&model->zs, l, l + 1);
+        if (zs) cpu_zero_use_layer(zs, l, l + 1);
         float *input = BLOCK_INPUT(l), *ln = ACT(ln, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         float *out = ACT(residual, l);
         rmsnorm_forward(ln, ACT(ln_rstd, l), input, PARAM(lnw, l), N, C, eps);
@@ -116,12 +116,23 @@ float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B,
         matmul_forward(out, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
         residual_forward(out, out, input, (size_t)N * C);
     }
-    cpu_zero_end_layers(&model->zs);
+    if (zs) cpu_zero_end_layers(zs);
     rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual, L - 1), PARAM(lnfw, 0), N, C, eps);
     matmul_forward(ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), NULL, N, C, Vp);
+}
+
+float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {
+    const ModelConfig *cfg = &model->cfg.base;
+    if (!model->acts_memory) llmc_die("mlp_forward: call mlp_allocate first");
+    if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
+        llmc_die("mlp_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
+    const int N = B * T;
+    float *acts = model->acts_memory;
+    const TensorSpec *aspecs = model->act_specs;
+    forward_trunk(model, &model->zs, acts, aspecs, inputs, targets, N);
     if (!targets) return model->mean_loss = 0.0f;
     float *losses = ACT(losses, 0);
-    fused_classifier(ACT(logits, 0), losses, targets, dloss, N, V, Vp, dloss != 0.0f);
+    fused_classifier(ACT(logits, 0), losses, targets, dloss, N, cfg->vocab_size, cfg->padded_vocab_size, dloss != 0.0f);
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += losses[i];
     return model->mean_loss = sum / N;
@@ -131,7 +142,8 @@ void mlp_backward(MlpModel *model, const int *inputs, int B, int T) {
     const ModelConfig *cfg = &model->cfg.base;
     if (!model->grads_memory) llmc_die("mlp_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, Vp = cfg->padded_vocab_size, N = B * T;
-    float *dres = model->dresidual;
+    float *dres = model->dresidual, *acts = model->acts_memory;
+    const TensorSpec *aspecs = model->act_specs;
     cpu_zero_backward_begin(&model->zs, model->grads_memory);
     /* logits = lnf @ wte^T (dlogits already in the logits activation) */
     matmul_backward(model->dbuf_c, GRAD(wte, 0), NULL, ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), N, C, Vp);
@@ -182,4 +194,30 @@ void mlp_print_memory(const MlpModel *model, FILE *out) {
             (model->grads_memory ? model->grads_floats : 0) * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
     fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
+}
+
+/* ---- decode (./generate): no keys or values to keep, only the position count --------------- */
+
+void mlp_kvcache_init(MlpKVCache *c, const MlpModel *model, int max_chunk) {
+    memset(c, 0, sizeof *c);
+    c->max_len = model->cfg.base.max_seq_len;
+    c->max_chunk = max_chunk;
+    const size_t n = mlp_activation_specs(&model->cfg, 1, max_chunk, c->act_specs);
+    c->acts = (float *)callocCheck(n, sizeof(float), "MLP decode activations");
+}
+
+void mlp_kvcache_free(MlpKVCache *c) {
+    free(c->acts);
+    memset(c, 0, sizeof *c);
+}
+
+const float *mlp_forward_cached(const MlpModel *model, MlpKVCache *c, const int *tokens, int n) {
+    if (n < 1 || n > c->max_chunk) llmc_die("mlp_forward_cached: %d tokens, expected 1..%d", n, c->max_chunk);
+    if (c->len + n > c->max_len)
+        llmc_die("the sequence would reach %d tokens, beyond the model's context of %d (maxT)", c->len + n, c->max_len);
+    float *acts = c->acts;
+    const TensorSpec *aspecs = c->act_specs;
+    forward_trunk(model, NULL, acts, aspecs, tokens, NULL, n);
+    c->len += n;
+    return ACT(logits, 0);
 }

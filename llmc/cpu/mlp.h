@@ -61,6 +61,19 @@ float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B,
 void mlp_backward(MlpModel *model, const int *inputs, int B, int T);
 void mlp_free(MlpModel *model);
 
+/* Inference for ./generate, in the shape of llama.h's KV-cache decode: the model has no attention,
+ * so a position's logits depend on its token alone and nothing is cached but the position count
+ * (len, checked against maxT) and one chunk's activations (max_chunk positions). */
+typedef struct {
+    int len, max_len, max_chunk;
+    TensorSpec act_specs[MLP_NUM_ACTIVATIONS]; /* the table for (1, max_chunk) */
+    float *acts;
+} MlpKVCache;
+void mlp_kvcache_init(MlpKVCache *c, const MlpModel *model, int max_chunk);
+void mlp_kvcache_free(MlpKVCache *c);
+/* tokens[0..n) at positions [len, len + n): their logits (n, Vp), valid until the next call. */
+const float *mlp_forward_cached(const MlpModel *model, MlpKVCache *c, const int *tokens, int n);
+
 #ifdef __cplusplus
 }
 #endif
