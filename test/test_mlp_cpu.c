@@ -7,7 +7,8 @@
  *        test_mlp_cpu --descriptors               (mlp:dN, random init, files: no reference needed)
  * Checks (test_llama_cpu.c's tolerances): logits, loss, every gradient tensor, the 10-step
  * loss/grad-norm trajectory under the reference's AdamW and the parameters after it; that the
- * loaded model saved through the table is the reference's file byte for byte; bf16 saving; -z 2
+ * loaded model saved through the table is the reference's file byte for byte; save -> reload -> train
+ * bit-identical to training on; bf16 saving; -z 2
  * and -z 3 (zero.h's buckets and gathers, one rank) give the -z 0 loss and gradients bit for bit;
  * ./generate's cached forward (chunks of 1..8 tokens) gives the full forward's logits and refuses
  * to run past maxT.
@@ -198,24 +199,34 @@ static void test_decode(const char *path, const int *tokens, int T) {
     free(got), free(want);
 }
 
-/* the N-step trajectory on the reference's batch under its AdamW settings */
+/* One AdamW step on the reference's batch with its settings (step t from 1); returns the loss and
+ * the gradient norm in *norm. */
+static float train_step(MlpModel *model, const DebugState *d, float *m, float *v, int t, float *norm) {
+    const size_t n = model->num_parameters;
+    mlp_zero_grad(model);
+    const float loss = mlp_forward(model, d->x, d->y, d->B, d->T, 1.0f / (d->B * d->T));
+    mlp_backward(model, d->x, d->B, d->T);
+    *norm = (float)sqrt(global_norm_squared(model->grads_memory, n));
+    const float scale = d->grad_clip > 0 && *norm > d->grad_clip ? d->grad_clip / *norm : 1.0f;
+    for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
+        const TensorSpec *s = &model->param_specs[i];
+        adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, m + s->offset, v + s->offset,
+                     s->numel, d->lr, d->beta1, d->beta2, d->eps, s->decay ? d->weight_decay : 0.0f, t, scale);
+    }
+    return loss;
+}
+
+/* the N-step trajectory on the reference's batch under its AdamW settings; then save (through
+ * the table) -> reload -> 3 more steps, bit-identical to 3 more steps of the model in memory */
 static void test_trajectory(const char *path, const DebugState *d) {
-    MlpModel model;
+    MlpModel model, back;
     load_for(&model, path, d->B, d->T, 1);
     const size_t n = model.num_parameters;
     float *m = (float *)callocCheck(n, sizeof(float), "m"), *v = (float *)callocCheck(n, sizeof(float), "v");
     int traj_ok = 1;
     for (int step = 0; step < d->nsteps; step++) {
-        mlp_zero_grad(&model);
-        float l = mlp_forward(&model, d->x, d->y, d->B, d->T, 1.0f / (d->B * d->T));
-        mlp_backward(&model, d->x, d->B, d->T);
-        float norm = (float)sqrt(global_norm_squared(model.grads_memory, n));
-        float scale = d->grad_clip > 0 && norm > d->grad_clip ? d->grad_clip / norm : 1.0f;
-        for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
-            const TensorSpec *s = &model.param_specs[i];
-            adamw_update(model.params_memory + s->offset, model.grads_memory + s->offset, m + s->offset, v + s->offset,
-                         s->numel, d->lr, d->beta1, d->beta2, d->eps, s->decay ? d->weight_decay : 0.0f, step + 1, scale);
-        }
+        float norm;
+        const float l = train_step(&model, d, m, v, step + 1, &norm);
         int ok = fabsf(l - d->losses[step]) <= 1e-4f * fabsf(d->losses[step]) &&
                  fabsf(norm - d->norms[step]) <= 1e-3f * fabsf(d->norms[step]);
         printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d->losses[step], norm,
@@ -224,8 +235,25 @@ static void test_trajectory(const char *path, const DebugState *d) {
     }
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d->params_after, n, 1e-5, 1e-4);
-    mlp_free(&model);
-    free(m), free(v);
+    char saved[4200];
+    snprintf(saved, sizeof saved, "%s.trained", path);
+    ArchConfig ac;
+    mlp_arch.config_from_init(path, &ac);
+    mlp_arch.save(saved, &ac, model.params_memory, n, 0);
+    load_for(&back, saved, d->B, d->T, 1);
+    float *m2 = (float *)mallocCheck(n * sizeof(float), "m2"), *v2 = (float *)mallocCheck(n * sizeof(float), "v2");
+    memcpy(m2, m, n * sizeof(float)), memcpy(v2, v, n * sizeof(float));
+    int same = 1;
+    for (int t = d->nsteps + 1; t <= d->nsteps + 3; t++) {
+        float na, nb;
+        const float la = train_step(&model, d, m, v, t, &na), lb = train_step(&back, d, m2, v2, t, &nb);
+        same &= la == lb && na == nb;
+    }
+    same &= memcmp(model.params_memory, back.params_memory, n * sizeof(float)) == 0;
+    test_report(same, "save -> reload -> 3 steps is bit-identical to 3 steps in memory", "");
+    remove_with_sum(saved);
+    mlp_free(&model), mlp_free(&back);
+    free(m), free(v), free(m2), free(v2);
 }
 
 int main(int argc, char **argv) {
