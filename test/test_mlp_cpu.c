@@ -3,15 +3,14 @@
  * reference (dev/reference/train_mlp.py), reached only through its ModelArch entry (mlp_arch) and
  * its own headers: the checkpoint header read through config_from_init on the file's path.
  *
- * usage: test_mlp_cpu MODEL.bin DEBUG_STATE.bin   (files from train_mlp.py)
- *        test_mlp_cpu --descriptors               (mlp:dN, random init, files: no reference needed)
+ * usage: test_mlp_cpu MODEL.bin DEBUG_STATE.bin [--past-maxT]   (files from train_mlp.py)
+ *        test_mlp_cpu --descriptors TMPDIR   (mlp:dN, random init, bf16 files: no reference needed)
  * Checks (test_llama_cpu.c's tolerances): logits, loss, every gradient tensor, the 10-step
- * loss/grad-norm trajectory under the reference's AdamW and the parameters after it; that the
- * loaded model saved through the table is the reference's file byte for byte; save -> reload -> train
- * bit-identical to training on; bf16 saving; -z 2
- * and -z 3 (zero.h's buckets and gathers, one rank) give the -z 0 loss and gradients bit for bit;
- * ./generate's cached forward (chunks of 1..8 tokens) gives the full forward's logits and refuses
- * to run past maxT.
+ * loss/grad-norm trajectory under the reference's AdamW and the parameters after it; the loaded
+ * model saved through the table is the reference's file byte for byte; save -> reload -> train is
+ * bit-identical to training on; -z 2 and -z 3 (zero.h's buckets and gathers, one rank) give the
+ * -z 0 loss and gradients bit for bit; ./generate's cached forward (chunks of 1..8 tokens) gives
+ * the full forward's logits. --past-maxT then feeds the cache past maxT (the script expects the error).
  */
 #include <math.h>
 #include <stdint.h>
