@@ -1,15 +1,15 @@
 /*
  * mlp.cuh - the MLP-only test architecture's block sequence on the GPU: the CUDA twin of
  * llmc/cpu/mlp.c over the same tables (llmc/models/mlp.h) and the existing CUDA ops
- * (encoder, rmsnorm, matmul, swiglu, residual, classifier), in its own small struct (MlpCuda),
+ * (encoder, rmsnorm, matmul, swiglu, residual, classifier), in its own small struct (MlpCudaT),
  * independent of the GPT-2/Llama runtime (cudamodel.cuh). Tensors in the storage type T (float,
  * __nv_bfloat16 or __half: MlpCudaT<T>; MlpCuda is the fp32 one); the norms' rstd and the losses
  * fp32 (the table's ACT_STATS rows); every activation stored.
  *
- * Differences from the CPU sequence: the embedding is encoder.cuh's with a (T, C) table of zeros
+ * Differences from the CPU sequence: the embedding is encoder.cuh's with a (T_, C) table of zeros
  * as its position table (x + 0 is x: the forward is wte's rows exactly; the backward sums each
  * token's positions in order, as the CPU does, into dwte, and into a sink for the zeros' gradient);
- * the matmuls are cuBLASLt's (other summation orders: results agree to fp32 rounding).
+ * the matmuls are cuBLASLt's (other summation orders: in fp32 the results agree to rounding).
  * Views: every per-layer pointer comes from the tables (TensorSpec offset + l * layer_numel; the
  * activation arena in bytes, each tensor 256-aligned, ACT_STATS tensors in fp32).
  *
@@ -45,7 +45,7 @@ template <class T> struct MlpCudaT {
     T *params, *grads; /* device arenas laid out by the parameter table */
     void *acts;        /* device: the activation table, each tensor at act_bytes[i] */
     int B, T_;
-    /* device: the encoder's zero position table and its gradient sink (T, C); backward scratch as
+    /* device: the encoder's zero position table and its gradient sink (T_, C); backward scratch as
      * llmc/cpu/mlp.h's: dres, dbuf_c (N, C), dbuf_f1 (N, 2F), dbuf_f2 (N, F); rmsnorm's partials */
     T *zero_pos, *dpos_sink, *dres, *dbuf_c, *dbuf_f1, *dbuf_f2;
     float *norm_scratch, *staging; /* staging: fp32 parameters on their way to T */
@@ -58,10 +58,13 @@ template <class T> struct MlpCudaT {
 typedef MlpCudaT<float> MlpCuda;
 
 /* Tensor i's layer-l view (parameters and gradients in T; activations in T, ACT_STATS in fp32). */
-template <class T> inline T *mlp_cuda_param_view(T *arena, const TensorSpec *specs, int i, int l) { return arena + specs[i].offset + (size_t)l * specs[i].layer_numel; }
+template <class T> inline T *mlp_cuda_param_view(T *arena, const TensorSpec *specs, int i, int l) {
+    return arena + specs[i].offset + (size_t)l * specs[i].layer_numel;
+}
 template <class U, class T> inline U *mlp_cuda_act_view(const MlpCudaT<T> *m, int i, int l) {
     return (U *)((char *)m->acts + m->act_bytes[i]) + (size_t)l * m->act_specs[i].layer_numel;
 }
+/* (MLP_CUDA_ACT is used inside the templates below: T is their storage type) */
 #define MLP_CUDA_PARAM(m, name, l) mlp_cuda_param_view((m)->params, (m)->param_specs, MLP_P_##name, l)
 #define MLP_CUDA_GRAD(m, name, l) mlp_cuda_param_view((m)->grads, (m)->param_specs, MLP_P_##name, l)
 #define MLP_CUDA_ACT(m, name, l) mlp_cuda_act_view<T>(m, MLP_A_##name, l)
