@@ -3,11 +3,13 @@
 
 The MLP-only test architecture ("mlp") lives in OWN_FILES. This test fails when any other file of
 the tree names it, apart from the registration lines in ALLOWED: the registry's entry (llmc/formats/
-arch.c or arch.h) and one entry in each backend's per-architecture table (llmc/cpu/, llmc/cuda/).
+arch.c or arch.h) and one entry in each backend's per-architecture table (in llmc/cpu/, llmc/cuda/
+or llmc/train/: an include of the arch's header and one line naming &mlp_arch or "mlp").
 What "names it" means: any identifier its own files use that starts mlp_, Mlp or MLP_ (its types,
 functions, table macros and enums), the paths of its own files, its descriptor "mlp:d". Documentation
 (*.md) may mention it. Also checked: every own file exists, and the check itself fails on a planted
-use (a line naming MlpConfig in llmc/train/train.c) and passes a planted registration line.
+use (a line naming MlpConfig in llmc/train/train.c, a second line in a table's file) and passes
+planted registration lines.
 Exits non-zero on any failure.
 """
 import os, re, subprocess, sys
@@ -29,12 +31,13 @@ OWN_FILES = [
 ALLOWED = [
     (r"llmc/formats/arch\.[ch]", r'#include "llmc/formats/mlpfile\.h"'),
     (r"llmc/formats/arch\.[ch]", r"extern const ModelArch mlp_arch;"),
-    (r"llmc/cpu/\w+\.[ch]", r'#include "llmc/cpu/mlp\.h"'),
+    (r"llmc/(cpu|train)/\w+\.[ch]", r'#include "llmc/cpu/mlp\.h"'),
     (r"llmc/cuda/\w+\.(cuh|cu|h)", r'#include "llmc/cuda/mlp\.cuh"'),
-    # a registry or table entry: one line that takes the arch's table by address (&mlp_arch);
-    # a backend's entry names its block-sequence functions and types on that line as well
+    # a registry or table entry: one line that takes the arch's table by address (&mlp_arch) or
+    # names it ("mlp"); a backend's entry names its block-sequence functions and types there too.
+    # (The backend tables' files are not known yet: anywhere in llmc/cpu, llmc/cuda or llmc/train.)
     (r"llmc/formats/arch\.c", r"[^;]*&mlp_arch\b[^;]*(;|,)?"),
-    (r"llmc/(cpu|cuda)/\w+\.(c|h|cuh|cu)", r"[^;]*&mlp_arch\b[^;]*[,}]"),
+    (r"llmc/(cpu|cuda|train)/\w+\.(c|h|cuh|cu)", r'[^;]*(&mlp_arch\b|"mlp")[^;]*[,}]'),
 ]
 MAX_ALLOWED_PER_FILE = 3
 NAME = re.compile(r"\b(?:mlp_\w+|Mlp\w*|MLP_\w+)\b")
@@ -113,8 +116,14 @@ def main():
     planted["llmc/formats/arch.c"] = ('#include "llmc/formats/mlpfile.h"\n'
                                       "const ModelArch *const model_archs[] = {\n    &mlp_arch,\n    &llama3_arch,\n    &gpt2_arch,\n    NULL,\n};\n")
     planted["llmc/cpu/models.c"] = '#include "llmc/cpu/mlp.h"\n    {&mlp_arch, CPU_MODEL_OPS(mlp, MlpModel, MlpConfig)},\n'
-    wrong = [b for b in violations(planted, names, literals) if b[0] in ("llmc/formats/arch.c", "llmc/cpu/models.c")]
+    planted["llmc/cuda/models.cuh"] = '#include "llmc/cuda/mlp.cuh"\n    {"mlp", CUDA_MODEL_OPS(mlp_cuda, MlpCuda)},\n'
+    planted_files = ("llmc/formats/arch.c", "llmc/cpu/models.c", "llmc/cuda/models.cuh")
+    wrong = [b for b in violations(planted, names, literals) if b[0] in planted_files]
     check(not wrong, "planted registration lines (an include, a table entry) are allowed", repr(wrong))
+    planted["llmc/cpu/models.c"] += "static void extra(MlpModel *m) { mlp_zero_grad(m); }\n"
+    caught = [b for b in violations(planted, names, literals) if b[0] in planted_files]
+    check(len(caught) == 1 and "extra" in caught[0][2], "a planted line beyond the table entry in a table's file is caught",
+          repr(caught))
     return 1 if failed else 0
 
 
