@@ -84,7 +84,7 @@ static void check_debug_gradients(const DebugState *d, const TensorSpec *specs, 
 
 /* One step of the N-step trajectory: its loss and grad norm against the reference's (relative
  * 1e-4 and 1e-3); prints the step's line, marked when out of tolerance. Returns 1 when within. */
-static int check_debug_step(const DebugState *d, int step, float loss, float norm) {
+static inline int check_debug_step(const DebugState *d, int step, float loss, float norm) {
     int ok = fabsf(loss - d->losses[step]) <= 1e-4f * fabsf(d->losses[step]) &&
              fabsf(norm - d->norms[step]) <= 1e-3f * fabsf(d->norms[step]);
     printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, loss, d->losses[step], norm,

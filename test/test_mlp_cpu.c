@@ -23,6 +23,7 @@
 #include "llmc/cpu/mlp.h"
 #include "llmc/formats/mlpfile.h"
 #include "llmc/formats/modelfile.h"
+#include "llmc/core/sumfile.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
@@ -56,7 +57,7 @@ static int same_bytes(const char *pa, const char *pb) {
 
 static void remove_with_sum(const char *path) {
     char sum[4300];
-    model_sum_path(path, sum, sizeof sum);
+    sumfile_path(path, sum, sizeof sum);
     remove(path), remove(sum);
 }
 
