@@ -100,20 +100,28 @@ def rope(x, cos, sin):
     return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
 
 
-class Llama(nn.Module):
-    def __init__(self, cfg, tensors):
+class TableModel(nn.Module):
+    """One nn.Parameter per row (name, shape, decay, init) of table(cfg), in the table's order;
+    tensors[name] must have the row's shape. The reference models with a table derive from it."""
+
+    def __init__(self, cfg, tensors, table):
         super().__init__()
-        self.cfg = cfg
-        for name, shape, _, _ in param_table(cfg):
+        self.cfg, self.table = cfg, table
+        for name, shape, _, _ in table(cfg):
             if tuple(tensors[name].shape) != shape:
                 raise ValueError(f"tensor {name}: shape {tuple(tensors[name].shape)}, expected {shape}")
             self.register_parameter(name, nn.Parameter(tensors[name]))
 
     def param_table(self):
-        return param_table(self.cfg)
+        return self.table(self.cfg)
 
     def params(self):
-        return [getattr(self, name) for name, _, _, _ in param_table(self.cfg)]
+        return [getattr(self, name) for name, _, _, _ in self.table(self.cfg)]
+
+
+class Llama(TableModel):
+    def __init__(self, cfg, tensors):
+        super().__init__(cfg, tensors, param_table)
 
     def forward(self, idx, targets=None):
         cfg = self.cfg
@@ -145,18 +153,24 @@ class Llama(nn.Module):
         return logits, None if targets is None else ref.cross_entropy(logits, targets, V)
 
 
-def init_tensors(cfg, seed):
+def init_table_tensors(table, cfg, seed, vocab_rows):
+    """table(cfg)'s tensors drawn in order from one generator seeded with seed: "normal" N(0, 0.02),
+    "normal_proj" N(0, 0.02/sqrt(2L)), "ones" 1; the rows >= V of each tensor named in vocab_rows zero."""
     gen = torch.Generator().manual_seed(seed)
     out = {}
-    for name, shape, _, init in param_table(cfg):
+    for name, shape, _, init in table(cfg):
         if init.startswith("normal"):
             std = ref.INIT_STD if init == "normal" else ref.INIT_STD / math.sqrt(2 * cfg.n_layer)
             out[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
         else:
             out[name] = torch.ones(shape, dtype=torch.float32)
-    out["wte"][cfg.vocab_size:].zero_()
-    out["lm_head"][cfg.vocab_size:].zero_()
+    for name in vocab_rows:
+        out[name][cfg.vocab_size:].zero_()
     return out
+
+
+def init_tensors(cfg, seed):
+    return init_table_tensors(param_table, cfg, seed, ("wte", "lm_head"))
 
 
 def header(cfg):
@@ -169,12 +183,17 @@ def header(cfg):
                              20: f(cfg.high), 21: cfg.original})
 
 
-def save_model(path, cfg, tensors):
+def save_table_model(path, header_bytes, names, tensors):
+    """Writes header_bytes, then tensors[name] as float32 for each of names in order (atomically)."""
     def write(fh):
-        fh.write(header(cfg))
-        for name, _, _, _ in param_table(cfg):
+        fh.write(header_bytes)
+        for name in names:
             fh.write(ref.tensor_f32(tensors[name]).tobytes())
     ref.atomic_write(path, write)
+
+
+def save_model(path, cfg, tensors):
+    save_table_model(path, header(cfg), [name for name, _, _, _ in param_table(cfg)], tensors)
 
 
 def write_debug_state(path, cfg, x, y, hp, nsteps, out):

@@ -21,17 +21,15 @@ AdamW (the project's settings: betas 0.9/0.95, eps 1e-8, weight decay 0.1 on the
 """
 
 import argparse
-import math
 import os
 import struct
 import sys
 
 import torch
-import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_gpt2 as ref  # noqa: E402
-import train_llama3  # noqa: E402  (its debug state: train_gpt2.py's layout with NKV and F)
+import train_llama3  # noqa: E402  (its table model, init, rmsnorm and debug state: train_gpt2.py's layout with NKV and F)
 
 MLP_MAGIC = 20261130
 MLP_VERSION = 1
@@ -55,48 +53,24 @@ def param_table(cfg):
     ]
 
 
-def rmsnorm(x, w, eps):
-    return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
-
-
-class Mlp(nn.Module):
+class Mlp(train_llama3.TableModel):
     def __init__(self, cfg, tensors):
-        super().__init__()
-        self.cfg = cfg
-        for name, shape, _, _ in param_table(cfg):
-            if tuple(tensors[name].shape) != shape:
-                raise ValueError(f"tensor {name}: shape {tuple(tensors[name].shape)}, expected {shape}")
-            self.register_parameter(name, nn.Parameter(tensors[name]))
-
-    def param_table(self):
-        return param_table(self.cfg)
-
-    def params(self):
-        return [getattr(self, name) for name, _, _, _ in param_table(self.cfg)]
+        super().__init__(cfg, tensors, param_table)
 
     def forward(self, idx, targets=None):
         cfg = self.cfg
         F = cfg.ffn
         x = self.wte[idx]
         for l in range(cfg.n_layer):
-            h = rmsnorm(x, self.lnw[l], cfg.eps)
+            h = train_llama3.rmsnorm(x, self.lnw[l], cfg.eps)
             g, u = (h @ self.fcw[l].t()).split([F, F], dim=-1)
             x = x + (torch.nn.functional.silu(g) * u) @ self.fcprojw[l].t()
-        logits = rmsnorm(x, self.lnfw, cfg.eps) @ self.wte.t()
+        logits = train_llama3.rmsnorm(x, self.lnfw, cfg.eps) @ self.wte.t()
         return logits, None if targets is None else ref.cross_entropy(logits, targets, cfg.vocab_size)
 
 
 def init_tensors(cfg, seed):
-    gen = torch.Generator().manual_seed(seed)
-    out = {}
-    for name, shape, _, init in param_table(cfg):
-        if init.startswith("normal"):
-            std = ref.INIT_STD if init == "normal" else ref.INIT_STD / math.sqrt(2 * cfg.n_layer)
-            out[name] = torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=gen)
-        else:
-            out[name] = torch.ones(shape, dtype=torch.float32)
-    out["wte"][cfg.vocab_size:].zero_()
-    return out
+    return train_llama3.init_table_tensors(param_table, cfg, seed, ("wte",))
 
 
 def header(cfg):
@@ -106,11 +80,7 @@ def header(cfg):
 
 
 def save_model(path, cfg, tensors):
-    def write(fh):
-        fh.write(header(cfg))
-        for name, _, _, _ in param_table(cfg):
-            fh.write(ref.tensor_f32(tensors[name]).tobytes())
-    ref.atomic_write(path, write)
+    train_llama3.save_table_model(path, header(cfg), [name for name, _, _, _ in param_table(cfg)], tensors)
 
 
 def main(argv=None):
