@@ -27,9 +27,7 @@ static int read_header(const char *path, LlamaConfig *cfg) {
     if (h[1] != LLAMA_FILE_VERSION) llmc_die("'%s': unsupported Llama checkpoint version %d (expected %d)", path, h[1], LLAMA_FILE_VERSION);
     if (h[2] != LLAMA_ARCH_LLAMA3) llmc_die("'%s': unknown architecture %d (1 is Llama 3)", path, h[2]);
     memset(cfg, 0, sizeof *cfg);
-    ModelConfig *b = &cfg->base;
-    b->max_seq_len = h[3], b->vocab_size = h[4], b->padded_vocab_size = h[5], b->num_layers = h[6];
-    b->num_heads = h[7], b->num_kv_heads = h[8], b->channels = h[9], b->ffn_hidden = h[10];
+    llmc_header_get_shape(h, &cfg->base);
     cfg->tied = h[11];
     cfg->norm_eps = slot_f32(h, 16), cfg->rope_theta = slot_f32(h, 17), cfg->rope_factor = slot_f32(h, 18);
     cfg->rope_low_freq_factor = slot_f32(h, 19), cfg->rope_high_freq_factor = slot_f32(h, 20);
@@ -55,12 +53,9 @@ void llama_file_load(const char *path, float *params, size_t n) {
 
 uint32_t llama_checkpoint_write(const char *path, const LlamaConfig *cfg, const float *params, size_t n, int bf16) {
     if (llama_parameter_specs(cfg, NULL) != n) llmc_die("llama_checkpoint_write: %zu parameters do not fit the config", n);
-    int32_t h[256] = {0};
-    const ModelConfig *b = &cfg->base;
-    h[0] = LLAMA_FILE_MAGIC, h[1] = LLAMA_FILE_VERSION, h[2] = LLAMA_ARCH_LLAMA3, h[3] = b->max_seq_len;
-    h[4] = b->vocab_size, h[5] = b->padded_vocab_size, h[6] = b->num_layers, h[7] = b->num_heads;
-    h[8] = b->num_kv_heads, h[9] = b->channels, h[10] = b->ffn_hidden, h[11] = cfg->tied;
-    h[LLAMA_FILE_DTYPE] = bf16 ? LLAMA_DTYPE_BF16 : LLAMA_DTYPE_FP32;
+    _Static_assert(LLAMA_FILE_DTYPE == 12 && LLAMA_DTYPE_FP32 == 0 && LLAMA_DTYPE_BF16 == 1, "llmc_header_put's dtype");
+    int32_t h[256];
+    llmc_header_put(h, LLAMA_FILE_MAGIC, LLAMA_FILE_VERSION, LLAMA_ARCH_LLAMA3, &cfg->base, cfg->tied, bf16);
     const float fs[] = {cfg->norm_eps, cfg->rope_theta, cfg->rope_factor, cfg->rope_low_freq_factor,
                         cfg->rope_high_freq_factor};
     memcpy(&h[16], fs, sizeof fs);

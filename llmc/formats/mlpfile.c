@@ -34,9 +34,7 @@ static const char *header_problem(const int32_t *h, MlpConfig *cfg) {
     if (h[1] != MLP_FILE_VERSION) return "unsupported version (expected 1)";
     if (h[2] != MLP_FILE_ARCH) return "not the MLP architecture (slot 2 must be 2)";
     memset(cfg, 0, sizeof *cfg);
-    ModelConfig *b = &cfg->base;
-    b->max_seq_len = h[3], b->vocab_size = h[4], b->padded_vocab_size = h[5], b->num_layers = h[6];
-    b->num_heads = h[7], b->num_kv_heads = h[8], b->channels = h[9], b->ffn_hidden = h[10];
+    llmc_header_get_shape(h, &cfg->base);
     memcpy(&cfg->norm_eps, &h[SLOT_EPS], sizeof(float));
     if (h[11] != 1) return "tied (slot 11) must be 1: the MLP's head is wte";
     if (h[SLOT_DTYPE] != DTYPE_FP32 && h[SLOT_DTYPE] != DTYPE_BF16) return "dtype (slot 12) must be 0 (fp32) or 1 (bf16)";
@@ -66,12 +64,9 @@ int mlp_file_load(const char *path, float *params, size_t n) {
 
 uint32_t mlp_file_write(const char *path, const MlpConfig *cfg, const float *params, size_t n, int bf16) {
     if (mlp_parameter_specs(cfg, NULL) != n) llmc_die("mlp_file_write: %zu parameters do not fit the config", n);
-    int32_t h[256] = {0};
-    const ModelConfig *b = &cfg->base;
-    h[0] = MLP_FILE_MAGIC, h[1] = MLP_FILE_VERSION, h[2] = MLP_FILE_ARCH, h[3] = b->max_seq_len;
-    h[4] = b->vocab_size, h[5] = b->padded_vocab_size, h[6] = b->num_layers, h[7] = b->num_heads;
-    h[8] = b->num_kv_heads, h[9] = b->channels, h[10] = b->ffn_hidden, h[11] = 1;
-    h[SLOT_DTYPE] = bf16 ? DTYPE_BF16 : DTYPE_FP32;
+    _Static_assert(SLOT_DTYPE == 12 && DTYPE_FP32 == 0 && DTYPE_BF16 == 1, "llmc_header_put's dtype");
+    int32_t h[256];
+    llmc_header_put(h, MLP_FILE_MAGIC, MLP_FILE_VERSION, MLP_FILE_ARCH, &cfg->base, 1, bf16);
     memcpy(&h[SLOT_EPS], &cfg->norm_eps, sizeof(float));
     return model_file_write(path, h, sizeof h, params, n, bf16);
 }

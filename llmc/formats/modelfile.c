@@ -43,6 +43,21 @@ void model_file_read_header(const char *path, ModelConfig *cfg, int *version) {
     *version = h[1];
 }
 
+/* ---- llmc's own header (20261130): the slots every architecture shares --------------------- */
+void llmc_header_put(int32_t h[256], int32_t magic, int32_t version, int32_t arch, const ModelConfig *b, int32_t tied,
+                     int bf16) {
+    memset(h, 0, 256 * sizeof h[0]);
+    h[0] = magic, h[1] = version, h[2] = arch, h[3] = b->max_seq_len;
+    h[4] = b->vocab_size, h[5] = b->padded_vocab_size, h[6] = b->num_layers, h[7] = b->num_heads;
+    h[8] = b->num_kv_heads, h[9] = b->channels, h[10] = b->ffn_hidden, h[11] = tied;
+    h[12] = bf16 ? 1 : 0;
+}
+
+void llmc_header_get_shape(const int32_t h[256], ModelConfig *b) {
+    b->max_seq_len = h[3], b->vocab_size = h[4], b->padded_vocab_size = h[5], b->num_layers = h[6];
+    b->num_heads = h[7], b->num_kv_heads = h[8], b->channels = h[9], b->ffn_hidden = h[10];
+}
+
 /* ---- model files of any header: parameters fp32 or bf16, CRC-32, "<path>.sum" -------------- */
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
     if (!bf16) {

@@ -53,6 +53,15 @@ void model_file_read_params(const char *path, size_t header_bytes, float *params
                             const TensorSpec *specs, int nspecs);
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc);
 void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc);
+/* llmc's own model file header (magic 20261130: llamafile.h's Llama 3, mlpfile.h's MLP): int32 h[256]
+ *   [0] magic  [1] version  [2] architecture  [3] maxT  [4] V  [5] Vp  [6] L  [7] NH  [8] NKV  [9] C
+ *   [10] F  [11] tied  [12] dtype (0 float32, 1 bfloat16); the slots from 13 on are the architecture's.
+ * llmc_header_put: h all zero, then slots 0..12 from the arguments and *b (bf16: dtype 1, else 0).
+ * llmc_header_get_shape: b's maxT, V, Vp, L, NH, NKV, C, F from slots 3..10 (the rest of *b as it was;
+ * checking the other slots is the architecture's). */
+void llmc_header_put(int32_t h[256], int32_t magic, int32_t version, int32_t arch, const ModelConfig *b, int32_t tied,
+                     int bf16);
+void llmc_header_get_shape(const int32_t h[256], ModelConfig *b);
 
 #ifdef __cplusplus
 }
