@@ -963,26 +963,20 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     encode_inputs(&pl, ins, nin, 1, doc_split, o->field, sink_shards, &sink);
     char err[1024] = "";
     split_small_corpus(&sink, err, sizeof err);
-    if (err[0]) { /* everything freed first: the sanitizer pass checks this path for leaks */
-        token_buf_free(&sink.cur);
-        pipeline_free(&pl);
-        for (int i = 0; i < nin; i++) input_close(&ins[i]);
-        free(ins);
-        free(pos);
-        tokenizer_free(t);
-        llmc_die("%s", err);
+    if (!err[0]) {
+        if (sink.cur.n) shard_flush(&sink);
+        progress_show(&pl.progress, 1, sink.index);
+        if (pl.skipped)
+            fprintf(stderr, "warning: skipped %zu bad JSONL line(s) (--skip-bad-lines); the first: %s\n", pl.skipped,
+                    pl.first_bad);
     }
-    if (sink.cur.n) shard_flush(&sink);
-    progress_show(&pl.progress, 1, sink.index);
-    if (pl.skipped)
-        fprintf(stderr, "warning: skipped %zu bad JSONL line(s) (--skip-bad-lines); the first: %s\n", pl.skipped,
-                pl.first_bad);
     token_buf_free(&sink.cur);
     pipeline_free(&pl);
     for (int i = 0; i < nin; i++) input_close(&ins[i]);
     free(ins);
     free(pos);
     tokenizer_free(t);
+    if (err[0]) llmc_die("%s", err); /* after everything is freed: the sanitizer pass checks this path for leaks */
     return 0;
 }
 
