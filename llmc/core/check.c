@@ -45,6 +45,15 @@ void llmc_die(const char *fmt, ...) {
     exit(1);
 }
 
+int errf(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
 void llmc_check_failed(const char *statement, const char *detail, const char *hint,
                        const char *func, const char *file, int line) {
     char text[4096];

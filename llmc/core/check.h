@@ -30,6 +30,9 @@ extern "C" {
 /* "error: <fmt>" on stderr in one write() ("error: rank N: <fmt>" once llmc_set_error_rank said
  * several ranks run), exit(1). For bad user input. */
 void llmc_die(const char *fmt, ...) LLMC_PRINTF(1, 2) LLMC_NORETURN;
+/* For a function that reports failure in its caller's buffer: fmt formatted into err[0..errlen)
+ * (nothing written when err is NULL or errlen 0); returns -1, the failure to return. */
+int errf(char *err, size_t errlen, const char *fmt, ...) LLMC_PRINTF(3, 4);
 /* This process's rank among ranks: fatal messages then start "rank N: " (dist_init calls it). */
 void llmc_set_error_rank(int rank, int ranks);
 

@@ -36,7 +36,6 @@ const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.js
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -98,22 +97,13 @@ static const HfTensor gpt2_tensors[] = {
 };
 static const char *const gpt2_buffers[] = {"h.%d.attn.bias", "h.%d.attn.masked_bias", NULL};
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) LLMC_PRINTF(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* json[key] as an int in [lo, hi]: 1 found, 0 absent (or null), -1 wrong (message in err). */
 static int config_int(const cJSON *json, const char *key, int lo, int hi, int *out, char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
     if (!v || cJSON_IsNull(v)) return 0;
     double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
     if (!(d >= lo && d <= hi) || d != floor(d))
-        return fail(err, errlen, "%s is not an integer in [%d, %d]", key, lo, hi);
+        return errf(err, errlen, "%s is not an integer in [%d, %d]", key, lo, hi);
     *out = (int)d;
     return 1;
 }
@@ -122,7 +112,7 @@ static int config_int(const cJSON *json, const char *key, int lo, int hi, int *o
 static int config_bool(const cJSON *json, const char *key, int def, char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
     if (!v) return def;
-    if (!cJSON_IsBool(v)) return fail(err, errlen, "%s is not true or false", key);
+    if (!cJSON_IsBool(v)) return errf(err, errlen, "%s is not true or false", key);
     return cJSON_IsTrue(v);
 }
 
@@ -145,7 +135,7 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)cfg + sizes[i].offset), err, errlen);
         if (rc < 0) return -1;
-        if (rc == 0) return fail(err, errlen, "%s is missing", sizes[i].key);
+        if (rc == 0) return errf(err, errlen, "%s is missing", sizes[i].key);
     }
     cfg->num_kv_heads = cfg->num_heads;
     cfg->ffn_hidden = 4 * cfg->channels;
@@ -153,16 +143,16 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
     int inner = 0, rc = config_int(json, "n_inner", 1, 1 << 30, &inner, err, errlen);
     if (rc < 0) return -1;
     if (rc == 1 && inner != cfg->ffn_hidden)
-        return fail(err, errlen, "n_inner %d is not 4 * n_embd = %d, the only MLP width GPT-2 here has", inner,
+        return errf(err, errlen, "n_inner %d is not 4 * n_embd = %d, the only MLP width GPT-2 here has", inner,
                     cfg->ffn_hidden);
     const cJSON *eps = cJSON_GetObjectItemCaseSensitive(json, "layer_norm_epsilon");
     if (eps && !(cJSON_IsNumber(eps) && fabs(eps->valuedouble - 1e-5) <= 1e-5 * 1e-6))
-        return fail(err, errlen, "layer_norm_epsilon %s is not supported: llmc's LayerNorm uses 1e-5",
+        return errf(err, errlen, "layer_norm_epsilon %s is not supported: llmc's LayerNorm uses 1e-5",
                     cJSON_IsNumber(eps) ? "other than 1e-5" : "(not a number)");
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(json, "activation_function");
     if (act && !(cJSON_IsString(act) && (strcmp(act->valuestring, "gelu_new") == 0 ||
                                          strcmp(act->valuestring, "gelu_pytorch_tanh") == 0)))
-        return fail(err, errlen, "activation_function '%.40s' is not supported: llmc's GELU is the tanh approximation "
+        return errf(err, errlen, "activation_function '%.40s' is not supported: llmc's GELU is the tanh approximation "
                     "(gelu_new or gelu_pytorch_tanh)", cJSON_IsString(act) ? act->valuestring : "(not a string)");
     static const struct {
         const char *key;
@@ -178,10 +168,10 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
         int v = config_bool(json, flags[i].key, flags[i].def, err, errlen);
         if (v < 0) return -1;
         if (v != flags[i].want)
-            return fail(err, errlen, "%s %s is not supported: %s", flags[i].key, v ? "true" : "false", flags[i].why);
+            return errf(err, errlen, "%s %s is not supported: %s", flags[i].key, v ? "true" : "false", flags[i].why);
     }
     const char *bad = gpt2_config_validate(cfg);
-    if (bad) return fail(err, errlen, "n_embd %d, n_layer %d, n_head %d, n_positions %d, vocab_size %d: %s",
+    if (bad) return errf(err, errlen, "n_embd %d, n_layer %d, n_head %d, n_positions %d, vocab_size %d: %s",
                          cfg->channels, cfg->num_layers, cfg->num_heads, cfg->max_seq_len, cfg->vocab_size, bad);
     return 0;
 }
@@ -242,7 +232,7 @@ static int config_float(const cJSON *json, const char *key, float *out, char *er
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
-        return fail(err, errlen, "%s is not a positive number", key);
+        return errf(err, errlen, "%s is not a positive number", key);
     *out = (float)v->valuedouble;
     return 1;
 }
@@ -265,7 +255,7 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)b + sizes[i].offset), err, errlen);
         if (rc < 0) return -1;
-        if (rc == 0) return fail(err, errlen, "%s is missing", sizes[i].key);
+        if (rc == 0) return errf(err, errlen, "%s is missing", sizes[i].key);
     }
     b->padded_vocab_size = (b->vocab_size + 127) / 128 * 128;
     b->num_kv_heads = b->num_heads; /* HF's default: no grouping */
@@ -273,7 +263,7 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
     int head_dim = 0, rc = config_int(json, "head_dim", 1, MODEL_MAX_CHANNELS, &head_dim, err, errlen);
     if (rc < 0) return -1;
     if (rc == 1 && head_dim * b->num_heads != b->channels)
-        return fail(err, errlen, "head_dim %d is not hidden_size / num_attention_heads = %d, the only head size here",
+        return errf(err, errlen, "head_dim %d is not hidden_size / num_attention_heads = %d, the only head size here",
                     head_dim, b->channels / b->num_heads);
     cfg->norm_eps = 1e-6f;      /* transformers' LlamaConfig defaults */
     cfg->rope_theta = 10000.0f;
@@ -285,31 +275,31 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
     for (const char *const *k = (const char *const[]){"attention_bias", "mlp_bias", NULL}; *k; k++) {
         int v = config_bool(json, *k, 0, err, errlen);
         if (v < 0) return -1;
-        if (v) return fail(err, errlen, "%s true is not supported: Llama here has no biases", *k);
+        if (v) return errf(err, errlen, "%s true is not supported: Llama here has no biases", *k);
     }
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(json, "hidden_act");
     if (act && !(cJSON_IsString(act) && strcmp(act->valuestring, "silu") == 0))
-        return fail(err, errlen, "hidden_act '%.40s' is not supported: the MLP is SwiGLU (silu)",
+        return errf(err, errlen, "hidden_act '%.40s' is not supported: the MLP is SwiGLU (silu)",
                     cJSON_IsString(act) ? act->valuestring : "(not a string)");
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(json, "rope_scaling");
     if (rs && !cJSON_IsNull(rs)) {
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
         if (!type) type = cJSON_GetObjectItemCaseSensitive(rs, "type");
         if (!cJSON_IsObject(rs) || !cJSON_IsString(type) || strcmp(type->valuestring, "llama3") != 0)
-            return fail(err, errlen, "rope_scaling of type '%.40s' is not supported (only \"llama3\" or null)",
+            return errf(err, errlen, "rope_scaling of type '%.40s' is not supported (only \"llama3\" or null)",
                         cJSON_IsString(type) ? type->valuestring : "(none)");
         if (config_float(rs, "factor", &cfg->rope_factor, err, errlen) != 1 ||
             config_float(rs, "low_freq_factor", &cfg->rope_low_freq_factor, err, errlen) != 1 ||
             config_float(rs, "high_freq_factor", &cfg->rope_high_freq_factor, err, errlen) != 1 ||
             config_int(rs, "original_max_position_embeddings", 1, MODEL_MAX_SEQ_LEN, &cfg->rope_original_max_pos, err,
                        errlen) != 1) {
-            if (!err[0]) fail(err, errlen, "rope_scaling needs factor, low_freq_factor, high_freq_factor and "
+            if (!err[0]) errf(err, errlen, "rope_scaling needs factor, low_freq_factor, high_freq_factor and "
                               "original_max_position_embeddings");
             return -1;
         }
     }
     const char *bad = llama_config_validate(cfg);
-    if (bad) return fail(err, errlen, "hidden_size %d, num_attention_heads %d, num_key_value_heads %d: %s", b->channels,
+    if (bad) return errf(err, errlen, "hidden_size %d, num_attention_heads %d, num_key_value_heads %d: %s", b->channels,
                          b->num_heads, b->num_kv_heads, bad);
     return 0;
 }
@@ -445,15 +435,15 @@ static const HfArchitecture *find_architecture(const cJSON *json, char *err, siz
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(json, "model_type");
     const cJSON *first = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
     if (archs && !(cJSON_IsString(first) && cJSON_GetArraySize(archs) == 1)) {
-        fail(err, errlen, "\"architectures\" is not a list of one name");
+        errf(err, errlen, "\"architectures\" is not a list of one name");
         return NULL;
     }
     if (type && !cJSON_IsString(type)) {
-        fail(err, errlen, "\"model_type\" is not a string");
+        errf(err, errlen, "\"model_type\" is not a string");
         return NULL;
     }
     if (!archs && !type) {
-        fail(err, errlen, "names no architecture (neither \"architectures\" nor \"model_type\")");
+        errf(err, errlen, "names no architecture (neither \"architectures\" nor \"model_type\")");
         return NULL;
     }
     const char *name = archs ? first->valuestring : type->valuestring;
@@ -461,13 +451,13 @@ static const HfArchitecture *find_architecture(const cJSON *json, char *err, siz
         const HfArchitecture *a = &architectures[i];
         if (strcmp(name, archs ? a->architecture : a->model_type) != 0) continue;
         if (type && strcmp(type->valuestring, a->model_type) != 0) {
-            fail(err, errlen, "has model_type '%.60s' with architecture %s (expected model_type '%s')", type->valuestring,
+            errf(err, errlen, "has model_type '%.60s' with architecture %s (expected model_type '%s')", type->valuestring,
                  a->architecture, a->model_type);
             return NULL;
         }
         return a;
     }
-    fail(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s, %s)", name,
+    errf(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s, %s)", name,
          architectures[0].architecture, architectures[1].architecture);
     return NULL;
 }
@@ -589,7 +579,7 @@ static int read_into(const char *dir, const Safetensors *st, const StTensor *t, 
     const uint64_t n = safetensors_numel(t);
     for (uint64_t i = 0; i < n; i++)
         if (!isfinite(buf[i]))
-            return fail(err, errlen, "Hugging Face directory '%s': tensor '%s' (in '%s') has a non-finite weight (%g) "
+            return errf(err, errlen, "Hugging Face directory '%s': tensor '%s' (in '%s') has a non-finite weight (%g) "
                         "at index %llu", dir, t->name, st->files[t->file].path, (double)buf[i], (unsigned long long)i);
     if (row->conv1d) { /* file (in, out) -> ours (out, in) */
         const size_t in = (size_t)t->shape[0], out = (size_t)t->shape[1];
@@ -666,7 +656,7 @@ static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
         uint64_t n = safetensors_numel(head);
         for (uint64_t i = 0; i < n && rc == 0; i++)
             if (buf[i] != params[s->offset + i])
-                rc = fail(err, sizeof err, "Hugging Face directory '%s': tensor '%s' (in '%s') differs from the "
+                rc = errf(err, sizeof err, "Hugging Face directory '%s': tensor '%s' (in '%s') differs from the "
                           "embedding at index %llu (%g, the embedding %g): an untied output head, which %s here cannot "
                           "represent", dir, head->name, st->files[head->file].path, (unsigned long long)i,
                           (double)buf[i], (double)params[s->offset + i], a->architecture);
@@ -692,9 +682,8 @@ int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t
 }
 
 /* ---- writing ------------------------------------------------------------------------------------- */
-static void write_config(const char *path, const HfArchitecture *a, const HfConfig *cfg, int bf16) {
-    cJSON *json = cJSON_CreateObject();
-    a->write_config(json, cfg, bf16);
+/* json printed (cJSON's layout) with a final newline into path, atomically; json freed */
+static void write_json(const char *path, cJSON *json) {
     char *text = cJSON_Print(json);
     cJSON_Delete(json);
     if (!text) llmc_die("out of memory writing '%s'", path);
@@ -704,6 +693,12 @@ static void write_config(const char *path, const HfArchitecture *a, const HfConf
     fwriteCheck("\n", 1, 1, af.f, af.tmp_path);
     free(text);
     atomic_commit(&af);
+}
+
+static void write_config(const char *path, const HfArchitecture *a, const HfConfig *cfg, int bf16) {
+    cJSON *json = cJSON_CreateObject();
+    a->write_config(json, cfg, bf16);
+    write_json(path, json);
 }
 
 /* Above this many bytes the weights are written as shards model-0000i-of-0000n.safetensors with
@@ -727,15 +722,7 @@ static void write_index(const char *path, const StWriteTensor *w, int count, con
         snprintf(file, sizeof file, "model-%05d-of-%05d.safetensors", shard_of[k] + 1, shards);
         cJSON_AddStringToObject(map, w[k].name, file);
     }
-    char *text = cJSON_Print(json);
-    cJSON_Delete(json);
-    if (!text) llmc_die("out of memory writing '%s'", path);
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
-    fwriteCheck("\n", 1, 1, af.f, af.tmp_path);
-    free(text);
-    atomic_commit(&af);
+    write_json(path, json);
 }
 
 /* Writes the safetensors of dir (the temporary directory): one file, or shards with their index. */

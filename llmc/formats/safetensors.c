@@ -13,7 +13,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,15 +37,6 @@ uint64_t safetensors_numel(const StTensor *t) {
     return n;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) LLMC_PRINTF(3, 4);
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
 /* An exact non-negative integer (JSON numbers are doubles here: at most 2^53). */
 static int json_uint(const cJSON *v, uint64_t *out) {
     if (!cJSON_IsNumber(v)) return -1;
@@ -65,34 +55,34 @@ void safetensors_free_tensors(StTensor *t, int n) {
 static int parse_entry(const cJSON *e, StTensor *t, uint64_t data_size, const char *file, char *err, size_t errlen) {
     const char *name = e->string;
     if (!cJSON_IsObject(e))
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s' is not an object with dtype, shape and "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s' is not an object with dtype, shape and "
                     "data_offsets", file, name);
     const cJSON *dtype = NULL, *shape = NULL, *offsets = NULL, *f;
     cJSON_ArrayForEach(f, e) {
         const cJSON **slot = strcmp(f->string, "dtype") == 0 ? &dtype : strcmp(f->string, "shape") == 0 ? &shape
                              : strcmp(f->string, "data_offsets") == 0 ? &offsets : NULL;
         if (!slot)
-            return fail(err, errlen, "safetensors file '%s': tensor '%.200s' has an unknown field '%.100s' (a tensor "
+            return errf(err, errlen, "safetensors file '%s': tensor '%.200s' has an unknown field '%.100s' (a tensor "
                         "has dtype, shape and data_offsets)", file, name, f->string);
         if (*slot)
-            return fail(err, errlen, "safetensors file '%s': tensor '%.200s' has field '%s' twice", file, name, f->string);
+            return errf(err, errlen, "safetensors file '%s': tensor '%.200s' has field '%s' twice", file, name, f->string);
         *slot = f;
     }
     if (!dtype || !shape || !offsets)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s' lacks its %s", file, name,
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s' lacks its %s", file, name,
                     !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     if (!cJSON_IsString(dtype))
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': dtype is not a string", file, name);
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': dtype is not a string", file, name);
     t->dtype = -1;
     for (int d = 0; d < ST_NUM_DTYPES; d++)
         if (strcmp(dtype->valuestring, dtypes[d].name) == 0) t->dtype = d;
     if (t->dtype < 0)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s' has unknown dtype '%.40s' (known: BOOL, U8, "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s' has unknown dtype '%.40s' (known: BOOL, U8, "
                     "I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64)", file, name,
                     dtype->valuestring);
     int ndim = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
     if (ndim < 0 || ndim > ST_MAX_DIMS)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': shape is %s", file, name,
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': shape is %s", file, name,
                     ndim < 0 ? "not an array" : "an array of more than 8 dimensions");
     t->ndim = ndim;
     uint64_t numel = 1;
@@ -101,30 +91,30 @@ static int parse_entry(const cJSON *e, StTensor *t, uint64_t data_size, const ch
     cJSON_ArrayForEach(v, shape) {
         uint64_t dim;
         if (json_uint(v, &dim) != 0)
-            return fail(err, errlen, "safetensors file '%s': tensor '%.200s': shape[%d] is not a non-negative integer "
+            return errf(err, errlen, "safetensors file '%s': tensor '%.200s': shape[%d] is not a non-negative integer "
                         "(at most 2^53)", file, name, d);
         t->shape[d++] = (int64_t)dim;
         if (__builtin_mul_overflow(numel, dim, &numel))
-            return fail(err, errlen, "safetensors file '%s': tensor '%.200s': its shape's element count overflows "
+            return errf(err, errlen, "safetensors file '%s': tensor '%.200s': its shape's element count overflows "
                         "64 bits", file, name);
     }
     uint64_t bytes;
     if (__builtin_mul_overflow(numel, (uint64_t)dtypes[t->dtype].size, &bytes))
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': its size in bytes overflows 64 bits", file, name);
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': its size in bytes overflows 64 bits", file, name);
     if (!cJSON_IsArray(offsets) || cJSON_GetArraySize(offsets) != 2 || json_uint(offsets->child, &t->begin) != 0 ||
         json_uint(offsets->child->next, &t->end) != 0)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets is not a pair of non-negative "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets is not a pair of non-negative "
                     "integers [begin, end]", file, name);
     if (t->begin > t->end)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] end before they "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] end before they "
                     "begin", file, name, (unsigned long long)t->begin, (unsigned long long)t->end);
     if (t->end - t->begin != bytes)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] span %llu bytes, "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] span %llu bytes, "
                     "but its shape and dtype (%s) need %llu", file, name, (unsigned long long)t->begin,
                     (unsigned long long)t->end, (unsigned long long)(t->end - t->begin), dtypes[t->dtype].name,
                     (unsigned long long)bytes);
     if (t->end > data_size)
-        return fail(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] reach past the "
+        return errf(err, errlen, "safetensors file '%s': tensor '%.200s': data_offsets [%llu, %llu] reach past the "
                     "data section's %llu bytes: the file is truncated", file, name, (unsigned long long)t->begin,
                     (unsigned long long)t->end, (unsigned long long)data_size);
     return 0;
@@ -143,7 +133,7 @@ static int by_offsets(const void *a, const void *b, void *tensors) {
 static int check_layout(StTensor *t, int n, uint64_t data_size, const char *file, char *err, size_t errlen) {
     for (int i = 1; i < n; i++)
         if (strcmp(t[i - 1].name, t[i].name) == 0)
-            return fail(err, errlen, "safetensors file '%s': tensor '%.200s' appears twice in the header", file, t[i].name);
+            return errf(err, errlen, "safetensors file '%s': tensor '%.200s' appears twice in the header", file, t[i].name);
     int *order = (int *)mallocCheck((size_t)(n ? n : 1) * sizeof(int), "safetensors layout check");
     for (int i = 0; i < n; i++) order[i] = i;
     qsort_r(order, (size_t)n, sizeof(int), by_offsets, t);
@@ -152,19 +142,19 @@ static int check_layout(StTensor *t, int n, uint64_t data_size, const char *file
     for (int k = 0; k < n && rc == 0; k++) {
         const StTensor *x = &t[order[k]];
         if (x->begin < at)
-            rc = fail(err, errlen, "safetensors file '%s': tensors '%.200s' and '%.200s' overlap (data_offsets [%llu, "
+            rc = errf(err, errlen, "safetensors file '%s': tensors '%.200s' and '%.200s' overlap (data_offsets [%llu, "
                       "%llu] and [%llu, %llu])", file, t[order[k - 1]].name, x->name,
                       (unsigned long long)t[order[k - 1]].begin, (unsigned long long)t[order[k - 1]].end,
                       (unsigned long long)x->begin, (unsigned long long)x->end);
         else if (x->begin > at)
-            rc = fail(err, errlen, "safetensors file '%s': bytes [%llu, %llu] of the data section, before tensor "
+            rc = errf(err, errlen, "safetensors file '%s': bytes [%llu, %llu] of the data section, before tensor "
                       "'%.200s', belong to no tensor", file, (unsigned long long)at, (unsigned long long)x->begin,
                       x->name);
         at = x->end;
     }
     free(order);
     if (rc == 0 && at != data_size)
-        rc = fail(err, errlen, "safetensors file '%s': its data section has %llu bytes after the last tensor, which "
+        rc = errf(err, errlen, "safetensors file '%s': its data section has %llu bytes after the last tensor, which "
                   "belong to no tensor", file, (unsigned long long)(data_size - at));
     return rc;
 }
@@ -174,23 +164,23 @@ int safetensors_parse_header(const char *json, size_t len, uint64_t data_size, c
     *out = NULL;
     *n = 0;
     if (len < 2 || json[0] != '{')
-        return fail(err, errlen, "safetensors file '%s': the header does not start with a JSON object ('{')", file);
+        return errf(err, errlen, "safetensors file '%s': the header does not start with a JSON object ('{')", file);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     if (!root) {
         size_t at = end && end >= json && end <= json + len ? (size_t)(end - json) : 0;
-        return fail(err, errlen, "safetensors file '%s': the header is not valid JSON (near byte %zu of %zu)", file, at,
+        return errf(err, errlen, "safetensors file '%s': the header is not valid JSON (near byte %zu of %zu)", file, at,
                     len);
     }
     for (const char *p = end; p < json + len; p++)
         if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
             cJSON_Delete(root);
-            return fail(err, errlen, "safetensors file '%s': the header has bytes other than spaces after its JSON "
+            return errf(err, errlen, "safetensors file '%s': the header has bytes other than spaces after its JSON "
                         "object (at byte %zu of %zu)", file, (size_t)(p - json), len);
         }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
-        return fail(err, errlen, "safetensors file '%s': the header is not a JSON object", file);
+        return errf(err, errlen, "safetensors file '%s': the header is not a JSON object", file);
     }
     int count = 0, metadata = 0, rc = 0;
     const cJSON *e;
@@ -198,18 +188,18 @@ int safetensors_parse_header(const char *json, size_t len, uint64_t data_size, c
     StTensor *t = (StTensor *)calloc((size_t)(count ? count : 1), sizeof(StTensor));
     if (!t) {
         cJSON_Delete(root);
-        return fail(err, errlen, "safetensors file '%s': out of memory for %d header entries", file, count);
+        return errf(err, errlen, "safetensors file '%s': out of memory for %d header entries", file, count);
     }
     int k = 0;
     cJSON_ArrayForEach(e, root) {
         if (strcmp(e->string, "__metadata__") == 0) {
             const cJSON *m, *values = NULL;
-            if (metadata++) rc = fail(err, errlen, "safetensors file '%s': __metadata__ appears twice", file);
-            else if (!cJSON_IsObject(e)) rc = fail(err, errlen, "safetensors file '%s': __metadata__ is not an object", file);
+            if (metadata++) rc = errf(err, errlen, "safetensors file '%s': __metadata__ appears twice", file);
+            else if (!cJSON_IsObject(e)) rc = errf(err, errlen, "safetensors file '%s': __metadata__ is not an object", file);
             else values = e;
             cJSON_ArrayForEach(m, values) {
                 if (!cJSON_IsString(m)) {
-                    rc = fail(err, errlen, "safetensors file '%s': __metadata__ value '%.100s' is not a string", file,
+                    rc = errf(err, errlen, "safetensors file '%s': __metadata__ value '%.100s' is not a string", file,
                               m->string);
                     break;
                 }
@@ -217,7 +207,7 @@ int safetensors_parse_header(const char *json, size_t len, uint64_t data_size, c
         } else {
             rc = parse_entry(e, &t[k], data_size, file, err, errlen);
             if (rc == 0) t[k].name = strdup(e->string);
-            if (rc == 0 && !t[k].name) rc = fail(err, errlen, "safetensors file '%s': out of memory", file);
+            if (rc == 0 && !t[k].name) rc = errf(err, errlen, "safetensors file '%s': out of memory", file);
             if (rc == 0) k++;
         }
         if (rc) break;
