@@ -4,11 +4,7 @@
 # train_gpt in fp16 for 1 step. Checks that each run trains (finite losses) and resumes; that an
 # fp16 resume is bit-exact; and -lg telemetry, without NVML and with a stub NVML library.
 set -u
-cd "$(dirname "$0")/.."
-SIM=build/cudasim/train_gpt
-[ -x "$SIM" ] && [ -x ./train_gpt_cpu ] || { echo "FAIL: build $SIM and train_gpt_cpu first"; exit 1; }
-W=$(mktemp -d /tmp/llmc_simtrain.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. "$(dirname "$0")/sim_setup.sh" llmc_simtrain
 /usr/bin/python3 - "$W/train.bin" <<'PY'
 import struct, random, sys
 random.seed(3); n = 20000

@@ -32,11 +32,7 @@
 #   master weights are host bytes (closed forms); each run checks allocated == plan at startup;
 # - --offload optimizer with bf16 trains; with fp16 it is an error naming the flags.
 set -u
-cd "$(dirname "$0")/.."
-SIM=build/cudasim/train_gpt
-[ -x "$SIM" ] && [ -x ./train_gpt_cpu ] || { echo "FAIL: build $SIM and train_gpt_cpu first"; exit 1; }
-W=$(mktemp -d /tmp/llmc_optstate_sim.XXXXXX)
-trap 'rm -rf "$W"' EXIT
+. "$(dirname "$0")/sim_setup.sh" llmc_optstate_sim
 export OMP_WAIT_POLICY=passive OMP_NUM_THREADS=1
 /usr/bin/python3 - "$W" <<'PY'
 import os, random, sys
