@@ -101,6 +101,7 @@ const ModelArch *model_arch_by_name(const char *name);
 /* The registry's entries (defined beside each architecture's code). */
 extern const ModelArch gpt2_arch;
 extern const ModelArch llama3_arch;
+extern const ModelArch mlp_arch;
 
 #ifdef __cplusplus
 }
