@@ -44,7 +44,8 @@ static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *n
     cg->a->build(cg->model, &cg->ac);
     CpuModelParts parts = cg->a->parts(cg->model);
     cg->ac.arch->load_init(g->init, &cg->ac, *parts.params, parts.num_parameters, g->seed);
-    cg->cache = cg->a->kvcache_new(cg->model, GENERATE_CHUNK);
+    cg->cache = callocCheck(1, cg->a->cache_size, "KV cache");
+    cg->a->kvcache_init(cg->cache, cg->model, GENERATE_CHUNK);
     char what[160];
     cg->a->describe(&cg->ac, what, sizeof what);
     snprintf(desc, len, "CPU fp32, %sblas: %s", what, cg->blas);
@@ -61,6 +62,7 @@ static const float *cpu_forward(void *self, const int *tokens, int n) {
 static void cpu_free(void *self) {
     CpuGenerator *cg = (CpuGenerator *)self;
     cg->a->kvcache_free(cg->cache);
+    free(cg->cache);
     cg->a->free(cg->model);
     free(cg->model);
 }

@@ -3,9 +3,6 @@
  * sequence (llmc/cpu/gpt2.h) and its KV-cache decode (llmc/cpu/decode.h). A file of its own:
  * decode.h includes gpt2.h, so gpt2.c cannot include decode.h without a loop.
  */
-#include <stdlib.h>
-
-#include "llmc/core/check.h"
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/decode.h"
 #include "llmc/cpu/gpt2.h"
@@ -32,15 +29,8 @@ static void arch_plan_shard(const ArchConfig *cfg, int zero, int ranks, int rank
     gpt2_plan_shard(arch_config_cbase(cfg), zero, ranks, rank, p);
 }
 static void arch_shard(void *m, int zero, int ranks, int rank, CpuShardHooks hooks) { gpt2_shard(m, zero, ranks, rank, hooks); }
-static void *arch_kvcache_new(const void *m, int max_chunk) {
-    KVCache *c = callocCheck(1, sizeof *c, "KV cache");
-    kvcache_init(c, m, max_chunk);
-    return c;
-}
-static void arch_kvcache_free(void *c) {
-    kvcache_free(c);
-    free(c);
-}
+static void arch_kvcache_init(void *c, const void *m, int max_chunk) { kvcache_init(c, m, max_chunk); }
+static void arch_kvcache_free(void *c) { kvcache_free(c); }
 static const float *arch_forward_cached(const void *m, void *c, const int *tokens, int n) {
     return gpt2_forward_cached(m, c, tokens, n);
 }
@@ -50,7 +40,24 @@ static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
 }
 
 const CpuArch gpt2_cpu_arch = {
-    &gpt2_arch, sizeof(GPT2), arch_build, arch_allocate, arch_free, arch_zero_grad, arch_forward,
-    arch_backward, arch_logits, arch_parts, arch_print_memory, arch_plan, arch_plan_shard, arch_shard,
-    2, NULL, NULL, arch_kvcache_new, arch_kvcache_free, arch_forward_cached, arch_describe,
+    .arch = &gpt2_arch,
+    .model_size = sizeof(GPT2),
+    .build = arch_build,
+    .allocate = arch_allocate,
+    .free = arch_free,
+    .zero_grad = arch_zero_grad,
+    .forward = arch_forward,
+    .backward = arch_backward,
+    .logits = arch_logits,
+    .parts = arch_parts,
+    .print_memory = arch_print_memory,
+    .plan = arch_plan,
+    .plan_shard = arch_plan_shard,
+    .shard = arch_shard,
+    .max_recompute = 2, /* no_recompute, fix_recompute: NULL (-r 0-2 run as given) */
+    .cache_size = sizeof(KVCache),
+    .kvcache_init = arch_kvcache_init,
+    .kvcache_free = arch_kvcache_free,
+    .forward_cached = arch_forward_cached,
+    .describe = arch_describe,
 };

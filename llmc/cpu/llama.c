@@ -297,60 +297,15 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
-static void arch_build(void *m, const ArchConfig *cfg) { llama_build(m, arch_config_as((ArchConfig *)cfg, const LlamaConfig)); }
-static void arch_allocate(void *m, int B, int T, int recompute, int training) {
-    (void)recompute; /* every activation stored */
-    llama_allocate_for(m, B, T, training);
-}
-static void arch_free(void *m) { llama_free(m); }
-static void arch_zero_grad(void *m) { llama_zero_grad(m); }
-static float arch_forward(void *m, const int *inputs, const int *targets, int B, int T, float dloss) {
-    return llama_forward(m, inputs, targets, B, T, dloss);
-}
-static void arch_backward(void *m, const int *inputs, int B, int T) { llama_backward(m, inputs, B, T); }
-static const float *arch_logits(const void *m) {
-    const LlamaModel *model = m;
-    return tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_logits], 0);
-}
-static CpuModelParts arch_parts(void *m) {
-    LlamaModel *model = m;
-    return (CpuModelParts){&model->cfg.base, model->num_parameters, &model->params_memory, &model->grads_memory,
-                           model->param_specs};
-}
-static void arch_print_memory(const void *m, FILE *out) { llama_print_memory(m, out); }
-static void arch_plan(const ArchConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
-    (void)recompute;
-    llama_plan(arch_config_as((ArchConfig *)cfg, const LlamaConfig), B, T, training, p);
-}
-static void arch_plan_shard(const ArchConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
-    llama_plan_shard(arch_config_as((ArchConfig *)cfg, const LlamaConfig), zero, ranks, rank, p);
-}
-static void arch_shard(void *m, int zero, int ranks, int rank, CpuShardHooks hooks) { llama_shard(m, zero, ranks, rank, hooks); }
-static int arch_fix_recompute(int recompute, FILE *note) {
-    if (recompute != 0)
-        fprintf(note, "note: -r %d: the CPU Llama keeps every activation (no recompute levels yet); running -r 0\n", recompute);
-    return 0;
-}
-static void *arch_kvcache_new(const void *m, int max_chunk) {
-    LlamaKVCache *c = callocCheck(1, sizeof *c, "KV cache");
-    llama_kvcache_init(c, m, max_chunk);
-    return c;
-}
-static void arch_kvcache_free(void *c) {
-    llama_kvcache_free(c);
-    free(c);
-}
-static const float *arch_forward_cached(const void *m, void *c, const int *tokens, int n) {
-    return llama_forward_cached(m, c, tokens, n);
-}
-static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
+CPU_ARCH_SEQUENCE(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, "Llama")
+
+static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     const ModelConfig *b = arch_config_cbase(cfg);
     snprintf(out, len, "Llama 3 (NKV %d, F %d), ", b->num_kv_heads, b->ffn_hidden);
 }
 
 const CpuArch llama3_cpu_arch = {
-    &llama3_arch, sizeof(LlamaModel), arch_build, arch_allocate, arch_free, arch_zero_grad, arch_forward,
-    arch_backward, arch_logits, arch_parts, arch_print_memory, arch_plan, arch_plan_shard, arch_shard,
-    0, "the CPU Llama keeps every activation (no recompute levels)", arch_fix_recompute,
-    arch_kvcache_new, arch_kvcache_free, arch_forward_cached, arch_describe,
+    .arch = &llama3_arch,
+    CPU_ARCH_SEQUENCE_ENTRY(llama, LlamaModel, LlamaKVCache, "Llama"),
+    .describe = llama_cpu_describe,
 };

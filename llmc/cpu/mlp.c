@@ -225,60 +225,14 @@ const float *mlp_forward_cached(const MlpModel *model, MlpKVCache *c, const int 
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
-static const MlpConfig *cfg_of(const ArchConfig *cfg) { return arch_config_as((ArchConfig *)cfg, const MlpConfig); }
-static void arch_build(void *m, const ArchConfig *cfg) { mlp_build(m, cfg_of(cfg)); }
-static void arch_allocate(void *m, int B, int T, int recompute, int training) {
-    (void)recompute; /* every activation stored */
-    mlp_allocate_for(m, B, T, training);
-}
-static void arch_free(void *m) { mlp_free(m); }
-static void arch_zero_grad(void *m) { mlp_zero_grad(m); }
-static float arch_forward(void *m, const int *inputs, const int *targets, int B, int T, float dloss) {
-    return mlp_forward(m, inputs, targets, B, T, dloss);
-}
-static void arch_backward(void *m, const int *inputs, int B, int T) { mlp_backward(m, inputs, B, T); }
-static const float *arch_logits(const void *m) {
-    const MlpModel *model = m;
-    return tensor_layer(model->acts_memory, &model->act_specs[MLP_A_logits], 0);
-}
-static CpuModelParts arch_parts(void *m) {
-    MlpModel *model = m;
-    return (CpuModelParts){&model->cfg.base, model->num_parameters, &model->params_memory, &model->grads_memory,
-                           model->param_specs};
-}
-static void arch_print_memory(const void *m, FILE *out) { mlp_print_memory(m, out); }
-static void arch_plan(const ArchConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
-    (void)recompute;
-    mlp_plan(cfg_of(cfg), B, T, training, p);
-}
-static void arch_plan_shard(const ArchConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
-    mlp_plan_shard(cfg_of(cfg), zero, ranks, rank, p);
-}
-static void arch_shard(void *m, int zero, int ranks, int rank, CpuShardHooks hooks) { mlp_shard(m, zero, ranks, rank, hooks); }
-static int arch_fix_recompute(int recompute, FILE *note) {
-    if (recompute != 0)
-        fprintf(note, "note: -r %d: the CPU MLP keeps every activation (no recompute levels); running -r 0\n", recompute);
-    return 0;
-}
-static void *arch_kvcache_new(const void *m, int max_chunk) {
-    MlpKVCache *c = callocCheck(1, sizeof *c, "MLP decode cache");
-    mlp_kvcache_init(c, m, max_chunk);
-    return c;
-}
-static void arch_kvcache_free(void *c) {
-    mlp_kvcache_free(c);
-    free(c);
-}
-static const float *arch_forward_cached(const void *m, void *c, const int *tokens, int n) {
-    return mlp_forward_cached(m, c, tokens, n);
-}
-static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
+CPU_ARCH_SEQUENCE(mlp, MlpModel, MlpConfig, MlpKVCache, MLP_A_logits, "MLP")
+
+static void mlp_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     snprintf(out, len, "MLP (F %d), ", arch_config_cbase(cfg)->ffn_hidden);
 }
 
 const CpuArch mlp_cpu_arch = {
-    &mlp_arch, sizeof(MlpModel), arch_build, arch_allocate, arch_free, arch_zero_grad, arch_forward,
-    arch_backward, arch_logits, arch_parts, arch_print_memory, arch_plan, arch_plan_shard, arch_shard,
-    0, "the CPU MLP keeps every activation (no recompute levels)", arch_fix_recompute,
-    arch_kvcache_new, arch_kvcache_free, arch_forward_cached, arch_describe,
+    .arch = &mlp_arch,
+    CPU_ARCH_SEQUENCE_ENTRY(mlp, MlpModel, MlpKVCache, "MLP"),
+    .describe = mlp_cpu_describe,
 };
