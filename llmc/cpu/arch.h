@@ -3,7 +3,7 @@
  * a CPU block sequence, with uniform entry points over `void *model` (the architecture's own model
  * struct, model_size bytes). ./train_gpt_cpu (train_gpt.c) and ./generate (generate.c) hold one
  * set of adapters over it; each entry is defined beside its block sequence (gpt2_cpu_arch in
- * llmc/cpu/gpt2.c, llama3_cpu_arch in llmc/cpu/llama.c, ...) and listed in cpu_archs[] (arch.c).
+ * llmc/cpu/gpt2_arch.c, llama3_cpu_arch in llmc/cpu/llama.c, ...) and listed in cpu_archs[] (arch.c).
  * docs/ARCHITECTURES.md has the steps to add one.
  */
 #ifndef LLMC_CPU_ARCH_H

@@ -6,7 +6,6 @@
 
 #include "llmc/core/check.h"
 #include "llmc/cpu/arch.h"
-#include "llmc/formats/mlpfile.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
