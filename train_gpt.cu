@@ -253,6 +253,22 @@ static int cuda_graph_allowed(const TrainConfig *tc, const CudaModel *m, FILE *n
     return why == NULL;
 }
 
+/* The CUDA runtime (llmc/cuda/cudamodel.cuh) builds GPT-2 and the Llama only: an -e that names
+ * another architecture (its descriptor or its file) stops here, before any device or process
+ * group. Only the registry's entries before the fallback are asked (-e may be a run directory that
+ * -y 1 resolves later; cudamodel_build refuses that checkpoint's architecture the same way). */
+static void require_cuda_arch(const char *init) {
+    ArchConfig ac;
+    for (int i = 0; model_archs[i] && model_archs[i + 1]; i++) {
+        const ModelArch *a = model_archs[i];
+        if (!a->config_from_init(init, &ac)) continue;
+        if (a != &gpt2_arch && a != &llama3_arch)
+            llmc_die("-e %s is a %s model: the CUDA trainer has no block sequence for it yet (./train_gpt_cpu trains it)",
+                     init, a->display);
+        return;
+    }
+}
+
 /* Is init a Llama (a name, an HF directory, llmc's or llm.c's Llama file)? Then plan_llama is
  * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). resolve:
  * run_arch becomes init's architecture, whatever it is (the model's own path: after -y 1 found
@@ -374,6 +390,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    require_cuda_arch(tc.init);
     detect_llama(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */

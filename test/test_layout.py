@@ -17,7 +17,9 @@ os.chdir(ROOT)
 LAYERS = [
     ["core"],                     # checks, dtypes, tensor tables, memory accounting, files, rng, logs
     ["models", "data", "dist"],   # architectures' tables and configs; data; process groups
-    ["formats", "cpu"],           # model/state/HF files and the architecture table; CPU ops and models
+    ["formats"],                  # model/state/HF files and the architecture table (includes no cpu/)
+    ["cpu"],                      # CPU ops, block sequences and their per-architecture table (cpu/arch.h
+                                  # reads formats/arch.h's ModelArch and ArchConfig)
     ["generate"],                 # sampling and the generation front end
     ["train"],                    # flags, the loop, optimizer, plan, budget
     ["cuda"],                     # the CUDA backend (its host code uses everything below)

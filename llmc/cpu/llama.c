@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
+#include "llmc/cpu/arch.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/matmul.h"
@@ -294,3 +295,17 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
     c->len = pos + n;
     return c->logits;
 }
+
+/* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
+CPU_ARCH_SEQUENCE(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, "Llama")
+
+static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
+    const ModelConfig *b = arch_config_cbase(cfg);
+    snprintf(out, len, "Llama 3 (NKV %d, F %d), ", b->num_kv_heads, b->ffn_hidden);
+}
+
+const CpuArch llama3_cpu_arch = {
+    .arch = &llama3_arch,
+    CPU_ARCH_SEQUENCE_ENTRY(llama, LlamaModel, LlamaKVCache, "Llama"),
+    .describe = llama_cpu_describe,
+};

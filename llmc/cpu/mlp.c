@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
+#include "llmc/cpu/arch.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
@@ -221,3 +222,16 @@ const float *mlp_forward_cached(const MlpModel *model, MlpKVCache *c, const int 
     c->len += n;
     return ACT(logits, 0);
 }
+
+/* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
+CPU_ARCH_SEQUENCE(mlp, MlpModel, MlpConfig, MlpKVCache, MLP_A_logits, "MLP")
+
+static void mlp_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
+    snprintf(out, len, "MLP (F %d), ", arch_config_cbase(cfg)->ffn_hidden);
+}
+
+const CpuArch mlp_cpu_arch = {
+    .arch = &mlp_arch,
+    CPU_ARCH_SEQUENCE_ENTRY(mlp, MlpModel, MlpKVCache, "MLP"),
+    .describe = mlp_cpu_describe,
+};

@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "llmc/models/mlp.h"
-#include "llmc/train/plan.h"
+#include "llmc/core/mem.h"
 #include "llmc/cpu/zero.h"
 
 #ifdef __cplusplus

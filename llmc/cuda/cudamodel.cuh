@@ -170,7 +170,7 @@ inline void cudamodel_build(CudaModel *m, const char *init, unsigned long long s
     if (llama) {
         llamacuda_set_config(m, arch_config_as(&ac, const LlamaConfig));
     } else {
-        if (arch != &gpt2_arch) llmc_die("-e %s is a %s model: the CUDA model has no block sequence for it", init, arch->display);
+        if (arch != &gpt2_arch) llmc_die("-e %s is a %s model: the CUDA runtime has no block sequence for it yet", init, arch->display);
         const ModelConfig cfg = *arch_config_base(&ac);
         m->cfg = cfg;
         m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);

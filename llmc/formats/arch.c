@@ -191,7 +191,8 @@ const ModelArch llama3_arch = {
 };
 
 /* ---- the registry ------------------------------------------------------------------------- */
-const ModelArch *const model_archs[] = {&llama3_arch, &gpt2_arch, NULL};
+/* mlp before the Llama: they share the file magic, and the Llama reader refuses the MLP's id */
+const ModelArch *const model_archs[] = {&mlp_arch, &llama3_arch, &gpt2_arch, NULL};
 
 const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg) {
     for (int i = 0; model_archs[i]; i++)

@@ -8,7 +8,8 @@
  * configuration (read, checked, printed), its parameter and activation tables, how its
  * parameters are loaded and saved (its own checkpoint file, the HF directory beside a checkpoint),
  * and its training flops per token. The per-backend pieces (block sequences, KV caches, CUDA
- * kernels) are not here: llmc/cpu/ and llmc/cuda/ hold a small table indexed by the arch.
+ * kernels) are not here: llmc/cpu/arch.h holds the CPU backend's table (CpuArch, cpu_arch_for);
+ * the CUDA runtime (llmc/cuda/cudamodel.cuh) dispatches on GPT-2 and the Llama.
  *
  * ArchConfig holds the architecture's own configuration struct in place. Every such struct
  * starts with a ModelConfig (the shared shape: maxT, V, Vp, L, NH, NKV, C, F), so
@@ -101,6 +102,7 @@ const ModelArch *model_arch_by_name(const char *name);
 /* The registry's entries (defined beside each architecture's code). */
 extern const ModelArch gpt2_arch;
 extern const ModelArch llama3_arch;
+extern const ModelArch mlp_arch;
 
 #ifdef __cplusplus
 }
