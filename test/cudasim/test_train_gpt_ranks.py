@@ -331,8 +331,8 @@ def main():
            "train_gpt ranks started with different flags: a startup error naming the rank and the flag", p.stderr[-600:])
     import shutil
     shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{test_dist.failures} failure(s)")
-    return 1 if test_dist.failures else 0
+    print(f"{test_dist.failures()} failure(s)")
+    return 1 if test_dist.failures() else 0
 
 
 if __name__ == "__main__":
