@@ -227,11 +227,7 @@ static void test_trajectory(const char *path, const DebugState *d) {
     for (int step = 0; step < d->nsteps; step++) {
         float norm;
         const float l = train_step(&model, d, m, v, step + 1, &norm);
-        int ok = fabsf(l - d->losses[step]) <= 1e-4f * fabsf(d->losses[step]) &&
-                 fabsf(norm - d->norms[step]) <= 1e-3f * fabsf(d->norms[step]);
-        printf("  step %2d: loss %.6f (ref %.6f)  norm %.6f (ref %.6f)%s\n", step, l, d->losses[step], norm,
-               d->norms[step], ok ? "" : "  <-- out of tolerance");
-        traj_ok &= ok;
+        traj_ok &= check_debug_step(d, step, l, norm);
     }
     test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
     test_close("parameters after the trajectory", model.params_memory, d->params_after, n, 1e-5, 1e-4);
