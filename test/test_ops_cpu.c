@@ -214,6 +214,11 @@ static void test_encoder(uint64_t seed) {
     untouched &= memcmp(dwpe + (size_t)T * C, dwpe0 + (size_t)T * C, (size_t)(maxT - T) * C * sizeof(float)) == 0;
     test_report(untouched, "encoder_backward leaves unused dwte rows and dwpe rows t >= T bit-identical",
                 "an untouched row changed");
+    /* the token-only twin: the same dwte (the wte rows' gradient does not depend on wpe) */
+    float *dwte_tok = fcopy(dwte0, nwte);
+    embedding_backward(dwte_tok, w, inp, B * T, C);
+    check_close_d("embedding_backward dwte (+= onto prefill, FD)", dwte_tok, ref_wte, nwte, 1e-6, 1e-6);
+    free(dwte_tok);
 
     free(inp), free(wte), free(wpe), free(w), free(out), free(dwte), free(dwpe), free(dwte0), free(dwpe0);
     free(e.wte), free(e.wpe), free(e.w), free(e.out), free(g_wte), free(g_wpe), free(ref_wte), free(ref_wpe);

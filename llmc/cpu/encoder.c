@@ -32,3 +32,10 @@ void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *in
         }
     }
 }
+
+void embedding_backward(float *dwte, const float *dout, const int *inp, int N, int C) {
+    for (int i = 0; i < N; i++) { /* serial: a token repeated in the batch sums in position order */
+        float *row = dwte + (size_t)inp[i] * C;
+        for (int j = 0; j < C; j++) row[j] += dout[(size_t)i * C + j];
+    }
+}

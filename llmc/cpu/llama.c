@@ -8,6 +8,7 @@
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
+#include "llmc/cpu/encoder.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/rmsnorm.h"
@@ -185,12 +186,7 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
         cpu_zero_reduce_layer(&model->zs, l);
     }
     cpu_zero_end_layers(&model->zs);
-    /* encoded = wte[inputs] */
-    float *dwte = GRAD(wte, 0);
-    for (int i = 0; i < N; i++) {
-        float *row = dwte + (size_t)inputs[i] * C;
-        for (int j = 0; j < C; j++) row[j] += dres[(size_t)i * C + j];
-    }
+    embedding_backward(GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
     cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 
