@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hostile-input driver (issue 12): seeded random cases per category, each run under a timeout.
+"""Hostile-input driver (issues 12, 22): seeded random cases per category, each run under a timeout.
 Every case must end in success or a clean failure (exit 1 with an 'error: ' line); a signal
 death or other status is a crash, a timeout a hang, and a success where the input was bad (or a
 failure that left a temporary file, or a success whose files are incomplete or non-finite) a
@@ -9,6 +9,7 @@ Usage: test/test_hostile.py [--seed N] [--cases N]   (TRAINER / TOKENIZER: other
 import argparse
 import concurrent.futures as cf
 import glob
+import importlib.util
 import os
 import random
 import shutil
@@ -22,54 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hardening_util import (TOKENIZER, TRAINER, clean_outcome, limit_file_size, numel, run,  # noqa: E402
                             state_rewrite, write_model, write_shard)
 
-TIMEOUT = 30
-MODEL_BYTES = 1024 + 4 * numel(64, 256, 1, 32, 256)
-
-
-class Ctx:
-    def __init__(self, tmp, seed):
-        self.tmp, self.seed = tmp, seed
-        self.counter = 0
-
-    def path(self, *parts):
-        return os.path.join(self.tmp, *parts)
-
-    def fresh(self, stem):
-        self.counter += 1
-        return self.path(f"{stem}_{self.counter}")
-
-
-def leftovers(d):
-    return [f for f in os.listdir(d) if ".tmp." in f] if os.path.isdir(d) else []
-
-
-def finite_models(d):
-    """Every model file in d has the size its header's version needs (3: fp32, 5: bf16, as
-    --checkpoint-bf16 writes) and only finite weights."""
-    for m in glob.glob(os.path.join(d, "model_*.bin")):
-        data = open(m, "rb").read()
-        version = struct.unpack("<i", data[4:8])[0] if len(data) >= 8 else 0
-        if version == 3 and len(data) == MODEL_BYTES:
-            if any(x != x or abs(x) == float("inf") for x in struct.unpack(f"<{(len(data) - 1024) // 4}f", data[1024:])):
-                return False
-        elif version == 5 and len(data) == 1024 + (MODEL_BYTES - 1024) // 2:
-            if any(h & 0x7F80 == 0x7F80 for h in struct.unpack(f"<{(len(data) - 1024) // 2}H", data[1024:])):
-                return False
-        else:
-            return False
-    return True
-
-
-def base_args(ctx):
-    return ["-i", ctx.train, "-j", ctx.val, "-b", "2", "-t", "32", "-v", "2", "-m", "1", "-s", "0", "-l", "1e-2"]
-
-
-def resume_copy(ctx, name):
-    d = ctx.path(name)
-    shutil.copytree(ctx.ckpt, d)
-    for f in glob.glob(os.path.join(d, "*00000003*")):
-        os.remove(f)
-    return d
+from hostile_common import (MODEL_BYTES, TIMEOUT, Ctx, base_args, finite_models, leftovers,  # noqa: E402
+                            resume_copy)
 
 
 # ---- categories: each case returns (outcome, note) where outcome is ok/error/crash/hang/unclean/silent ----
@@ -417,6 +372,13 @@ def case_kill(ctx, r, i):
     return o, "resumed"
 
 
+# ok: succeeded where it should; error: a clean error; crash/hang/unclean: see clean_outcome; silent: a
+# success (or complete-looking files) where the input was bad; lost: a file the run did not write was
+# deleted or changed; skip: not tried here (say why in SKIP_WHY).
+OUTCOMES = ("ok", "error", "crash", "hang", "unclean", "silent", "lost", "skip")
+BAD = ("crash", "hang", "unclean", "silent", "lost")
+SKIP_WHY = {}
+
 CATEGORIES = [
     ("corrupted checkpoints", case_checkpoint),
     ("state files", case_state),
@@ -427,6 +389,22 @@ CATEGORIES = [
     ("divergence", case_divergence),
     ("kill -9 and resume", case_kill),
 ]
+
+
+def plugin_categories():
+    """Categories from test/hostile.d/*.py, in file-name order: each file's CATEGORIES holds
+    (name, fn) pairs, called like the ones above, or (name, fn, n) triples: n cases (not
+    --cases), fn(ctx, r, tag, k) with k = 0..n-1 (a fixed list of scenarios). A file may define
+    setup(ctx), called once after the driver's own setup."""
+    cats, setups = [], []
+    for f in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile.d", "*.py"))):
+        spec = importlib.util.spec_from_file_location("hostile_" + os.path.basename(f)[:-3].replace("-", "_"), f)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        cats += mod.CATEGORIES
+        if hasattr(mod, "setup"):
+            setups.append(mod.setup)
+    return cats, setups
 
 
 def main():
@@ -450,17 +428,26 @@ def main():
         return 1
     ctx.have_tokenizer = run(TOKENIZER, ["find-gpt2"], timeout=20)[0] == 0
     open(ctx.path("hostile.txt"), "w").write("To be, or not to be: that is the question.\n" * 50)
+    cats, setups = plugin_categories()
+    for fn in setups:
+        fn(ctx)
     failed = 0
     rows = []
-    for name, fn in CATEGORIES:
-        seeds = [rng.randrange(1 << 30) for _ in range(a.cases)]
+    for entry in CATEGORIES + cats:
+        name, fn = entry[0], entry[1]
+        n = entry[2] if len(entry) > 2 else a.cases
+        seeds = [rng.randrange(1 << 30) for _ in range(n)]
+        if len(entry) > 2:
+            call = lambda ia: fn(ctx, random.Random(ia[1]), f"{name[:4]}{ia[0]}", ia[0])  # noqa: E731
+        else:
+            call = lambda ia: fn(ctx, random.Random(ia[1]), f"{name[:4]}{ia[0]}")  # noqa: E731
         with cf.ThreadPoolExecutor(max_workers=a.jobs) as ex:
-            results = list(ex.map(lambda ia: fn(ctx, random.Random(ia[1]), f"{name[:4]}{ia[0]}"), enumerate(seeds)))
-        counts = {k: 0 for k in ("ok", "error", "crash", "hang", "unclean", "silent", "skip")}
+            results = list(ex.map(call, enumerate(seeds)))
+        counts = {k: 0 for k in OUTCOMES}
         for o, note in results:
             counts[o] += 1
-        bad = [(o, note) for o, note in results if o in ("crash", "hang", "unclean", "silent")]
-        tried = a.cases - counts["skip"]
+        bad = [(o, note) for o, note in results if o in BAD]
+        tried = n - counts["skip"]
         rows.append((name, tried, counts))
         for o, note in bad[:5]:
             print(f"  {name}: {o}: {note}")
@@ -468,12 +455,13 @@ def main():
         failed += not ok
         print(f"{'PASS' if ok else 'FAIL'}: hostile {name}: {tried} cases, {counts['ok']} succeeded, "
               f"{counts['error']} clean errors, {counts['crash']} crashes, {counts['hang']} hangs, "
-              f"{counts['silent']} silent, {counts['unclean']} unclean exits" +
-              (f" ({counts['skip']} skipped: no tokenizer files)" if counts["skip"] else ""))
+              f"{counts['silent']} silent, {counts['lost']} lost files, {counts['unclean']} unclean exits" +
+              (f" ({counts['skip']} skipped: {SKIP_WHY.get(name, 'no tokenizer files')})" if counts["skip"] else ""))
         sys.stdout.flush()
     total = sum(t for _, t, _ in rows)
     print(f"hostile driver: {total} cases; crashes {sum(c['crash'] for *_, c in rows)}, hangs "
-          f"{sum(c['hang'] for *_, c in rows)}, silent {sum(c['silent'] for *_, c in rows)}, unclean "
+          f"{sum(c['hang'] for *_, c in rows)}, silent {sum(c['silent'] for *_, c in rows)}, lost files "
+          f"{sum(c['lost'] for *_, c in rows)}, unclean "
           f"{sum(c['unclean'] for *_, c in rows)}")
     shutil.rmtree(tmp, ignore_errors=True)
     return 1 if failed else 0

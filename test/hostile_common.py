@@ -1,0 +1,57 @@
+"""Shared pieces of the hostile-input driver (test/test_hostile.py) and its category plug-ins
+(test/hostile.d/*.py): the context every case gets, the tiny model's size, the base flags."""
+import glob
+import os
+import shutil
+import struct
+
+from hardening_util import numel
+
+TIMEOUT = 30
+MODEL_BYTES = 1024 + 4 * numel(64, 256, 1, 32, 256)
+
+
+class Ctx:
+    def __init__(self, tmp, seed):
+        self.tmp, self.seed = tmp, seed
+        self.counter = 0
+
+    def path(self, *parts):
+        return os.path.join(self.tmp, *parts)
+
+    def fresh(self, stem):
+        self.counter += 1
+        return self.path(f"{stem}_{self.counter}")
+
+
+def leftovers(d):
+    return [f for f in os.listdir(d) if ".tmp." in f] if os.path.isdir(d) else []
+
+
+def finite_models(d):
+    """Every model file in d has the size its header's version needs (3: fp32, 5: bf16, as
+    --checkpoint-bf16 writes) and only finite weights."""
+    for m in glob.glob(os.path.join(d, "model_*.bin")):
+        data = open(m, "rb").read()
+        version = struct.unpack("<i", data[4:8])[0] if len(data) >= 8 else 0
+        if version == 3 and len(data) == MODEL_BYTES:
+            if any(x != x or abs(x) == float("inf") for x in struct.unpack(f"<{(len(data) - 1024) // 4}f", data[1024:])):
+                return False
+        elif version == 5 and len(data) == 1024 + (MODEL_BYTES - 1024) // 2:
+            if any(h & 0x7F80 == 0x7F80 for h in struct.unpack(f"<{(len(data) - 1024) // 2}H", data[1024:])):
+                return False
+        else:
+            return False
+    return True
+
+
+def base_args(ctx):
+    return ["-i", ctx.train, "-j", ctx.val, "-b", "2", "-t", "32", "-v", "2", "-m", "1", "-s", "0", "-l", "1e-2"]
+
+
+def resume_copy(ctx, name):
+    d = ctx.path(name)
+    shutil.copytree(ctx.ckpt, d)
+    for f in glob.glob(os.path.join(d, "*00000003*")):
+        os.remove(f)
+    return d
