@@ -20,7 +20,7 @@
 #include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
-#include "test/cpu_decode_check.h"
+#include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
@@ -108,15 +108,8 @@ int main(int argc, char **argv) {
     remove(sum);
     test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
 
+    check_debug_first_step(&llama3_cpu_arch, &model, &d);
     const int B = d.B, T = d.T;
-    llama_allocate(&model, B, T);
-    float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
-    llama_forward(&model, d.x, NULL, B, T, 0.0f);
-    check_debug_logits(&d, act_logits);
-    float loss = llama_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
-    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
-    llama_backward(&model, d.x, B, T);
-    check_debug_gradients(&d, model.param_specs, LLAMA3_NUM_PARAMETERS, model.grads_memory);
 
     /* the N-step trajectory on the same batch, with the reference's AdamW settings */
     llama_free(&model);

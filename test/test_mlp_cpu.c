@@ -24,7 +24,7 @@
 #include "llmc/formats/mlpfile.h"
 #include "llmc/formats/modelfile.h"
 #include "llmc/core/sumfile.h"
-#include "test/cpu_decode_check.h"
+#include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
@@ -264,15 +264,7 @@ int main(int argc, char **argv) {
     test_report(same_bytes(argv[1], path), "MLP checkpoint saved through mlp_arch is the reference's file byte for byte", "");
     remove_with_sum(path);
 
-    const int B = d.B, T = d.T;
-    mlp_allocate(&model, B, T);
-    float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[MLP_A_logits], 0);
-    mlp_forward(&model, d.x, NULL, B, T, 0.0f);
-    check_debug_logits(&d, act_logits);
-    float loss = mlp_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
-    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
-    mlp_backward(&model, d.x, B, T);
-    check_debug_gradients(&d, model.param_specs, MLP_NUM_PARAMETERS, model.grads_memory);
+    check_debug_first_step(&mlp_cpu_arch, &model, &d);
     mlp_free(&model);
     test_trajectory(argv[1], &d);
     test_zero(argv[1], &d);

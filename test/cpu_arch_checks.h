@@ -1,17 +1,36 @@
 /*
- * cpu_decode_check.h - the check every architecture's CPU KV-cache decode takes (test_llama_cpu.c,
- * test_mlp_cpu.c): through its CPU table entry (llmc/cpu/arch.h), the first sequence fed to
- * forward_cached in chunks of 1, 2, ..., 8 tokens gives the full forward's logits at every position.
+ * cpu_arch_checks.h - the checks every architecture's CPU block sequence takes against its PyTorch
+ * reference (test_llama_cpu.c, test_mlp_cpu.c), through its CPU table entry (llmc/cpu/arch.h): the
+ * first step's logits, loss and gradients against the reference's debug state, and the KV-cache
+ * decode (the first sequence fed to forward_cached in chunks of 1, 2, ..., 8 tokens gives the
+ * full forward's logits at every position).
  */
-#ifndef LLMC_TEST_CPU_DECODE_CHECK_H
-#define LLMC_TEST_CPU_DECODE_CHECK_H
+#ifndef LLMC_TEST_CPU_ARCH_CHECKS_H
+#define LLMC_TEST_CPU_ARCH_CHECKS_H
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "llmc/core/check.h"
 #include "llmc/cpu/arch.h"
+#include "test/debug_state.h"
 #include "test/testing.h"
+
+/* model: a's, built with the reference's parameters. Allocated for training at the debug state's
+ * (B, T); its logits (no targets), loss and gradients (one backward at weight 1/(B T)) must be the
+ * reference's. Leaves the gradients in the model. */
+static void check_debug_first_step(const CpuArch *a, void *model, const DebugState *d) {
+    const int B = d->B, T = d->T;
+    a->allocate(model, B, T, 0, 1);
+    a->forward(model, d->x, NULL, B, T, 0.0f);
+    check_debug_logits(d, a->logits(model));
+    float loss = a->forward(model, d->x, d->y, B, T, 1.0f / (B * T));
+    test_report(fabsf(loss - d->loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d->loss);
+    a->backward(model, d->x, B, T);
+    CpuModelParts parts = a->parts(model);
+    check_debug_gradients(d, parts.specs, a->arch->num_param_specs, *parts.grads);
+}
 
 /* model: a's, built and allocated for batches of (1, T) at least. Returns the cache after the
  * last chunk (the caller checks what it likes, then a->kvcache_free and free). */
