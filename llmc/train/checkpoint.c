@@ -4,7 +4,6 @@
  * and comparing the resumed run's configuration with the saved one.
  */
 #include "llmc/train/checkpoint.h"
-#include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/arch.h"
@@ -33,7 +32,7 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
     snprintf(init_path, len, "%s", tc->init);
     if (!tc->output_dir[0]) return -1;
     rundir_lock(tc->output_dir);
-    atomic_remove_stale(tc->output_dir); /* temporary files of dead processes (kill -9, full disk) */
+    rundir_remove_stale(tc->output_dir); /* temporary run files of dead processes (kill -9, full disk) */
     char names[512];
     int files = rundir_run_files(tc->output_dir, names, sizeof names);
     int step = checkpoint_latest_step(tc->output_dir);
@@ -48,12 +47,14 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
             printf("note: -y 1: output directory '%s' holds a run (%s) with no complete checkpoint (it stopped before "
                    "its first one): nothing to resume, so it starts over and its files are replaced\n",
                    tc->output_dir, names);
-            rundir_remove_run(tc->output_dir);
+            rundir_remove_run(tc->output_dir, tc->init, "-y 1 (starting over)");
             return -1;
         }
         printf("note: -y 1: output directory '%s' holds no run yet: starting a new one from -e %s\n", tc->output_dir, tc->init);
         return -1;
     }
+    if (files > 0 && tc->overwrite) /* deleted once the run is set up (train.c); refused now if it cannot be */
+        rundir_check_removable(tc->output_dir, tc->init, "--overwrite 1");
     if (files > 0 && !tc->overwrite)
         llmc_die("output directory '%s' already holds a run (%s); to continue it use -y 1, to delete its files and "
                  "start a new run there use --overwrite 1, or give another -o",
