@@ -35,7 +35,7 @@ void train_check_init(TrainConfig *tc) {
     if (stat(tc->init, &sb) == 0 && S_ISDIR(sb.st_mode) && !hf_is_model_dir(tc->init)) {
         int step = checkpoint_latest_step(tc->init);
         if (step >= 0)
-            llmc_die("-e %s is a run directory, not a model: to train from its latest complete checkpoint give -e "
+            llmc_die("-e %s is a directory holding a run, not a model file: to train from its latest complete checkpoint give -e "
                      "%s/model_%08d.bin, or to continue that run give -o %s -y 1",
                      tc->init, tc->init, step, tc->init);
     }
