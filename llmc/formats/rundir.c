@@ -88,20 +88,23 @@ static RunFileKind base_kind(const char *name, int *step) {
     return RUN_FILE_NONE;
 }
 
+/* base gets name without a temporary suffix "<name>.tmp.<pid>" (atomicfile.h's; the last ".tmp.",
+ * pid as %ld writes it). Returns 1 for a temporary name, 0 for another, -1 for neither (".tmp."
+ * followed by no pid, or too long). */
+static int split_temp(const char *name, char *base, size_t len) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return snprintf(base, len, "%s", name) < (int)len ? 0 : -1;
+    for (const char *u; (u = strstr(t + 1, ".tmp."));) t = u;
+    const char *end = canonical_number(t + 5, 1, NULL);
+    if (!end || *end || t[5] == '0' || (size_t)(t - name) >= len) return -1;
+    snprintf(base, len, "%.*s", (int)(t - name), name);
+    return 1;
+}
+
 RunFileKind rundir_file_kind(const char *name, int *step, int *temp) {
     char base[512];
-    int is_temp = 0;
-    const char *t = strstr(name, ".tmp.");
-    if (t) { /* "<name>.tmp.<pid>": atomicfile.h's temporary version, the last ".tmp." */
-        for (const char *u; (u = strstr(t + 1, ".tmp."));) t = u;
-        const char *end = canonical_number(t + 5, 1, NULL);
-        if (!end || *end || t[5] == '0' || (size_t)(t - name) >= sizeof base) return RUN_FILE_NONE;
-        snprintf(base, sizeof base, "%.*s", (int)(t - name), name);
-        is_temp = 1;
-    } else {
-        if (strlen(name) >= sizeof base) return RUN_FILE_NONE;
-        snprintf(base, sizeof base, "%s", name);
-    }
+    int is_temp = split_temp(name, base, sizeof base);
+    if (is_temp < 0) return RUN_FILE_NONE;
     RunFileKind kind = base_kind(base, step);
     size_t n = strlen(base);
     if (!kind && is_temp && n > 4 && strcmp(base + n - 4, ".old") == 0) { /* an HF directory being replaced */
@@ -112,9 +115,12 @@ RunFileKind rundir_file_kind(const char *name, int *step, int *temp) {
     return kind;
 }
 
+/* a temporary run file, or one of the CUDA trainer's default matmul cache (lt_plans.cuh) */
 static int is_run_temp(const char *name) {
     int temp;
-    return rundir_file_kind(name, NULL, &temp) != RUN_FILE_NONE && temp;
+    char base[512];
+    return (rundir_file_kind(name, NULL, &temp) != RUN_FILE_NONE && temp) ||
+           (split_temp(name, base, sizeof base) == 1 && strcmp(base, "matmul_algos.txt") == 0);
 }
 
 int rundir_remove_stale(const char *dir) { return atomic_remove_stale(dir, is_run_temp); }

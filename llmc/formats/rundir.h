@@ -18,7 +18,8 @@
  * The -e input is never deleted: a command that would have to (--overwrite 1, or -y 1 starting over,
  * with -e a run file of -o or inside one of its HF directories) stops with an error first.
  * Besides the run files, -o holds .llmc.lock (below; kept) and the CUDA trainer's matmul algorithm
- * cache matmul_algos.txt (kept: it describes the GPU, not the run).
+ * cache matmul_algos.txt (kept: it describes the GPU, not the run; a dead process's temporary
+ * version of it is removed with the run's).
  *
  * The trainer takes an exclusive flock on -o/.llmc.lock (which holds its PID) for the whole
  * process, so a second trainer on the same directory stops with an error instead of interleaving
@@ -46,7 +47,8 @@ RunFileKind rundir_file_kind(const char *name, int *step, int *temp);
  * directory, a symbolic link, a FIFO where the run writes a regular file; anything but a
  * directory for model_SSSSSSSS_hf), naming it: no run could write there, nor delete it. */
 int rundir_run_files(const char *dir, char *names, size_t len);
-/* Removes the temporary run files (rundir_file_kind's) of processes that no longer run. */
+/* Removes the temporary run files (rundir_file_kind's; and those of matmul_algos.txt) of processes
+ * that no longer run. */
 int rundir_remove_stale(const char *dir);
 /* Dies, deleting nothing, when rundir_remove_run(dir, keep, why) could not delete the run whole:
  * keep (the -e input; NULL or a name that is no file: none) is one of its files, or inside one of
