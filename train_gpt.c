@@ -162,6 +162,7 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
+    train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */
     BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     /* --plan: before any process group, run directory or model (-pn gives the rank count); the
      * model's header or name only */

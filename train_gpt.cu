@@ -390,6 +390,7 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     int precision;
     check_flags(&tc, &precision);
+    train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */
     require_cuda_arch(tc.init);
     detect_llama(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */

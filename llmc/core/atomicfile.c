@@ -109,14 +109,14 @@ void atomic_abort(AtomicFile *af) {
     pending_remove(af->tmp_path);
 }
 
-int atomic_remove_stale(const char *dir) {
+int atomic_remove_stale(const char *dir, int (*ours)(const char *name)) {
     DIR *d = opendir(dir);
     if (!d) return 0;
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         const char *tmp = strstr(e->d_name, ".tmp.");
-        if (!tmp) continue;
+        if (!tmp || (ours && !ours(e->d_name))) continue;
         char *end;
         errno = 0;
         long pid = strtol(tmp + 5, &end, 10);

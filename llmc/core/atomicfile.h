@@ -31,8 +31,9 @@ void atomic_commit(AtomicFile *af);                    /* dies with a clear mess
 void atomic_abort(AtomicFile *af);
 
 /* Removes "*.tmp.<pid>" files (and directories, atomic_dir_open's) in dir whose process <pid> no
- * longer exists (left by a kill -9 or a crash of an earlier run). Returns how many were removed. */
-int atomic_remove_stale(const char *dir);
+ * longer exists (left by a kill -9 or a crash of an earlier run), of those whose entry name ours
+ * accepts (NULL: every one). Returns how many were removed. */
+int atomic_remove_stale(const char *dir, int (*ours)(const char *name));
 
 /* The same for a directory of files (a Hugging Face model directory): atomic_dir_open() creates
  * "<path>.tmp.<pid>/", which the caller fills (atomic_open inside it: each file fsynced);

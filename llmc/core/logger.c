@@ -32,7 +32,9 @@ static void format_double_roundtrip(char *buf, double x) {
 }
 
 /* Keeps the lines of an existing log whose "step" is <= max_step, and the records of resumes
- * from before max_step (a resume from a later step belongs to the steps being dropped). */
+ * from before max_step (a resume from a later step belongs to the steps being dropped). A last
+ * line without its newline is a record cut off (a kill or full disk mid-write): dropped, so that
+ * the next record does not glue onto it. */
 static void truncate_log(const char *path, int max_step) {
     struct stat st;
     if (stat(path, &st) != 0) return; /* no log yet */
@@ -41,14 +43,24 @@ static void truncate_log(const char *path, int max_step) {
     if (!in) llmc_die("log: %s", err);
     AtomicFile af;
     atomic_open(&af, path);
-    char line[65536];
-    while (fgets(line, sizeof line, in)) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long long lineno = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        lineno++;
+        if (line[n - 1] != '\n') {
+            printf("note: log '%s': its last line (line %lld, %zd bytes) was cut off mid-write (no newline): "
+                   "dropped\n", path, lineno, n);
+            break;
+        }
         const char *s = strstr(line, "\"step\":");
         if (s && atoi(s + 7) > max_step) continue;
         const char *r = strstr(line, "\"resumed_from\":");
         if (r && atoi(r + 15) >= max_step) continue;
         fputs(line, af.f);
     }
+    free(line);
     int bad = ferror(in);
     fclose(in);
     if (bad) {

@@ -48,11 +48,12 @@ static int gpt2_from_init(const char *path, ArchConfig *ac) {
             hf_read_config(path, cfg);
             return 1;
         }
+        /* (the trainer says how to continue a run directory first: train_check_init) */
         int step = checkpoint_latest_step(path);
         char hint[1200] = "";
-        if (step >= 0) snprintf(hint, sizeof hint, " (its latest complete checkpoint is '%s/model_%08d.bin')", path, step);
-        llmc_die("model checkpoint '%s' is a directory, not a model file: give a model_NNNNNNNN.bin file%s, or "
-                 "continue the run in it with -o %s -y 1", path, hint, path);
+        if (step >= 0) snprintf(hint, sizeof hint, ", such as its latest complete checkpoint '%s/model_%08d.bin'", path, step);
+        llmc_die("model checkpoint '%s' is a directory, not a model file (nor a Hugging Face directory: it has no "
+                 "config.json): give a model file%s", path, hint);
     }
     int version;
     model_file_read_header(path, cfg, &version);

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +56,85 @@ void rundir_lock(const char *dir) {
     /* fd stays open (and locked) until the process exits */
 }
 
-static int is_run_file(const char *name) {
-    int step;
-    char tail;
-    return strcmp(name, "log.jsonl") == 0 || strncmp(name, "log.jsonl.tmp.", 14) == 0 ||
-           strncmp(name, "model_", 6) == 0 || strncmp(name, "state_", 6) == 0 ||
-           sscanf(name, "DONE_%8d%c", &step, &tail) >= 1;
+/* ---- the run files: one table of the names a run writes (rundir.h) ----------------------- */
+/* A number as printf's %0<width>d writes it: at least width digits, more only without a leading
+ * zero, at most INT_MAX. Returns the character after it, or NULL. */
+static const char *canonical_number(const char *s, int width, int *value) {
+    int n = 0;
+    long long v = 0;
+    while (s[n] >= '0' && s[n] <= '9') {
+        v = v * 10 + (s[n] - '0');
+        if (v > INT_MAX) return NULL;
+        n++;
+    }
+    if (n < width || (n > width && s[0] == '0')) return NULL;
+    if (value) *value = (int)v;
+    return s + n;
+}
+
+static RunFileKind base_kind(const char *name, int *step) {
+    const char *p;
+    if (strcmp(name, "log.jsonl") == 0) return RUN_FILE_LOG;
+    if (strncmp(name, "DONE_", 5) == 0) return (p = canonical_number(name + 5, 8, step)) && !*p ? RUN_FILE_DONE : RUN_FILE_NONE;
+    if (strncmp(name, "state_", 6) == 0) {
+        if (!(p = canonical_number(name + 6, 8, step)) || *p != '_' || !(p = canonical_number(p + 1, 5, NULL)))
+            return RUN_FILE_NONE;
+        return strcmp(p, ".bin") == 0 ? RUN_FILE_STATE : RUN_FILE_NONE;
+    }
+    if (strncmp(name, "model_", 6) != 0 || !(p = canonical_number(name + 6, 8, step))) return RUN_FILE_NONE;
+    if (strcmp(p, ".bin") == 0) return RUN_FILE_MODEL;
+    if (strcmp(p, ".bin.sum") == 0) return RUN_FILE_SUM;
+    if (strcmp(p, "_hf") == 0) return RUN_FILE_HF;
+    return RUN_FILE_NONE;
+}
+
+/* base gets name without a temporary suffix "<name>.tmp.<pid>" (atomicfile.h's; the last ".tmp.",
+ * pid as %ld writes it). Returns 1 for a temporary name, 0 for another, -1 for neither (".tmp."
+ * followed by no pid, or too long). */
+static int split_temp(const char *name, char *base, size_t len) {
+    const char *t = strstr(name, ".tmp.");
+    if (!t) return snprintf(base, len, "%s", name) < (int)len ? 0 : -1;
+    for (const char *u; (u = strstr(t + 1, ".tmp."));) t = u;
+    const char *end = canonical_number(t + 5, 1, NULL);
+    if (!end || *end || t[5] == '0' || (size_t)(t - name) >= len) return -1;
+    snprintf(base, len, "%.*s", (int)(t - name), name);
+    return 1;
+}
+
+RunFileKind rundir_file_kind(const char *name, int *step, int *temp) {
+    char base[512];
+    int is_temp = split_temp(name, base, sizeof base);
+    if (is_temp < 0) return RUN_FILE_NONE;
+    RunFileKind kind = base_kind(base, step);
+    size_t n = strlen(base);
+    if (!kind && is_temp && n > 4 && strcmp(base + n - 4, ".old") == 0) { /* an HF directory being replaced */
+        base[n - 4] = '\0';
+        kind = base_kind(base, step) == RUN_FILE_HF ? RUN_FILE_HF : RUN_FILE_NONE;
+    }
+    if (temp) *temp = is_temp;
+    return kind;
+}
+
+/* a temporary run file, or one of the CUDA trainer's default matmul cache (lt_plans.cuh) */
+static int is_run_temp(const char *name) {
+    int temp;
+    char base[512];
+    return (rundir_file_kind(name, NULL, &temp) != RUN_FILE_NONE && temp) ||
+           (split_temp(name, base, sizeof base) == 1 && strcmp(base, "matmul_algos.txt") == 0);
+}
+
+int rundir_remove_stale(const char *dir) { return atomic_remove_stale(dir, is_run_temp); }
+
+/* The entry dir/name has the kind of file its run-file name says (a directory for an HF one, a
+ * regular file otherwise; lstat: a symbolic link is neither). */
+static int right_type(const char *path, RunFileKind kind, const char **what) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        *what = "gone";
+        return errno == ENOENT;
+    }
+    *what = file_kind_name(st.st_mode);
+    return kind == RUN_FILE_HF ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
 }
 
 int rundir_run_files(const char *dir, char *names, size_t len) {
@@ -71,9 +145,20 @@ int rundir_run_files(const char *dir, char *names, size_t len) {
     size_t used = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
+        int temp;
+        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
         /* temporary files are never a run's result: a dead process's were removed at start
-         * (atomic_remove_stale), and a live one's cannot be a trainer's (the lock) */
-        if (!is_run_file(e->d_name) || strstr(e->d_name, ".tmp.")) continue;
+         * (rundir_remove_stale), and a live one's cannot be a trainer's (the lock) */
+        if (!kind || temp) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const char *what;
+        if (!right_type(path, kind, &what)) {
+            closedir(d);
+            llmc_die("output directory '%s' holds '%s', which has the name of a run file but is %s (a run writes %s "
+                     "there): no run wrote it, so none will replace or delete it; move it out of '%s' or give another -o",
+                     dir, path, what, kind == RUN_FILE_HF ? "a directory" : "a regular file", dir);
+        }
         if (count < 4 && used < len) {
             int k = snprintf(names + used, len - used, "%s%s", count ? ", " : "", e->d_name);
             if (k > 0) used += (size_t)k;
@@ -87,21 +172,52 @@ int rundir_run_files(const char *dir, char *names, size_t len) {
     return count;
 }
 
+void rundir_check_removable(const char *dir, const char *keep, const char *why) {
+    char names[8];
+    rundir_run_files(dir, names, sizeof names); /* (dies on a run file's name of the wrong kind) */
+    char keep_real[PATH_MAX];
+    if (!keep || !keep[0] || !realpath(keep, keep_real)) return; /* a name (d4), or nothing there */
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        int temp;
+        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
+        if (!kind || temp) continue;
+        char path[4400], real[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!realpath(path, real)) continue;
+        size_t n = strlen(real);
+        if (strcmp(real, keep_real) == 0 || (kind == RUN_FILE_HF && strncmp(keep_real, real, n) == 0 && keep_real[n] == '/')) {
+            closedir(d);
+            llmc_die("%s would delete the run in '%s', and -e %s is %s '%s': the model this run starts from. Nothing "
+                     "was deleted; copy it out of '%s' and give the copy as -e, or continue that run with -y 1",
+                     why, dir, keep, strcmp(real, keep_real) == 0 ? "its file" : "inside its directory", path, dir);
+        }
+    }
+    closedir(d);
+}
+
 static void remove_matching(const char *dir, int done_markers) {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        if (!is_run_file(e->d_name) || (strncmp(e->d_name, "DONE_", 5) == 0) != done_markers) continue;
+        int temp;
+        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
+        if (!kind || temp || (kind == RUN_FILE_DONE) != done_markers) continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) == 0 || (errno == EISDIR && remove_tree(path) == 0)) continue; /* dirs: --save-hf's */
+        const char *what;
+        if (!right_type(path, kind, &what)) continue; /* (rundir_check_removable refused it; gone since) */
+        if (kind == RUN_FILE_HF ? remove_tree(path) == 0 : unlink(path) == 0) continue;
         if (errno != ENOENT) llmc_die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
     }
     closedir(d);
 }
 
-void rundir_remove_run(const char *dir) {
+void rundir_remove_run(const char *dir, const char *keep, const char *why) {
+    rundir_check_removable(dir, keep, why);
     remove_matching(dir, 1);
     remove_matching(dir, 0);
 }
@@ -145,9 +261,8 @@ int checkpoint_latest_step(const char *dir) {
     int best = -1;
     struct dirent *e;
     while ((e = readdir(d))) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1 && step > best) best = step;
+        int step, temp;
+        if (rundir_file_kind(e->d_name, &step, &temp) == RUN_FILE_DONE && !temp && step > best) best = step;
     }
     closedir(d);
     return best;
@@ -189,9 +304,8 @@ void checkpoint_prune(const char *dir, int keep, int major, int rank, int protec
     int steps[4096], n = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n < 4096) {
-        int step;
-        char tail;
-        if (sscanf(e->d_name, "DONE_%8d%c", &step, &tail) == 1) steps[n++] = step;
+        int step, temp;
+        if (rundir_file_kind(e->d_name, &step, &temp) == RUN_FILE_DONE && !temp) steps[n++] = step;
     }
     closedir(d);
     /* sort descending */

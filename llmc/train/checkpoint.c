@@ -4,16 +4,17 @@
  * and comparing the resumed run's configuration with the saved one.
  */
 #include "llmc/train/checkpoint.h"
-#include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/arch.h"
+#include "llmc/formats/hf.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len);
 
@@ -29,11 +30,43 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     return step;
 }
 
+void train_check_init(TrainConfig *tc) {
+    struct stat sb;
+    if (stat(tc->init, &sb) == 0 && S_ISDIR(sb.st_mode) && !hf_is_model_dir(tc->init)) {
+        int step = checkpoint_latest_step(tc->init);
+        if (step >= 0)
+            llmc_die("-e %s is a directory holding a run, not a model file: to train from its latest complete checkpoint give -e "
+                     "%s/model_%08d.bin, or to continue that run give -o %s -y 1",
+                     tc->init, tc->init, step, tc->init);
+    }
+    if (!tc->plan || !tc->resume || !tc->output_dir[0]) return;
+    int step = checkpoint_latest_step(tc->output_dir);
+    if (step < 0) return; /* -y 1 starts a new run from -e */
+    FILE *out = tc->json ? stderr : stdout; /* (--plan --json: stdout is the JSON) */
+    char model[4200];
+    checkpoint_paths(tc->output_dir, step, 0, model, NULL, NULL, sizeof model);
+    fprintf(out, "note: --plan -y 1: the run in '%s' resumes from step %d: planning its model '%s'\n", tc->output_dir,
+            step, model);
+    char *text = checkpoint_read_done(tc->output_dir, step);
+    if (text) {
+        TrainConfig saved;
+        train_config_defaults(&saved);
+        train_config_from_text(&saved, text);
+        free(text);
+        if (strcmp(saved.init, tc->init) != 0 && !tc->allow_config_change)
+            fprintf(out, "note: --plan -y 1: this -e (%s) differs from the run's (%s), which the real resume refuses: "
+                    "give -e %s (or --allow-config-change 1)\n", tc->init, saved.init, saved.init);
+    }
+    if (snprintf(tc->init, sizeof tc->init, "%s", model) >= (int)sizeof tc->init)
+        llmc_die("-o %s: the checkpoint's path is longer than -e takes (%zu bytes)", tc->output_dir, sizeof tc->init - 1);
+    fflush(out);
+}
+
 static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len) {
     snprintf(init_path, len, "%s", tc->init);
     if (!tc->output_dir[0]) return -1;
     rundir_lock(tc->output_dir);
-    atomic_remove_stale(tc->output_dir); /* temporary files of dead processes (kill -9, full disk) */
+    rundir_remove_stale(tc->output_dir); /* temporary run files of dead processes (kill -9, full disk) */
     char names[512];
     int files = rundir_run_files(tc->output_dir, names, sizeof names);
     int step = checkpoint_latest_step(tc->output_dir);
@@ -48,12 +81,14 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
             printf("note: -y 1: output directory '%s' holds a run (%s) with no complete checkpoint (it stopped before "
                    "its first one): nothing to resume, so it starts over and its files are replaced\n",
                    tc->output_dir, names);
-            rundir_remove_run(tc->output_dir);
+            rundir_remove_run(tc->output_dir, tc->init, "-y 1 (starting over)");
             return -1;
         }
         printf("note: -y 1: output directory '%s' holds no run yet: starting a new one from -e %s\n", tc->output_dir, tc->init);
         return -1;
     }
+    if (files > 0 && tc->overwrite) /* deleted once the run is set up (train.c); refused now if it cannot be */
+        rundir_check_removable(tc->output_dir, tc->init, "--overwrite 1");
     if (files > 0 && !tc->overwrite)
         llmc_die("output directory '%s' already holds a run (%s); to continue it use -y 1, to delete its files and "
                  "start a new run there use --overwrite 1, or give another -o",
@@ -169,6 +204,10 @@ void train_resume_check_config(const TrainConfig *rc, int step) {
     train_config_defaults(&saved);
     train_config_from_text(&saved, text);
     free(text);
+    if (saved.ckpt_bf16)
+        printf("note: %s was written with --checkpoint-bf16 1: its weights were rounded to bf16, so this run continues "
+               "from the rounded weights (and the fp32 AdamW state) and is not bit-identical to a run that never "
+               "stopped; fp32 checkpoints (--checkpoint-bf16 0) resume bit-exactly\n", where);
     /* An architecture without recompute levels (Llama) keeps every activation: both trainers run it
      * at -r 0 whatever -r says, and older binaries saved the -r given (1 by default), which is no
      * difference from this run's 0. */

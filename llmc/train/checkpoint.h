@@ -21,9 +21,15 @@ extern "C" {
  * locks -o and decides (every rank gets its answer) where the parameters
  * come from: the latest complete checkpoint in -o when -y 1 (its step is returned), else
  * tc->init (returns -1). Dies when -o holds another run and neither -y 1 nor --overwrite 1 says
- * what to do with it, and when -y 1 finds a run there with no complete checkpoint; -y 1 on a
- * directory with no run files starts a new run. */
+ * what to do with it; -y 1 on a directory with no run files starts a new run, on a run with no
+ * complete checkpoint deletes its files and starts over. Deleting never takes the -e input (rundir.h):
+ * --overwrite 1 or -y 1 starting over with -e a file of the run in -o is an error, nothing deleted. */
 int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len);
+/* Before --plan and before the run directory is touched (both trainers): -e naming a run
+ * directory is an error saying how to use it (its checkpoint as -e, or -o DIR -y 1); with --plan
+ * -y 1 and a complete checkpoint in -o, tc->init becomes that checkpoint's model (what the resume
+ * trains), with a note (and one when the saved -e differs from tc->init: the resume refuses that). */
+void train_check_init(TrainConfig *tc);
 
 /* Writes model, state and the DONE marker (which holds the resolved configuration rc) of step.
  * healthy: the newest checkpoint step proven healthy (a later step trained from its weights

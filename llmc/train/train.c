@@ -296,7 +296,7 @@ static void run_setup(Run *r) {
     if (tc->overwrite && r->dist->rank == 0) {
         char names[512];
         int n = rundir_run_files(tc->output_dir, names, sizeof names);
-        rundir_remove_run(tc->output_dir);
+        rundir_remove_run(tc->output_dir, tc->init, "--overwrite 1");
         if (n) printf("--overwrite 1: deleted the %d file(s) of the previous run in '%s' (%s)\n", n, tc->output_dir, names);
     }
     logger_open(&r->lg, r->dist->rank == 0 ? tc->output_dir : "", r->resume_step); /* rank 0 writes the log */
