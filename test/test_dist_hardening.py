@@ -2,8 +2,8 @@
 """Ranks under faults and hostile starts (issue 22: findings 6, 7, 8, 18, 21), 2 ranks of a tiny
 model over -pi tcp (and mpirun when installed), each check seconds:
   6  work only rank 0 does (sampling, a checkpoint) longer than --dist-timeout is no "hung rank 0"
-     (rank 0's heartbeat); a rank 0 stopped (SIGSTOP) in such work is still named, with what it said
-     it was doing
+     (rank 0's heartbeat; -pi tcp, and sampling under mpirun); a rank 0 stopped (SIGSTOP) in such
+     work is still named, with what it said it was doing
   7  scripts/run_dist.sh local 2 --pi tcp with the port taken: exits 1 soon, no rank left running
   8  the ranks' training or validation data differ in one token under the same relative path (other
      working directories): every rank exits 1 naming the data
@@ -80,6 +80,18 @@ def rank0_busy(d):
     report(ok, f"6: 2 ranks, rank 0 samples 40000 tokens after step 1 (-s 1 -g 40000, {took:.1f} s) with --dist-timeout 1: no "
            "'hung rank 0' abort", " | ".join(e[-300:] for _, _, e in res))
 
+    if shutil.which("mpirun"):
+        t0 = time.time()
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", TRAINER] +
+                           base(d, ["-s", "1", "-g", "40000", "--dist-timeout", "1"]), capture_output=True, text=True,
+                           timeout=300, env=ENV)
+        took = time.time() - t0
+        if "was built without MPI" in p.stdout + p.stderr:
+            print("SKIP: 6: under mpirun (this trainer has no MPI)")
+        else:
+            report(p.returncode == 0, f"6: mpirun -np 2, rank 0 samples 40000 tokens after step 1 ({took:.1f} s) with "
+                   "--dist-timeout 1: no watchdog abort", p.stderr[-400:])
+
     out = os.path.join(d, "busy_ckpt")
     res = finish(start_ranks(base(d, ["-n", "2", "--dist-timeout", "1", "-o", out]), free_port(),
                              env={"LLMC_TEST_BUSY_SLEEP": "2"}))
@@ -132,7 +144,7 @@ def port_taken(d):
         try:
             p = subprocess.run([SCRIPT, "local", "2", "--pi", "tcp"] + base(d, ["--dist-timeout", "60", "-o", out]),
                                capture_output=True, text=True, timeout=40,
-                               env={**ENV, "TRAINER": TRAINER, "PORT": str(port)})
+                               env={**ENV, "TRAINER": TRAINER, "PORT": str(port), "RUN_DIST_GRACE": "2"})
             rc, err = p.returncode, p.stderr
         except subprocess.TimeoutExpired as e:
             rc, err = None, (e.stderr or b"").decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
