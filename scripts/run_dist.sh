@@ -130,7 +130,7 @@ local)
 hosts)
     [ $# -ge 2 ] || die "'hosts' needs an OpenMPI hostfile: scripts/run_dist.sh hosts FILE FLAGS..."
     file=$2; shift 2
-    [ -f "$file" ] && [ -r "$file" ] || die "hostfile '$file' is not a readable file"
+    [ -r "$file" ] && [ ! -d "$file" ] || die "hostfile '$file' is not a readable file"
     need_trainer
     need mpirun "'hosts' starts the ranks with mpirun, which is not installed here (install OpenMPI)"
     exec mpirun --hostfile "$file" --bind-to none ${MPIRUN_ARGS:-} "$trainer" "$@" ;;
