@@ -161,8 +161,12 @@ Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
         llmc_die("MPI_Init failed (%s=%d)", var, env_size);
     d->mpi = 1;
     mpi_heartbeat_ok = provided >= MPI_THREAD_SERIALIZED;
+
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    if (!mpi_heartbeat_ok && d->rank == 0)
+        fprintf(stderr, "note: this MPI gives no MPI_THREAD_SERIALIZED: rank 0 sends no heartbeat, so its checkpoints "
+                "and samples count against the others' --dist-timeout\n");
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &d->local_rank);
