@@ -460,6 +460,53 @@ static void test_sparse_big(void) {
     unlink(path);
 }
 
+/* The content CRC the ranks compare (dataloader_content_crc): a sparse shard (holes read as
+ * zeros, skipped by the scan: 3 MiB + 7 of them, not a multiple of the scan's chunk) has the CRC of
+ * the same bytes written out; one token changed anywhere changes it. */
+static void write_tokens_at(const char *path, size_t ntok, const uint16_t *toks, const size_t *at, int n, int dense) {
+    int32_t h[SHARD_HEADER_INTS] = {SHARD_MAGIC_U16, SHARD_VERSION_U16, (int32_t)ntok};
+    FILE *f = fopen(path, "wb");
+    fwrite(h, sizeof h, 1, f);
+    if (dense) {
+        uint16_t *all = calloc(ntok, 2);
+        for (int i = 0; i < n; i++) all[at[i]] = toks[i];
+        fwrite(all, 2, ntok, f);
+        free(all);
+    } else {
+        if (ftruncate(fileno(f), (off_t)(SHARD_HEADER_BYTES + ntok * 2)) != 0) perror("ftruncate");
+        for (int i = 0; i < n; i++) {
+            fseek(f, (long)(SHARD_HEADER_BYTES + at[i] * 2), SEEK_SET);
+            fwrite(&toks[i], 2, 1, f);
+        }
+    }
+    fclose(f);
+}
+
+static uint32_t content_crc_of(const char *path) {
+    DataLoader *dl = dataloader_open(path, 2, 8, 0, 1, 0, 0, GPT2_VOCAB, 0);
+    uint32_t crc = dataloader_content_crc(dl);
+    dataloader_close(dl);
+    return crc;
+}
+
+static void test_content_crc(void) {
+    const size_t ntok = (3u << 20) / 2 * 3 + 7; /* 9 MiB + 14 bytes of tokens */
+    const size_t at[4] = {0, 1234567, 3 * (1u << 19) + 1, ntok - 1};
+    const uint16_t toks[4] = {17, 50000, 3, 999};
+    char sparse[128], dense[128], changed[128];
+    snprintf(sparse, sizeof sparse, "%s/crc_sparse.bin", tmp_dir);
+    snprintf(dense, sizeof dense, "%s/crc_dense.bin", tmp_dir);
+    snprintf(changed, sizeof changed, "%s/crc_changed.bin", tmp_dir);
+    write_tokens_at(sparse, ntok, toks, at, 4, 0);
+    write_tokens_at(dense, ntok, toks, at, 4, 1);
+    const uint16_t other[4] = {17, 50000, 4, 999};
+    write_tokens_at(changed, ntok, other, at, 4, 1);
+    uint32_t a = content_crc_of(sparse), b = content_crc_of(dense), c = content_crc_of(changed);
+    test_report(a == b, "content CRC: a sparse shard equals the same bytes written densely", "%08x vs %08x", a, b);
+    test_report(b != c, "content CRC: one token changed changes it", "both %08x", b);
+    unlink(sparse), unlink(dense), unlink(changed);
+}
+
 /* ---- error paths (each in a child) ------------------------------------------------------ */
 
 typedef struct {
@@ -710,6 +757,7 @@ int main(int argc, char **argv) {
     }
     test_bad_inputs(&d);
     test_sparse_big();
+    test_content_crc();
     free_data(&d);
     rmdir(tmp_dir);
     return test_exit_code();

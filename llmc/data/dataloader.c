@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 /* reserved[0] of a DataLoaderState written by dataloader_get_state: the fingerprint in
  * reserved[1..4] is valid. reserved[1] = shards, [2] = tokens in all shards,
@@ -43,6 +44,7 @@ typedef struct {
     int token_bytes;    /* 2 or 4 */
     size_t ntok;
     int64_t nbatches;   /* global batches: floor((ntok - 1) / (B*T*nproc)) */
+    uint32_t crc;       /* CRC-32 of its tokens as read at open (a sparse file's holes as zeros) */
 } Shard;
 
 typedef struct {
@@ -317,22 +319,45 @@ static void move_to(DataLoader *dl, Position pos) {
 
 /* ---- open / close ---------------------------------------------------------------------- */
 
+/* crc extended by n zero bytes, in O(log n) (a hole of a sparse shard: gigabytes are common in
+ * tests), the same value as feeding the zeros. */
+static uint32_t crc_append_zeros(uint32_t crc, uint64_t n) {
+    static const unsigned char zero[4096];
+    uLong block = crc32(0L, zero, sizeof zero); /* the CRC of len zero bytes, len doubling */
+    uint64_t len = sizeof zero;
+    for (uint64_t q = n / sizeof zero; q; q >>= 1) {
+        if (q & 1) crc = (uint32_t)crc32_combine(crc, block, (z_off_t)len);
+        block = crc32_combine(block, block, (z_off_t)len);
+        len *= 2;
+    }
+    return (uint32_t)crc32(crc, zero, (uInt)(n % sizeof zero));
+}
+
 /* Every token of the shard must be < vocab_size: checked once, at open, over the whole file (a
  * max over 1 MiB chunks, which the compiler vectorises), so a bad shard fails before training
- * instead of at whichever batch holds the bad token. */
-static void scan_vocab(int fd, const char *path, const ShardInfo *info, int vocab_size, const char *vocab_origin) {
+ * instead of at whichever batch holds the bad token. The same read gives the tokens' CRC-32
+ * (*crc: ranks compare it, so that the same path with other content on another node is caught;
+ * it costs a CRC pass over data read anyway). */
+static void scan_vocab(int fd, const char *path, const ShardInfo *info, int vocab_size, const char *vocab_origin,
+                       uint32_t *crc) {
     enum { CHUNK_BYTES = 1 << 20 };
     uint8_t *buf = mallocCheck(CHUNK_BYTES, "shard scan buffer");
     size_t per = CHUNK_BYTES / (size_t)info->token_bytes;
+    *crc = (uint32_t)crc32(0L, Z_NULL, 0);
     for (size_t done = 0; done < info->ntok;) {
         off_t off = (off_t)SHARD_HEADER_BYTES + (off_t)done * info->token_bytes;
-        /* holes of a sparse file read as token 0, always in range: skip them */
+        /* holes of a sparse file read as token 0, always in range: skip them (zeros in the CRC) */
         off_t data = lseek(fd, off, SEEK_DATA);
-        if (data < 0 && errno == ENXIO) break;
+        if (data < 0 && errno == ENXIO) {
+            *crc = crc_append_zeros(*crc, (uint64_t)(info->ntok - done) * (uint64_t)info->token_bytes);
+            break;
+        }
         if (data > off) {
             size_t skip_to = (size_t)(data - SHARD_HEADER_BYTES) / (size_t)info->token_bytes;
             if (skip_to > done) {
-                done = skip_to < info->ntok ? skip_to : info->ntok;
+                size_t to = skip_to < info->ntok ? skip_to : info->ntok;
+                *crc = crc_append_zeros(*crc, (uint64_t)(to - done) * (uint64_t)info->token_bytes);
+                done = to;
                 continue;
             }
         }
@@ -367,6 +392,7 @@ static void scan_vocab(int fd, const char *path, const ShardInfo *info, int voca
                      "made with another tokenizer, or vocab_size is wrong",
                      path, tok, done + i, info->ntok, vocab_size);
         }
+        *crc = (uint32_t)crc32(*crc, buf, (uInt)(n * (size_t)info->token_bytes));
         done += n;
     }
     free(buf);
@@ -393,7 +419,7 @@ static void shard_open(Shard *sh, const char *path, const char *pattern, size_t 
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size != bytes)
         llmc_die("data shard '%s' changed size while being opened (now %lld bytes, expected %zu)", path,
                  (long long)st.st_size, bytes);
-    scan_vocab(fd, path, &info, vocab_size, vocab_origin);
+    scan_vocab(fd, path, &info, vocab_size, vocab_origin, &sh->crc);
     close(fd);
 
     size_t plen = strlen(path) + 1;
@@ -552,6 +578,14 @@ void dataloader_reset(DataLoader *dl) {
 size_t dataloader_num_tokens(const DataLoader *dl) { return dl->num_tokens; }
 size_t dataloader_batches_per_epoch(const DataLoader *dl) { return (size_t)dl->batches_per_epoch; }
 int dataloader_num_shards(const DataLoader *dl) { return dl->nshards; }
+uint32_t dataloader_content_crc(const DataLoader *dl) {
+    uint32_t crc = (uint32_t)crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < dl->nshards; i++) { /* each shard's CRC and token count, in glob order */
+        uint64_t v[2] = {dl->shards[i].crc, dl->shards[i].ntok};
+        crc = (uint32_t)crc32(crc, (const unsigned char *)v, sizeof v);
+    }
+    return crc;
+}
 double dataloader_last_wait_ms(const DataLoader *dl) { return dl->last_wait_ms; }
 
 /* ---- state ----------------------------------------------------------------------------- */

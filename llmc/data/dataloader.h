@@ -70,6 +70,10 @@ void dataloader_reset(DataLoader *dl);
 size_t dataloader_num_tokens(const DataLoader *dl);        /* tokens in all shards */
 size_t dataloader_batches_per_epoch(const DataLoader *dl); /* global batches in one epoch */
 int dataloader_num_shards(const DataLoader *dl);
+/* A CRC-32 of the content of every shard in glob order (each shard's tokens' CRC-32, computed
+ * by the vocabulary check's read at open, and its token count): the ranks of a run compare it
+ * (train.c), catching the same path with other data on another node or working directory. */
+uint32_t dataloader_content_crc(const DataLoader *dl);
 
 /* A position in the batch stream: the NEXT batch dataloader_next will return is batch
  * number batch_pos (in this epoch's order) of the shard_pos-th shard (in this epoch's order)

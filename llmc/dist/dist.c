@@ -2,6 +2,7 @@
 #include "llmc/dist/dist_ops.h"
 #include "llmc/core/check.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,11 @@ static int launcher_size(const char **var) {
     return 0;
 }
 
+int dist_launcher_size(void) {
+    const char *var;
+    return launcher_size(&var);
+}
+
 void dist_refuse_launcher(void) {
     int size;
     const char *var = launcher_var_above(1, &size);
@@ -73,6 +79,7 @@ Dist *dist_world(void) { return &world; }
 
 #if LLMC_HAVE_MPI
 static const DistOps mpi_ops;
+static int mpi_heartbeat_ok; /* MPI gave MPI_THREAD_SERIALIZED: rank 0 can send heartbeats from a thread */
 #endif
 
 /* -pi tcp | fs: the size and rank from -pn / -pr, or from the launcher that started the
@@ -121,6 +128,7 @@ Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
                          "process (-pn 1), or rebuild where NCCL is installed", f->pn);
             dist_refuse_launcher();
         }
+        if (f->pr != 0) llmc_die("-pr %d: a rank is 0 .. %d with -pn %d", f->pr, f->pn - 1, f->pn);
         (void)argc, (void)argv;
         return d;
     }
@@ -148,11 +156,17 @@ Dist *dist_init(int *argc, char ***argv, const DistFlags *f, int can_parallel) {
                  "without MPI each with -pr RANK and -pi tcp -ps HOST or -pi fs -pf DIR (scripts/run_dist.sh)",
                  flag_pn, flag_pn, flag_pn, (*argv)[0], flag_pn, flag_pn);
     int provided;
-    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    /* SERIALIZED: the heartbeat thread (dist_busy_begin) calls MPI while the main thread does not */
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         llmc_die("MPI_Init failed (%s=%d)", var, env_size);
     d->mpi = 1;
+    mpi_heartbeat_ok = provided >= MPI_THREAD_SERIALIZED;
+
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    if (!mpi_heartbeat_ok && d->rank == 0)
+        fprintf(stderr, "note: this MPI gives no MPI_THREAD_SERIALIZED: rank 0 sends no heartbeat, so its checkpoints "
+                "and samples count against the others' --dist-timeout\n");
     MPI_Comm local;
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &local);
     MPI_Comm_rank(local, &d->local_rank);
@@ -201,6 +215,11 @@ static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
         displs[r] = count_of(lo);
     }
 }
+/* The next collective's number; none may start during announced rank-0 work (dist_busy_begin). */
+static void next_collective(Dist *d) {
+    if (d->busy) llmc_die("internal: a collective while rank 0 is %s (dist_busy_begin)", dist_busy_name(d->busy - 1));
+    d->collectives++;
+}
 #define COMM_BEGIN double t0_ = now_ms()
 #define COMM_END(bytes) (d->comm_ms += now_ms() - t0_, d->comm_bytes += (long long)(bytes))
 
@@ -213,7 +232,20 @@ static void shard_counts(const Dist *d, size_t n, int *counts, int *displs) {
  * dist_wait answers at once (TAG_ANSWER, its collective's number). The ranks that do not answer
  * within a grace period are named as hung or dead, and this rank dies (exit status 1; mpirun
  * then ends the job). */
-enum { TAG_PROBE = 7101, TAG_ANSWER = 7102 };
+enum { TAG_PROBE = 7101, TAG_ANSWER = 7102, TAG_BUSY = 7103 };
+
+/* Rank 0's heartbeats (dist_busy_begin) waiting here: taken; 1 when there was one (the deadline
+ * then counts from now), *what: the work it announced. */
+static int take_heartbeats(Dist *d, int *what) {
+    int flag, heard = 0;
+    if (d->rank == 0) return 0;
+    for (;;) {
+        MPI_Iprobe(0, TAG_BUSY, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+        if (!flag) return heard;
+        MPI_Recv(what, 1, MPI_INT, 0, TAG_BUSY, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        heard = 1;
+    }
+}
 
 static void answer_probes(Dist *d) {
     int flag;
@@ -292,22 +324,71 @@ static void name_the_missing(Dist *d, MPI_Request *wait_req, const char *what) {
              d->rank, what, *mine, d->timeout_s, ne ? ": " : "", elsewhere);
 }
 
-/* Waits for a collective started by this rank, dying by the watchdog's rule past the deadline. */
+/* Waits for a collective started by this rank, dying by the watchdog's rule past the deadline
+ * (counted from rank 0's last heartbeat when it sends them). */
 static void dist_wait(Dist *d, MPI_Request *req, const char *what) {
-    int done = 0;
+    int done = 0, busy = -1;
     MPI_Test(req, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    const double t0 = now_ms(), limit = d->timeout_s * 1e3;
+    double t0 = now_ms();
+    const double limit = d->timeout_s * 1e3;
     for (long spins = 0;; spins++) {
         MPI_Test(req, &done, MPI_STATUS_IGNORE);
         if (done) return;
         if (spins < 2000) continue;
         answer_probes(d);
+        if (take_heartbeats(d, &busy)) t0 = now_ms();
         double waited = now_ms() - t0;
         if (waited > limit) break;
         pause_us(waited < 10.0 ? 20 : 200);
     }
+    if (busy >= 0)
+        fprintf(stderr, "note: rank %d: rank 0's last heartbeat was more than --dist-timeout %g s ago; it said it was %s\n",
+                d->rank, d->timeout_s, dist_busy_name(busy));
     name_the_missing(d, req, what);
+}
+
+/* Rank 0's heartbeat thread: a TAG_BUSY message to every other rank each period until stopped. */
+static struct {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, what;
+    Dist *d;
+} beat = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void *heartbeat_main(void *arg) {
+    (void)arg;
+    Dist *d = beat.d;
+    MPI_Request *req = (MPI_Request *)mallocCheck((size_t)d->size * sizeof *req, "heartbeat");
+    pthread_mutex_lock(&beat.mu);
+    while (!beat.stop) {
+        for (int r = 1; r < d->size; r++) MPI_Isend(&beat.what, 1, MPI_INT, r, TAG_BUSY, MPI_COMM_WORLD, &req[r]);
+        for (int r = 1; r < d->size; r++) MPI_Request_free(&req[r]); /* (eager: they complete by themselves) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double at = ts.tv_sec + ts.tv_nsec * 1e-9 + dist_heartbeat_s(d);
+        ts.tv_sec = (time_t)at;
+        ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+        while (!beat.stop && pthread_cond_timedwait(&beat.cv, &beat.mu, &ts) == 0) {}
+    }
+    pthread_mutex_unlock(&beat.mu);
+    free(req);
+    return NULL;
+}
+
+static void mpi_busy(Dist *d, int what) {
+    if (!mpi_heartbeat_ok) return; /* (no thread support: the deadline runs as before) */
+    if (what >= 0) {
+        beat.d = d, beat.what = what, beat.stop = 0;
+        if (pthread_create(&beat.thread, NULL, heartbeat_main, NULL) != 0) llmc_die("rank 0: cannot start the heartbeat thread");
+        return;
+    }
+    pthread_mutex_lock(&beat.mu);
+    beat.stop = 1;
+    pthread_cond_signal(&beat.cv);
+    pthread_mutex_unlock(&beat.mu);
+    pthread_join(beat.thread, NULL);
 }
 #define START(call) MPI_Request req_; call; dist_wait(d, &req_, what)
 
@@ -343,11 +424,20 @@ static void mpi_bcast(Dist *d, void *buf, size_t bytes, const char *what) {
     }
 }
 static void mpi_barrier(Dist *d, const char *what) { START(MPI_Ibarrier(MPI_COMM_WORLD, &req_)); }
+/* A barrier first (the others wait, hearing the heartbeat, while rank 0 writes the last
+ * checkpoint), then every heartbeat still queued taken, so none is left unreceived. */
 static void mpi_finalize(Dist *d) {
-    if (d->mpi) MPI_Finalize();
+    if (!d->mpi) return;
+    if (d->size > 1) {
+        int busy;
+        d->collectives++;
+        mpi_barrier(d, "barrier at the end");
+        take_heartbeats(d, &busy);
+    }
+    MPI_Finalize();
 }
 static const DistOps mpi_ops = {"MPI", mpi_reduce_scatter_f32, mpi_allgatherv, mpi_allgatherv_begin, mpi_wait,
-                                mpi_gatherv_f32, mpi_bcast, mpi_barrier, mpi_finalize};
+                                mpi_gatherv_f32, mpi_bcast, mpi_barrier, mpi_busy, mpi_finalize};
 #endif
 
 /* ---- the collectives: what every transport shares ---- */
@@ -371,7 +461,7 @@ void dist_allreduce_f32(Dist *d, float *buf, size_t n) {
 static void allgather_values(Dist *d, void *all, int n, DistType t, const char *what) {
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "counts");
     for (int r = 0; r < d->size; r++) counts[r] = n, counts[d->size + r] = r * n;
-    d->collectives++;
+    next_collective(d);
     d->ops->allgatherv(d, all, counts, counts + d->size, t, what);
     free(counts);
 }
@@ -402,7 +492,7 @@ void dist_reduce_scatter_f32(Dist *d, const float *full, float *shard, size_t n)
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
     shard_counts(d, n, counts, counts + d->size);
     COMM_BEGIN;
-    d->collectives++;
+    next_collective(d);
     d->ops->reduce_scatter_f32(d, full, shard, counts, "reduce-scatter");
     COMM_END(n * sizeof(float) / (size_t)d->size * (size_t)(d->size - 1)); /* a ring's share */
     free(counts);
@@ -413,7 +503,7 @@ void dist_allgather_f32(Dist *d, float *full, size_t n) {
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
     shard_counts(d, n, counts, counts + d->size);
     COMM_BEGIN;
-    d->collectives++;
+    next_collective(d);
     d->ops->allgatherv(d, full, counts, counts + d->size, DIST_F32, "all-gather");
     COMM_END((size_t)counts[d->rank] * sizeof(float) * (size_t)(d->size - 1));
     free(counts);
@@ -429,7 +519,7 @@ void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n) {
     int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "shard counts");
     shard_counts(d, n, counts, counts + d->size);
     COMM_BEGIN;
-    d->collectives++;
+    next_collective(d);
     d->ops->gatherv_f32(d, shard, full, counts, counts + d->size, "gather");
     COMM_END((hi - lo) * sizeof(float));
     free(counts);
@@ -438,7 +528,7 @@ void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n) {
 void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
     if (d->size == 1) return;
     COMM_BEGIN;
-    d->collectives++;
+    next_collective(d);
     d->ops->bcast(d, buf, bytes, "broadcast");
     COMM_END(bytes);
 }
@@ -450,7 +540,7 @@ void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {
 
 void dist_barrier(Dist *d) {
     if (d->size == 1) return;
-    d->collectives++;
+    next_collective(d);
     d->ops->barrier(d, "barrier");
 }
 
@@ -459,7 +549,7 @@ void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts) {
     size_t total = 0;
     for (int r = 0; r < d->size; r++) total += (size_t)counts[r];
     COMM_BEGIN;
-    d->collectives++;
+    next_collective(d);
     d->ops->reduce_scatter_f32(d, NULL, buf, counts, "reduce-scatter (bucket)");
     COMM_END((total - (size_t)counts[d->rank]) * sizeof(float));
 }
@@ -468,7 +558,7 @@ void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const in
     req->active = 0;
     if (d->size == 1) return;
     COMM_BEGIN; /* (a transport that completes it here: its time counts here) */
-    d->collectives++;
+    next_collective(d);
     d->ops->allgatherv_begin(d, buf, counts, displs, req);
     COMM_END((long long)counts[d->rank] * (long long)sizeof(float) * (d->size - 1));
 }
@@ -480,6 +570,32 @@ void dist_wait_request(Dist *d, DistRequest *req, const char *what) {
         COMM_END(0);
     }
     req->active = 0;
+}
+
+static const char *const BUSY_NAMES[DIST_BUSY_COUNT] = {"preparing the output directory", "sampling",
+                                                        "writing a checkpoint"};
+const char *dist_busy_name(int what) { return what >= 0 && what < DIST_BUSY_COUNT ? BUSY_NAMES[what] : "?"; }
+
+double dist_heartbeat_s(const Dist *d) { return d->timeout_s / 4 < 2.0 ? d->timeout_s / 4 : 2.0; }
+
+void dist_busy_begin(Dist *d, DistBusy what) {
+    if (d->size == 1 || d->rank != 0) return;
+    if (d->busy) llmc_die("internal: rank 0 announced %s while %s", dist_busy_name(what), dist_busy_name(d->busy - 1));
+    d->busy = (int)what + 1;
+    if (d->ops->busy) d->ops->busy(d, (int)what);
+    /* Tests only: LLMC_TEST_BUSY_SLEEP=SECONDS makes every announced work this long (a slow disk) */
+    const char *e = getenv("LLMC_TEST_BUSY_SLEEP");
+    if (e && atof(e) > 0) {
+        fprintf(stderr, "rank 0: LLMC_TEST_BUSY_SLEEP: %s for %g s\n", dist_busy_name(what), atof(e));
+        struct timespec ts = {(time_t)atof(e), (long)((atof(e) - (double)(time_t)atof(e)) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {}
+    }
+}
+
+void dist_busy_end(Dist *d) {
+    if (d->size == 1 || d->rank != 0 || !d->busy) return;
+    if (d->ops->busy) d->ops->busy(d, -1);
+    d->busy = 0;
 }
 
 void dist_take_comm(Dist *d, double *ms, long long *bytes) {

@@ -30,6 +30,11 @@
  *    stopped) is named at once, one that moves no byte for timeout_s is named as hung. Rank 0
  *    (every other rank talks to it) tells the others which rank failed before it exits, so
  *    every rank exits 1 naming it.
+ *  Work rank 0 does alone (dist_busy_begin .. dist_busy_end: clearing -o, sampling, writing a
+ *    checkpoint) does not count against the others' deadline: meanwhile rank 0 sends each of them
+ *    a heartbeat a few times per --dist-timeout (TCP: a header on the connection; MPI: a message
+ *    from a helper thread, given MPI_THREAD_SERIALIZED), and a waiting rank counts its deadline
+ *    from the last one. A rank 0 that hangs or is stopped there sends none and is named as before.
  *
  * Shards and buckets (ZeRO, which rank owns what): bucket.h, included here for the collectives'
  * users. The types of the group: group.h.
@@ -82,6 +87,17 @@ void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts);
  * displs must stay untouched until dist_wait_request. */
 void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req);
 void dist_wait_request(Dist *d, DistRequest *req, const char *what);
+
+/* Work only rank 0 does while the others wait in their next collective (DIST_BUSY_*: what it
+ * is, named in the others' error when rank 0 goes silent in it). Between begin and end rank 0
+ * sends the heartbeat (above) and may run no collective. On other ranks, and with one process,
+ * both do nothing. */
+typedef enum { DIST_BUSY_OUTPUT_DIR, DIST_BUSY_SAMPLE, DIST_BUSY_CHECKPOINT, DIST_BUSY_COUNT } DistBusy;
+void dist_busy_begin(Dist *d, DistBusy what);
+void dist_busy_end(Dist *d);
+
+/* The number of processes a launcher (mpirun, srun, ...) announced in the environment; 0: none. */
+int dist_launcher_size(void);
 
 /* Communication since the last call (then reset). */
 void dist_take_comm(Dist *d, double *ms, long long *bytes);

@@ -31,6 +31,9 @@ typedef struct DistOps {
     void (*gatherv_f32)(Dist *d, const float *shard, float *full, const int *counts, const int *displs, const char *what);
     void (*bcast)(Dist *d, void *buf, size_t bytes, const char *what);
     void (*barrier)(Dist *d, const char *what);
+    /* Rank 0: starts (what >= 0, a DistBusy) or stops (what < 0) the heartbeat to the other
+     * ranks (dist.h: dist_busy_begin). */
+    void (*busy)(Dist *d, int what);
     void (*finalize)(Dist *d);
 } DistOps;
 

@@ -20,6 +20,12 @@
  * while it sends) and exits naming it. So every rank exits 1 with an error naming the rank that
  * died or hung.
  *
+ * Heartbeat: during work rank 0 announced (dist_busy_begin: it runs no collective then) a thread
+ * of rank 0 sends each other rank a BUSY header every dist_heartbeat_s, between messages; a rank
+ * reads it wherever a header may come (in place of its next message's, or unasked), counts its
+ * deadline from it and reads on. A heartbeat cut short (the peer does not read) is finished by
+ * dist_busy_end within --dist-timeout, or that rank is named as hung.
+ *
  * Startup: a rank > 0 connects (retrying until the deadline), sends a hello (rank, size, the fs
  * token, its host name); rank 0 accepts until all P - 1 have said hello, then answers each with
  * its local rank (ranks on the same host, counted in rank order).
@@ -37,18 +43,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 enum { DEFAULT_PORT = 12345, HELLO_MAGIC = 0x6c6c6d48, HDR_MAGIC = 0x6c6c6d54, VERSION = 1 };
-enum { K_DATA = 1, K_ABORT = 2 };
+enum { K_DATA = 1, K_ABORT = 2, K_BUSY = 3 };
 enum { WHY_CLOSED = 1, WHY_SILENT = 2, WHY_STEP = 3 };
 enum { OK = 0, BAD_TOKEN = 1, BAD_SIZE = 2, DUP_RANK = 3 };
 
 typedef struct {
     uint32_t magic, kind;
-    uint64_t collective, bytes, arg; /* arg (ABORT): the failed rank | why << 32 */
+    uint64_t collective, bytes, arg; /* arg (ABORT): the failed rank | why << 32; (BUSY): DistBusy */
 } Hdr;
 
 typedef struct {
@@ -62,9 +69,18 @@ typedef struct {
     int32_t local_rank, size;
 } Welcome;
 
+struct Io;
 typedef struct {
     int *fd; /* by rank: rank 0 has one to each other rank, the others fd[0] only; -1 elsewhere */
     float *chunk; /* rank 0's receive buffers for a reduce-scatter: one chunk per rank */
+    /* rank 0's heartbeat (dist_busy_begin): the thread, and per rank the BUSY header in flight */
+    pthread_t beat;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop, what;
+    struct Io *beat_io; /* (size) */
+    int *gone;          /* (size) a rank whose connection failed a heartbeat: none sent to it any more */
+    int heard;          /* a rank > 0: the work of rank 0's last heartbeat since its last message; -1: none */
 } Tcp;
 
 static double now_s(void) {
@@ -86,7 +102,7 @@ typedef struct {
     char *p;
     size_t n;
 } Seg;
-typedef struct {
+typedef struct Io {
     int peer;
     Seg out[2], in[2];
     int nout, nin, oi, ii;   /* segments, and the one in progress */
@@ -158,13 +174,18 @@ static void fail(Dist *d, Io *io, int n, int culprit, int why, const char *what,
              culprit, why_text(why), detail[0] ? "; " : "", detail);
 }
 
-/* A header arrived from peer: an ABORT (from rank 0) names the failed rank; else it must be this
- * collective's with the payload expected. (io, n: the step's transfers, for fail) */
-static void check_header(Dist *d, Io *io, int n, int peer, const Hdr *h, const char *what, size_t expect) {
+/* A header arrived from peer: an ABORT (from rank 0) names the failed rank; a BUSY one (rank 0's
+ * heartbeat) returns 1, to be read past; else it must be this collective's with the payload
+ * expected (returns 0). (io, n: the step's transfers, for fail) */
+static int check_header(Dist *d, Io *io, int n, int peer, const Hdr *h, const char *what, size_t expect) {
     char detail[160];
     if (h->magic != HDR_MAGIC) {
         snprintf(detail, sizeof detail, "its message does not start with a header (a stray connection, or a bug)");
         fail(d, io, n, peer, WHY_STEP, what, detail);
+    }
+    if (h->kind == K_BUSY && d->rank != 0) {
+        tcp_of(d)->heard = (int)h->arg;
+        return 1;
     }
     if (h->kind == K_ABORT && d->rank != 0) {
         int culprit = (int)(h->arg & 0xffffffffu), why = (int)(h->arg >> 32);
@@ -176,25 +197,32 @@ static void check_header(Dist *d, Io *io, int n, int peer, const Hdr *h, const c
                  (unsigned long long)h->collective, (unsigned long long)h->bytes, d->collectives, expect);
         fail(d, io, n, peer, WHY_STEP, what, detail);
     }
+    tcp_of(d)->heard = -1;
+    return 0;
 }
 
 /* Reads a message nobody expects from peer (rank 0: its connection closed, or it is out of
- * step; the others: rank 0's ABORT) and fails accordingly. */
-static void unexpected(Dist *d, Io *io, int n, int peer, const char *what) {
+ * step; the others: rank 0's ABORT, or its heartbeat) and fails accordingly; returns after a
+ * heartbeat when may_return (it came while this rank only sends), else reads on past it (a
+ * failed send: rank 0's ABORT may follow). */
+static void unexpected(Dist *d, Io *io, int n, int peer, const char *what, int may_return) {
     const int fd = tcp_of(d)->fd[peer];
-    Hdr h;
-    size_t got = 0;
-    double end = now_s() + 1.0;
-    while (got < sizeof h && now_s() < end) {
-        ssize_t k = recv(fd, (char *)&h + got, sizeof h - got, 0);
-        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
-        if (k > 0) got += (size_t)k;
-        else {
-            struct pollfd p = {fd, POLLIN, 0};
-            poll(&p, 1, 50);
+    for (;;) {
+        Hdr h;
+        size_t got = 0;
+        double end = now_s() + 1.0;
+        while (got < sizeof h && now_s() < end) {
+            ssize_t k = recv(fd, (char *)&h + got, sizeof h - got, 0);
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) break;
+            if (k > 0) got += (size_t)k;
+            else {
+                struct pollfd p = {fd, POLLIN, 0};
+                poll(&p, 1, 50);
+            }
         }
+        if (got != sizeof h || !check_header(d, io, n, peer, &h, what, (size_t)-1)) break;
+        if (may_return) return;
     }
-    if (got == sizeof h) check_header(d, io, n, peer, &h, what, (size_t)-1);
     fail(d, io, n, peer, WHY_CLOSED, what, "");
 }
 
@@ -240,8 +268,11 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
         double left = limit - (now_s() - last);
         if (left <= 0) {
             Io *x = &io[which[0]];
-            char detail[64];
-            snprintf(detail, sizeof detail, "waited %g s", limit);
+            char detail[128];
+            if (t->heard >= 0)
+                snprintf(detail, sizeof detail, "waited %g s since its last heartbeat (it said it was %s)", limit,
+                         dist_busy_name(t->heard));
+            else snprintf(detail, sizeof detail, "waited %g s", limit);
             fail(d, io, n, x->peer, WHY_SILENT, what, detail);
         }
         int k = poll(p, (nfds_t)np, (int)(left * 1e3) + 1);
@@ -250,7 +281,11 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
             Io *x = &io[which[j]];
             int fd = p[j].fd;
             if (p[j].revents & (POLLIN | POLLHUP | POLLERR)) {
-                if (x->ii == x->nin) unexpected(d, io, n, x->peer, what);
+                if (x->ii == x->nin) { /* (rank 0's heartbeat: read, and the clock restarts) */
+                    unexpected(d, io, n, x->peer, what, 1);
+                    last = now_s();
+                    continue;
+                }
                 Seg *s = &x->in[x->ii];
                 ssize_t got = recv(fd, s->p + x->io, s->n - x->io, 0);
                 if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -260,14 +295,16 @@ static void xfer(Dist *d, Io *io, int n, const char *what) {
                 }
                 if (got > 0) {
                     x->io += (size_t)got, last = now_s();
-                    if (x->has_hdr && x->ii == 0 && x->io == s->n) check_header(d, io, n, x->peer, &x->hdr_in, what, x->expect);
+                    if (x->has_hdr && x->ii == 0 && x->io == s->n &&
+                        check_header(d, io, n, x->peer, &x->hdr_in, what, x->expect))
+                        x->io = 0; /* a heartbeat: the message's own header comes next */
                 }
             }
             if ((p[j].revents & POLLOUT) && x->oi < x->nout) {
                 Seg *s = &x->out[x->oi];
                 ssize_t put = send(fd, s->p + x->oo, s->n - x->oo, MSG_NOSIGNAL);
                 if (put < 0 && errno != EAGAIN && errno != EINTR) {
-                    if (d->rank != 0) unexpected(d, io, n, x->peer, what); /* rank 0's ABORT may be waiting */
+                    if (d->rank != 0) unexpected(d, io, n, x->peer, what, 0); /* rank 0's ABORT may be waiting */
                     fail(d, io, n, x->peer, WHY_CLOSED, what, strerror(errno));
                 }
                 if (put > 0) x->oo += (size_t)put, last = now_s();
@@ -405,18 +442,89 @@ static void tcp_barrier(Dist *d, const char *what) {
     free(io);
 }
 
+/* ---- rank 0's heartbeat (dist_busy_begin) ---- */
+
+/* Sends what the socket takes now of rank r's BUSY header in flight (a new one when none is and
+ * start is set); a rank whose connection failed gets none any more (its next collective names it). */
+static void beat_once(Dist *d, int r, int start) {
+    Tcp *t = tcp_of(d);
+    Io *io = &t->beat_io[r];
+    if (t->gone[r]) return;
+    if (io->oo == io->out[0].n) {
+        if (!start) return;
+        io->hdr_out = (Hdr){HDR_MAGIC, K_BUSY, d->collectives, 0, (uint64_t)t->what};
+        io->out[0] = (Seg){(char *)&io->hdr_out, sizeof(Hdr)};
+        io->peer = r, io->nout = 1, io->oi = 0, io->oo = 0; /* (fail finishes it when begun) */
+    }
+    while (io->oo < io->out[0].n) {
+        ssize_t k = send(t->fd[r], io->out[0].p + io->oo, io->out[0].n - io->oo, MSG_NOSIGNAL);
+        if (k < 0 && (errno == EAGAIN || errno == EINTR)) return; /* the rest at the next beat */
+        if (k <= 0) {
+            t->gone[r] = 1;
+            return;
+        }
+        io->oo += (size_t)k;
+    }
+}
+
+static void *heartbeat_main(void *arg) {
+    Dist *d = (Dist *)arg;
+    Tcp *t = tcp_of(d);
+    pthread_mutex_lock(&t->mu);
+    while (!t->stop) {
+        for (int r = 1; r < d->size; r++) beat_once(d, r, 1);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double at = (double)ts.tv_sec + ts.tv_nsec * 1e-9 + dist_heartbeat_s(d);
+        ts.tv_sec = (time_t)at;
+        ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+        while (!t->stop && pthread_cond_timedwait(&t->cv, &t->mu, &ts) == 0) {}
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Starts (what >= 0) or stops the heartbeat; stopping finishes every header cut short within
+ * --dist-timeout (the stream must stay whole), or names the rank that would not read it. */
+static void tcp_busy(Dist *d, int what) {
+    Tcp *t = tcp_of(d);
+    if (what >= 0) {
+        t->what = what, t->stop = 0;
+        if (pthread_create(&t->beat, NULL, heartbeat_main, d) != 0) llmc_die("rank 0: cannot start the heartbeat thread");
+        return;
+    }
+    pthread_mutex_lock(&t->mu);
+    t->stop = 1;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->beat, NULL);
+    const double end = now_s() + d->timeout_s;
+    for (int r = 1; r < d->size; r++) {
+        Io *io = &t->beat_io[r];
+        while (!t->gone[r] && io->oo < io->out[0].n && now_s() < end) {
+            struct pollfd p = {t->fd[r], POLLOUT, 0};
+            poll(&p, 1, 50);
+            beat_once(d, r, 0);
+        }
+        if (!t->gone[r] && io->oo < io->out[0].n)
+            fail(d, t->beat_io + 1, d->size - 1, r, WHY_SILENT, "heartbeat", "it did not read rank 0's heartbeat");
+    }
+}
+
 static void tcp_finalize(Dist *d) {
     Tcp *t = tcp_of(d);
     for (int r = 0; r < d->size; r++)
         if (t->fd[r] >= 0) close(t->fd[r]);
     free(t->fd);
     free(t->chunk);
+    free(t->beat_io);
+    free(t->gone);
     free(t);
     d->transport = NULL;
 }
 
 static const DistOps tcp_ops = {"TCP", tcp_reduce_scatter_f32, tcp_allgatherv, tcp_allgatherv_begin, tcp_wait,
-                                tcp_gatherv_f32, tcp_bcast, tcp_barrier, tcp_finalize};
+                                tcp_gatherv_f32, tcp_bcast, tcp_barrier, tcp_busy, tcp_finalize};
 
 /* ---- startup ---------------------------------------------------------------------------- */
 
@@ -716,6 +824,11 @@ void dist_tcp_join(Dist *d, const DistFlags *f, int size, int rank) {
     Tcp *t = (Tcp *)callocCheck(1, sizeof *t, "tcp transport");
     t->fd = (int *)mallocCheck((size_t)d->size * sizeof(int), "tcp transport");
     for (int r = 0; r < d->size; r++) t->fd[r] = -1;
+    t->beat_io = (Io *)callocCheck((size_t)d->size, sizeof(Io), "heartbeat");
+    t->gone = (int *)callocCheck((size_t)d->size, sizeof(int), "heartbeat");
+    t->heard = -1;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
     d->transport = t;
     d->ops = &tcp_ops;
     snprintf(d->launcher, sizeof d->launcher, "-pi %s", fs ? "fs" : "tcp");

@@ -19,6 +19,7 @@ typedef struct {
     long long comm_bytes;    /* bytes this rank sent into collectives since dist_take_comm */
     double timeout_s;        /* the collective watchdog's deadline (--dist-timeout) */
     unsigned long long collectives; /* collectives started so far (the watchdog names them by number) */
+    int busy;                /* rank 0: the announced work in progress (DistBusy + 1; dist_busy_begin), 0: none */
     const struct DistOps *ops;      /* the transport (size > 1): MPI or TCP (llmc/dist/dist_ops.h) */
     void *transport;                /* its state */
 } Dist;
@@ -39,6 +40,12 @@ typedef struct {
     unsigned char handle[16];
     int active;
 } DistRequest;
+
+/* What announced rank-0 work is (DistBusy, dist.h): "preparing the output directory", "sampling",
+ * "writing a checkpoint"; "?" out of range. */
+const char *dist_busy_name(int what);
+/* The period of rank 0's heartbeat during such work: a few per --dist-timeout, at most 2 s. */
+double dist_heartbeat_s(const Dist *d);
 
 #ifdef __cplusplus
 }

@@ -23,7 +23,9 @@ int train_resolve_init(const TrainConfig *tc, char *init_path, size_t len) {
     d->timeout_s = tc->dist_timeout; /* the collective watchdog (dist.h) from here on */
     if (d->size == 1) dist_refuse_launcher(); /* a trainer that did not start a process group */
     /* rank 0 alone owns -o (lock, clean-up, the decision); the others take its answer */
+    dist_busy_begin(d, DIST_BUSY_OUTPUT_DIR); /* (rank 0 only: the others hear its heartbeat meanwhile) */
     int step = d->rank == 0 ? resolve_init_rank0(tc, init_path, len) : 0;
+    dist_busy_end(d);
     dist_bcast_bytes(d, &step, sizeof step);
     if (step >= 0) checkpoint_paths(tc->output_dir, step, 0, init_path, NULL, NULL, len);
     else snprintf(init_path, len, "%s", tc->init);
@@ -117,6 +119,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
         if (opt->state_release) opt->state_release(opt->ctx, &sv);
         return;
     }
+    dist_busy_begin(d, DIST_BUSY_CHECKPOINT); /* the others wait in their next collective: rank 0's heartbeat */
     TrainState st = {0};
     if (tc->process_rank == 0) {
         const ModelArch *arch = be->arch->arch;
@@ -147,6 +150,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
         checkpoint_mark_done(tc->output_dir, step, config);
         checkpoint_prune(tc->output_dir, tc->ckpt_keep, tc->ckpt_major, tc->process_rank, healthy);
     }
+    dist_busy_end(d);
     printf("checkpoint: %s\n", model);
 }
 

@@ -1,6 +1,7 @@
 #include "llmc/train/cli.h"
 #include "llmc/core/optstate.h"
 #include "llmc/core/check.h"
+#include "llmc/dist/dist.h"
 #include "llmc/train/schedule.h"
 
 #include <ctype.h>
@@ -454,7 +455,9 @@ static void validate(const TrainConfig *c) {
     if (c->peak_tflops < 0) llmc_die("flag --peak-tflops must be >= 0");
     if (c->threads < 0) llmc_die("flag --threads must be >= 0 (0 = all cores), got %d", c->threads);
     check_positive("-pn (--num-processes)", c->num_processes);
-    check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
+    /* under a launcher (mpirun, srun) the rank and size are its: dist_init compares -pr with them */
+    if (dist_launcher_size() > 1 && c->num_processes == 1) check_range("-pr (--process-rank)", c->process_rank, 0, INT_MAX);
+    else check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
     check_positive("-pg (--gpus-per-node)", c->gpus_per_node);
     if (!(c->dist_timeout > 0.0f)) llmc_die("flag --dist-timeout must be a number of seconds > 0, got %g", (double)c->dist_timeout);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))

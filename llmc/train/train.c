@@ -73,9 +73,11 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
 }
 
 /* Faults: every rank must run the same configuration on the same data and model. Rank 0's
- * description (resolved flags, training data size, parameter CRC) is sent to all; a rank whose
- * own differs names the first differing line, and every rank stops. */
-static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train) {
+ * description (resolved flags, training and validation data: size and content CRC, parameter
+ * CRC) is sent to all; a rank whose own differs names the first differing line, and every rank
+ * stops. (train, val: NULL when not used.) */
+static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
+                              DataLoader *val) {
     if (d->size == 1) return;
     TrainConfig c = *rc;
     c.process_rank = 0;
@@ -90,8 +92,14 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
         p += k;
         left -= k;
     }
-    snprintf(mine + n, CAP - n, "training data: %zu tokens in %d shard(s)\ninitial parameters: %zu, crc32 %08lx\n",
-             dataloader_num_tokens(train), dataloader_num_shards(train), be->num_parameters, (unsigned long)crc);
+    DataLoader *loaders[2] = {train, val};
+    const char *names[2] = {"training", "validation"};
+    for (int i = 0; i < 2; i++)
+        if (loaders[i])
+            n += (size_t)snprintf(mine + n, CAP - n, "%s data: %zu tokens in %d shard(s), content crc32 %08x\n", names[i],
+                                  dataloader_num_tokens(loaders[i]), dataloader_num_shards(loaders[i]),
+                                  (unsigned)dataloader_content_crc(loaders[i]));
+    snprintf(mine + n, CAP - n, "initial parameters: %zu, crc32 %08lx\n", be->num_parameters, (unsigned long)crc);
     memcpy(root, mine, CAP);
     dist_bcast_bytes(d, root, CAP);
     uint64_t ok = strcmp(mine, root) == 0, *all = (uint64_t *)mallocCheck((size_t)d->size * sizeof(uint64_t), "ranks");
@@ -122,7 +130,9 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
     free(all);
     if (bad)
         llmc_die("the %d ranks were not started alike: rank(s) %s differ from rank 0 in flags, data or model (each "
-                 "says how on stderr); start every rank with the same command and files", d->size, ranks);
+                 "says how on stderr); start every rank with the same command and files (a data or model line: the "
+                 "files under the same name hold other bytes on that rank, e.g. a relative path from another "
+                 "working directory, or a copy that differs)", d->size, ranks);
 }
 
 /* -x 0: the validation loss of the loaded model (-e, or with -y 1 the latest checkpoint in -o),
@@ -138,6 +148,7 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
+    check_ranks_agree(dist_world(), tc, be, NULL, val);
     printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
            resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
     printf("backend: %s\n", be->name);
@@ -280,7 +291,7 @@ static void run_setup(Run *r) {
     r->targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->B * r->T, sizeof(int), "target tokens");
     r->step_inputs = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step input tokens");
     r->step_targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step target tokens");
-    check_ranks_agree(r->dist, &r->rc, be, r->train); /* (before -z 3 leaves each rank only its shard) */
+    check_ranks_agree(r->dist, &r->rc, be, r->train, r->val); /* (before -z 3 leaves each rank only its shard) */
     const int host_optimizer = be->optimizer.step == NULL;
     r->opt = be->optimizer;
     if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->dist);
@@ -295,8 +306,10 @@ static void run_setup(Run *r) {
         train_load_state(tc, be, &r->opt, r->train, &r->sampler_rng, r->resume_step, r->total_batch);
     if (tc->overwrite && r->dist->rank == 0) {
         char names[512];
+        dist_busy_begin(r->dist, DIST_BUSY_OUTPUT_DIR);
         int n = rundir_run_files(tc->output_dir, names, sizeof names);
         rundir_remove_run(tc->output_dir, tc->init, "--overwrite 1");
+        dist_busy_end(r->dist);
         if (n) printf("--overwrite 1: deleted the %d file(s) of the previous run in '%s' (%s)\n", n, tc->output_dir, names);
     }
     logger_open(&r->lg, r->dist->rank == 0 ? tc->output_dir : "", r->resume_step); /* rank 0 writes the log */
@@ -479,8 +492,11 @@ static void run_after_step(Run *r, const StepResult *s) {
     if (r->val && (step % tc->val_every == 0 || last)) run_validate(r, step);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
-    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3))
+    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3)) {
+        if (tc->zero_stage != 3) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
         sample_text_generate(r->be, &r->text, &r->sampler_rng, r->T, tc->gen_tokens);
+        dist_busy_end(r->dist);
+    }
     run_check_stop(r, s, last);
     /* with -o the last step is always saved: the model, and the state to continue it */
     if (tc->output_dir[0] && (last || (tc->ckpt_every > 0 && step % tc->ckpt_every == 0))) {
