@@ -119,13 +119,14 @@ static size_t peak_at_batch(const TrainConfig *tc, const ModelConfig *cfg, const
 }
 
 int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, size_t budget, size_t *peak,
-                     size_t *next) {
-    const long long limit = INT32_MAX / ((long long)tc->T * tc->num_processes);
-    long long best = 0;
+                     int *next_batch, size_t *next) {
+    const long long TP = (long long)tc->T * tc->num_processes, limit = INT32_MAX / TP;
+    long long best = 0, above = 0; /* above: the next candidate larger than best (0: none) */
     if (tc->total_batch) { /* the divisors of -d / (T * P), from the top */
-        for (long long b = tc->total_batch / ((long long)tc->T * tc->num_processes); b >= 1 && !best; b--) {
-            size_t pk = peak_at_batch(tc, cfg, s, b);
-            if (pk && pk <= budget) best = b;
+        for (long long b = tc->total_batch % TP ? 0 : tc->total_batch / TP; b >= 1 && !best; b--) {
+            if (!peak_at_batch(tc, cfg, s, b)) continue; /* not a divisor */
+            if (peak_at_batch(tc, cfg, s, b) <= budget) best = b;
+            else above = b;
         }
     } else { /* the peak grows with B: double, then bisect */
         long long lo = 0, hi = 1;
@@ -137,9 +138,11 @@ int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const Budget
             else hi = mid;
         }
         best = lo;
+        above = best < limit ? best + 1 : 0;
     }
     if (peak) *peak = best ? peak_at_batch(tc, cfg, s, best) : 0;
-    if (next) *next = best < limit ? peak_at_batch(tc, cfg, s, best + 1) : 0;
+    if (next_batch) *next_batch = (int)above;
+    if (next) *next = above ? peak_at_batch(tc, cfg, s, above) : 0;
     return (int)best;
 }
 
@@ -153,18 +156,30 @@ int budget_plan_main_for(TrainConfig *tc, const BudgetSpace *s, const ModelConfi
     size_t budget = cli_memory_budget_bytes(tc->memory_budget);
     FILE *note = tc->json ? stderr : stdout;
     if (tc->max_batch) {
+        const long long TP = (long long)tc->T * tc->num_processes;
+        if (tc->total_batch && tc->total_batch % TP != 0) /* no -b at all keeps it exact: say so, not "too big" */
+            llmc_die("--max-batch: -d %lld is not a multiple of -t * processes = %d * %d = %lld tokens, so no -b "
+                     "keeps it exact; give a -d that is (e.g. %lld), or leave -d out",
+                     tc->total_batch, tc->T, tc->num_processes, TP, (tc->total_batch / TP + 1) * TP);
         size_t peak, next;
-        int B = budget_max_batch(tc, cfg, s, budget, &peak, &next);
+        int next_b;
+        int B = budget_max_batch(tc, cfg, s, budget, &peak, &next_b, &next);
         if (!B)
             llmc_die("--memory-budget %.3f GiB: not even -b 1 fits at -t %d, -r %d, -z %d (it needs %.3f GiB)", gib(budget),
                      tc->T, tc->recompute, tc->zero_stage, gib(next));
-        if (tc->json)
-            printf("{\"max_batch\": %d, \"peak_bytes\": %zu, \"next_peak_bytes\": %zu, \"budget_bytes\": %zu, "
-                   "\"overhead_bytes\": %zu}\n", B, peak, next, budget, s->overhead);
+        char after[160];
+        if (next_b)
+            snprintf(after, sizeof after, "-b %d needs %.3f GiB", next_b, gib(next));
+        else if (tc->total_batch)
+            snprintf(after, sizeof after, "no larger -b keeps -d %lld exact", tc->total_batch);
         else
-            printf("max batch: -b %d fits --memory-budget %.3f GiB at -t %d, -r %d, -z %d (peak %.3f GiB; -b %d %s %.3f GiB)\n",
-                   B, gib(budget), tc->T, tc->recompute, tc->zero_stage, gib(peak), B + 1,
-                   next ? "needs" : "does not keep -d exact;", gib(next));
+            snprintf(after, sizeof after, "no larger -b: B * T * processes must stay below 2^31 tokens");
+        if (tc->json)
+            printf("{\"max_batch\": %d, \"peak_bytes\": %zu, \"next_batch\": %d, \"next_peak_bytes\": %zu, "
+                   "\"budget_bytes\": %zu, \"overhead_bytes\": %zu}\n", B, peak, next_b, next, budget, s->overhead);
+        else
+            printf("max batch: -b %d fits --memory-budget %.3f GiB at -t %d, -r %d, -z %d (peak %.3f GiB; %s)\n",
+                   B, gib(budget), tc->T, tc->recompute, tc->zero_stage, gib(peak), after);
         return 0;
     }
     budget_fit(tc, cfg, s, budget, "--memory-budget", note);
