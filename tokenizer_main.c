@@ -276,13 +276,15 @@ static Tokenizer *load_tokenizer(const Options *o, int need_encode) {
 
 typedef struct {
     const char *path;
-    const char *data;
+    const char *data; /* the text (a JSONL file's UTF-8 byte order mark skipped) */
     size_t len;
     int jsonl;
+    void *map; /* the whole file mapped (map_len bytes), for munmap */
+    size_t map_len;
 } InputFile;
 
 static void input_open(InputFile *in, const char *path, int jsonl) {
-    in->path = path, in->jsonl = jsonl, in->data = "", in->len = 0;
+    in->path = path, in->jsonl = jsonl, in->data = "", in->len = 0, in->map = NULL, in->map_len = 0;
     int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open: it is refused below */
     if (fd < 0) llmc_die("cannot open input '%s': %s", path, strerror(errno));
     struct stat st = {0};
@@ -293,13 +295,15 @@ static void input_open(InputFile *in, const char *path, int jsonl) {
         void *p = mmap(NULL, in->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) llmc_die("cannot map input '%s': %s", path, strerror(errno));
         madvise(p, in->len, MADV_SEQUENTIAL);
-        in->data = p;
+        in->data = p, in->map = p, in->map_len = in->len;
     }
     close(fd);
+    /* a byte order mark (EF BB BF, as some editors and exporters write) is not part of line 1's JSON */
+    if (jsonl && in->len >= 3 && memcmp(in->data, "\xEF\xBB\xBF", 3) == 0) in->data += 3, in->len -= 3;
 }
 
 static void input_close(InputFile *in) {
-    if (in->len) munmap((void *)in->data, in->len);
+    if (in->map_len) munmap(in->map, in->map_len);
 }
 
 /* ---- jobs ------------------------------------------------------------------------------ */
@@ -783,6 +787,69 @@ typedef struct {
 
 static void clear_old_shards(const char *prefix, int overwrite, int remove);
 
+/* ---- staged shards: written as "<shard>.tmp.<pid>", renamed into place at the end -------------
+ * A dataset appears only whole: until every input is encoded and the last shard written, the
+ * shards are staged under names no glob of shards matches (nor clear_old_shards), and a run that
+ * stops on any error (a bad JSONL line in a later input, a full disk, ...) removes them at exit.
+ * Only a kill can leave staged files behind, and those do not look like a dataset. */
+static struct {
+    char **final; /* the shards' names, in the order written */
+    int n, cap, committed;
+} staged;
+
+static void staged_name(char *out, size_t len, const char *final) { snprintf(out, len, "%s.tmp.%ld", final, (long)getpid()); }
+
+static void staged_free(void) {
+    for (int i = 0; i < staged.n; i++) free(staged.final[i]);
+    free(staged.final);
+    staged.final = NULL, staged.n = staged.cap = 0;
+}
+
+static void staged_remove_at_exit(void) {
+    char tmp[4300];
+    for (int i = 0; i < staged.n && !staged.committed; i++) {
+        staged_name(tmp, sizeof tmp, staged.final[i]);
+        unlink(tmp);
+    }
+    staged_free();
+}
+
+static void staged_add(const char *final) {
+    static int registered;
+    if (!registered) registered = 1, atexit(staged_remove_at_exit);
+    if (staged.n == staged.cap) {
+        staged.cap = staged.cap ? 2 * staged.cap : 16;
+        char **grown = realloc(staged.final, (size_t)staged.cap * sizeof *grown);
+        if (!grown) llmc_die("out of memory recording the shards written");
+        staged.final = grown;
+    }
+    staged.final[staged.n] = strdup(final);
+    if (!staged.final[staged.n]) llmc_die("out of memory recording the shards written");
+    staged.n++;
+}
+
+/* Takes back the last shard staged (the validation shard of a corpus too small to split). */
+static void staged_drop_last(void) {
+    if (!staged.n) return;
+    char tmp[4300];
+    staged_name(tmp, sizeof tmp, staged.final[--staged.n]);
+    unlink(tmp);
+    free(staged.final[staged.n]);
+}
+
+/* The dataset is complete: --overwrite's old shards go now (not before: a failed run keeps them),
+ * then every staged shard takes its name. */
+static void staged_commit(const Options *o) {
+    if (o->overwrite) clear_old_shards(o->prefix, 1, 1);
+    char tmp[4300];
+    for (int i = 0; i < staged.n; i++) {
+        staged_name(tmp, sizeof tmp, staged.final[i]);
+        if (rename(tmp, staged.final[i]) != 0)
+            llmc_die("cannot rename '%s' to '%s': %s", tmp, staged.final[i], strerror(errno));
+    }
+    staged.committed = 1;
+}
+
 static void shard_flush(ShardSink *s) {
     char path[4200];
     const char *split = s->index == 0 ? "val" : "train";
@@ -794,8 +861,10 @@ static void shard_flush(ShardSink *s) {
     } else {
         snprintf(path, sizeof path, "%s_%s_%06d.bin", s->o->prefix, split, s->index);
     }
-    if (s->index == 0 && s->o->overwrite) clear_old_shards(s->o->prefix, 1, 1);
-    shard_write(path, s->cur.ids, s->cur.n, s->token_bytes);
+    char tmp[4300];
+    staged_add(path);
+    staged_name(tmp, sizeof tmp, path);
+    shard_write(tmp, s->cur.ids, s->cur.n, s->token_bytes);
     s->total += s->cur.n;
     s->cur.n = 0;
     s->index++;
@@ -850,8 +919,8 @@ static int is_prefix_shard(const char *name, const char *base) {
 
 /* Shards of an earlier run under this prefix would be read by training together with the new
  * ones (a glob matches both). remove 0: dies if there are any, unless overwrite (--overwrite);
- * remove 1: removes them (called just before the first new shard is written, so that a run
- * that fails before writing anything leaves the old shards in place). */
+ * remove 1: removes them (called when the new dataset is complete, by staged_commit, so that a run
+ * that fails at any point leaves the old shards in place). */
 static void clear_old_shards(const char *prefix, int overwrite, int remove) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", prefix);
@@ -893,12 +962,7 @@ static void split_small_corpus(ShardSink *s, char *err, size_t errlen) {
     if (!train_empty) return;
     size_t total = s->total + s->cur.n;
     if (s->o->val_tokens || s->index == 1) {
-        if (s->index == 1) { /* the validation shard was written by this run: take it back */
-            char path[4200];
-            if (s->o->no_index) snprintf(path, sizeof path, "%s_val.bin", s->o->prefix);
-            else snprintf(path, sizeof path, "%s_val_%06d.bin", s->o->prefix, 0);
-            unlink(path);
-        }
+        if (s->index == 1) staged_drop_last(); /* the validation shard was staged by this run: take it back */
         snprintf(err, errlen, "the corpus has %zu tokens, not more than the validation part (%s %lld), so nothing would be "
                  "left for training; lower --val-tokens (e.g. to %zu, a tenth)", total,
                  s->o->val_tokens ? "--val-tokens" : "the first shard, --shard-tokens",
@@ -965,6 +1029,7 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     split_small_corpus(&sink, err, sizeof err);
     if (!err[0]) {
         if (sink.cur.n) shard_flush(&sink);
+        staged_commit(o);
         progress_show(&pl.progress, 1, sink.index);
         if (pl.skipped)
             fprintf(stderr, "warning: skipped %zu bad JSONL line(s) (--skip-bad-lines); the first: %s\n", pl.skipped,
