@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -790,64 +791,78 @@ static void clear_old_shards(const char *prefix, int overwrite, int remove);
 /* ---- staged shards: written as "<shard>.tmp.<pid>", renamed into place at the end -------------
  * A dataset appears only whole: until every input is encoded and the last shard written, the
  * shards are staged under names no glob of shards matches (nor clear_old_shards), and a run that
- * stops on any error (a bad JSONL line in a later input, a full disk, ...) removes them at exit.
- * Only a kill can leave staged files behind, and those do not look like a dataset. */
-static struct {
-    char **final; /* the shards' names, in the order written */
-    int n, cap, committed;
-} staged;
+ * stops on any error (a bad JSONL line in a later input, a full disk, ...) removes them at exit,
+ * or on SIGINT, SIGTERM or SIGHUP before it dies of the signal (SIGXFSZ, a file size limit, is
+ * ignored: the write fails and reports it). Only a kill -9 can leave staged files behind, and
+ * those do not look like a dataset. The list is appended to only after a node is complete, so
+ * that the signal handler can walk it. */
+typedef struct Staged {
+    struct Staged *next;
+    char *final, *tmp, *partial; /* the shard's name; its staging name; shard_write's temporary file of that */
+} Staged;
+static Staged *staged_head, **staged_tail = &staged_head;
+static volatile sig_atomic_t staged_committed;
 
-static void staged_name(char *out, size_t len, const char *final) { snprintf(out, len, "%s.tmp.%ld", final, (long)getpid()); }
+static void staged_unlink_all(void) {
+    for (Staged *s = staged_head; s && !staged_committed; s = s->next) unlink(s->tmp), unlink(s->partial);
+}
 
 static void staged_free(void) {
-    for (int i = 0; i < staged.n; i++) free(staged.final[i]);
-    free(staged.final);
-    staged.final = NULL, staged.n = staged.cap = 0;
+    for (Staged *s = staged_head, *next; s; s = next) next = s->next, free(s);
+    staged_head = NULL, staged_tail = &staged_head;
 }
 
 static void staged_remove_at_exit(void) {
-    char tmp[4300];
-    for (int i = 0; i < staged.n && !staged.committed; i++) {
-        staged_name(tmp, sizeof tmp, staged.final[i]);
-        unlink(tmp);
-    }
+    staged_unlink_all();
     staged_free();
 }
 
-static void staged_add(const char *final) {
+static void staged_on_signal(int sig) { /* unlink() and raise() only: async-signal-safe */
+    staged_unlink_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Records a shard about to be written under final; returns its staging name. */
+static const char *staged_add(const char *final) {
     static int registered;
-    if (!registered) registered = 1, atexit(staged_remove_at_exit);
-    if (staged.n == staged.cap) {
-        staged.cap = staged.cap ? 2 * staged.cap : 16;
-        char **grown = realloc(staged.final, (size_t)staged.cap * sizeof *grown);
-        if (!grown) llmc_die("out of memory recording the shards written");
-        staged.final = grown;
+    if (!registered) {
+        registered = 1;
+        atexit(staged_remove_at_exit);
+        signal(SIGINT, staged_on_signal), signal(SIGTERM, staged_on_signal), signal(SIGHUP, staged_on_signal);
     }
-    staged.final[staged.n] = strdup(final);
-    if (!staged.final[staged.n]) llmc_die("out of memory recording the shards written");
-    staged.n++;
+    char tmp[4300], partial[4400];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", final, (long)getpid());
+    snprintf(partial, sizeof partial, "%s.tmp.%ld", tmp, (long)getpid()); /* atomic_open's name for tmp */
+    size_t a = strlen(final) + 1, b = strlen(tmp) + 1, c = strlen(partial) + 1;
+    Staged *s = mallocCheck(sizeof *s + a + b + c, "the list of shards written");
+    s->next = NULL;
+    s->final = memcpy((char *)(s + 1), final, a);
+    s->tmp = memcpy(s->final + a, tmp, b);
+    s->partial = memcpy(s->tmp + b, partial, c);
+    *staged_tail = s; /* published complete */
+    staged_tail = &s->next;
+    return s->tmp;
 }
 
 /* Takes back the last shard staged (the validation shard of a corpus too small to split). */
 static void staged_drop_last(void) {
-    if (!staged.n) return;
-    char tmp[4300];
-    staged_name(tmp, sizeof tmp, staged.final[--staged.n]);
-    unlink(tmp);
-    free(staged.final[staged.n]);
+    Staged **p = &staged_head;
+    if (!*p) return;
+    while ((*p)->next) p = &(*p)->next;
+    Staged *last = *p;
+    *p = NULL, staged_tail = p;
+    unlink(last->tmp);
+    free(last);
 }
 
 /* The dataset is complete: --overwrite's old shards go now (not before: a failed run keeps them),
  * then every staged shard takes its name. */
 static void staged_commit(const Options *o) {
     if (o->overwrite) clear_old_shards(o->prefix, 1, 1);
-    char tmp[4300];
-    for (int i = 0; i < staged.n; i++) {
-        staged_name(tmp, sizeof tmp, staged.final[i]);
-        if (rename(tmp, staged.final[i]) != 0)
-            llmc_die("cannot rename '%s' to '%s': %s", tmp, staged.final[i], strerror(errno));
-    }
-    staged.committed = 1;
+    for (Staged *s = staged_head; s; s = s->next)
+        if (rename(s->tmp, s->final) != 0) llmc_die("cannot rename '%s' to '%s': %s", s->tmp, s->final, strerror(errno));
+    staged_committed = 1;
 }
 
 static void shard_flush(ShardSink *s) {
@@ -861,10 +876,7 @@ static void shard_flush(ShardSink *s) {
     } else {
         snprintf(path, sizeof path, "%s_%s_%06d.bin", s->o->prefix, split, s->index);
     }
-    char tmp[4300];
-    staged_add(path);
-    staged_name(tmp, sizeof tmp, path);
-    shard_write(tmp, s->cur.ids, s->cur.n, s->token_bytes);
+    shard_write(staged_add(path), s->cur.ids, s->cur.n, s->token_bytes);
     s->total += s->cur.n;
     s->cur.n = 0;
     s->index++;
@@ -1069,6 +1081,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* a file size limit (ulimit -f) fails the write with EFBIG, reported and cleaned up, instead
+     * of killing the process in the middle of a file */
+    signal(SIGXFSZ, SIG_IGN);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     Options o = {
         .threads = nproc > 0 ? (nproc > 1024 ? 1024 : nproc) : 1,

@@ -435,6 +435,32 @@ def check_shards_all_or_nothing(ctx):
     err = r.stderr.decode(errors="replace")
     report(r.returncode == 1 and "error:" in err and os.listdir(full) == [],
            "shards_full_disk_leaves_no_shards", f"rc {r.returncode}; files {sorted(os.listdir(full))}: {err[:300]}")
+    # the same cap with SIGXFSZ at its default (a shell's ulimit -f): the tool ignores the signal, so
+    # the write fails, is reported and cleaned up, instead of the process dying mid-file
+    full2 = ctx.path("whole_full_sig")
+    os.makedirs(full2)
+    r = subprocess.run([TOOL, "shards", "-q", "-o", os.path.join(full2, "ds"), "--val-tokens", "50", "--shard-tokens",
+                        "1000", good], capture_output=True, cwd=ROOT,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200)))
+    report(r.returncode == 1 and b"error:" in r.stderr and os.listdir(full2) == [],
+           "shards_file_size_limit_with_default_sigxfsz_is_a_clean_error", f"rc {r.returncode}; files {os.listdir(full2)}")
+    # interrupted (SIGINT) once its first shard is staged: it removes what it staged, then dies of the signal
+    many = ctx.path("whole_many.jsonl")
+    with open(many, "w") as f:
+        f.writelines(json.dumps({"text": f"{d} and more words, line {k}"}) + "\n" for k in range(20000) for d in docs[:2])
+    intr = ctx.path("whole_intr")
+    os.makedirs(intr)
+    p = subprocess.Popen([TOOL, "shards", "-q", "-j", "1", "-o", os.path.join(intr, "ds"), "--shard-tokens", "1000"]
+                         + [many] * 20, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, staged = time.time() + 60, False
+    while time.time() < deadline and p.poll() is None and not staged:
+        staged = any(".tmp." in f for f in os.listdir(intr))
+        time.sleep(0.005)
+    if staged:
+        p.send_signal(signal.SIGINT)
+    rc = p.wait()
+    report(staged and rc == -signal.SIGINT and os.listdir(intr) == [], "shards_interrupted_removes_its_staged_shards",
+           f"staged seen {staged}, rc {rc}, files left {len(os.listdir(intr))}")
     # a byte order mark before line 1
     bom = ctx.path("whole_bom.jsonl")
     with open(bom, "wb") as f:
