@@ -861,7 +861,11 @@ static void staged_drop_last(void) {
 static void staged_commit(const Options *o) {
     if (o->overwrite) clear_old_shards(o->prefix, 1, 1);
     for (Staged *s = staged_head; s; s = s->next)
-        if (rename(s->tmp, s->final) != 0) llmc_die("cannot rename '%s' to '%s': %s", s->tmp, s->final, strerror(errno));
+        if (rename(s->tmp, s->final) != 0) {
+            int e = errno;
+            for (Staged *r = staged_head; r != s; r = r->next) unlink(r->final); /* ours: no part of a dataset stays */
+            llmc_die("cannot rename '%s' to '%s': %s", s->tmp, s->final, strerror(e));
+        }
     staged_committed = 1;
 }
 
