@@ -68,7 +68,8 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     TrainConfig base = resolved(tc);
     size_t need = budget_peak(&base, cfg, s);
     if (need <= budget) {
-        if (out) fprintf(out, "%s %s: the requested configuration fits (peak %.3f GiB)\n", why, budget_text(budget).s, gib(need));
+        if (out)
+            fprintf(out, "%s %s: the requested configuration fits (peak %.3f GiB)\n", why, budget_text(budget).s, gib(need));
         return 0;
     }
     const int P = base.num_processes;
@@ -101,15 +102,15 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     if (best_cost == INFINITY)
         llmc_die("%s %s: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
                  "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s%s",
-                 why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need), gib(smallest_peak),
-                 smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch, fixed_r);
+                 why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need),
+                 gib(smallest_peak), smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch, fixed_r);
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
     const int o0 = offloaded(&base), o1 = offloaded(&best);
     if (out) fprintf(out, "%s %s: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
                  "-r %d, -b %d, -z %d, --offload %s, -d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% "
                  "step time (recompute %+.0f%%, micro-batch %+.0f%%, ZeRO %+.0f%%, offload %+.0f%%)%s\n",
-            why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute, best.B,
-            best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
+            why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute,
+            best.B, best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
             100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage, o0),
@@ -176,8 +177,8 @@ int budget_plan_main_for(TrainConfig *tc, const BudgetSpace *s, const ModelConfi
         int next_b;
         int B = budget_max_batch(tc, cfg, s, budget, &peak, &next_b, &next);
         if (!B)
-            llmc_die("--memory-budget %s: not even -b 1 fits at -t %d, -r %d, -z %d (it needs %.3f GiB)", budget_text(budget).s,
-                     tc->T, tc->recompute, tc->zero_stage, gib(next));
+            llmc_die("--memory-budget %s: not even -b 1 fits at -t %d, -r %d, -z %d (it needs %.3f GiB)",
+                     budget_text(budget).s, tc->T, tc->recompute, tc->zero_stage, gib(next));
         char after[160];
         if (next_b)
             snprintf(after, sizeof after, "-b %d needs %.3f GiB", next_b, gib(next));

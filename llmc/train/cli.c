@@ -361,7 +361,7 @@ static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const
     case F_FLOAT: {
         /* decimal only, like the integer flags: strtof alone would take hex ("0x1p3"), "inf", "nan" */
         float v = strpbrk(value, "xXpP") ? NAN : strtof(value, &end);
-        if (errno == ERANGE && fabsf(v) < 1.0f) errno = 0; /* an underflow (1e-40): the nearest float, as a literal would */
+        if (errno == ERANGE && fabsf(v) < 1.0f) errno = 0; /* an underflow (1e-40): the nearest float, like a literal */
         if (errno == ERANGE && end != value && !*end)
             llmc_die("flag %s: '%s' is out of range (a float's largest magnitude is about 3.4e38)", flagname, value);
         if (!isfinite(v) || end == value || *end || errno)
@@ -519,7 +519,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
 size_t cli_memory_budget_bytes(const char *s) {
     if (!s[0]) return 0;
     char *end = NULL;
-    /* no sign, no "inf", no hex; out of double's range: 0 (below one byte) or HUGE_VAL (too large), both refused below */
+    /* no sign, no "inf", no hex; out of double's range: 0 (below one byte) or HUGE_VAL, both refused below */
     double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN;
     if (end && strpbrk(s, "xXpP")) v = NAN;
     /* K, M, G, T and KiB .. TiB are powers of 1024; KB, MB, GB, TB powers of 1000 (as disks say) */
