@@ -69,7 +69,8 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     size_t need = budget_peak(&base, cfg, s);
     if (need <= budget) {
         if (out)
-            fprintf(out, "%s %s: the requested configuration fits (peak %.3f GiB)\n", why, budget_text(budget).s, gib(need));
+            fprintf(out, "%s %s: the requested configuration fits (peak %.3f GiB)\n", why, budget_text(budget).s,
+                    gib(need));
         return 0;
     }
     const int P = base.num_processes;
@@ -103,7 +104,8 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
         llmc_die("%s %s: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
                  "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s%s",
                  why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need),
-                 gib(smallest_peak), smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch, fixed_r);
+                 gib(smallest_peak), smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload,
+                 smallest.total_batch, no_batch, fixed_r);
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
     const int o0 = offloaded(&base), o1 = offloaded(&best);
     if (out) fprintf(out, "%s %s: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
