@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -276,13 +277,15 @@ static Tokenizer *load_tokenizer(const Options *o, int need_encode) {
 
 typedef struct {
     const char *path;
-    const char *data;
+    const char *data; /* the text (a JSONL file's UTF-8 byte order mark skipped) */
     size_t len;
     int jsonl;
+    void *map; /* the whole file mapped (map_len bytes), for munmap */
+    size_t map_len;
 } InputFile;
 
 static void input_open(InputFile *in, const char *path, int jsonl) {
-    in->path = path, in->jsonl = jsonl, in->data = "", in->len = 0;
+    in->path = path, in->jsonl = jsonl, in->data = "", in->len = 0, in->map = NULL, in->map_len = 0;
     int fd = open(path, O_RDONLY | O_NONBLOCK); /* a FIFO must not block the open: it is refused below */
     if (fd < 0) llmc_die("cannot open input '%s': %s", path, strerror(errno));
     struct stat st = {0};
@@ -293,13 +296,15 @@ static void input_open(InputFile *in, const char *path, int jsonl) {
         void *p = mmap(NULL, in->len, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) llmc_die("cannot map input '%s': %s", path, strerror(errno));
         madvise(p, in->len, MADV_SEQUENTIAL);
-        in->data = p;
+        in->data = p, in->map = p, in->map_len = in->len;
     }
     close(fd);
+    /* a byte order mark (EF BB BF, as some editors and exporters write) is not part of line 1's JSON */
+    if (jsonl && in->len >= 3 && memcmp(in->data, "\xEF\xBB\xBF", 3) == 0) in->data += 3, in->len -= 3;
 }
 
 static void input_close(InputFile *in) {
-    if (in->len) munmap((void *)in->data, in->len);
+    if (in->map_len) munmap(in->map, in->map_len);
 }
 
 /* ---- jobs ------------------------------------------------------------------------------ */
@@ -783,6 +788,87 @@ typedef struct {
 
 static void clear_old_shards(const char *prefix, int overwrite, int remove);
 
+/* ---- staged shards: written as "<shard>.tmp.<pid>", renamed into place at the end -------------
+ * A dataset appears only whole: until every input is encoded and the last shard written, the
+ * shards are staged under names no glob of shards matches (nor clear_old_shards), and a run that
+ * stops on any error (a bad JSONL line in a later input, a full disk, ...) removes them at exit,
+ * or on SIGINT, SIGTERM or SIGHUP before it dies of the signal (SIGXFSZ, a file size limit, is
+ * ignored: the write fails and reports it). Only a kill -9 can leave staged files behind, and
+ * those do not look like a dataset. The list is appended to only after a node is complete, so
+ * that the signal handler can walk it. */
+typedef struct Staged {
+    struct Staged *next;
+    char *final, *tmp, *partial; /* the shard's name; its staging name; shard_write's temporary file of that */
+} Staged;
+static Staged *staged_head, **staged_tail = &staged_head;
+static volatile sig_atomic_t staged_committed;
+
+static void staged_unlink_all(void) {
+    for (Staged *s = staged_head; s && !staged_committed; s = s->next) unlink(s->tmp), unlink(s->partial);
+}
+
+static void staged_free(void) {
+    for (Staged *s = staged_head, *next; s; s = next) next = s->next, free(s);
+    staged_head = NULL, staged_tail = &staged_head;
+}
+
+static void staged_remove_at_exit(void) {
+    staged_unlink_all();
+    staged_free();
+}
+
+static void staged_on_signal(int sig) { /* unlink() and raise() only: async-signal-safe */
+    staged_unlink_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Records a shard about to be written under final; returns its staging name. */
+static const char *staged_add(const char *final) {
+    static int registered;
+    if (!registered) {
+        registered = 1;
+        atexit(staged_remove_at_exit);
+        signal(SIGINT, staged_on_signal), signal(SIGTERM, staged_on_signal), signal(SIGHUP, staged_on_signal);
+    }
+    char tmp[4300], partial[4400];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", final, (long)getpid());
+    snprintf(partial, sizeof partial, "%s.tmp.%ld", tmp, (long)getpid()); /* atomic_open's name for tmp */
+    size_t a = strlen(final) + 1, b = strlen(tmp) + 1, c = strlen(partial) + 1;
+    Staged *s = mallocCheck(sizeof *s + a + b + c, "the list of shards written");
+    s->next = NULL;
+    s->final = memcpy((char *)(s + 1), final, a);
+    s->tmp = memcpy(s->final + a, tmp, b);
+    s->partial = memcpy(s->tmp + b, partial, c);
+    *staged_tail = s; /* published complete */
+    staged_tail = &s->next;
+    return s->tmp;
+}
+
+/* Takes back the last shard staged (the validation shard of a corpus too small to split). */
+static void staged_drop_last(void) {
+    Staged **p = &staged_head;
+    if (!*p) return;
+    while ((*p)->next) p = &(*p)->next;
+    Staged *last = *p;
+    *p = NULL, staged_tail = p;
+    unlink(last->tmp);
+    free(last);
+}
+
+/* The dataset is complete: --overwrite's old shards go now (not before: a failed run keeps them),
+ * then every staged shard takes its name. */
+static void staged_commit(const Options *o) {
+    if (o->overwrite) clear_old_shards(o->prefix, 1, 1);
+    for (Staged *s = staged_head; s; s = s->next)
+        if (rename(s->tmp, s->final) != 0) {
+            int e = errno;
+            for (Staged *r = staged_head; r != s; r = r->next) unlink(r->final); /* ours: no part of a dataset stays */
+            llmc_die("cannot rename '%s' to '%s': %s", s->tmp, s->final, strerror(e));
+        }
+    staged_committed = 1;
+}
+
 static void shard_flush(ShardSink *s) {
     char path[4200];
     const char *split = s->index == 0 ? "val" : "train";
@@ -794,8 +880,7 @@ static void shard_flush(ShardSink *s) {
     } else {
         snprintf(path, sizeof path, "%s_%s_%06d.bin", s->o->prefix, split, s->index);
     }
-    if (s->index == 0 && s->o->overwrite) clear_old_shards(s->o->prefix, 1, 1);
-    shard_write(path, s->cur.ids, s->cur.n, s->token_bytes);
+    shard_write(staged_add(path), s->cur.ids, s->cur.n, s->token_bytes);
     s->total += s->cur.n;
     s->cur.n = 0;
     s->index++;
@@ -850,8 +935,8 @@ static int is_prefix_shard(const char *name, const char *base) {
 
 /* Shards of an earlier run under this prefix would be read by training together with the new
  * ones (a glob matches both). remove 0: dies if there are any, unless overwrite (--overwrite);
- * remove 1: removes them (called just before the first new shard is written, so that a run
- * that fails before writing anything leaves the old shards in place). */
+ * remove 1: removes them (called when the new dataset is complete, by staged_commit, so that a run
+ * that fails at any point leaves the old shards in place). */
 static void clear_old_shards(const char *prefix, int overwrite, int remove) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", prefix);
@@ -893,12 +978,7 @@ static void split_small_corpus(ShardSink *s, char *err, size_t errlen) {
     if (!train_empty) return;
     size_t total = s->total + s->cur.n;
     if (s->o->val_tokens || s->index == 1) {
-        if (s->index == 1) { /* the validation shard was written by this run: take it back */
-            char path[4200];
-            if (s->o->no_index) snprintf(path, sizeof path, "%s_val.bin", s->o->prefix);
-            else snprintf(path, sizeof path, "%s_val_%06d.bin", s->o->prefix, 0);
-            unlink(path);
-        }
+        if (s->index == 1) staged_drop_last(); /* the validation shard was staged by this run: take it back */
         snprintf(err, errlen, "the corpus has %zu tokens, not more than the validation part (%s %lld), so nothing would be "
                  "left for training; lower --val-tokens (e.g. to %zu, a tenth)", total,
                  s->o->val_tokens ? "--val-tokens" : "the first shard, --shard-tokens",
@@ -965,6 +1045,7 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     split_small_corpus(&sink, err, sizeof err);
     if (!err[0]) {
         if (sink.cur.n) shard_flush(&sink);
+        staged_commit(o);
         progress_show(&pl.progress, 1, sink.index);
         if (pl.skipped)
             fprintf(stderr, "warning: skipped %zu bad JSONL line(s) (--skip-bad-lines); the first: %s\n", pl.skipped,
@@ -1004,6 +1085,9 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* a file size limit (ulimit -f) fails the write with EFBIG, reported and cleaned up, instead
+     * of killing the process in the middle of a file */
+    signal(SIGXFSZ, SIG_IGN);
     long nproc = sysconf(_SC_NPROCESSORS_ONLN);
     Options o = {
         .threads = nproc > 0 ? (nproc > 1024 ? 1024 : nproc) : 1,

@@ -71,6 +71,42 @@ def check_budgeted_run(what, args, ref_out, out, size, budget, total_batch, chos
            f"{what}: its losses equal the unconstrained run's (rel 1e-4)", f"{a} vs {b}")
 
 
+def check_size_units_and_max_batch_messages():
+    """issue 22 items 17 and 21: --memory-budget units are exact (G, GiB: 2^30; GB: 10^9), a size
+    beyond the largest budget says so, and --max-batch names -d when -d is the problem."""
+    def budget_bytes(size):
+        p = run(CPU, ["--plan", "--json", "--max-batch", "--memory-budget", size, "-e", "d2", "-t", "32"])
+        return json.loads(p.stdout)["budget_bytes"] if p.returncode == 0 else p.stderr[-200:]
+    want = {"12G": 12 << 30, "12GiB": 12 << 30, "12Gi": 12 << 30, "12GB": 12 * 10**9, "1500MB": 1500 * 10**6,
+            "1500M": 1500 << 20, "2TB": 2 * 10**12, "1e9": 10**9, "2000000KiB": 2000000 << 10, "2000000kB": 2 * 10**9}
+    got = {size: budget_bytes(size) for size in want}
+    report(got == want, "--memory-budget units: K/M/G/T and KiB..TiB are powers of 1024, KB..TB powers of 1000",
+           {k: v for k, v in got.items() if v != want[k]})
+    for size in ("1e30", "1e400", "9300000000000000000"):
+        p = run(CPU, ["--plan", "--memory-budget", size, "-e", "d2"])
+        report(p.returncode == 1 and p.stderr.startswith("error: flag --memory-budget") and "2^63" in p.stderr
+               and f"'{size}'" in p.stderr, f"--memory-budget {size}: an error saying it is beyond the largest budget",
+               p.stderr[-300:])
+    mb = ["--plan", "--max-batch", "--memory-budget", "1G", "-e", "d2", "-t", "128"]
+    p = run(CPU, mb + ["-d", "1000"])
+    report(p.returncode == 1 and p.stderr.startswith("error: --max-batch: -d 1000 is not a multiple of -t")
+           and "0.000 GiB" not in p.stderr, "--max-batch -d 1000 -t 128: the error names -d, not the budget", p.stderr[-300:])
+    p = run(CPU, mb + ["-d", "1024"])
+    report(p.returncode == 0 and "0.000 GiB" not in p.stdout and "no larger -b keeps -d 1024 exact" in p.stdout,
+           "--max-batch -d 1024 -t 128 (-b 8, the largest divisor, fits): no '-b 9 ... 0.000 GiB'", p.stdout + p.stderr[-300:])
+    # the next candidate is the next -b that keeps -d exact, priced: it exceeds the budget
+    d2 = ["-e", "d2", "-t", "32", "-d", str(32 * 24)]
+    b6 = plan(CPU, d2 + ["-b", "6"])[0]["peak_bytes"]
+    b8 = plan(CPU, d2 + ["-b", "8"])[0]["peak_bytes"]
+    over = json.loads(run(CPU, d2 + ["--plan", "--json", "--max-batch", "--memory-budget", "1G"]).stdout)["overhead_bytes"]
+    size = str((b6 + b8) // 2 + over)
+    p = run(CPU, d2 + ["--plan", "--json", "--max-batch", "--memory-budget", size])
+    j = json.loads(p.stdout) if p.returncode == 0 else {}
+    report(j.get("max_batch") == 6 and j.get("next_batch") == 8 and j.get("next_peak_bytes") == b8 + j.get("overhead_bytes", 0),
+           "--max-batch with -d 768 -t 32 between the -b 6 and -b 8 plans: -b 6, next candidate -b 8 with its peak",
+           (j, b6, b8, p.stderr[-300:]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="llmc_test_budget_")
     tr, va = os.path.join(tmp, "train.bin"), os.path.join(tmp, "val.bin")
@@ -128,6 +164,7 @@ def main():
         p = run(CPU, ["--plan", "--memory-budget", bad])
         report(p.returncode == 1 and "error: flag --memory-budget expects a size" in p.stderr and f"'{bad}'" in p.stderr,
                f"--memory-budget {bad} is a clear error", p.stderr[-300:])
+    check_size_units_and_max_batch_messages()
     p = run(CPU, ["--max-batch", "--memory-budget", "1G"])
     report(p.returncode == 1 and "--max-batch goes with --plan --memory-budget" in p.stderr,
            "--max-batch without --plan is a clear error", p.stderr[-300:])

@@ -181,11 +181,17 @@ def main():
         p0 = run(sample + ["--seed", "7", "--top-p", "1e-6"]).stdout
         report(k1 == greedy and p0 == greedy, "top_k_1_and_tiny_top_p_equal_greedy",
                f"top-k 1 equal: {k1 == greedy}; top-p 1e-6 equal: {p0 == greedy}")
+        # a temperature below float's normal range (1e-38 is subnormal: strtof reports ERANGE) is a
+        # number all the same, and as good as greedy
+        tiny = run(sample + ["--seed", "7", "--temperature", "1e-38"])
+        report(tiny.returncode == 0 and tiny.stdout == greedy, "tiny_temperature_1e-38_is_a_number_and_greedy",
+               f"rc {tiny.returncode}; stderr {tiny.stderr[-200:]!r}")
 
         bad = {
             "missing_model": (["-e", os.path.join(tmp, "nope.bin"), "--prompt", "x"], "nope.bin"),
             "unknown_flag": (["-e", m3, "--temprature", "0"], "--temprature"),
             "negative_temperature": (["-e", m3, "--temperature", "-1"], "--temperature"),
+            "temperature_beyond_float": (["-e", m3, "--temperature", "1e39"], "out of range"),
             "malformed_top_k": (["-e", m3, "--top-k", "3x"], "--top-k"),
             "top_p_zero": (["-e", m3, "--top-p", "0"], "--top-p"),
             "missing_value": (["-e", m3, "-g"], "-g"),

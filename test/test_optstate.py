@@ -52,6 +52,45 @@ def same_file(a, b):
         return fa.read() == fb.read()
 
 
+def check_checkpoint_peak(tmp, rng):
+    """issue 22 item 12: with -o, a compact-state run's checkpoint decodes m and v a chunk at a time
+    into the state file, so its process peak (VmHWM, measured at exit: the checkpoint is the last
+    thing the run does) stays below fp32's, as without -o; the plan with -o says the same, and
+    the measured peak does not exceed the plan's (plus the runtime's overhead). d2: 6.9M
+    parameters, fp32 m + v 55 MB, so the old whole fp32 copy (+55 MB) cannot hide in the noise."""
+    tr = os.path.join(tmp, "peak_train.bin")
+    write_shard(tr, [rng.randrange(50257) for _ in range(4000)])
+    args = ["-i", tr, "-e", "d2", "-b", "1", "-t", "32", "-x", "1", "-v", "0", "-s", "0", "--threads", "1"]
+    got = {}
+    for state in ("fp32", "bf16", "int8"):
+        out = os.path.join(tmp, f"peak_{state}")
+        full = args + ["--optim-state", state, "-o", out]
+        with open(os.path.join(tmp, f"peak_{state}.log"), "w") as log:
+            p = subprocess.Popen([TRAINER] + full, stdout=log, stderr=subprocess.STDOUT)
+            _, status, usage = os.wait4(p.pid, 0)  # this child's own peak RSS
+        pl = run(full + ["--plan", "--json"])
+        plan = json.loads(pl.stdout) if pl.returncode == 0 else {}
+        recs = [json.loads(line) for line in open(os.path.join(out, "log.jsonl"))] if status == 0 else []
+        overhead = next((r["mem_runtime_overhead"] for r in recs if "mem_runtime_overhead" in r), None)
+        ok = status == 0 and plan and overhead is not None and any(f.startswith("state_00000001") for f in os.listdir(out))
+        got[state] = (usage.ru_maxrss * 1024, plan.get("peak_bytes"), overhead) if ok else None
+    report(all(got.values()), "-o runs of fp32, bf16, int8 states write their checkpoint", got)
+    if not all(got.values()):
+        return
+    MiB = 1 << 20
+    for state in ("bf16", "int8"):
+        hwm, planned, overhead = got[state]
+        report(planned < got["fp32"][1], f"--plan -o --optim-state {state}: the peak is below fp32's (the checkpoint decodes "
+               "a chunk at a time)", f"{planned / MiB:.1f} MiB vs fp32 {got['fp32'][1] / MiB:.1f} MiB")
+        report(hwm < got["fp32"][0], f"-o --optim-state {state}: the measured peak (VmHWM at exit) is below fp32's",
+               f"{hwm / MiB:.1f} MiB vs fp32 {got['fp32'][0] / MiB:.1f} MiB")
+        # the plan bounds the run: a few MiB of slack for what the plan does not count (stdio, the
+        # model file's writer), far below the 55 MB a whole fp32 copy of m and v would add
+        report(hwm <= planned + overhead + 4 * MiB, f"-o --optim-state {state}: VmHWM at exit within the plan's peak "
+               "+ the runtime overhead + 4 MiB", f"VmHWM {hwm / MiB:.1f} MiB, plan {planned / MiB:.1f} + overhead "
+               f"{overhead / MiB:.1f} MiB")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="llmc_test_optstate_")
     rng = random.Random(4321)
@@ -174,6 +213,8 @@ def main():
     po, pn = plan(["--offload", "optimizer"]), plan([])
     report(po["offload"] == 1 and po["classes"] == pn["classes"],
            "--plan --offload optimizer on the CPU trainer: the same bytes (the optimizer is on the host already)")
+
+    check_checkpoint_peak(tmp, rng)
 
     for flag, value in (("--optim-state", "fp8"), ("--optim-state", ""), ("--offload", "gpu")):
         p = run(base + ["-x", "1", flag, value], expect_ok=False)

@@ -206,6 +206,14 @@ def main():
                    f"rc {p.returncode} {m} vs {planned} {p.stderr[-400:]}")
         TRAINER = cpu_trainer
 
+    # --- float flags (issue 22 item 21): an underflow is a number (the nearest float), an overflow
+    # an error saying so, not "expects a number" ----------------------------------------------
+    p = run(["--plan", "-e", "d2", "-l", "1e-40"])
+    report(p.returncode == 0, "-l 1e-40 (below float's normal range) is a number", p.stderr[-300:])
+    p = run(["--plan", "-e", "d2", "-l", "1e39"])
+    report(p.returncode == 1 and "error: flag -l: '1e39' is out of range" in p.stderr, "-l 1e39 is an error saying it is out "
+           "of range", p.stderr[-300:])
+
     # --- bad flags ----------------------------------------------------------------------------
     for args, want in ((["--json"], "--json goes with --plan"), (["--plan", "-d", "100"], "-d 100 is not a multiple"),
                        (["--plan", "-e", os.path.join(tmp, "missing.bin")], "missing.bin"),

@@ -89,6 +89,9 @@ def main():
         nothing = os.path.join(tmp, "nothing.jsonl")
         with open(nothing, "w") as f:
             f.write('{"config": 1}\n{"step": 1, "note": "text only"}\n')
+        not_utf8 = os.path.join(tmp, "not_utf8.jsonl")
+        with open(not_utf8, "wb") as f:
+            f.write(b'{"step": 1, "train_loss": 5.0}\n{"step": 2, "note": "\xff\xfe"}\n')
         empty_dir = os.path.join(tmp, "empty_dir")
         os.makedirs(empty_dir)
         cases = {
@@ -96,12 +99,17 @@ def main():
             "non_json_line": ([bad], "line 3"),
             "one_good_one_bad_log": ([a, bad], "line 3"),
             "nothing_to_plot": ([nothing], "no plottable"),
+            "not_utf8_line": ([not_utf8], "line 2: not UTF-8"),
             "directory_without_log": ([empty_dir], "empty_dir"),
         }
         for name, (args, needle) in cases.items():
             out = os.path.join(tmp, f"{name}.png")
             r = plot("-o", out, *args)
-            report(r.returncode == 1 and r.stderr.startswith("error:") and needle in r.stderr and not os.path.exists(out),
+            # one error line naming the file and line: no traceback, and no "starting at at" (json's
+            # message ends in "starting at"; the column follows it once)
+            clean = "Traceback" not in r.stderr and " at at " not in r.stderr
+            report(r.returncode == 1 and r.stderr.startswith("error:") and needle in r.stderr and clean
+                   and not os.path.exists(out),
                    f"plot_bad_input_{name}", f"rc {r.returncode}, stderr {r.stderr.strip()[-300:]!r}, png written: {os.path.exists(out)}")
         r = plot("-o", os.path.join(tmp, "x.jpg"), a)
         report(r.returncode == 1 and "error:" in r.stderr and ".png" in r.stderr, "plot_bad_input_output_not_png", r.stderr[-200:])

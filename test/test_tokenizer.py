@@ -395,6 +395,83 @@ def check_shard_traps(ctx):
            "shards_skip_bad_lines_counts_and_reports_first", f"rc {r.returncode}: {err[:300]}")
 
 
+def check_shards_all_or_nothing(ctx):
+    """issue 22 items 3 and 21: a shards run that stops (a bad line in its second input, a full disk)
+    leaves no shard behind, and old shards (--overwrite) stay as they were; a JSONL file that starts
+    with a UTF-8 byte order mark reads as without it."""
+    import resource
+    import signal
+    docs = [f"Document number {i} says hello to the world." for i in range(40)]
+    good, bad = ctx.path("whole_good.jsonl"), ctx.path("whole_bad.jsonl")
+    with open(good, "w") as f:
+        f.writelines(json.dumps({"text": d}) + "\n" for d in docs)
+    with open(bad, "w") as f:
+        f.write(json.dumps({"text": docs[0]}) + "\n" + json.dumps({"text": docs[1]}) + "\n" + '{"text": oops}\n')
+    small = ["--val-tokens", "50", "--shard-tokens", "100"]  # the first input alone fills several shards
+    out = ctx.path("whole_out")
+    os.makedirs(out)
+    r = run(["shards", "-q", "-o", os.path.join(out, "ds"), *small, good, bad])
+    err = r.stderr.decode(errors="replace")
+    report(r.returncode == 1 and "whole_bad.jsonl' line 3" in err and os.listdir(out) == [],
+           "shards_bad_line_in_second_input_leaves_no_shards", f"rc {r.returncode}; files {sorted(os.listdir(out))}: {err[:300]}")
+    # the same over an earlier dataset with --overwrite: it stays whole and unchanged
+    r = run(["shards", "-q", "-o", os.path.join(out, "ds"), *small, good])
+    before = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    r2 = run(["shards", "-q", "-o", os.path.join(out, "ds"), "--val-tokens", "60", "--shard-tokens", "90", "--overwrite",
+              good, bad])
+    after = {n: open(os.path.join(out, n), "rb").read() for n in os.listdir(out)}
+    report(r.returncode == 0 and len(before) > 2 and r2.returncode == 1 and after == before,
+           "shards_failed_overwrite_keeps_the_old_dataset", f"rc {r.returncode}, {r2.returncode}; {sorted(before)} -> {sorted(after)}")
+    # a full disk (files capped at 1200 bytes): the validation shard (50 tokens, 1124 bytes) fits, the
+    # train shard (the other ~390 tokens) does not; an error, and nothing is left
+
+    def cap():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200))
+    full = ctx.path("whole_full")
+    os.makedirs(full)
+    r = subprocess.run([TOOL, "shards", "-q", "-o", os.path.join(full, "ds"), "--val-tokens", "50", "--shard-tokens",
+                        "1000", good], capture_output=True, cwd=ROOT, preexec_fn=cap)
+    err = r.stderr.decode(errors="replace")
+    report(r.returncode == 1 and "error:" in err and os.listdir(full) == [],
+           "shards_full_disk_leaves_no_shards", f"rc {r.returncode}; files {sorted(os.listdir(full))}: {err[:300]}")
+    # the same cap with SIGXFSZ at its default (a shell's ulimit -f): the tool ignores the signal, so
+    # the write fails, is reported and cleaned up, instead of the process dying mid-file
+    full2 = ctx.path("whole_full_sig")
+    os.makedirs(full2)
+    r = subprocess.run([TOOL, "shards", "-q", "-o", os.path.join(full2, "ds"), "--val-tokens", "50", "--shard-tokens",
+                        "1000", good], capture_output=True, cwd=ROOT,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1200, 1200)))
+    report(r.returncode == 1 and b"error:" in r.stderr and os.listdir(full2) == [],
+           "shards_file_size_limit_with_default_sigxfsz_is_a_clean_error", f"rc {r.returncode}; files {os.listdir(full2)}")
+    # interrupted (SIGINT) once its first shard is staged: it removes what it staged, then dies of the signal
+    many = ctx.path("whole_many.jsonl")
+    with open(many, "w") as f:
+        f.writelines(json.dumps({"text": f"{d} and more words, line {k}"}) + "\n" for k in range(20000) for d in docs[:2])
+    intr = ctx.path("whole_intr")
+    os.makedirs(intr)
+    p = subprocess.Popen([TOOL, "shards", "-q", "-j", "1", "-o", os.path.join(intr, "ds"), "--shard-tokens", "1000"]
+                         + [many] * 20, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, staged = time.time() + 60, False
+    while time.time() < deadline and p.poll() is None and not staged:
+        staged = any(".tmp." in f for f in os.listdir(intr))
+        time.sleep(0.005)
+    if staged:
+        p.send_signal(signal.SIGINT)
+    rc = p.wait()
+    report(staged and rc == -signal.SIGINT and os.listdir(intr) == [], "shards_interrupted_removes_its_staged_shards",
+           f"staged seen {staged}, rc {rc}, files left {len(os.listdir(intr))}")
+    # a byte order mark before line 1
+    bom = ctx.path("whole_bom.jsonl")
+    with open(bom, "wb") as f:
+        f.write(b"\xef\xbb\xbf" + open(good, "rb").read())
+    pa, pb = ctx.path("bom_a"), ctx.path("bom_b")
+    r1 = run(["shards", "-q", "-o", pa, "--val-tokens", "50", bom])
+    r2 = run(["shards", "-q", "-o", pb, "--val-tokens", "50", good])
+    report(r1.returncode == 0 and r2.returncode == 0 and read_shards(pa) == read_shards(pb) != [],
+           "shards_jsonl_with_utf8_bom_reads_as_without", r1.stderr.decode(errors="replace")[:300])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=20240520)
@@ -462,6 +539,7 @@ def main():
 
         check_shards(ctx, shakespeare)
         check_shard_traps(ctx)
+        check_shards_all_or_nothing(ctx)
         check_data(ctx, gpt2_dir, shakespeare)
         check_bad_inputs(ctx)
     print(f"({failures()} failed)")

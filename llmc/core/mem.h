@@ -40,7 +40,8 @@ typedef enum {
     MEM_STAGING,        /* host copies and staging buffers of a device backend */
     MEM_DATA,           /* dataloader prefetch buffers (planned, allocated by the dataloader) */
     MEM_BLAS_PACKING,   /* CPU: the sgemm's transient copy of its largest operand (planned, the BLAS allocates it) */
-    MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0) */
+    MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0); -z 0 compact
+                         * states: one chunk decoded at a time into the state file */
     MEM_CUDNN_WORKSPACE, /* GPU, cuDNN builds: the attention graphs' workspace (planned bound, cuDNN sizes it) */
     MEM_TEST_LEAK,      /* only the planted leak of LLMC_TEST_LEAK */
     MEM_NUM_CLASSES

@@ -5,6 +5,7 @@
 #include "llmc/core/sumfile.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void put64(int32_t *h, int at, uint64_t v) {
@@ -45,15 +46,37 @@ static uint32_t state_crc(const int32_t h[256], const float *m, const float *v, 
     return sumfile_crc_update(crc, v, numel * sizeof(float));
 }
 
+static const float *whole_moment(void *ctx, int is_v, size_t offset, size_t count, float *scratch) {
+    (void)count, (void)scratch;
+    return ((const float *const *)ctx)[is_v] + offset;
+}
+
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v) {
+    const float *mv[2] = {m, v};
+    state_file_save_chunks(path, st, whole_moment, mv);
+}
+
+/* The header goes first with its checksum word 0, the moments after it chunk by chunk (the
+ * checksum, state_crc's, accumulated on the way), then the header again with the checksum. */
+void state_file_save_chunks(const char *path, const TrainState *st, StateMomentFn moment, void *ctx) {
     int32_t h[256];
     state_header(h, st);
-    h[42] = (int32_t)state_crc(h, m, v, st->numel);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(h, 4, 256, af.f, af.tmp_path);
-    fwriteCheck(m, sizeof(float), st->numel, af.f, af.tmp_path);
-    fwriteCheck(v, sizeof(float), st->numel, af.f, af.tmp_path);
+    uint32_t crc = sumfile_crc_update(sumfile_crc_update(0, NULL, 0), h, sizeof h);
+    float *scratch = (float *)mallocCheck(STATE_CHUNK * sizeof(float), "training state chunk");
+    for (int is_v = 0; is_v < 2; is_v++)
+        for (size_t off = 0; off < st->numel; off += STATE_CHUNK) {
+            const size_t count = st->numel - off < STATE_CHUNK ? st->numel - off : STATE_CHUNK;
+            const float *x = moment(ctx, is_v, off, count, scratch);
+            crc = sumfile_crc_update(crc, x, count * sizeof(float));
+            fwriteCheck(x, sizeof(float), count, af.f, af.tmp_path);
+        }
+    free(scratch);
+    h[42] = (int32_t)crc;
+    if (fseek(af.f, 0, SEEK_SET) != 0) llmc_die("cannot seek in '%s' to write its header", af.tmp_path);
+    fwriteCheck(h, 4, 256, af.f, af.tmp_path);
     atomic_commit(&af);
 }
 

@@ -46,6 +46,15 @@ typedef struct {
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);
+/* The same file from the moments in pieces, so that no whole fp32 copy of m and v need exist
+ * (compact optimizer states are decoded a chunk at a time): moment returns elements [offset,
+ * offset + count) of m (is_v 0) or v as floats, either a pointer into its own memory or scratch
+ * (count floats) filled; offset is a multiple of STATE_CHUNK and count is STATE_CHUNK but at the
+ * end. Byte-identical to state_file_save of the whole arrays; the scratch (STATE_CHUNK floats) is
+ * the only memory it allocates. */
+enum { STATE_CHUNK = 1 << 16 };
+typedef const float *(*StateMomentFn)(void *ctx, int is_v, size_t offset, size_t count, float *scratch);
+void state_file_save_chunks(const char *path, const TrainState *st, StateMomentFn moment, void *ctx);
 /* Reads the header into st and the moments into m, v (numel floats each; NULL to skip). */
 void state_file_load(const char *path, TrainState *st, float *m, float *v, size_t expect_numel);
 

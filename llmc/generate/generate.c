@@ -73,6 +73,9 @@ static float parse_number(const char *flag, const char *v) {
     char *end = NULL;
     errno = 0;
     float x = strtof(v, &end);
+    if (errno == ERANGE && fabsf(x) < 1.0f) errno = 0; /* an underflow (1e-40): the nearest float, like a literal */
+    if (errno == ERANGE && end != v && !*end)
+        llmc_die("flag %s: '%s' is out of range (a float's largest magnitude is about 3.4e38)", flag, v);
     if (end == v || *end || errno || !isfinite(x)) llmc_die("flag %s expects a number, got '%s'", flag, v);
     return x;
 }

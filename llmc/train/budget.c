@@ -46,6 +46,17 @@ size_t budget_peak(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSp
 
 static double gib(size_t b) { return (double)b / (1024.0 * 1024.0 * 1024.0); }
 
+/* A budget as the messages print it: GiB, or bytes below 1 MiB (which "0.000 GiB" would hide). */
+typedef struct {
+    char s[48];
+} SizeText;
+static SizeText budget_text(size_t b) {
+    SizeText t;
+    if (b < (1u << 20)) snprintf(t.s, sizeof t.s, "%zu bytes", b);
+    else snprintf(t.s, sizeof t.s, "%.3f GiB", gib(b));
+    return t;
+}
+
 /* tc with -d resolved (0 = one micro-batch per rank) */
 static TrainConfig resolved(const TrainConfig *tc) {
     TrainConfig r = *tc;
@@ -57,7 +68,9 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     TrainConfig base = resolved(tc);
     size_t need = budget_peak(&base, cfg, s);
     if (need <= budget) {
-        if (out) fprintf(out, "%s %.3f GiB: the requested configuration fits (peak %.3f GiB)\n", why, gib(budget), gib(need));
+        if (out)
+            fprintf(out, "%s %s: the requested configuration fits (peak %.3f GiB)\n", why, budget_text(budget).s,
+                    gib(need));
         return 0;
     }
     const int P = base.num_processes;
@@ -88,17 +101,18 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
     char fixed_r[200] = ""; /* a model without recompute levels: say that -r was not searched */
     if (s->no_recompute) snprintf(fixed_r, sizeof fixed_r, "; -r not searched: %s", s->no_recompute);
     if (best_cost == INFINITY)
-        llmc_die("%s %.3f GiB: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
+        llmc_die("%s %s: nothing fits; the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB "
                  "and the smallest peak found is %.3f GiB (-r %d, -b %d, -z %d, --offload %s, -d %lld)%s%s",
-                 why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), gib(smallest_peak),
-                 smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload, smallest.total_batch, no_batch, fixed_r);
+                 why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need),
+                 gib(smallest_peak), smallest.recompute, smallest.B, smallest.zero_stage, smallest.offload,
+                 smallest.total_batch, no_batch, fixed_r);
     long long accum = best.total_batch / ((long long)best.B * best.T * P);
     const int o0 = offloaded(&base), o1 = offloaded(&best);
-    if (out) fprintf(out, "%s %.3f GiB: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
+    if (out) fprintf(out, "%s %s: the requested configuration (-r %d, -b %d, -z %d, --offload %s) needs %.3f GiB; chose "
                  "-r %d, -b %d, -z %d, --offload %s, -d %lld (%lld accumulation steps), peak %.3f GiB; predicted cost +%.0f%% "
                  "step time (recompute %+.0f%%, micro-batch %+.0f%%, ZeRO %+.0f%%, offload %+.0f%%)%s\n",
-            why, gib(budget), base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute, best.B,
-            best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
+            why, budget_text(budget).s, base.recompute, base.B, base.zero_stage, base.offload, gib(need), best.recompute,
+            best.B, best.zero_stage, best.offload, best.total_batch, accum, gib(best_peak), 100.0 * best_cost,
             100.0 * budget_cost(&base, cfg, best.recompute, base.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, best.B, base.zero_stage, o0),
             100.0 * budget_cost(&base, cfg, base.recompute, base.B, best.zero_stage, o0),
@@ -119,13 +133,14 @@ static size_t peak_at_batch(const TrainConfig *tc, const ModelConfig *cfg, const
 }
 
 int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, size_t budget, size_t *peak,
-                     size_t *next) {
-    const long long limit = INT32_MAX / ((long long)tc->T * tc->num_processes);
-    long long best = 0;
+                     int *next_batch, size_t *next) {
+    const long long TP = (long long)tc->T * tc->num_processes, limit = INT32_MAX / TP;
+    long long best = 0, above = 0; /* above: the next candidate larger than best (0: none) */
     if (tc->total_batch) { /* the divisors of -d / (T * P), from the top */
-        for (long long b = tc->total_batch / ((long long)tc->T * tc->num_processes); b >= 1 && !best; b--) {
-            size_t pk = peak_at_batch(tc, cfg, s, b);
-            if (pk && pk <= budget) best = b;
+        for (long long b = tc->total_batch % TP ? 0 : tc->total_batch / TP; b >= 1 && !best; b--) {
+            if (!peak_at_batch(tc, cfg, s, b)) continue; /* not a divisor */
+            if (peak_at_batch(tc, cfg, s, b) <= budget) best = b;
+            else above = b;
         }
     } else { /* the peak grows with B: double, then bisect */
         long long lo = 0, hi = 1;
@@ -137,9 +152,11 @@ int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const Budget
             else hi = mid;
         }
         best = lo;
+        above = best < limit ? best + 1 : 0;
     }
     if (peak) *peak = best ? peak_at_batch(tc, cfg, s, best) : 0;
-    if (next) *next = best < limit ? peak_at_batch(tc, cfg, s, best + 1) : 0;
+    if (next_batch) *next_batch = (int)above;
+    if (next) *next = above ? peak_at_batch(tc, cfg, s, above) : 0;
     return (int)best;
 }
 
@@ -153,18 +170,30 @@ int budget_plan_main_for(TrainConfig *tc, const BudgetSpace *s, const ModelConfi
     size_t budget = cli_memory_budget_bytes(tc->memory_budget);
     FILE *note = tc->json ? stderr : stdout;
     if (tc->max_batch) {
+        const long long TP = (long long)tc->T * tc->num_processes;
+        if (tc->total_batch && tc->total_batch % TP != 0) /* no -b at all keeps it exact: say so, not "too big" */
+            llmc_die("--max-batch: -d %lld is not a multiple of -t * processes = %d * %d = %lld tokens, so no -b "
+                     "keeps it exact; give a -d that is (e.g. %lld), or leave -d out",
+                     tc->total_batch, tc->T, tc->num_processes, TP, (tc->total_batch / TP + 1) * TP);
         size_t peak, next;
-        int B = budget_max_batch(tc, cfg, s, budget, &peak, &next);
+        int next_b;
+        int B = budget_max_batch(tc, cfg, s, budget, &peak, &next_b, &next);
         if (!B)
-            llmc_die("--memory-budget %.3f GiB: not even -b 1 fits at -t %d, -r %d, -z %d (it needs %.3f GiB)", gib(budget),
-                     tc->T, tc->recompute, tc->zero_stage, gib(next));
-        if (tc->json)
-            printf("{\"max_batch\": %d, \"peak_bytes\": %zu, \"next_peak_bytes\": %zu, \"budget_bytes\": %zu, "
-                   "\"overhead_bytes\": %zu}\n", B, peak, next, budget, s->overhead);
+            llmc_die("--memory-budget %s: not even -b 1 fits at -t %d, -r %d, -z %d (it needs %.3f GiB)",
+                     budget_text(budget).s, tc->T, tc->recompute, tc->zero_stage, gib(next));
+        char after[160];
+        if (next_b)
+            snprintf(after, sizeof after, "-b %d needs %.3f GiB", next_b, gib(next));
+        else if (tc->total_batch)
+            snprintf(after, sizeof after, "no larger -b keeps -d %lld exact", tc->total_batch);
         else
-            printf("max batch: -b %d fits --memory-budget %.3f GiB at -t %d, -r %d, -z %d (peak %.3f GiB; -b %d %s %.3f GiB)\n",
-                   B, gib(budget), tc->T, tc->recompute, tc->zero_stage, gib(peak), B + 1,
-                   next ? "needs" : "does not keep -d exact;", gib(next));
+            snprintf(after, sizeof after, "no larger -b: B * T * processes must stay below 2^31 tokens");
+        if (tc->json)
+            printf("{\"max_batch\": %d, \"peak_bytes\": %zu, \"next_batch\": %d, \"next_peak_bytes\": %zu, "
+                   "\"budget_bytes\": %zu, \"overhead_bytes\": %zu}\n", B, peak, next_b, next, budget, s->overhead);
+        else
+            printf("max batch: -b %d fits --memory-budget %s at -t %d, -r %d, -z %d (peak %.3f GiB; %s)\n",
+                   B, budget_text(budget).s, tc->T, tc->recompute, tc->zero_stage, gib(peak), after);
         return 0;
     }
     budget_fit(tc, cfg, s, budget, "--memory-budget", note);

@@ -54,10 +54,11 @@ int budget_fit(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, si
 void budget_agree(Dist *d, TrainConfig *tc);
 
 /* The largest micro-batch B whose plan fits the budget at tc's -r, -t, -z (with -d given: only
- * B that keep it exact); 0 when not even B = 1 fits. peak (of B) and next (of B + 1, or 0 when
- * B + 1 is not a candidate) may be NULL. */
+ * B that keep it exact); 0 when not even B = 1 fits. peak (of B), next_batch (the next larger
+ * candidate: B + 1, or with -d the next B that keeps it exact; 0 when there is none) and next (its
+ * peak, 0 when none) may be NULL. */
 int budget_max_batch(const TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *s, size_t budget, size_t *peak,
-                     size_t *next);
+                     int *next_batch, size_t *next);
 
 /* --plan with --memory-budget [--max-batch]: the search's answer, then the chosen plan (or the
  * largest B); the model's shape as train_plan_main reads it (no model allocated). Returns 0. */

@@ -142,7 +142,8 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
     if (be->state.save_backend_state) be->state.save_backend_state(be->model, st.backend);
-    state_file_save(state, &st, sv.m, sv.v);
+    if (sv.m) state_file_save(state, &st, sv.m, sv.v);
+    else state_file_save_chunks(state, &st, sv.moment, sv.moment_ctx); /* compact moments, a chunk at a time */
     if (opt->state_release) opt->state_release(opt->ctx, &sv);
     if (tc->process_rank == 0) {
         char config[16384];

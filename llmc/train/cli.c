@@ -82,7 +82,7 @@ static const Flag flags[] = {
     {NULL, "--offload", F_STRING, FIELD(offload), "none | optimizer: AdamW moments and fp32 master weights in host memory, updated on the CPU (GPU trainer: gradients copied to the host, parameters back; the CPU trainer's optimizer is this host path already)"},
     {NULL, "--plan", F_SWITCH, FIELD(plan), "print the memory plan (every allocation class, the peak) for this configuration (rank -pr of -pn) and exit; allocates no model"},
     {NULL, "--json", F_SWITCH, FIELD(json), "with --plan: print it as one JSON object (peak_bytes, classes)"},
-    {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
+    {NULL, "--memory-budget", F_STRING, FIELD(memory_budget), "memory budget (16G, 1500M, 16GB = 16e9, bytes; CPU: the process, GPU: the device): when the plan exceeds it, train with the cheapest -r/-b/-z that fits (same -d); '' = none"},
     {NULL, "--max-batch", F_SWITCH, FIELD(max_batch), "with --plan --memory-budget: print the largest -b that fits and exit"},
     {NULL, "--threads", F_INT, FIELD(threads), "CPU threads; 0 = all cores"},
     {"-pn", "--num-processes", F_INT, FIELD(num_processes), "processes (mpirun/srun give it; must match them when given; -pi tcp|fs: every process gets it)"},
@@ -362,6 +362,9 @@ static void set_value(const Flag *f, TrainConfig *c, const char *flagname, const
     case F_FLOAT: {
         /* decimal only, like the integer flags: strtof alone would take hex ("0x1p3"), "inf", "nan" */
         float v = strpbrk(value, "xXpP") ? NAN : strtof(value, &end);
+        if (errno == ERANGE && fabsf(v) < 1.0f) errno = 0; /* an underflow (1e-40): the nearest float, like a literal */
+        if (errno == ERANGE && end != value && !*end)
+            llmc_die("flag %s: '%s' is out of range (a float's largest magnitude is about 3.4e38)", flagname, value);
         if (!isfinite(v) || end == value || *end || errno)
             llmc_die("flag %s expects a number, got '%s'", flagname, value);
         *(float *)p = v;
@@ -519,19 +522,31 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
 size_t cli_memory_budget_bytes(const char *s) {
     if (!s[0]) return 0;
     char *end = NULL;
-    errno = 0;
-    double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN; /* no sign, no "inf", no hex */
+    /* no sign, no "inf", no hex; out of double's range: 0 (below one byte) or HUGE_VAL, both refused below */
+    double v = isdigit((unsigned char)s[0]) ? strtod(s, &end) : NAN;
     if (end && strpbrk(s, "xXpP")) v = NAN;
-    int shift = 0;
+    /* K, M, G, T and KiB .. TiB are powers of 1024; KB, MB, GB, TB powers of 1000 (as disks say) */
+    double unit = 1.0;
     if (end && *end) {
         const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
-        if (u) shift = 10 * (int)(u - units + 1), end++;
-        if (*end == 'i' && shift) end++;
-        if (*end == 'B' || *end == 'b') end++;
+        if (u) {
+            const int power = (int)(u - units + 1);
+            end++;
+            if (*end == 'B' || *end == 'b') unit = pow(1000.0, power), end++;
+            else {
+                unit = ldexp(1.0, 10 * power);
+                if (*end == 'i') end++;
+                if (*end == 'B' || *end == 'b') end++;
+            }
+        } else if (*end == 'B' || *end == 'b') {
+            end++; /* bytes */
+        }
     }
-    double bytes = v * ldexp(1.0, shift);
-    if (!end || *end || errno || !isfinite(v) || bytes < 1.0 || bytes >= 0x1p63)
-        llmc_die("flag --memory-budget expects a size such as 16G, 1500M or a byte count (K, M, G, T are powers of "
-                 "1024), got '%s'", s);
+    double bytes = v * unit;
+    if (!end || *end || isnan(v) || bytes < 1.0)
+        llmc_die("flag --memory-budget expects a size such as 16G, 16GiB, 1500M, 16GB or a byte count (K, M, G, T and "
+                 "KiB .. TiB are powers of 1024; KB, MB, GB, TB powers of 1000), got '%s'", s);
+    if (!(bytes < 0x1p63))
+        llmc_die("flag --memory-budget '%s' is more than 8 EiB (2^63 bytes), the largest budget", s);
     return (size_t)bytes;
 }

@@ -45,8 +45,9 @@ static void host_step(void *p, const AdamWStep *s) {
 
 enum { COPY_MOMENTS = 1, COPY_PARAMS = 2 };
 
-/* Whole fp32 moments are written as they are; else gathered (and decoded) into copies on rank 0,
- * and at -z 3 the model too from the ranks' shards. */
+/* Whole fp32 moments are written as they are; whole compact ones (-z 0) decoded a chunk at a time
+ * as the state file is written (no fp32 copy: the peak stays below fp32's); else gathered (and
+ * decoded) into copies on rank 0, and at -z 3 the model too from the ranks' shards. */
 static void host_state(void *p, OptimStateView *s) {
     HostAdamW *h = (HostAdamW *)p;
     Optimizer *o = &h->opt;
@@ -56,6 +57,10 @@ static void host_state(void *p, OptimStateView *s) {
     s->whole_params = 1;
     if (optim_state_is_whole(o)) {
         s->m = o->m, s->v = o->v;
+        return;
+    }
+    if (optim_state_streamed_for(o->zero, o->state)) {
+        s->moment = optim_moment_chunk, s->moment_ctx = o;
         return;
     }
     size_t n = o->dist->rank == 0 ? be->num_parameters : 1;

@@ -124,6 +124,20 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
 
 int optim_state_whole_for(int zero, int state) { return zero == 0 && state == OPTSTATE_FP32; }
 int optim_state_is_whole(const Optimizer *o) { return optim_state_whole_for(o->zero, o->state); }
+int optim_state_streamed_for(int zero, int state) { return zero == 0 && state != OPTSTATE_FP32; }
+
+const float *optim_moment_chunk(void *p, int is_v, size_t offset, size_t count, float *x) {
+    const Optimizer *o = (const Optimizer *)p;
+    const size_t k = o->hi - o->lo, b0 = offset / OPTSTATE_BLOCK, nb = optstate_blocks(count);
+    if (o->zero != 0 || offset % OPTSTATE_BLOCK || offset + count > k)
+        llmc_die("optim_moment_chunk: [%zu, %zu) is not a block-aligned range of a whole moment (-z %d, %zu elements)",
+                 offset, offset + count, o->zero, k);
+    const void *state = is_v ? (const void *)o->v : (const void *)o->m;
+#pragma omp parallel for schedule(static)
+    for (long long b = 0; b < (long long)nb; b++)
+        optstate_load_block(state, o->state, is_v, k, b0 + (size_t)b, x + (size_t)b * OPTSTATE_BLOCK);
+    return x;
+}
 
 void optim_gather_state(Optimizer *o, float *m, float *v) {
     if (o->state != OPTSTATE_FP32) { /* decoded to fp32, one moment at a time */

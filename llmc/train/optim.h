@@ -30,6 +30,7 @@
 #include <stdio.h>
 
 #include "llmc/dist/dist.h"
+#include "llmc/formats/statefile.h"
 #include "llmc/models/gpt2.h"
 
 #ifdef __cplusplus
@@ -109,6 +110,12 @@ void optim_gather_state(Optimizer *o, float *m, float *v);
 int optim_state_is_whole(const Optimizer *o);
 /* The one rule for both: whole fp32 moments need no checkpoint copy. */
 int optim_state_whole_for(int zero, int state);
+/* 1 when the checkpoint decodes the moments a chunk at a time into the state file (-z 0 with
+ * compact states: the rank holds all of them; the plan counts one chunk, STATE_CHUNK floats). */
+int optim_state_streamed_for(int zero, int state);
+/* -z 0, compact states: elements [offset, offset + count) of m (is_v 0) or v decoded into x
+ * (offset a multiple of OPTSTATE_BLOCK; statefile.h's StateMomentFn shape, ctx the Optimizer). */
+const float *optim_moment_chunk(void *o, int is_v, size_t offset, size_t count, float *x);
 /* -z 3: the whole parameters gathered from the shards (pshard) into full on rank 0. */
 void optim_gather_params(Optimizer *o, const float *pshard, float *full);
 /* This rank's part of a checkpoint's whole m and v (encoded when the states are compact). */
@@ -130,11 +137,15 @@ typedef struct {
 } AdamWStep;
 
 /* The whole state for a checkpoint, on rank 0: m and v (num_parameters floats each, fp32) and the
- * parameters; whole_params: params holds every parameter on this rank (checked finite here). */
+ * parameters; whole_params: params holds every parameter on this rank (checked finite here).
+ * m and v NULL: the moments come a chunk at a time from moment(moment_ctx, ...) instead (compact
+ * states, decoded while the state file is written: statefile.h's state_file_save_chunks). */
 typedef struct {
     float *m, *v, *params;
     int whole_params;
     int copies; /* the implementation's: what state_release frees */
+    StateMomentFn moment;
+    void *moment_ctx;
 } OptimStateView;
 
 typedef struct TrainOptimizer {

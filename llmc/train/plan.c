@@ -26,8 +26,11 @@ void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int rank
         p->host[MEM_ADAM_M] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         p->host[MEM_ADAM_V] = optim_moment_bytes(n, zero, ranks, rank, p->optim_state);
         if (zero >= 2) p->host[MEM_GRAD_SHARD] = k * sizeof(float);
-        /* whole m and v (and, -z 3, the parameters) gathered on rank 0 */
-        if (checkpoints && rank == 0 && !optim_state_whole_for(zero, p->optim_state))
+        /* whole m and v (and, -z 3, the parameters) gathered on rank 0; -z 0 compact states: one
+         * chunk decoded at a time into the state file (statefile.h) */
+        if (checkpoints && rank == 0 && optim_state_streamed_for(zero, p->optim_state))
+            p->transient[MEM_CHECKPOINT] = STATE_CHUNK * sizeof(float);
+        else if (checkpoints && rank == 0 && !optim_state_whole_for(zero, p->optim_state))
             p->transient[MEM_CHECKPOINT] = (zero == 3 ? 3 : 2) * n * sizeof(float);
         /* compact states: a sharded rank decodes its shard of one moment at a time to gather it */
         if (checkpoints && p->optim_state != OPTSTATE_FP32 && zero >= 1) p->transient[MEM_CHECKPOINT] += k * sizeof(float);
