@@ -40,7 +40,9 @@ extern "C" {
 /* 1 when path is a directory holding a config.json (anything else is not an HF directory). */
 int hf_is_model_dir(const char *path);
 /* The model configuration from dir/config.json; dies naming the file and field on anything
- * this model cannot represent. */
+ * this model cannot represent (a float field outside fp32's range included), and naming the
+ * tensor when the safetensors headers do not hold its sizes (every key and shape is checked here,
+ * before the caller allocates anything of the model's size; hf_read_llama_config does the same). */
 void hf_read_config(const char *dir, ModelConfig *cfg);
 /* Loads dir's weights into params (numel floats laid out by model.h's table for the config).
  * Returns 1 when every weight was stored as BF16, else 0. Dies naming the key and file. */
