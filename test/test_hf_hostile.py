@@ -6,7 +6,7 @@ of 21): one check per finding, on tiny directories written by test/hf_tiny.py.
 - 9: config floats outside fp32 (rope_theta 1e39, rope_scaling factor 1e40, rms_norm_eps 1e-50)
   are errors naming the field;
 - 10: --save-hf keeps the -e directory's config.json fields it does not set (bos/eos_token_id, ...),
-  Llama and GPT-2; the saved directory still loads;
+  Llama and GPT-2, and so does ./hf_convert HF -> HF; the saved directory still loads;
 - 14: ./hf_convert model.bin out/ (a trailing slash) writes out;
 - 15: a config.json whose sizes the weights do not hold is an error naming the tensor, before any
   allocation of the model's size (trainer, ./generate, ./hf_convert);
@@ -96,6 +96,13 @@ def main():
            f"exit {rc}: {out[-300:]} config {got}")
     rc, out = run([TRAINER] + hf.train_args(tmp, saved, "-x", "1"))
     report(rc == 0, "10: the saved Llama directory loads", f"exit {rc}: {out[-300:]}")
+    rc, out = run([CONVERT, d, T("conv10"), "--format", "hf", "--dtype", "bf16"])
+    path = T("conv10", "config.json")
+    got = json.load(open(path)) if rc == 0 and os.path.exists(path) else {}
+    report(all(k in got and got[k] == v for k, v in keep.items()) and got.get("torch_dtype") == "bfloat16" and
+           os.path.isfile(T("conv10", "tokenizer.json")),
+           "10: ./hf_convert HF -> HF (--format hf) keeps the config.json fields it does not set and the tokenizer files",
+           f"exit {rc}: {out[-300:]} config {got}")
     g = hf.write_gpt2(T("keep10g"))
     rc, out = run([TRAINER] + hf.train_args(tmp, g, "-x", "1", "-n", "1", "-o", T("out10g"), "--save-hf", "1"))
     gpath = T("out10g", "model_00000001_hf", "config.json")

@@ -937,6 +937,11 @@ void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params,
     save_dir(dir, &architectures[1], cfg, params, numel, bf16, NULL, 0);
 }
 
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source) {
+    save_dir(dir, &architectures[1], cfg, params, numel, bf16, source, 1);
+}
+
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {
     char dir[4400];
@@ -1007,6 +1012,11 @@ int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
     (void)cfg, (void)params, (void)numel, (void)bf16;
     llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
+}
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source) {
+    (void)source;
+    hf_llama_save(dir, cfg, params, numel, bf16);
 }
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {

@@ -66,6 +66,11 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg);
 int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel);
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16);
+/* hf_llama_save for a model read from the HF directory source (./hf_convert HF -> HF): its
+ * config.json fields that the writer does not set are kept and its tokenizer files copied, as
+ * hf_llama_save_checkpoint does. */
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source);
 /* --save-hf 1: writes the HF directory beside the checkpoint of step (rundir.h's rundir_hf_dir) as
  * hf_save does. When source (the run's -e) is an HF directory of the same architecture, the fields
  * of its config.json that the writer does not set (bos_token_id, eos_token_id, ...) are kept. */
