@@ -724,14 +724,19 @@ static void write_json(const char *path, cJSON *json) {
  * what read_config accepted, it left as the model it describes, so the copy describes the same
  * one. transformers' newer "dtype" (torch_dtype's new name) is written with our torch_dtype. */
 static void carry_fields(cJSON *json, const HfArchitecture *a, const char *from) {
-    char path[4400];
+    char path[4400], err[4600];
     snprintf(path, sizeof path, "%s/config.json", from);
-    size_t len;
-    char *text = read_text(path, "Hugging Face config", 1 << 20, &len);
-    cJSON *src = cJSON_ParseWithLength(text, len);
+    /* read when a checkpoint is written: a source changed since startup is a note, never a late failure */
+    FILE *f = fopen_regular(path, err, sizeof err);
+    struct stat sb;
+    char *text = f && fstat(fileno(f), &sb) == 0 && sb.st_size <= (1 << 20) ? (char *)malloc((size_t)sb.st_size + 1) : NULL;
+    size_t len = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
+    if (f) fclose(f);
+    cJSON *src = text ? cJSON_ParseWithLength(text, len) : NULL;
     free(text);
-    char err[512];
     if (!cJSON_IsObject(src) || find_architecture(src, err, sizeof err) != a) { /* another model: nothing to carry */
+        printf("note: --save-hf: '%s' (of -e) is not a readable %s config.json now: the config.json written holds "
+               "llmc's fields only\n", path, a->architecture);
         cJSON_Delete(src);
         return;
     }
