@@ -4,7 +4,7 @@ of 21): one check per finding, on tiny directories written by test/hf_tiny.py.
 - 5: a tokenizer file --save-hf 1 would copy that is a FIFO, a directory or a symbolic link loop,
   or an 'original' that is a file, is an error at startup (before any step), never a hang;
 - 9: config floats outside fp32 (rope_theta 1e39, rope_scaling factor 1e40, rms_norm_eps 1e-50)
-  are errors naming the field;
+  are errors naming the field, and an inf in an llmc Llama checkpoint's header too;
 - 10: --save-hf keeps the -e directory's config.json fields it does not set (bos/eos_token_id, ...),
   Llama and GPT-2, and so does ./hf_convert HF -> HF; the saved directory still loads;
 - 14: ./hf_convert model.bin out/ (a trailing slash) writes out;
@@ -19,6 +19,7 @@ import glob
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -84,6 +85,19 @@ def main():
         d = hf.write_llama(T(f"f9_{field}"), config=cfg)
         rc, out = run([TRAINER] + hf.train_args(tmp, d, "-x", "1"))
         clean_error(f"9: {field} outside fp32 is an error naming it", rc, out, field, "fp32")
+
+    # llmc's Llama checkpoint holds them as fp32 bit patterns: an inf or NaN there is refused too
+    d = hf.write_llama(T("f9_file"))
+    rc, out = run([CONVERT, d, T("f9.bin")])
+    ok = rc == 0
+    if ok:
+        raw = bytearray(open(T("f9.bin"), "rb").read())
+        raw[4 * 17:4 * 18] = struct.pack("<f", float("inf"))  # slot 17: rope theta
+        open(T("f9.bin"), "wb").write(bytes(raw))
+        os.remove(T("f9.bin.sum"))
+        rc, out = run([CONVERT, T("f9.bin"), T("f9_hf")])
+    clean_error("9: an llmc Llama checkpoint with rope theta inf is an error", rc, out if ok else "setup: " + out,
+                "theta", "finite")
 
     # 10: --save-hf keeps the source's config fields
     d = hf.write_llama(T("keep10"))
