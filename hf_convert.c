@@ -55,11 +55,13 @@ static int convert_llama(const char *in, const char *out, const ArchConfig *ac, 
     }
     const int from_llmc = !from_hf && h[0] == LLAMA_FILE_MAGIC;
     const char *to = format ? format : from_hf ? "llmc" : "hf";
+    if (from_hf && strcmp(to, "hf") == 0) hf_check_save_source(in); /* its tokenizer files are copied too */
     size_t n = llama_parameter_specs(cfg, NULL);
     float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
     int in_bf16 = ac->arch->load_init(in, ac, params, n, 0);
     const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16;
     if (strcmp(to, "llama3") == 0) llmc_llama3_write(out, cfg, params, n, bf16);
+    else if (strcmp(to, "hf") == 0 && from_hf) hf_llama_save_from(out, cfg, params, n, bf16, in); /* its fields kept */
     else if (strcmp(to, "hf") == 0) ac->arch->save_hf(out, ac, params, n, bf16);
     else ac->arch->save(out, ac, params, n, bf16);
     const char *kind = from_hf ? "Hugging Face LlamaForCausalLM directory" : from_llmc ? "llmc Llama checkpoint" : "llm.c Llama 3 file";

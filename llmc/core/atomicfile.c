@@ -154,7 +154,8 @@ void atomic_dir_open(AtomicDir *ad, const char *path) {
     if (lstat(path, &st) == 0 && !S_ISDIR(st.st_mode))
         llmc_die("output '%s' is %s; refusing to replace it with a directory", path, file_kind_name(st.st_mode));
     snprintf(ad->path, sizeof ad->path, "%s", path);
-    snprintf(ad->tmp_path, sizeof ad->tmp_path, "%s.tmp.%ld", path, (long)getpid());
+    for (size_t n = strlen(ad->path); n > 1 && ad->path[n - 1] == '/'; n--) ad->path[n - 1] = '\0'; /* "out/": "out" */
+    snprintf(ad->tmp_path, sizeof ad->tmp_path, "%s.tmp.%ld", ad->path, (long)getpid());
     remove_tree(ad->tmp_path); /* this process's own leftover, if any */
     if (mkdir(ad->tmp_path, 0755) != 0) llmc_die("cannot create directory '%s': %s", ad->tmp_path, strerror(errno));
     pending_add(ad->tmp_path);

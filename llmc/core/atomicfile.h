@@ -41,7 +41,8 @@ int atomic_remove_stale(const char *dir, int (*ours)(const char *name));
  * out in one step (renameat2 RENAME_EXCHANGE; where the filesystem lacks it, moved aside first)
  * and then removed. A reader sees the old directory or the new one, never a part. The temporary
  * directory is removed when the process exits before committing it, like a temporary file.
- * <path> must be a directory or not exist (atomic_dir_open dies otherwise). */
+ * <path> must be a directory or not exist (atomic_dir_open dies otherwise); a trailing '/' is
+ * ignored ("out/" is "out"). */
 typedef struct {
     char path[4096];
     char tmp_path[4096 + 32];

@@ -130,7 +130,14 @@ const char *file_kind_name(unsigned mode) {
 FILE *fopen_regular(const char *path, char *err, size_t errlen) {
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open '%s': %s", path, strerror(errno));
+        const int e = errno;
+        struct stat ls;
+        if (e == ENOENT && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode))
+            snprintf(err, errlen, "cannot open '%s': a symbolic link to nothing (its target does not exist)", path);
+        else if (e == ELOOP)
+            snprintf(err, errlen, "cannot open '%s': a symbolic link loop (%s)", path, strerror(e));
+        else
+            snprintf(err, errlen, "cannot open '%s': %s", path, strerror(e));
         return NULL;
     }
     struct stat st = {0};
@@ -147,4 +154,13 @@ FILE *fopen_regular(const char *path, char *err, size_t errlen) {
         close(fd);
     }
     return f;
+}
+
+int regular_file_status(const char *path, char *err, size_t errlen) {
+    struct stat ls;
+    if (lstat(path, &ls) != 0 && (errno == ENOENT || errno == ENOTDIR)) return 0;
+    FILE *f = fopen_regular(path, err, errlen);
+    if (!f) return -1;
+    fclose(f);
+    return 1;
 }

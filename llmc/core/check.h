@@ -53,6 +53,11 @@ void *calloc_check(size_t count, size_t size, const char *what, const char *func
  * instead of blocking in open() or reading forever (opened O_NONBLOCK, checked with fstat, then
  * switched back to blocking reads). Returns NULL with a one-line reason naming the file in err. */
 FILE *fopen_regular(const char *path, char *err, size_t errlen);
+/* What is at path, for a file a program will read (never blocks: fopen_regular's test): 1 a
+ * regular file it can open, 0 nothing (not even a dangling symbolic link), -1 something it cannot
+ * read (a FIFO, a directory, a device, a symbolic link loop or to nothing, no permission), with a
+ * one-line reason naming the file in err. */
+int regular_file_status(const char *path, char *err, size_t errlen);
 /* "a FIFO", "a directory", "a character device", ... for messages. */
 const char *file_kind_name(unsigned mode);
 

@@ -49,7 +49,8 @@ typedef struct {
 /* Loads from a directory (Llama 3's: tokenizer_find_llama3 finds its tokenizer.model; else GPT-2's
  * encoder.json + vocab.bpe), a tiktoken rank file (its first line "BASE64 RANK": Llama 3's,
  * tokenizer_load_llama3) or an llm.c tokenizer file. On failure returns NULL and writes a one-line
- * reason naming the file into err. */
+ * reason naming the file into err; a sentencepiece model (Llama 2's tokenizer.model) and a JSON
+ * file (an HF tokenizer.json) are named as such (neither is read). */
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen);
 void tokenizer_free(Tokenizer *tok);
 
@@ -86,7 +87,9 @@ size_t tokenizer_llama3_specials(uint32_t first_id, TokenizerSpecial out[TOKENIZ
  * naming the file on failure (as tokenizer_load_tiktoken). */
 Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen);
 /* Llama 3's tokenizer in dir: dir/tokenizer.model, or dir/original/tokenizer.model (where an HF
- * Llama 3 directory keeps it). Returns 0 with the file in out, or -1 if neither exists. */
+ * Llama 3 directory keeps it). Returns 0 with the file in out, or -1 if neither exists. A name
+ * that is there but is no readable file (a FIFO, a directory, a symbolic link loop) is found too:
+ * its loader then says what is wrong with it, instead of another tokenizer being used. */
 int tokenizer_find_llama3(const char *dir, char *out, size_t outlen);
 /* The id of the special token called name (tokenizer_load_tiktoken's), or UINT32_MAX if none. */
 uint32_t tokenizer_special_id(const Tokenizer *tok, const char *name);

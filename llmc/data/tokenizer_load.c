@@ -190,6 +190,42 @@ static Tokenizer *loader_end(unsigned char *buf, Tokenizer *t, int ok) {
     return NULL;
 }
 
+/* A file of another tokenizer format, named in err (returns 1), or 0: a sentencepiece model
+ * (protobuf: a ModelProto whose first field is a SentencePiece message, whose first is its piece
+ * string: bytes 0x0A, a varint length, 0x0A) or a JSON file (an HF tokenizer.json). */
+static size_t varint(const unsigned char *buf, size_t n, size_t *i) {
+    size_t v = 0;
+    for (int shift = 0; *i < n && shift < 35; shift += 7) {
+        unsigned char b = buf[(*i)++];
+        v |= (size_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) return v;
+    }
+    return 0;
+}
+
+static int other_format(const char *path, const unsigned char *buf, size_t n, char *err, size_t errlen) {
+    size_t i = 1, piece = 0, inner = 0;
+    if (n > 4 && buf[0] == 0x0A) {
+        piece = varint(buf, n, &i); /* the SentencePiece message's length */
+        if (i < n && buf[i] == 0x0A) i++, inner = varint(buf, n, &i) + 2; /* its piece string, with its tag */
+    }
+    if (piece > 0 && inner > 2 && inner <= piece && i + piece - 2 <= n) {
+        tokenizer_set_err(err, errlen, "'%s' is a sentencepiece model (the tokenizer.model of Llama 2 and earlier "
+                          "models), which llmc does not support: it reads Llama 3's tokenizer.model (a tiktoken rank "
+                          "file), GPT-2's encoder.json + vocab.bpe and llm.c's tokenizer file", path);
+        return 1;
+    }
+    for (i = 0; i < n && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\r' || buf[i] == '\t'); i++) {}
+    if (i < n && buf[i] == '{') {
+        tokenizer_set_err(err, errlen, "'%s' is a JSON file (a Hugging Face tokenizer.json?), which llmc does not read: "
+                          "give the directory holding Llama 3's tokenizer.model (or original/tokenizer.model), a "
+                          "tiktoken rank file, a directory with GPT-2's encoder.json + vocab.bpe, or llm.c's tokenizer "
+                          "file", path);
+        return 1;
+    }
+    return 0;
+}
+
 /* llm.c's tokenizer file: uint32 header[256], then per token a length byte and the bytes. */
 static Tokenizer *load_llmc_file(const char *path, char *err, size_t errlen) {
     size_t n;
@@ -197,6 +233,7 @@ static Tokenizer *load_llmc_file(const char *path, char *err, size_t errlen) {
     if (!buf) return NULL;
     Tokenizer *t = NULL;
     uint32_t h[TOKENIZER_HEADER_INTS];
+    if (other_format(path, buf, n, err, errlen)) goto fail;
     if (n < sizeof h) {
         tokenizer_set_err(err, errlen, "tokenizer file '%s' is %zu bytes, shorter than its 1024-byte header", path, n);
         goto fail;
@@ -648,6 +685,10 @@ Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen) {
     size_t n;
     unsigned char *buf = read_file(path, &n, err, errlen);
     if (!buf) return NULL;
+    if (other_format(path, buf, n, err, errlen)) {
+        free(buf);
+        return NULL;
+    }
     size_t ranks = 0; /* its non-empty lines (the loader checks each) */
     for (size_t next = 0, len; next < n;) {
         next_line(buf, n, &next, &len);
@@ -665,9 +706,8 @@ Tokenizer *tokenizer_load_llama3(const char *path, char *err, size_t errlen) {
 int tokenizer_find_llama3(const char *dir, char *out, size_t outlen) {
     static const char *const names[] = {"tokenizer.model", "original/tokenizer.model"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        struct stat st;
-        if ((size_t)snprintf(out, outlen, "%s/%s", dir, names[i]) < outlen && stat(out, &st) == 0 && S_ISREG(st.st_mode))
-            return 0;
+        struct stat st; /* lstat: what is there, even a FIFO or a symbolic link loop (its loader says what) */
+        if ((size_t)snprintf(out, outlen, "%s/%s", dir, names[i]) < outlen && lstat(out, &st) == 0) return 0;
     }
     return -1;
 }
@@ -689,10 +729,18 @@ static int looks_like_rank_file(const char *path) {
 Tokenizer *tokenizer_load(const char *path, char *err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
-        tokenizer_set_err(err, errlen, "cannot open tokenizer '%s': %s", path, strerror(errno));
+        const int e = errno;
+        FILE *f = lstat(path, &st) == 0 ? fopen_regular(path, err, errlen) : NULL; /* a link: which kind */
+        if (f) fclose(f);
+        else if (lstat(path, &st) != 0) tokenizer_set_err(err, errlen, "cannot open tokenizer '%s': %s", path, strerror(e));
         return NULL;
     }
     char model[4200];
+    const char *base = strrchr(path, '/');
+    if (S_ISDIR(st.st_mode) && strcmp(base ? base + 1 : path, "tokenizer.model") == 0) { /* found in an HF directory */
+        tokenizer_set_err(err, errlen, "'%s' is a directory, not a tokenizer file", path);
+        return NULL;
+    }
     if (S_ISDIR(st.st_mode))
         return tokenizer_find_llama3(path, model, sizeof model) == 0 ? tokenizer_load_llama3(model, err, errlen)
                                                                       : load_gpt2_dir(path, err, errlen);

@@ -96,8 +96,7 @@ static uint32_t gpt2_save(const char *path, const ArchConfig *ac, const float *p
 
 static void gpt2_save_hf_ckpt(const char *run_dir, int step, const ArchConfig *ac, const float *params, size_t n, int bf16,
                               const char *source) {
-    (void)source;
-    hf_save_checkpoint(run_dir, step, arch_config_cbase(ac), params, n, bf16);
+    hf_save_checkpoint(run_dir, step, arch_config_cbase(ac), params, n, bf16, source);
 }
 
 static void gpt2_save_hf(const char *dir, const ArchConfig *ac, const float *params, size_t n, int bf16) {

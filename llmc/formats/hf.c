@@ -16,13 +16,6 @@ int hf_is_model_dir(const char *path) {
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) && lstat(config, &sb) == 0;
 }
 
-void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
-                        int bf16) {
-    char dir[4400];
-    rundir_hf_dir(run_dir, step, dir, sizeof dir);
-    hf_save(dir, cfg, params, numel, bf16);
-}
-
 const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                                           "special_tokens_map.json", "generation_config.json",
                                           "original/tokenizer.model", NULL};
@@ -35,6 +28,7 @@ const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.js
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,12 +221,16 @@ static const HfTensor llama_tensors[] = {
 };
 static const char *const llama_buffers[] = {"layers.%d.self_attn.rotary_emb.inv_freq", NULL};
 
-/* json[key] as a positive finite number: 1 found, 0 absent (or null), -1 wrong. */
+/* json[key] as a positive number that fp32 holds (normal: FLT_MIN..FLT_MAX, where it is stored,
+ * used and written back as it was read): 1 found, 0 absent (or null), -1 wrong. */
 static int config_float(const cJSON *json, const char *key, float *out, char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(json, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || !(v->valuedouble > 0) || !isfinite(v->valuedouble))
         return errf(err, errlen, "%s is not a positive number", key);
+    if (!(v->valuedouble >= FLT_MIN && v->valuedouble <= FLT_MAX))
+        return errf(err, errlen, "%s %g is outside the range of fp32, in which llmc keeps it (%g to %g)", key,
+                    v->valuedouble, (double)FLT_MIN, (double)FLT_MAX);
     *out = (float)v->valuedouble;
     return 1;
 }
@@ -462,6 +460,8 @@ static const HfArchitecture *find_architecture(const cJSON *json, char *err, siz
     return NULL;
 }
 
+static void check_weights(const char *dir, const HfArchitecture *a, const HfConfig *hc);
+
 static const HfArchitecture *read_config(const char *dir, HfConfig *cfg) {
     char path[4400];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -476,6 +476,7 @@ static const HfArchitecture *read_config(const char *dir, HfConfig *cfg) {
         snprintf(err, sizeof err, "(%s): %s", arch->architecture, why);
     cJSON_Delete(json);
     if (err[0]) llmc_die("Hugging Face config '%s' %s", path, err);
+    check_weights(dir, arch, cfg);
     return arch;
 }
 
@@ -570,6 +571,50 @@ static int is_buffer(const HfArchitecture *a, const char *prefix, const char *na
     return 0;
 }
 
+/* Every key and shape of st against a's tensor map for hc (specs: a's table for it): dies naming
+ * the first tensor that is missing, of another shape, or not the model's. Returns the key prefix;
+ * *largest: the element count of the largest tensor. Only the safetensors headers are read. */
+static const char *check_tensors(const char *dir, const Safetensors *st, const HfArchitecture *a, const HfConfig *hc,
+                                 const TensorSpec *specs, uint64_t *largest) {
+    const ModelConfig *cfg = &hc->base;
+    const char *prefix = key_prefix(dir, st, a);
+    char *used = (char *)callocCheck((size_t)st->num_tensors + 1, 1, "HF key check");
+    *largest = 0;
+    for (int r = 0; r < a->num_tensors; r++) {
+        const HfTensor *row = &a->tensors[r];
+        if (!row_present(row, param_spec(a, row, specs, cfg))) continue;
+        for (int l = 0; l < (per_layer(row) ? cfg->num_layers : 1); l++) {
+            uint64_t n = safetensors_numel(locate(dir, st, a, row, prefix, l, cfg, used));
+            if (n > *largest) *largest = n;
+        }
+    }
+    const StTensor *head = hc->tied ? safetensors_find(st, a->tied_head) : NULL;
+    if (head) {
+        HfTensor head_row = a->tensors[0];
+        head_row.key = a->tied_head;
+        locate(dir, st, a, &head_row, "", 0, cfg, used);
+    }
+    for (int i = 0; i < st->num_tensors; i++)
+        if (!used[i] && !is_buffer(a, prefix, st->tensors[i].name, cfg->num_layers))
+            llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') is not part of an %s with config.json's sizes "
+                     "(%d layers%s) and '%s' keys", dir, st->tensors[i].name, st->files[st->tensors[i].file].path,
+                     a->architecture, cfg->num_layers, hc->tied ? ", tied head" : "", prefix[0] ? prefix : "unprefixed");
+    free(used);
+    return prefix;
+}
+
+/* config.json's sizes against the weights' headers, before anything of the model's size is
+ * allocated: a config.json that the weights do not hold is an error naming the tensor. */
+static void check_weights(const char *dir, const HfArchitecture *a, const HfConfig *hc) {
+    TensorSpec specs[HF_MAX_PARAMS];
+    const size_t numel = a->param_specs(hc, specs);
+    check_coverage(a, specs, &hc->base, numel);
+    Safetensors *st = safetensors_open_dir(dir);
+    uint64_t largest;
+    check_tensors(dir, st, a, hc, specs, &largest);
+    safetensors_close(st);
+}
+
 /* Reads an HF tensor into dst: transposed for Conv1D, rows reordered from HF's rotate-half layout
  * for RoPE'd projections (HS = head size), rows beyond the file's left as they are.
  * Returns 0, or -1 with a message in err (a non-finite weight). */
@@ -604,30 +649,9 @@ static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     check_coverage(a, specs, &cfg, numel);
     const size_t HS = (size_t)(cfg.channels / cfg.num_heads);
     Safetensors *st = safetensors_open_dir(dir);
-    const char *prefix = key_prefix(dir, st, a);
-    /* first every key and shape, so that a bad directory fails before any data is read */
-    char *used = (char *)callocCheck((size_t)st->num_tensors + 1, 1, "HF key check");
-    uint64_t largest = 0;
-    for (int r = 0; r < a->num_tensors; r++) {
-        const HfTensor *row = &a->tensors[r];
-        if (!row_present(row, param_spec(a, row, specs, &cfg))) continue;
-        for (int l = 0; l < (per_layer(row) ? cfg.num_layers : 1); l++) {
-            uint64_t n = safetensors_numel(locate(dir, st, a, row, prefix, l, &cfg, used));
-            if (n > largest) largest = n;
-        }
-    }
+    uint64_t largest;
+    const char *prefix = check_tensors(dir, st, a, hc, specs, &largest);
     const StTensor *head = hc->tied ? safetensors_find(st, a->tied_head) : NULL;
-    if (head) {
-        HfTensor head_row = a->tensors[0];
-        head_row.key = a->tied_head;
-        locate(dir, st, a, &head_row, "", 0, &cfg, used);
-    }
-    for (int i = 0; i < st->num_tensors; i++)
-        if (!used[i] && !is_buffer(a, prefix, st->tensors[i].name, cfg.num_layers))
-            llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') is not part of an %s with config.json's sizes "
-                     "(%d layers%s) and '%s' keys", dir, st->tensors[i].name, st->files[st->tensors[i].file].path,
-                     a->architecture, cfg.num_layers, hc->tied ? ", tied head" : "", prefix[0] ? prefix : "unprefixed");
-    free(used);
     verify_checksums(dir, st);
 
     /* errors found while reading are reported after the buffer is freed (no leak at the exit) */
@@ -695,9 +719,44 @@ static void write_json(const char *path, cJSON *json) {
     atomic_commit(&af);
 }
 
-static void write_config(const char *path, const HfArchitecture *a, const HfConfig *cfg, int bf16) {
+/* Adds to json every field of from/config.json (an HF directory of architecture a: the run's -e)
+ * that json does not set (bos_token_id, eos_token_id, pad_token_id, transformers_version, ...):
+ * what read_config accepted, it left as the model it describes, so the copy describes the same
+ * one. transformers' newer "dtype" (torch_dtype's new name) is written with our torch_dtype. */
+static void carry_fields(cJSON *json, const HfArchitecture *a, const char *from) {
+    char path[4400], err[4600];
+    snprintf(path, sizeof path, "%s/config.json", from);
+    /* read when a checkpoint is written: a source changed since startup is a note, never a late failure */
+    FILE *f = fopen_regular(path, err, sizeof err);
+    struct stat sb;
+    char *text = f && fstat(fileno(f), &sb) == 0 && sb.st_size <= (1 << 20) ? (char *)malloc((size_t)sb.st_size + 1) : NULL;
+    size_t len = text ? fread(text, 1, (size_t)sb.st_size, f) : 0;
+    if (f) fclose(f);
+    cJSON *src = text ? cJSON_ParseWithLength(text, len) : NULL;
+    free(text);
+    if (!cJSON_IsObject(src) || find_architecture(src, err, sizeof err) != a) { /* another model: nothing to carry */
+        printf("note: --save-hf: '%s' (of -e) is not a readable %s config.json now: the config.json written holds "
+               "llmc's fields only\n", path, a->architecture);
+        cJSON_Delete(src);
+        return;
+    }
+    const cJSON *item;
+    cJSON_ArrayForEach(item, src) {
+        if (!item->string || cJSON_GetObjectItemCaseSensitive(json, item->string)) continue;
+        const cJSON *ours = strcmp(item->string, "dtype") == 0 ? cJSON_GetObjectItemCaseSensitive(json, "torch_dtype") : NULL;
+        cJSON *copy = cJSON_Duplicate(ours ? ours : item, 1);
+        if (!copy) llmc_die("out of memory copying config.json fields from '%s'", path);
+        cJSON_AddItemToObject(json, item->string, copy);
+    }
+    cJSON_Delete(src);
+}
+
+/* config_from: an HF directory whose config.json fields we do not set are kept (NULL: none). */
+static void write_config(const char *path, const HfArchitecture *a, const HfConfig *cfg, int bf16,
+                         const char *config_from) {
     cJSON *json = cJSON_CreateObject();
     a->write_config(json, cfg, bf16);
+    if (config_from) carry_fields(json, a, config_from);
     write_json(path, json);
 }
 
@@ -762,15 +821,17 @@ static void write_weights(const char *dir, const StWriteTensor *w, int count, in
 }
 
 /* Copies the hf_tokenizer_files that the directory from holds into to (atomic_open: each file
- * fsynced); returns how many. */
+ * fsynced); returns how many. Never blocks on a FIFO (hf_check_save_source refused it at startup;
+ * one put there since is an error here). */
 static int copy_tokenizer_files(const char *from, const char *to) {
     int copied = 0;
     for (const char *const *name = hf_tokenizer_files; *name; name++) {
-        char src[4400], dst[4400];
+        char src[4400], dst[4400], err[4600];
         snprintf(src, sizeof src, "%s/%s", from, *name);
-        FILE *in = fopen(src, "rb");
-        if (!in && errno == ENOENT) continue;
-        if (!in) llmc_die("cannot read tokenizer file '%s' (to copy it into the --save-hf directory): %s", src, strerror(errno));
+        const int status = regular_file_status(src, err, sizeof err);
+        if (status == 0) continue;
+        FILE *in = status > 0 ? fopen_regular(src, err, sizeof err) : NULL;
+        if (!in) llmc_die("cannot copy a tokenizer file into the --save-hf directory: %s", err);
         snprintf(dst, sizeof dst, "%s/%s", to, *name);
         char *slash = strrchr(dst, '/');
         if (strchr(*name, '/')) { /* original/tokenizer.model: its directory first */
@@ -792,10 +853,11 @@ static int copy_tokenizer_files(const char *from, const char *to) {
     return copied;
 }
 
-/* tokenizer_from: an HF directory whose tokenizer files are copied in too (NULL: none). Returns
- * how many were copied. */
+/* source: the HF directory the model came from (NULL: none): its config.json fields that we do
+ * not set are kept (carry_fields); with copy_tokenizer its tokenizer files are copied in too.
+ * Returns how many were copied. */
 static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, const float *params, size_t numel,
-                    int bf16, const char *tokenizer_from) {
+                    int bf16, const char *source, int copy_tokenizer) {
     const ModelConfig *cfg = &hc->base;
     TensorSpec specs[HF_MAX_PARAMS];
     llmcCheck(a->param_specs(hc, specs) == numel, "hf_save: params laid out by the architecture's table");
@@ -846,9 +908,9 @@ static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     atomic_dir_open(&ad, dir);
     char path[4400];
     snprintf(path, sizeof path, "%s/config.json", ad.tmp_path);
-    write_config(path, a, hc, bf16);
+    write_config(path, a, hc, bf16, source);
     write_weights(ad.tmp_path, w, count, bf16);
-    const int copied = tokenizer_from ? copy_tokenizer_files(tokenizer_from, ad.tmp_path) : 0;
+    const int copied = source && copy_tokenizer ? copy_tokenizer_files(source, ad.tmp_path) : 0;
     free(perm);
     free(names);
     free(w);
@@ -861,11 +923,28 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
     memset(&hc, 0, sizeof hc);
     hc.base = *cfg;
     hc.tied = 1;
-    save_dir(dir, &architectures[0], &hc, params, numel, bf16, NULL);
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16, NULL, 0);
+}
+
+void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
+                        int bf16, const char *source) {
+    char dir[4400];
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
+    HfConfig hc;
+    memset(&hc, 0, sizeof hc);
+    hc.base = *cfg;
+    hc.tied = 1;
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16, source && source[0] && hf_is_model_dir(source) ? source : NULL,
+             0);
 }
 
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
-    save_dir(dir, &architectures[1], cfg, params, numel, bf16, NULL);
+    save_dir(dir, &architectures[1], cfg, params, numel, bf16, NULL, 0);
+}
+
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source) {
+    save_dir(dir, &architectures[1], cfg, params, numel, bf16, source, 1);
 }
 
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
@@ -874,14 +953,40 @@ void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *
     rundir_hf_dir(run_dir, step, dir, sizeof dir);
     const int from_hf = source && source[0] && hf_is_model_dir(source);
     static int told; /* the note, once per run */
-    if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL) == 0 && !told++)
+    if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL, 1) == 0 && !told++)
         printf("note: --save-hf: %s holds no tokenizer files (%s); to load it in transformers without a separate "
                "tokenizer, copy the model's tokenizer.json, tokenizer_config.json and special_tokens_map.json (and "
                "generation_config.json) from its Hugging Face release into each model_NNNNNNNN_hf directory\n",
                dir, from_hf ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
 }
 
+void hf_check_save_source(const char *source) {
+    if (!source || !source[0] || !hf_is_model_dir(source)) return;
+    HfConfig hc;
+    if (!is_llama(read_config(source, &hc))) return; /* only the Llama's --save-hf copies tokenizer files */
+    for (const char *const *name = hf_tokenizer_files; *name; name++) {
+        char path[4400], err[4600];
+        const char *slash = strchr(*name, '/');
+        struct stat sb;
+        if (slash) { /* original/tokenizer.model: "original" must be a directory when it is there */
+            snprintf(path, sizeof path, "%s/%.*s", source, (int)(slash - *name), *name);
+            if (lstat(path, &sb) == 0 && (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+                int e = errno;
+                llmc_die("--save-hf 1 copies the tokenizer files of -e %s into each model_NNNNNNNN_hf directory, but "
+                         "'%s' (which would hold %s) is %s, not a directory", source, path, *name,
+                         stat(path, &sb) != 0 ? (e == ELOOP ? "a symbolic link loop" : "a symbolic link to nothing")
+                                              : file_kind_name(sb.st_mode));
+            }
+        }
+        snprintf(path, sizeof path, "%s/%s", source, *name);
+        if (regular_file_status(path, err, sizeof err) < 0)
+            llmc_die("--save-hf 1 copies the tokenizer files of -e %s into each model_NNNNNNNN_hf directory, but %s "
+                     "(put the file itself there, or remove it)", source, err);
+    }
+}
+
 #else /* no cJSON: the directory is recognised, but cannot be read or written */
+void hf_check_save_source(const char *source) { (void)source; }
 #define NO_CJSON "this build has no Hugging Face support (cJSON was not found when it was built: apt-get install " \
                  "libcjson-dev, then make)"
 void hf_read_config(const char *dir, ModelConfig *cfg) {
@@ -896,6 +1001,11 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
     (void)cfg, (void)params, (void)numel, (void)bf16;
     llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
 }
+void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
+                        int bf16, const char *source) {
+    (void)step, (void)cfg, (void)params, (void)numel, (void)bf16, (void)source;
+    llmc_die("cannot write a Hugging Face directory in '%s': %s", run_dir, NO_CJSON);
+}
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
     (void)dir, (void)cfg;
     return 0; /* the GPT-2 reader then says that this build cannot read it */
@@ -907,6 +1017,11 @@ int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
     (void)cfg, (void)params, (void)numel, (void)bf16;
     llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
+}
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source) {
+    (void)source;
+    hf_llama_save(dir, cfg, params, numel, bf16);
 }
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {

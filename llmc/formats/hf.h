@@ -40,7 +40,9 @@ extern "C" {
 /* 1 when path is a directory holding a config.json (anything else is not an HF directory). */
 int hf_is_model_dir(const char *path);
 /* The model configuration from dir/config.json; dies naming the file and field on anything
- * this model cannot represent. */
+ * this model cannot represent (a float field outside fp32's range included), and naming the
+ * tensor when the safetensors headers do not hold its sizes (every key and shape is checked here,
+ * before the caller allocates anything of the model's size; hf_read_llama_config does the same). */
 void hf_read_config(const char *dir, ModelConfig *cfg);
 /* Loads dir's weights into params (numel floats laid out by model.h's table for the config).
  * Returns 1 when every weight was stored as BF16, else 0. Dies naming the key and file. */
@@ -64,17 +66,30 @@ void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg);
 int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel);
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16);
-/* --save-hf 1: writes the HF directory beside the checkpoint of step (rundir.h's rundir_hf_dir) by hf_save. */
+/* hf_llama_save for a model read from the HF directory source (./hf_convert HF -> HF): its
+ * config.json fields that the writer does not set are kept and its tokenizer files copied, as
+ * hf_llama_save_checkpoint does. */
+void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
+                        const char *source);
+/* --save-hf 1: writes the HF directory beside the checkpoint of step (rundir.h's rundir_hf_dir) as
+ * hf_save does. When source (the run's -e) is an HF directory of the same architecture, the fields
+ * of its config.json that the writer does not set (bos_token_id, eos_token_id, ...) are kept. */
 void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, const float *params, size_t numel,
-                        int bf16);
+                        int bf16, const char *source);
 /* The tokenizer files --save-hf copies from a Llama run's HF directory (relative paths; NULL ends). */
 extern const char *const hf_tokenizer_files[];
 /* --save-hf 1 for a Llama (both trainers): writes that directory (hf_llama_save) for the checkpoint
  * of step, with the hf_tokenizer_files that source (the run's -e) holds when it is an HF directory,
- * copied byte for byte inside the same atomic directory (complete or absent). When it copies
- * none, says once on stdout how to add them. */
+ * copied byte for byte inside the same atomic directory (complete or absent), and its config.json
+ * fields that the writer does not set, as hf_save_checkpoint. When it copies none, says once on
+ * stdout how to add them. */
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source);
+/* --save-hf 1, at startup (both trainers, before any step or run directory): when source (-e) is
+ * an HF Llama directory, every hf_tokenizer_files name it holds must be a regular file (and
+ * "original" a directory), or it dies naming the file and what it is (a FIFO, a directory, a
+ * symbolic link loop): the copy at the first checkpoint can then neither block nor fail late. */
+void hf_check_save_source(const char *source);
 
 #ifdef __cplusplus
 }

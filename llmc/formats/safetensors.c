@@ -394,12 +394,14 @@ Safetensors *safetensors_open_dir(const char *dir) {
     snprintf(single, sizeof single, "%s/model.safetensors", dir);
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", dir);
     struct stat sb;
-    if (stat(single, &sb) == 0) return safetensors_open_file(single);
-    if (stat(index, &sb) == 0) return open_sharded(dir, index);
+    /* lstat: a name that is there but cannot be read (a symbolic link loop, a FIFO) is opened, and
+     * its reader says what is wrong with it, instead of calling the directory empty */
+    if (lstat(single, &sb) == 0) return safetensors_open_file(single);
+    if (lstat(index, &sb) == 0) return open_sharded(dir, index);
     char other[4400];
     snprintf(other, sizeof other, "%s/pytorch_model.bin", dir);
     llmc_die("'%s' holds neither model.safetensors nor model.safetensors.index.json%s", dir,
-             stat(other, &sb) == 0 ? " (pytorch_model.bin is not read: save the model as safetensors)" : "");
+             lstat(other, &sb) == 0 ? " (pytorch_model.bin is not read: save the model as safetensors)" : "");
 }
 
 /* ---- reading and writing data -------------------------------------------------------------- */

@@ -77,7 +77,10 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
                  b->channels, b->num_heads);
         return msg;
     }
-    if (!(cfg->norm_eps > 0) || !(cfg->rope_theta > 1)) return "norm eps must be > 0 and rope theta > 1";
+    if (!(cfg->norm_eps > 0) || !(cfg->rope_theta > 1) || !isfinite(cfg->norm_eps) || !isfinite(cfg->rope_theta))
+        return "norm eps must be > 0 and rope theta > 1 (both finite)";
+    if (!isfinite(cfg->rope_factor) || !isfinite(cfg->rope_low_freq_factor) || !isfinite(cfg->rope_high_freq_factor))
+        return "rope scaling factors must be finite";
     if (cfg->rope_factor > 0 && !(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor &&
                                   cfg->rope_low_freq_factor > 0 && cfg->rope_original_max_pos > 0))
         return "rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_pos > 0";

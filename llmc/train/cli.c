@@ -2,6 +2,7 @@
 #include "llmc/core/optstate.h"
 #include "llmc/core/check.h"
 #include "llmc/dist/dist.h"
+#include "llmc/formats/hf.h"
 #include "llmc/train/schedule.h"
 
 #include <ctype.h>
@@ -517,6 +518,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         set_value(f, c, arg, value);
     }
     validate(c);
+    if (c->save_hf && !c->plan) hf_check_save_source(c->init); /* the files --save-hf will copy */
 }
 
 size_t cli_memory_budget_bytes(const char *s) {
