@@ -143,7 +143,7 @@ static Tokenizer *open_tokenizer(const GenConfig *g, int need_encode, char *path
         snprintf(path, len, "data/gpt2_tokenizer.bin");
     }
     Tokenizer *tok = tokenizer_load(path, err, sizeof err);
-    if (!tok) llmc_die("--tokenizer: %s", err);
+    if (!tok) llmc_die(g->tokenizer ? "--tokenizer: %s" : "the tokenizer found for -e: %s", err);
     if (need_encode && !tokenizer_can_encode(tok))
         llmc_die("--tokenizer %s can only decode (llm.c's file has no merges); encoding the prompt needs a "
                  "directory with encoder.json + vocab.bpe", path);
@@ -213,7 +213,7 @@ int generate_main(int argc, char **argv, const GenerateBackend *be) {
     if (prompt_len > 0) {
         char err[512];
         TokenizerContext *ctx = tokenizer_context_new(tok, err, sizeof err);
-        if (!ctx) llmc_die("--tokenizer: %s", err);
+        if (!ctx) llmc_die("the tokenizer: %s", err);
         int bad = llama3 ? tokenizer_encode_special(ctx, prompt, prompt_len, &ids, err, sizeof err)
                          : tokenizer_encode(ctx, prompt, prompt_len, &ids, err, sizeof err);
         if (bad) llmc_die("--prompt: %s", err);

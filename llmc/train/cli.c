@@ -92,7 +92,7 @@ static const Flag flags[] = {
     {"-pi", "--nccl-init", F_STRING, FIELD(nccl_init), "process group (and NCCL id): mpi (mpirun/srun) | tcp (-ps) | fs (-pf); tcp and fs need no MPI"},
     {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp: HOST[:PORT] where rank 0 listens (port 12345 when not given)"},
     {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs: a directory every rank sees; rank 0 publishes its address there"},
-    {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead)"},
+    {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead); rank 0's own work (checkpoints, samples) does not count"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
