@@ -6,8 +6,9 @@ CUDA runtime trains it through its table entry, mlp_cuda_arch, with no edit of t
   1e-5 relative (the summation orders differ; the model-level checks are test_mlp_cuda's), and the
   backend name says "CUDA MLP fp32";
 - bf16, 3 steps with a checkpoint: train_gpt_cpu resumes it to step 5 (the MLP's own file);
-- --cuda-graph 1 (the trunk and the layers' backward replayed as one graph) gives the same losses
-  and final parameters bit for bit as kernel-by-kernel launches (fp32);
+- --cuda-graph 1 (the trunk and the layers' backward replayed as one graph) and --offload optimizer
+  (the loop's CPU AdamW) give the same losses and final parameters bit for bit as kernel-by-kernel
+  launches with the device optimizer (fp32); fp16 trains, its losses within 5% of the CPU's;
 - --plan -e mlp:d2 -r 1 -ge 1: the CUDA plan of its table at -r 0 (the MLP has -r 0 only and no
   GELU); a run with -r 1 -ge 1 notes both and trains at -r 0.
 Exits non-zero on any failure.
@@ -91,6 +92,23 @@ def main():
                and same_file(os.path.join(graph, "model_00000003.bin"), os.path.join(sim32, "model_00000003.bin")),
                "train_gpt (harness) -e mlp:d2 --cuda-graph 1: losses and final parameters bit-identical to kernel-by-kernel launches",
                f"{g} vs {a}: {(p.stdout + p.stderr)[-600:]}")
+
+        # --offload optimizer (the loop's CPU AdamW) == the device optimizer (fp32, bits; without clipping:
+        # the host's and the device's gradient norms differ in rounding); fp16 (loss scaling) trains
+        off, dev = os.path.join(tmp, "off"), os.path.join(tmp, "dev")
+        noclip = [*common, "-x", "3", "-n", "3", "--precision", "fp32", "--grad-clip", "0"]
+        p = run([SIM, *noclip, "--offload", "optimizer", "-o", off])
+        ref_run = run([SIM, *noclip, "-o", dev])
+        o, d = losses(off), losses(dev)
+        report(p.returncode == 0 and ref_run.returncode == 0 and len(o) == 3 and o == d
+               and same_file(os.path.join(off, "model_00000003.bin"), os.path.join(dev, "model_00000003.bin")),
+               "train_gpt (harness) -e mlp:d2 --offload optimizer: losses and final parameters bit-identical to the device optimizer",
+               f"{o} vs {d}: {(p.stdout + p.stderr)[-600:]}")
+        p = run([SIM, *common, "-x", "3", "--precision", "fp16", "-o", os.path.join(tmp, "fp16")])
+        h = losses(os.path.join(tmp, "fp16"))
+        report(p.returncode == 0 and sorted(h) == [1, 2, 3] and all(abs(h[s] - b[s]) <= 0.05 * abs(b[s]) for s in h),
+               "train_gpt (harness) -e mlp:d2 fp16: 3 steps, losses within 5% of the CPU trainer's",
+               f"{h} vs {b}: {(p.stdout + p.stderr)[-600:]}")
 
         # --plan: the CUDA plan of the MLP's table at -r 0; a run notes -r and -ge and runs -r 0
         p = run([SIM, "--plan", "-e", "mlp:d2", "-b", "2", "-t", "32", "-r", "1", "-ge", "1"])
