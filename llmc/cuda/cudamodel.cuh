@@ -5,17 +5,19 @@
  * memory table. The struct and its views are arena.cuh's; each architecture's block sequence and
  * its CudaArch entry (arch.cuh) are its own file's (gpt2.cuh, llama.cuh, mlp.cuh), listed in
  * archs.cuh. cudamodel_build finds the entry of -e's architecture (cuda_arch_for) and every entry
- * point goes through it (m->arch): nothing here names an architecture. Tensors are stored in the run-time precision T (fp32 | bf16 | fp16); losses, AdamW
- * moments, master weights and norms are fp32. The LM head and the loss run in chunks of head_rows
- * positions, so the (B*T, Vp) logits are never stored: the logits buffer holds one chunk (at most
- * LLMC_HEAD_CHUNK_BYTES). In a training forward each chunk's logits are computed, turned into losses
- * and dlogits in place, and the head's backward for those rows runs at once (dlnf rows into dbuf_c,
- * dwte +=), while they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence
+ * point goes through it (m->arch): nothing here asks which architecture it is (the shared LM head
+ * reads the activation rows named lnf, logits and losses through GPT-2's ActivationTensors slots,
+ * gpt2cuda_point_activations, whatever the table). Tensors are stored in the run-time precision
+ * T (fp32 | bf16 | fp16); losses, AdamW moments, master weights and norms are fp32. The LM head
+ * and the loss run in chunks of head_rows positions, so the (B*T, Vp) logits are never stored: the
+ * logits buffer holds one chunk (at most LLMC_HEAD_CHUNK_BYTES). In a training forward each chunk's
+ * logits are computed, turned into losses and dlogits in place, and the head's backward for those
+ * rows runs at once (dlnf rows into dbuf_c, the head's gradient +=), while they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence
  * exactly. Precision is chosen at run time; with_storage_type() in the public functions below is
  * the one point where it becomes the template argument T.
  *
  * Contract: cudamodel_forward with targets and dloss != 0 also runs the head's backward (dlnf in
- * dbuf_c, wte's gradient accumulated), and cudamodel_backward must follow before the next forward;
+ * dbuf_c, the head's gradient accumulated), and cudamodel_backward must follow before the next forward;
  * the backward accumulates into the gradients (cudamodel_zero_grad per step). Without targets the
  * forward stops at lnf; cudamodel_logits_rows computes the logits of up to head_rows positions.
  * cudamodel_forward waits for its loss; a training loop that need not splits it: cudamodel_stage
