@@ -5,7 +5,8 @@ CUDA runtime trains it through its table entry, mlp_cuda_arch, with no edit of t
 - fp32, -e mlp:d2: train_gpt's first 3 losses equal train_gpt_cpu's from the same seed and data to
   1e-5 relative (the summation orders differ; the model-level checks are test_mlp_cuda's), and the
   backend name says "CUDA MLP fp32";
-- bf16, 3 steps with a checkpoint: train_gpt_cpu resumes it to step 5 (the MLP's own file);
+- bf16, 3 steps with a checkpoint: train_gpt_cpu resumes it to step 5 (the MLP's own file), and
+  train_gpt (fp32) the CPU's to step 6 (-y 1: the architecture found once the run directory resolves);
 - --cuda-graph 1 (the trunk and the layers' backward replayed as one graph) and --offload optimizer
   (the loop's CPU AdamW) give the same losses and final parameters bit for bit as kernel-by-kernel
   launches with the device optimizer (fp32); fp16 trains, its losses within 5% of the CPU's;
@@ -83,6 +84,11 @@ def main():
         report(p.returncode == 0 and "resumed from step 3" in p.stdout and 4 in l5 and 5 in l5
                and all(np.isfinite(list(l5.values()))),
                "train_gpt_cpu resumes train_gpt's MLP checkpoint (steps 4-5)", (p.stdout + p.stderr)[-800:])
+        p = run([SIM, *common, "-x", "6", "-n", "6", "-y", "1", "--precision", "fp32", "--allow-config-change", "1", "-o", out])
+        l6 = losses(out)
+        report(p.returncode == 0 and "resumed from step 5" in p.stdout and "CUDA MLP fp32" in p.stdout and 6 in l6
+               and np.isfinite(l6[6]), "train_gpt (harness) fp32 resumes train_gpt_cpu's MLP checkpoint from the run directory (step 6)",
+               (p.stdout + p.stderr)[-800:])
 
         # --cuda-graph 1 == kernel by kernel (fp32, bits)
         graph = os.path.join(tmp, "graph")
