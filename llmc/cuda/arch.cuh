@@ -74,9 +74,12 @@ typedef struct CudaArch {
  * without GELU), with a note line to `note` (NULL: none) when it differs from what was given. */
 inline void cuda_arch_fix_flags(const CudaArch *a, int *recompute, int *gelu_fusion, FILE *note) {
     if (*recompute > a->max_recompute) {
-        if (note)
-            fprintf(note, "note: -r %d: the CUDA %s keeps every activation (no recompute levels yet); using -r %d\n",
-                    *recompute, a->who, a->max_recompute);
+        if (note && a->max_recompute == 0)
+            fprintf(note, "note: -r %d: the CUDA %s keeps every activation (no recompute levels yet); using -r 0\n", *recompute,
+                    a->who);
+        else if (note)
+            fprintf(note, "note: -r %d: the CUDA %s has recompute levels up to %d; using -r %d\n", *recompute, a->who,
+                    a->max_recompute, a->max_recompute);
         *recompute = a->max_recompute;
     }
     if (a->has_gelu) return;
