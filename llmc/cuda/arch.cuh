@@ -121,6 +121,16 @@ template <class X> inline X *cuda_arch_act(const CudaModel *m, int i, int l) {
     return (X *)((char *)m->acts_memory + s->offset) + (size_t)l * s->layer_numel;
 }
 
+/* The token-only embedding's backward (encoded = wte[inputs], no position table: the Llama, the
+ * MLP), for an entry's embedding_backward: the staged buckets' deterministic scatter of dresidual
+ * into parameter WTE's gradient (encoder.cuh). CUDA_ARCH_WTE_BACKWARD(WTE) fills the array. */
+template <class T, int WTE> void cuda_arch_wte_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
+    (void)B, (void)T_;
+    encoder_backward_wte(cudamodel_grad<T>(m, WTE, 0), (const T *)m->dresidual, eb, m->cfg.channels, m->ctx->stream);
+}
+#define CUDA_ARCH_WTE_BACKWARD(WTE) \
+    {cuda_arch_wte_backward<float, WTE>, cuda_arch_wte_backward<__nv_bfloat16, WTE>, cuda_arch_wte_backward<__half, WTE>}
+
 /* Dies naming init when arch has no CUDA entry (who: "the CUDA trainer", "the CUDA runtime";
  * after: what else to say, "" or e.g. " (./train_gpt_cpu trains it)"). */
 inline void cuda_arch_refuse(const ModelArch *arch, const CudaArch *entry, const char *init, const char *who,

@@ -286,8 +286,9 @@ inline void gpt2cuda_allocated(CudaModel *m, int training) {
 
 /* The CUDA runtime's entry for GPT-2 (arch.cuh; listed in archs.cuh). */
 inline const CudaArch gpt2_cuda_arch = {
-    &gpt2_arch, "GPT-2", 0, 1, gpt2cuda_configure,
-    3, NULL, 1, 1, GPT2_A_att,
+    &gpt2_arch, "GPT-2", /* named */ 0, /* decoder */ 1, gpt2cuda_configure,
+    /* max_recompute, no_recompute */ 3, NULL,
+    /* has_gelu, has_attention, lse_act */ 1, 1, GPT2_A_att,
     gpt2cuda_arch_activation_specs, gpt2cuda_fscratch_floats, gpt2cuda_scratch_f1, gpt2cuda_allocated,
     CUDA_ARCH_PER_PRECISION(gpt2cuda_trunk_forward), CUDA_ARCH_PER_PRECISION(gpt2cuda_backward_layers_t),
     CUDA_ARCH_PER_PRECISION(gpt2cuda_embedding_backward),

@@ -182,12 +182,6 @@ template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_)
     }
 }
 
-/* encoded = wte[inputs]: encoder.cuh's deterministic dwte (positions bucketed by token, staged with
- * the batch by cudamodel_stage); cudamodel_backward_encoder calls it and hands out the outer bucket. */
-template <class T> void llamacuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
-    (void)B, (void)T_;
-    encoder_backward_wte(GRAD(wte, 0), (const T *)m->dresidual, eb, m->cfg.channels, m->ctx->stream);
-}
 #undef GRAD
 #undef STAT
 #undef ACT
@@ -195,11 +189,12 @@ template <class T> void llamacuda_embedding_backward(CudaModel *m, const Encoder
 
 /* The CUDA runtime's entry for Llama 3 (arch.cuh; listed in archs.cuh). */
 inline const CudaArch llama3_cuda_arch = {
-    &llama3_arch, "Llama", 1, 0, llamacuda_configure,
-    0, "the CUDA Llama has -r 0 only", 0, 1, LLAMA3_A_att,
+    &llama3_arch, "Llama", /* named */ 1, /* decoder */ 0, llamacuda_configure,
+    /* max_recompute, no_recompute */ 0, "the CUDA Llama has -r 0 only",
+    /* has_gelu, has_attention, lse_act */ 0, 1, LLAMA3_A_att,
     llamacuda_activation_specs, llamacuda_fscratch_floats, llamacuda_scratch_f1, llamacuda_allocated,
     CUDA_ARCH_PER_PRECISION(llamacuda_trunk_forward), CUDA_ARCH_PER_PRECISION(llamacuda_backward_layers_t),
-    CUDA_ARCH_PER_PRECISION(llamacuda_embedding_backward),
+    CUDA_ARCH_WTE_BACKWARD(LLAMA3_P_wte), /* encoded = wte[inputs] */
 };
 
 #endif

@@ -115,11 +115,6 @@ template <class T> void mlp_cuda_backward_layers(CudaModel *m, int B, int T_) {
     }
 }
 
-/* encoded = wte[inputs]: each token's positions summed in order into wte's gradient. */
-template <class T> void mlp_cuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
-    (void)B, (void)T_;
-    encoder_backward_wte(GRAD(wte, 0), (const T *)m->dresidual, eb, m->cfg.channels, m->ctx->stream);
-}
 #undef BLOCK_INPUT
 #undef STAT
 #undef ACT
@@ -128,11 +123,12 @@ template <class T> void mlp_cuda_embedding_backward(CudaModel *m, const EncoderB
 
 /* The CUDA runtime's entry for the MLP (arch.cuh; listed in archs.cuh). */
 inline const CudaArch mlp_cuda_arch = {
-    &mlp_arch, "MLP", 1, 0, mlp_cuda_configure,
-    0, "the CUDA MLP has -r 0 only", 0, 0, -1,
+    &mlp_arch, "MLP", /* named */ 1, /* decoder */ 0, mlp_cuda_configure,
+    /* max_recompute, no_recompute */ 0, "the CUDA MLP has -r 0 only",
+    /* has_gelu, has_attention, lse_act */ 0, 0, -1,
     mlp_cuda_activation_specs, mlp_cuda_fscratch_floats, mlp_cuda_scratch_f1, NULL,
     CUDA_ARCH_PER_PRECISION(mlp_cuda_trunk_forward), CUDA_ARCH_PER_PRECISION(mlp_cuda_backward_layers),
-    CUDA_ARCH_PER_PRECISION(mlp_cuda_embedding_backward),
+    CUDA_ARCH_WTE_BACKWARD(MLP_P_wte), /* encoded = wte[inputs] */
 };
 
 #endif
