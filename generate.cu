@@ -23,9 +23,10 @@ static void cuda_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *
     CudaGenerator *cg = (CudaGenerator *)self;
     int precision = precision_parse(g->precision ? g->precision : "bf16");
     if (precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", g->precision);
-    ArchConfig ac; /* the CUDA decoder runs GPT-2's block sequence only */
+    ArchConfig ac; /* the CUDA decoder (decode.cuh) runs only the entries that say so: GPT-2's */
     const ModelArch *arch = model_arch_for_init(g->init, &ac);
-    if (arch != &gpt2_arch)
+    const CudaArch *ca = cuda_arch_for(arch);
+    if (!ca || !ca->decoder)
         llmc_die("-e %s is a %s model: ./generate_gpu runs GPT-2 only for now; use ./generate (CPU)", g->init, arch->display);
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);

@@ -6,10 +6,12 @@
  *
  * Data parallelism, ZeRO 1-3 and --offload optimizer (NCCL, the gradient buckets, the device AdamW
  * as the loop's optimizer): llmc/cuda/trainer.cuh.
- * A Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) trains the same way
- * (llmc/cuda/llama.cuh): checkpoints are llmc's Llama file (fp32 or, --checkpoint-bf16 1,
- * bf16), --save-hf writes LlamaForCausalLM (with the tokenizer files of an HF -e); -r 0 only, so
- * --memory-budget searches -b, -z (several ranks) and --offload for it.
+ * Every architecture with a CUDA entry (llmc/cuda/arch.cuh, registered in llmc/cuda/archs.cuh) trains
+ * the same way: a Llama 3 -e (llama3:dN, an HF directory, llmc's or llm.c's Llama file) writes
+ * llmc's Llama file (fp32 or, --checkpoint-bf16 1, bf16) and --save-hf LlamaForCausalLM (with the
+ * tokenizer files of an HF -e); the test MLP its own file. The entry says
+ * which -r and -ge apply (the Llama and the MLP: -r 0 only, so --memory-budget searches -b, -z
+ * with several ranks, and --offload for them); nothing here names an architecture.
  */
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +25,6 @@
 #include "llmc/cuda/trainer.cuh"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/arch.h"
-#include "llmc/models/llama.h"
 #include "llmc/train/train.h"
 
 /* ---- peak throughput table (dense, per GPU, TFLOP/s) ---------------------------------------- */
@@ -190,23 +191,24 @@ static void test_rank_summary(const CudaTrainer *tr) {
            m->loss_scale, m->skipped_steps);
 }
 
-/* The architecture of -e and its config (formats/arch.h); plan_llama: the Llama whose plan cuda_plan
- * prices (a TrainPlanFn sees only the ModelConfig), NULL: a GPT-2. */
-static ArchConfig run_arch;
-static const LlamaConfig *plan_llama;
+/* The architecture of -e and its config (formats/arch.h; detect_arch): run_arch once -e is resolved;
+ * plan_arch the one cuda_plan prices (a TrainPlanFn sees only the ModelConfig: it takes the rest
+ * of the config from here), the registry's fallback while -e names none explicitly (plan_explicit 0). */
+static ArchConfig run_arch, plan_arch;
+static int plan_explicit;
 
 /* The backend's part of the memory plan (train_memory_plan adds the loop's). */
 static void cuda_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
-    size_t lo = 0, hi = plan_llama ? llama_parameter_specs(plan_llama, NULL) : gpt2_parameter_specs(cfg, NULL);
+    ArchConfig ac = plan_arch;
+    *arch_config_base(&ac) = *cfg; /* the shape priced */
+    size_t lo = 0, hi = ac.arch->parameter_specs(&ac, NULL);
     if (tc->zero_stage >= 1 && !p->offload) dist_shard(hi, tc->num_processes, tc->process_rank, &lo, &hi); /* as main() shards */
     const Precision prec = (Precision)precision_parse(tc->precision);
-    cudamodel_plan(plan_llama, cfg, tc->B, tc->T, tc->recompute, prec, tc->master_weights, 0, hi - lo, 1, p);
+    cudamodel_plan(&ac, tc->B, tc->T, tc->recompute, prec, tc->master_weights, 0, hi - lo, 1, p);
     if (tc->zero_stage >= 2 && !p->offload) { /* as main(): cudamodel_set_grad_slots */
         TensorSpec specs[NUM_PARAMETER_TENSORS];
-        const int num = plan_llama ? (int)LLAMA3_NUM_PARAMETERS : (int)NUM_PARAMETER_TENSORS;
-        if (plan_llama) llama_parameter_specs(plan_llama, specs);
-        else gpt2_parameter_specs(cfg, specs);
-        cudamodel_plan_grad_slots(specs, num, hi - lo, prec, tc->zero_stage >= 3, p);
+        ac.arch->parameter_specs(&ac, specs);
+        cudamodel_plan_grad_slots(specs, ac.arch->num_param_specs, hi - lo, prec, tc->zero_stage >= 3, p);
     }
 }
 
@@ -253,43 +255,33 @@ static int cuda_graph_allowed(const TrainConfig *tc, const CudaModel *m, FILE *n
     return why == NULL;
 }
 
-/* The CUDA runtime (llmc/cuda/cudamodel.cuh) builds GPT-2 and the Llama only: an -e that names
- * another architecture (its descriptor or its file) stops here, before any device or process
- * group. Only the registry's entries before the fallback are asked (-e may be a run directory that
- * -y 1 resolves later; cudamodel_build refuses that checkpoint's architecture the same way). */
-static void require_cuda_arch(const char *init) {
-    ArchConfig ac;
-    for (int i = 0; model_archs[i] && model_archs[i + 1]; i++) {
-        const ModelArch *a = model_archs[i];
-        if (!a->config_from_init(init, &ac)) continue;
-        if (a != &gpt2_arch && a != &llama3_arch)
-            llmc_die("-e %s is a %s model: the CUDA trainer has no block sequence for it yet (./train_gpt_cpu trains it)",
-                     init, a->display);
-        return;
+/* The architecture init names and its CUDA entry (llmc/cuda/archs.cuh's cuda_arch_for), into
+ * run_arch and plan_arch. resolve 1: init is the model's own path (after -y 1 found it), asked of
+ * the whole registry; 0: only an architecture -e names explicitly (model_arch_explicit: a path
+ * not yet resolved, such as a run directory, reads as the fallback's for now). An architecture
+ * without a CUDA entry stops here, naming it, before any device or process group (resolve 0) or
+ * as cudamodel_build would (resolve 1). -r and -ge become what the entry runs, with notes (note). */
+static const CudaArch *detect_arch(TrainConfig *tc, const char *init, int note, int resolve) {
+    const ModelArch *a = resolve ? model_arch_for_init(init, &run_arch) : model_arch_explicit(init, &run_arch);
+    plan_explicit = a != NULL;
+    if (!a) { /* the fallback's (the registry's last entry), its shape not known yet */
+        memset(&run_arch, 0, sizeof run_arch);
+        for (int i = 0; model_archs[i]; i++) run_arch.arch = model_archs[i];
     }
+    plan_arch = run_arch;
+    const CudaArch *ca = cuda_arch_for(run_arch.arch);
+    if (resolve) cuda_arch_refuse(run_arch.arch, ca, init, "the CUDA runtime", "");
+    else cuda_arch_refuse(run_arch.arch, ca, init, "the CUDA trainer", " (./train_gpt_cpu trains it)");
+    cuda_arch_fix_flags(ca, &tc->recompute, &tc->gelu_fusion, note ? stdout : NULL);
+    return ca;
 }
 
-/* Is init a Llama (a name, an HF directory, llmc's or llm.c's Llama file)? Then plan_llama is
- * it, and the flags a Llama on CUDA does not take are refused or noted (once: note). resolve:
- * run_arch becomes init's architecture, whatever it is (the model's own path: after -y 1 found
- * it); else only the Llama entry is asked (the GPT-2 fallback would read a path not yet resolved). */
-static int detect_llama(TrainConfig *tc, const char *init, int note, int resolve) {
-    const int found = resolve ? model_arch_for_init(init, &run_arch) != NULL : llama3_arch.config_from_init(init, &run_arch);
-    plan_llama = found && run_arch.arch == &llama3_arch ? arch_config_as(&run_arch, const LlamaConfig) : NULL;
-    if (!plan_llama) return 0;
-    if (tc->recompute != 0 && note)
-        printf("note: -r %d: the CUDA Llama keeps every activation (no recompute levels yet); using -r 0\n", tc->recompute);
-    if (tc->gelu_fusion > 0 && note) printf("note: -ge %d: a Llama has no GELU (SwiGLU MLP); ignored\n", tc->gelu_fusion);
-    tc->recompute = 0;
-    tc->gelu_fusion = 0;
-    return 1;
-}
-
-/* What --memory-budget may change for the model detect_llama found: -r (GPT-2 only), -b, -z with
- * several ranks, --offload optimizer (not with fp16). */
-static BudgetSpace budget_space(int precision) {
+/* What --memory-budget may change for the architecture detect_arch found: -r up to its
+ * max_recompute, -b, -z with several ranks, --offload optimizer (not with fp16). */
+static BudgetSpace budget_space(int precision, const CudaArch *ca) {
     BudgetSpace s = {cuda_plan, 0, "GPU", 3, CUDA_MAX_ZERO, precision != PRECISION_FP16, 0, NULL};
-    if (plan_llama) s.max_recompute = 0, s.no_recompute = "the CUDA Llama has -r 0 only";
+    s.max_recompute = ca->max_recompute;
+    s.no_recompute = ca->no_recompute;
     return s;
 }
 
@@ -361,12 +353,13 @@ static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name) {
     }
 }
 
-/* e.g. "CUDA bf16 on NVIDIA H100 (sm_90), GELU fusion 1, recompute 1" */
-static void cuda_backend_name(const CudaTrainer *tr, const TrainConfig *tc, int llama, char *name, size_t len) {
+/* e.g. "CUDA bf16 on NVIDIA H100 (sm_90), GELU fusion 1, recompute 1" (GPT-2), "CUDA Llama 3 bf16 on ..."
+ * (an entry that is named: its display name) */
+static void cuda_backend_name(const CudaTrainer *tr, const TrainConfig *tc, char *name, size_t len) {
     const CudaModel *m = &tr->model;
     const cudaDeviceProp *props = &tr->ctx.props;
-    snprintf(name, len, "CUDA %s%s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", llama ? "Llama 3 " : "",
-             precision_name(m->precision), props->name, props->major, props->minor, m->master ? ", fp32 master weights" : "",
+    snprintf(name, len, "CUDA %s%s%s on %s (sm_%d%d)%s%s, GELU fusion %d, recompute %d", m->arch->named ? m->ac.arch->display : "",
+             m->arch->named ? " " : "", precision_name(m->precision), props->name, props->major, props->minor, m->master ? ", fp32 master weights" : "",
              m->precision == PRECISION_FP32 ? (tc->tf32 ? ", TF32 on" : ", TF32 off") : "", m->gelu_fusion, tc->recompute);
     if (tr->use_graph) snprintf(name + strlen(name), len - strlen(name), ", CUDA graph");
 }
@@ -391,17 +384,17 @@ int main(int argc, char **argv) {
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */
-    require_cuda_arch(tc.init);
-    detect_llama(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
+    const CudaArch *ca = detect_arch(&tc, tc.init, !tc.plan, 0); /* (--plan --json prints only the JSON) */
     /* --memory-budget prices candidates with the device plan (the CUDA context's own use is not in it) */
     /* --offload optimizer (given, or chosen by the search: not with fp16) makes the loop's host optimizer */
-    BudgetSpace space = budget_space(precision);
+    BudgetSpace space = budget_space(precision, ca);
     const int given_offload = strcmp(tc.offload, "optimizer") == 0;
     /* --plan: no device, no process group, no run directory, no model */
-    if (tc.plan && plan_llama) { /* a Llama: its header or name only */
-        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, &plan_llama->base);
+    if (tc.plan && plan_explicit) { /* its header or name only */
+        const ModelConfig *cfg = arch_config_cbase(&plan_arch);
+        if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, cfg);
         MemPlan p;
-        train_memory_plan(&tc, &plan_llama->base, cuda_plan, given_offload, "GPU", &p);
+        train_memory_plan(&tc, cfg, cuda_plan, given_offload, "GPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout);
         return 0;
@@ -419,8 +412,8 @@ int main(int argc, char **argv) {
     const size_t device_free = cuda_start(&tr, &tc, dist);
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
-    const int llama = detect_llama(&tc, init, 0, 1); /* a resumed run's checkpoint: the same architecture */
-    space = budget_space(precision);
+    ca = detect_arch(&tc, init, 0, 1); /* a resumed run's checkpoint: the same architecture */
+    space = budget_space(precision, ca);
     tr.tc = tc;
     CudaModel *m = &tr.model;
     cudamodel_build(m, init, tc.seed, (Precision)precision, &tr.ctx, tc.master_weights);
@@ -439,7 +432,7 @@ int main(int argc, char **argv) {
     tr.use_graph = cuda_graph_allowed(&tc, m, dist->rank == 0 ? stdout : NULL);
 
     char name[512];
-    cuda_backend_name(&tr, &tc, llama, name, sizeof name);
+    cuda_backend_name(&tr, &tc, name, sizeof name);
     TrainBackend be;
     cuda_backend(&be, &tr, name);
     cuda_trainer_optimizer(&tr, &be, offload);

@@ -4,11 +4,14 @@
 The MLP-only test architecture ("mlp") lives in OWN_FILES. This test fails when any other file of
 the tree names it, apart from
 the registration lines in ALLOWED: the model registry's entry (llmc/formats/arch.c, its declaration in
-arch.h) and the CPU backend's (llmc/cpu/arch.c, its declaration in arch.h).
+arch.h), the CPU backend's (llmc/cpu/arch.c, its declaration in arch.h) and the CUDA runtime's
+(llmc/cuda/archs.cuh: the include of its block sequence, which defines the entry, and its line in
+cuda_archs[]).
 What "names it" means: any identifier its own files use that starts mlp_, Mlp or MLP_ (its types,
 functions, table macros and enums), the paths of its own files, its descriptor "mlp:d". Documentation
 (*.md) may mention it. Also checked: every own file exists, and the check itself fails on a planted
-use (a line naming MlpConfig in llmc/train/train.c, an include in a registry's file) and passes
+use (a line naming MlpConfig in llmc/train/train.c, an include in the CPU registry's file, a call of
+the MLP's CUDA code in the CUDA registry's, the MLP's entry named in the CUDA runtime) and passes
 planted registration lines.
 Exits non-zero on any failure.
 """
@@ -24,17 +27,21 @@ OWN_FILES = [
     "llmc/cuda/mlp.cuh",                               # the CUDA block sequence
     "dev/reference/train_mlp.py",                      # its reference
     "test/test_mlp_cpu.c", "test/test_mlp_vs_pytorch.sh", "test/test_mlp_cuda.cu",  # its tests
+    "test/test_mlp_cuda_sim.py",
     "test/test_arch_files.py", "test/suite.d/13-mlp.txt", "mk/mlp.mk",               # and their build
 ]
 # Registration lines: (files the line may be in, the line's shape): the model registry's entry
-# (llmc/formats/arch.c's model_archs[] and arch.h's declaration) and the CPU backend's (llmc/cpu/
-# arch.c's cpu_archs[] and arch.h's declaration). The CUDA runtime has no MLP entry yet: its
-# trainers refuse the architecture by its ModelArch, naming no identifier of it.
+# (llmc/formats/arch.c's model_archs[] and arch.h's declaration), the CPU backend's (llmc/cpu/
+# arch.c's cpu_archs[] and arch.h's declaration) and the CUDA runtime's (llmc/cuda/archs.cuh: the
+# include of the block sequence, whose end defines mlp_cuda_arch, and the entry in cuda_archs[]).
+# ./generate_gpu refuses the architecture through its CUDA entry (no KV-cache decode), naming nothing.
 ALLOWED = [
     (r"llmc/formats/arch\.h", r"extern const ModelArch mlp_arch;"),
     (r"llmc/formats/arch\.c", r"[^;]*&mlp_arch\b[^;]*(;|,)?"),
     (r"llmc/cpu/arch\.h", r"extern const CpuArch mlp_cpu_arch;"),
     (r"llmc/cpu/arch\.c", r"&mlp_cpu_arch,"),
+    (r"llmc/cuda/archs\.cuh", r'#include "llmc/cuda/mlp\.cuh"'),
+    (r"llmc/cuda/archs\.cuh", r"&mlp_cuda_arch,"),
 ]
 MAX_ALLOWED_PER_FILE = 3
 NAME = re.compile(r"\b(?:mlp_\w+|Mlp\w*|MLP_\w+)\b")
@@ -120,6 +127,20 @@ def main():
     caught = [b for b in violations(planted, names, literals) if b[0] in planted_files]
     check(len(caught) == 1 and "mlp.h" in caught[0][2], "a planted line beyond the registry entry in a registry's file is caught",
           repr(caught))
+    # the CUDA registry: its two lines pass; a third naming the MLP's code there, or the runtime naming its entry, is caught
+    cuda_reg = "llmc/cuda/archs.cuh"
+    regs = texts.get(cuda_reg, "")
+    check('#include "llmc/cuda/mlp.cuh"' in regs and "&mlp_cuda_arch," in regs,
+          "the CUDA registry (%s) includes the MLP's block sequence and lists mlp_cuda_arch" % cuda_reg, regs[-300:])
+    planted = dict(texts)
+    planted[cuda_reg] = regs + "\nstatic const size_t planted = sizeof(mlp_cuda_activation_specs);\n"
+    planted["llmc/cuda/cudamodel.cuh"] = texts.get("llmc/cuda/cudamodel.cuh", "") + "\n    if (m->arch == &mlp_cuda_arch) return;\n"
+    caught = violations(planted, names, literals)
+    check(any(p == cuda_reg and "planted" in l for p, _, l in caught)
+          and any(p == "llmc/cuda/cudamodel.cuh" and "mlp_cuda_arch" in l for p, _, l in caught)
+          and not any(p == cuda_reg and "planted" not in l for p, _, l in caught),
+          "a planted use of the MLP's CUDA code in the CUDA registry or of its entry in the runtime is caught "
+          "(the registry's own two lines are not)", repr(caught[:4]))
     return 1 if failed else 0
 
 

@@ -80,6 +80,11 @@ static void test_arch_table(void) {
     int last = 0;
     while (model_archs[last + 1]) last++;
     test_report(names && model_archs[last] == &gpt2_arch, "the registry: names resolve, GPT-2 is the last (the fallback)", "");
+    /* model_arch_explicit: only the entries before the fallback answer (train_gpt.cu asks it before -y 1 resolves -e) */
+    const int explicit_ok = model_arch_explicit("llama3:d2", &ac) == &llama3_arch && ac.arch == &llama3_arch &&
+                            model_arch_explicit("gpt2:d2", &ac) == NULL && model_arch_explicit("d2", &ac) == NULL &&
+                            model_arch_explicit("/nonexistent/run_dir", &ac) == NULL;
+    test_report(explicit_ok, "model_arch_explicit: llama3:d2 is the Llama's; gpt2:d2, d2 and a missing path name none (the fallback's)", "");
 }
 
 static void test_schedules(void) {

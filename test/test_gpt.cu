@@ -492,9 +492,9 @@ static void llama_compare_trajectory(const LlamaSetup *ls, CudaContext *ctx, Pre
         if (run == 0) {
             char name[160];
             snprintf(name, sizeof name, "the CUDA model is a Llama with the CPU's parameter count, -ge 0 [%s%s]", pn, s->tag);
-            test_report(m->arch == LLMC_ARCH_LLAMA3 && m->num_parameters == llama_parameter_specs(&ls->cfg, NULL) &&
+            test_report(m->arch == &llama3_cuda_arch && m->num_parameters == llama_parameter_specs(&ls->cfg, NULL) &&
                             m->gelu_fusion == 0,
-                        name, "arch %d, %zu parameters, -ge %d", m->arch, m->num_parameters, m->gelu_fusion);
+                        name, "arch %s, %zu parameters, -ge %d", m->ac.arch->name, m->num_parameters, m->gelu_fusion);
         }
         for (int t = 1; t <= STEPS; t++) got[run][t - 1] = cuda_step(m, batch_in(s, t % 3), batch_tg(s, t % 3), s->B, s->T, 1, t);
         cuda_model_free(m);

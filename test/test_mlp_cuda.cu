@@ -1,10 +1,13 @@
 /*
- * test_mlp_cuda.cu - the MLP test architecture's CUDA block sequence (llmc/cuda/mlp.cuh) against
- * its CPU one (llmc/cpu/mlp.c) on the same random parameters and batches (through the cudasim
- * harness on machines without a GPU, natively with nvcc):
- *   logits of the inference forward, the loss and every gradient tensor of one step, two CUDA
- *   runs bit-identical, and a 5-step AdamW trajectory (CPU AdamW on the CPU model, the device
- *   AdamW on the CUDA one) with the parameters after it.
+ * test_mlp_cuda.cu - the MLP test architecture on the CUDA runtime (llmc/cuda/cudamodel.cuh through
+ * its entry mlp_cuda_arch, llmc/cuda/mlp.cuh) against its CPU block sequence (llmc/cpu/mlp.c) on
+ * the same random parameters and batches (through the cudasim harness on machines without a GPU,
+ * natively with nvcc):
+ *   -e mlp:d2 builds the MLP's entry with the CPU's parameter count; for a config of the test's
+ *   own (cudamodel_build_config): the logits of the inference forward (the runtime's LM head),
+ *   the loss and every gradient tensor of one step, two CUDA runs bit-identical, and a 5-step
+ *   AdamW trajectory (CPU AdamW on the CPU model, the runtime's gradient norm and device AdamW,
+ *   cudamodel_update, on the CUDA one) with the parameters after it.
  * Two shapes: L 2, C 64, F 256, V 97 (the 16-byte packed kernels) and L 3, C 50, F 30, V 61
  * (C and F not whole packs: the element-wise kernels). fp32 (TF32 off) and bf16 (fp32 master
  * weights for the device AdamW); tolerances as test_gpt.cu's (below, with reasons). bf16 checks the
@@ -19,8 +22,8 @@
 #include "llmc/core/rng.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/mlp.h"
-#include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/cast.cuh"
+#include "llmc/cuda/cudamodel.cuh"
 #include "llmc/cuda/mlp.cuh"
 #include "test/testing.h"
 
@@ -69,15 +72,29 @@ static void cpu_model(const Setup *s, MlpModel *m) {
     mlp_allocate(m, s->B, s->T);
 }
 
-template <class Real> static void cuda_model(const Setup *s, CudaContext *ctx, MlpCudaT<Real> *m) {
-    mlp_cuda_build(m, &s->cfg, ctx);
-    mlp_cuda_set_parameters(m, s->init);
-    mlp_cuda_allocate(m, s->B, s->T);
+/* The runtime's model of s->cfg in Real, from s->init, allocated for training at (B, T). */
+template <class Real> static CudaModel *cuda_model(const Setup *s, CudaContext *ctx) {
+    CudaModel *m = (CudaModel *)callocCheck(1, sizeof *m, "CUDA model");
+    ArchConfig ac;
+    memset(&ac, 0, sizeof ac);
+    ac.arch = &mlp_arch;
+    *arch_config_as(&ac, MlpConfig) = s->cfg;
+    const Precision p = sizeof(Real) == 4 ? PRECISION_FP32 : PRECISION_BF16;
+    cudamodel_build_config(m, &ac, s->tag, 1, p, ctx, 1); /* (bf16: fp32 master weights) */
+    memcpy(m->host_params, s->init, m->num_parameters * sizeof(float));
+    cudamodel_allocate(m, s->B, s->T, 0, -1, 1);
+    return m;
+}
+
+static void cuda_model_free(CudaModel *m) {
+    cudamodel_free(m);
+    free(m);
 }
 
 /* n elements of T on the device as fp32 on the host (malloc'd) */
 template <class Real> static float *to_host(const Real *d, size_t n, cudaStream_t stream) {
-    float *tmp = mlp_cuda_alloc<float>(n), *h = (float *)mallocCheck(n * sizeof(float), "host copy");
+    float *tmp = NULL, *h = (float *)mallocCheck(n * sizeof(float), "host copy");
+    cudaCheck(cudaMalloc(&tmp, n * sizeof(float)));
     cast_copy(tmp, d, n, stream);
     cudaCheck(cudaStreamSynchronize(stream));
     cudaCheck(cudaMemcpy(h, tmp, n * sizeof(float), cudaMemcpyDeviceToHost));
@@ -105,24 +122,30 @@ template <class Real> static void compare_step(const Setup *s, CudaContext *ctx)
 
     float *grads[2];
     for (int run = 0; run < 2; run++) {
-        MlpCudaT<Real> m;
-        cuda_model(s, ctx, &m);
-        mlp_cuda_forward(&m, batch_in(s, 0), NULL, B, T, 0.0f);
-        if (run == 0) {
-            float *lg = to_host(mlp_cuda_act_view<Real>(&m, MLP_A_logits, 0), (size_t)N * Vp, ctx->stream);
+        CudaModel *m = cuda_model<Real>(s, ctx);
+        cudamodel_forward(m, batch_in(s, 0), NULL, B, T, 0.0f);
+        if (run == 0) { /* the LM head, chunk by chunk */
+            float *lg = (float *)mallocCheck((size_t)N * Vp * sizeof(float), "logits");
+            for (int r0 = 0; r0 < N; r0 += m->head_rows) {
+                const int rows = m->head_rows < N - r0 ? m->head_rows : N - r0;
+                cudamodel_logits_rows(m, r0, rows);
+                float *part = to_host((const Real *)m->acts.logits, (size_t)rows * Vp, ctx->stream);
+                memcpy(lg + (size_t)r0 * Vp, part, (size_t)rows * Vp * sizeof(float));
+                free(part);
+            }
             name_of<Real>(name, sizeof name, "CUDA logits == CPU logits", s);
             test_close(name, lg, ref_logits, (size_t)N * Vp, tol.logits_atol, tol.logits_rtol);
             free(lg);
         }
-        mlp_cuda_zero_grad(&m);
-        const float lgpu = mlp_cuda_forward(&m, batch_in(s, 0), batch_tg(s, 0), B, T, 1.0f / N);
-        mlp_cuda_backward(&m);
+        cudamodel_zero_grad(m);
+        const float lgpu = cudamodel_forward(m, batch_in(s, 0), batch_tg(s, 0), B, T, 1.0f / N);
+        cudamodel_backward(m, batch_in(s, 0), B, T);
         if (run == 0) {
             name_of<Real>(name, sizeof name, "CUDA loss == CPU loss", s);
             test_close(name, &lgpu, &loss, 1, tol.loss_atol, 0);
         }
-        grads[run] = to_host(m.grads, m.num_parameters, ctx->stream);
-        mlp_cuda_free(&m);
+        grads[run] = to_host((const Real *)m->grads_memory, m->num_parameters, ctx->stream);
+        cuda_model_free(m);
     }
     for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
         const TensorSpec *ts = &cpu.param_specs[i];
@@ -145,17 +168,10 @@ template <class Real> static void compare_trajectory(const Setup *s, CudaContext
     char name[160];
     MlpModel cpu;
     cpu_model(s, &cpu);
-    MlpCudaT<Real> m;
-    cuda_model(s, ctx, &m);
+    CudaModel *m = cuda_model<Real>(s, ctx); /* 16-bit parameters: AdamW updates fp32 master weights */
     const size_t n = cpu.num_parameters;
-    float *master = NULL; /* 16-bit parameters: AdamW updates fp32 master weights (from the fp32 init) */
-    if (sizeof(Real) != 4) {
-        master = mlp_cuda_alloc<float>(n);
-        cudaCheck(cudaMemcpy(master, s->init, n * sizeof(float), cudaMemcpyHostToDevice));
-    }
     const int N = s->B * s->T;
     float *cm = (float *)callocCheck(n, sizeof(float), "m"), *cv = (float *)callocCheck(n, sizeof(float), "v");
-    float *dm = mlp_cuda_alloc<float>(n), *dv = mlp_cuda_alloc<float>(n);
     float got[STEPS], ref[STEPS];
     for (int t = 1; t <= STEPS; t++) {
         const int *in = batch_in(s, t % 3), *tg = batch_tg(s, t % 3);
@@ -164,42 +180,48 @@ template <class Real> static void compare_trajectory(const Setup *s, CudaContext
         mlp_backward(&cpu, in, s->B, s->T);
         const float norm = (float)sqrt(global_norm_squared(cpu.grads_memory, n));
         const float scale = norm > CLIP ? CLIP / norm : 1.0f;
-        mlp_cuda_zero_grad(&m);
-        got[t - 1] = mlp_cuda_forward(&m, in, tg, s->B, s->T, 1.0f / N);
-        mlp_cuda_backward(&m);
-        float *g = to_host(m.grads, n, ctx->stream);
-        const float gnorm = (float)sqrt(global_norm_squared(g, n));
+        cudamodel_zero_grad(m);
+        got[t - 1] = cudamodel_forward(m, in, tg, s->B, s->T, 1.0f / N);
+        cudamodel_backward(m, in, s->B, s->T);
+        const float gnorm = cudamodel_grad_norm(m);
         const float gscale = gnorm > CLIP ? CLIP / gnorm : 1.0f;
-        free(g);
         for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
             const TensorSpec *ts = &cpu.param_specs[i];
-            const float wd = ts->decay ? WD : 0.0f;
             adamw_update(cpu.params_memory + ts->offset, cpu.grads_memory + ts->offset, cm + ts->offset, cv + ts->offset,
-                         ts->numel, LR, B1, B2, EPS, wd, t, scale);
-            adamw_update(m.params + ts->offset, master ? master + ts->offset : (float *)NULL, m.grads + ts->offset, dm + ts->offset, dv + ts->offset,
-                         ts->numel, LR, B1, B2, EPS, wd, t, gscale, 0, ctx->stream, ts->offset);
+                         ts->numel, LR, B1, B2, EPS, ts->decay ? WD : 0.0f, t, scale);
         }
+        cudamodel_update(m, LR, B1, B2, EPS, WD, gscale, t);
         cudaCheck(cudaStreamSynchronize(ctx->stream));
     }
     name_of<Real>(name, sizeof name, "5-step AdamW losses: CUDA == CPU", s);
     test_close(name, got, ref, STEPS, sizeof(Real) == 4 ? 1e-4 : 3 * tol_of<Real>().loss_atol, 0);
     if (sizeof(Real) == 4) {
-        float *p = to_host(m.params, n, ctx->stream);
+        cudamodel_sync_to_host(m);
         name_of<Real>(name, sizeof name, "parameters after 5 steps: CUDA == CPU", s);
-        test_close(name, p, cpu.params_memory, n, 1e-5, 1e-4);
-        free(p);
+        test_close(name, m->host_params, cpu.params_memory, n, 1e-5, 1e-4);
     }
     free(cm), free(cv);
-    if (master) cudaCheck(cudaFree(master));
-    cudaCheck(cudaFree(dm));
-    cudaCheck(cudaFree(dv));
-    mlp_cuda_free(&m);
+    cuda_model_free(m);
     mlp_free(&cpu);
+}
+
+/* -e mlp:d2: the runtime picks the MLP's entry (archs.cuh) and the CPU's parameter count */
+static void check_descriptor(CudaContext *ctx) {
+    CudaModel *m = (CudaModel *)callocCheck(1, sizeof *m, "CUDA model");
+    cudamodel_build(m, "mlp:d2", 1, PRECISION_FP32, ctx, 0);
+    MlpConfig cfg;
+    const int named = mlp_config_from_name(&cfg, "mlp:d2") == 0;
+    test_report(named && m->arch == &mlp_cuda_arch && m->ac.arch == &mlp_arch &&
+                    m->num_parameters == mlp_parameter_specs(&cfg, NULL) && m->head_index == MLP_P_wte,
+                "cudamodel_build -e mlp:d2: the MLP's CUDA entry, the CPU's parameter count, the head tied to wte",
+                "%s, %zu parameters, head %d", m->ac.arch ? m->ac.arch->name : "?", m->num_parameters, m->head_index);
+    cuda_model_free(m);
 }
 
 int main(void) {
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off */
+    check_descriptor(&ctx);
     const int shapes[][4] = {{2, 64, 256, 97}, {3, 50, 30, 61}};
     for (int i = 0; i < 2; i++) {
         Setup s;

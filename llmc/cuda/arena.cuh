@@ -1,10 +1,12 @@
 /*
- * arena.cuh - the CUDA model's struct (CudaModel, both architectures) and the views into its
+ * arena.cuh - the CUDA model's struct (CudaModel, every architecture) and the views into its
  * arenas: where a parameter, a gradient or a packed bucket of either is, whatever the ZeRO level
  * (-z 2's gradient slots, -z 3's gathered parameter slots), the LM head's chunk size, and the
  * per-layer hooks the block sequences call (parameters needed, backward layer begun, bucket ready).
- * The block sequences (gpt2.cuh, llama.cuh) and the shared runtime (cudamodel.cuh) read the model
- * through these views only; nothing here launches a kernel except the gradient slot's clear.
+ * The block sequences (gpt2.cuh, llama.cuh, mlp.cuh: each with its CudaArch entry, arch.cuh) and
+ * the shared runtime (cudamodel.cuh) read the model through these views only; nothing here
+ * launches a kernel except the gradient slot's clear. The tables' capacities are GPT-2's, the
+ * largest (each architecture's entry checks that its own fit).
  */
 #ifndef LLMC_CUDA_ARENA_CUH
 #define LLMC_CUDA_ARENA_CUH
@@ -12,17 +14,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "llmc/formats/arch.h"
 #include "llmc/models/gpt2.h"
-#include "llmc/models/llama.h"
 #include "llmc/train/plan.h"
 #include "llmc/cuda/common.cuh"
 
-enum { LLMC_ARCH_GPT2 = 0, LLMC_ARCH_LLAMA3 = 1 };
+struct CudaArch;
 
 typedef struct {
-    ModelConfig cfg;
-    int arch;          /* LLMC_ARCH_GPT2 | LLMC_ARCH_LLAMA3 */
-    LlamaConfig llama; /* the Llama's knobs beyond cfg (arch LLMC_ARCH_LLAMA3) */
+    ModelConfig cfg;            /* the shared shape (ac's base) */
+    const struct CudaArch *arch; /* the architecture's block sequence (arch.cuh) */
+    ArchConfig ac;              /* its whole config (the Llama's knobs beyond cfg: arch_config_as) */
     Precision precision;
     CudaContext *ctx;
     int recompute;    /* 0..3 */
@@ -90,7 +92,7 @@ typedef struct {
      * code: a CUDA graph capture (graph.cuh) runs it once, at capture. */
     void (*params_hook)(void *ctx, int layer, int backward);
     void *params_hook_ctx;
-    int head_index; /* the LM head's parameter tensor: wte (GPT-2, tied Llama) or lm_head */
+    int head_index; /* the LM head's parameter tensor: wte (GPT-2, tied Llama, MLP) or lm_head */
     /* -z 3 (cudamodel_set_param_slots, with grad_slots, before cudamodel_allocate; the trainer's
      * params_hook is then required): params_memory holds only this rank's shard [shard_lo,
      * shard_hi) (cudamodel_param_at); gather_memory the outer bucket's parameters, whole and packed
@@ -103,7 +105,7 @@ typedef struct {
      * changes above; bytes per tensor in act_bytes. ActivationTensors members are untyped
      * slots too (T, or float for the ACT_STATS kind and `att`, the logsumexp). */
     int B, T;
-    TensorSpec act_specs[NUM_ACTIVATION_TENSORS]; /* a shorter table (Llama) ends at a NULL name */
+    TensorSpec act_specs[NUM_ACTIVATION_TENSORS]; /* a shorter table (Llama, MLP) ends at a NULL name */
     size_t act_bytes[NUM_ACTIVATION_TENSORS], acts_total_bytes;
     void *acts_memory;
     ActivationTensors acts;
@@ -112,7 +114,8 @@ typedef struct {
      * dbuf_c (N, C): dlnf, then per layer dln2, datty, dln1 (each dead before the next);
      * dbuf_f1 (N, F): dfch_gelu, later reused as dqkv (N, 3C fits since F >= 3C);
      * dbuf_f2 (N, F): dfch (the last N * F elements of the scratch).
-     * (Llama: dbuf_f1 (N, max(2F, QKV)) dfch then dqkv, dbuf_f2 (N, F) dfch_swiglu.) */
+     * (Llama: dbuf_f1 (N, max(2F, QKV)) dfch then dqkv, dbuf_f2 (N, F) dfch_swiglu; the width of
+     * dbuf_f1 is the architecture's scratch_f1, arch.cuh.) */
     void *scratch_memory, *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2;
     size_t scratch_bytes;
     /* fp32 scratch shared by the ops (never live across two ops): LayerNorm/bias partial sums,
@@ -144,9 +147,6 @@ typedef struct {
     int loss_scale_window, clean_steps;
     long long skipped_steps;
 } CudaModel;
-static_assert((int)LLAMA3_NUM_PARAMETERS <= (int)NUM_PARAMETER_TENSORS &&
-                  (int)LLAMA3_NUM_ACTIVATIONS < (int)NUM_ACTIVATION_TENSORS,
-              "CudaModel's tables hold the Llama's");
 
 /* ---- the activation arena's sizes ----------------------------------------------------------- */
 /* The LM head's chunk: request > 0 (capped at N), else as many positions as fit in
@@ -164,7 +164,7 @@ inline int cudamodel_head_rows(size_t N, int Vp, size_t elem, int request) {
  * logsumexp on the GPU (lse: the table's row is its architecture's att). */
 inline int cudamodel_act_is_fp32(const TensorSpec *s, int lse) { return s->kind == ACT_STATS || lse; }
 
-/* ---- where a layer's parameters and gradients are (both architectures' only source) -------- */
+/* ---- where a layer's parameters and gradients are (every architecture's only source) ------ */
 /* In a packed buffer (-z 2's gradients, -z 3's gathered parameters: the outer bucket, then two layer
  * slots), where bucket l starts (l < 0: the outer bucket; layer l in slot l & 1), and where tensor i's
  * layer-l part is (l ignored for a tensor kept once); in elements. */
@@ -210,7 +210,7 @@ inline void cudamodel_params_needed(CudaModel *m, int l, int backward) {
     if (m->params_hook) m->params_hook(m->params_hook_ctx, l, backward);
 }
 
-/* Before queueing layer l's backward (both architectures): where the backward is (grad_hook's
+/* Before queueing layer l's backward (every architecture): where the backward is (grad_hook's
  * trace), the layer's parameters made ready (params_hook) and, -z 2, its gradient slot, which waits
  * for the reduction of the layer that used it before and is then cleared. */
 inline void cudamodel_backward_layer_begin(CudaModel *m, int l) {

@@ -1,20 +1,23 @@
 /*
- * cudamodel.cuh - the CUDA model's runtime, shared by both architectures: build, memory plan and
+ * cudamodel.cuh - the CUDA model's runtime, shared by every architecture: build, memory plan and
  * allocation, host sync, the forward and backward drivers (staging, the chunked LM head and its
- * loss, the encoder's backward), the gradient norm, the AdamW update, offload copies and the memory
- * table. The struct and its views are arena.cuh's; the block sequences are gpt2.cuh's (GPT-2, arch
- * 0) and llama.cuh's (LLMC_ARCH_LLAMA3); cudamodel_build picks by -e and the entry points dispatch
- * on m->arch. Tensors are stored in the run-time precision T (fp32 | bf16 | fp16); losses, AdamW
- * moments, master weights and norms are fp32. The LM head and the loss run in chunks of head_rows
- * positions, so the (B*T, Vp) logits are never stored: the logits buffer holds one chunk (at most
- * LLMC_HEAD_CHUNK_BYTES). In a training forward each chunk's logits are computed, turned into losses
- * and dlogits in place, and the head's backward for those rows runs at once (dlnf rows into dbuf_c,
- * dwte +=), while they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence
+ * loss, the embedding's backward), the gradient norm, the AdamW update, offload copies and the
+ * memory table. The struct and its views are arena.cuh's; each architecture's block sequence and
+ * its CudaArch entry (arch.cuh) are its own file's (gpt2.cuh, llama.cuh, mlp.cuh), listed in
+ * archs.cuh. cudamodel_build finds the entry of -e's architecture (cuda_arch_for) and every entry
+ * point goes through it (m->arch): nothing here asks which architecture it is (the shared LM head
+ * reads the activation rows named lnf, logits and losses through GPT-2's ActivationTensors slots,
+ * gpt2cuda_point_activations, whatever the table). Tensors are stored in the run-time precision
+ * T (fp32 | bf16 | fp16); losses, AdamW moments, master weights and norms are fp32. The LM head
+ * and the loss run in chunks of head_rows positions, so the (B*T, Vp) logits are never stored: the
+ * logits buffer holds one chunk (at most LLMC_HEAD_CHUNK_BYTES). In a training forward each chunk's
+ * logits are computed, turned into losses and dlogits in place, and the head's backward for those
+ * rows runs at once (dlnf rows into dbuf_c, the head's gradient +=), while they exist. With one chunk (B*T <= head_rows) this is the unchunked sequence
  * exactly. Precision is chosen at run time; with_storage_type() in the public functions below is
  * the one point where it becomes the template argument T.
  *
  * Contract: cudamodel_forward with targets and dloss != 0 also runs the head's backward (dlnf in
- * dbuf_c, wte's gradient accumulated), and cudamodel_backward must follow before the next forward;
+ * dbuf_c, the head's gradient accumulated), and cudamodel_backward must follow before the next forward;
  * the backward accumulates into the gradients (cudamodel_zero_grad per step). Without targets the
  * forward stops at lnf; cudamodel_logits_rows computes the logits of up to head_rows positions.
  * cudamodel_forward waits for its loss; a training loop that need not splits it: cudamodel_stage
@@ -37,21 +40,17 @@
 
 #include "llmc/formats/arch.h"
 #include "llmc/dist/bucket.h"
-#include "llmc/models/llama.h"
 #include "llmc/core/rng.h"
-#include "llmc/models/gpt2.h"
 #include "llmc/core/mem.h"
 #include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/arch.cuh"
+#include "llmc/cuda/archs.cuh"
 #include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/encoder.cuh"
-#include "llmc/cuda/gelu.cuh"
-#include "llmc/cuda/gpt2.cuh"
-#include "llmc/cuda/layernorm.cuh"
-#include "llmc/cuda/llama.cuh"
 #include "llmc/cuda/loss.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "llmc/cuda/nvtx.cuh"
@@ -78,35 +77,36 @@ enum { LLMC_READBACK_BYTES = 16 }; /* gpt2cuda's pinned readback buffer: a doubl
  * allocate exactly these; the cuBLASLt workspace is the context's) and the host copies. */
 /* opt_elems: the parameters whose AdamW state (m, v, master) this rank keeps (all n, or its ZeRO-1
  * shard; at least 1 is allocated, so that an empty shard still has valid pointers). */
-/* llama: NULL for a GPT-2, else the Llama whose base is cfg (its recompute level must be 0). */
-inline void cudamodel_plan(const LlamaConfig *llama, const ModelConfig *cfg, int B, int T_, int recompute, Precision prec,
-                           int use_master, int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
+/* ac: the architecture and its config (its CUDA entry must exist; a recompute level within its
+ * max_recompute). */
+inline void cudamodel_plan(const ArchConfig *ac, int B, int T_, int recompute, Precision prec, int use_master,
+                           int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
+    const CudaArch *ca = cuda_arch_for(ac->arch);
+    if (!ca) llmc_die("cudamodel_plan: the CUDA runtime has no block sequence for %s", ac->arch->display);
+    const ModelConfig *cfg = arch_config_cbase(ac);
     const size_t elem = precision_bytes(prec), N = (size_t)B * T_;
-    const size_t n = llama ? llama_parameter_specs(llama, NULL) : gpt2_parameter_specs(cfg, NULL);
-    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, F1 = llama ? llamacuda_scratch_f1(cfg) : F;
+    const size_t n = ac->arch->parameter_specs(ac, NULL);
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, F1 = ca->scratch_f1(cfg);
     use_master = use_master && prec != PRECISION_FP32;
     p->num_parameters = n;
     p->recompute = recompute;
     p->device_bytes[MEM_PARAMETERS] = n * elem;
     int head_rows = cudamodel_head_rows(N, cfg->padded_vocab_size, elem, head_rows_request);
-    if (llama) {
-        memset(p->act, 0, sizeof p->act); /* the shorter table ends at a NULL name */
-        memset(p->act_bytes, 0, sizeof p->act_bytes);
-        p->device_bytes[MEM_ACTIVATIONS] = llamacuda_activation_specs(llama, B, T_, prec, head_rows, p->act, p->act_bytes);
-    } else {
-        p->device_bytes[MEM_ACTIVATIONS] = gpt2cuda_activation_specs(cfg, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
-    }
+    memset(p->act, 0, sizeof p->act); /* a shorter table ends at a NULL name */
+    memset(p->act_bytes, 0, sizeof p->act_bytes);
+    p->device_bytes[MEM_ACTIVATIONS] = ca->activation_specs(ac, B, T_, recompute, prec, head_rows, p->act, p->act_bytes);
     p->device_bytes[MEM_TOKENS] = 2 * N * sizeof(int);
     /* + the norm, the mean loss and the fp64 loss accumulator */
-    const size_t fscratch = llama ? llamacuda_fscratch_floats(cfg, N) : gpt2cuda_fscratch_floats(cfg, N);
+    const size_t fscratch = ca->fscratch_floats(cfg, N);
     p->device_bytes[MEM_OP_SCRATCH] = (fscratch + 2) * sizeof(float) + sizeof(double);
     p->device_bytes[MEM_WORKSPACE] = LLMC_CUBLASLT_WORKSPACE;
-    if (USE_CUDNN && prec != PRECISION_FP32) p->device_bytes[MEM_CUDNN_WORKSPACE] = cudamodel_cudnn_workspace_bound(cfg, B, T_);
+    const int cudnn = USE_CUDNN && prec != PRECISION_FP32 && ca->has_attention;
+    if (cudnn) p->device_bytes[MEM_CUDNN_WORKSPACE] = cudamodel_cudnn_workspace_bound(cfg, B, T_);
     /* + the pinned token staging and readback buffers */
     p->host[MEM_STAGING] = cudamodel_build_host_bytes(n, cfg->padded_vocab_size, elem) + 2 * N * sizeof(int) + LLMC_READBACK_BYTES;
     snprintf(p->config, sizeof p->config, "%s, master weights %d, LM-head chunk %d rows, cuBLASLt workspace %d MiB%s",
              precision_name(prec), use_master, head_rows, LLMC_CUBLASLT_WORKSPACE >> 20,
-             USE_CUDNN && prec != PRECISION_FP32 ? ", cuDNN attention (workspace: a bound)" : "");
+             cudnn ? ", cuDNN attention (workspace: a bound)" : "");
     if (!training) return;
     p->device_bytes[MEM_BWD_SCRATCH] = (2 * N * C + N * F1 + N * F) * elem;
     p->device_bytes[MEM_GRADIENTS] = n * elem;
@@ -135,10 +135,6 @@ inline void cudamodel_plan_grad_slots(const TensorSpec *specs, int num_specs, si
     p->device_bytes[MEM_PARAMETERS] = (shard ? shard : 1) * precision_bytes(prec);
     p->device_bytes[MEM_PARAM_GATHER] = (outer + 2 * layer) * precision_bytes(prec);
 }
-inline void cudamodel_plan(const ModelConfig *cfg, int B, int T_, int recompute, Precision prec, int use_master,
-                          int head_rows_request, size_t opt_elems, int training, MemPlan *p) {
-    cudamodel_plan(NULL, cfg, B, T_, recompute, prec, use_master, head_rows_request, opt_elems, training, p);
-}
 
 /* cudaMallocHost counted to the host's staging class. */
 inline void *cudamodel_pinned(size_t bytes) {
@@ -157,43 +153,46 @@ inline void *cudamodel_malloc(MemClass c, size_t bytes) {
     return p;
 }
 
-/* Parameters from a checkpoint path or a dN descriptor (random init: the shared
- * gpt2_init_parameters, so both trainers start from the same weights), into host_params.
- * A Llama (a name such as llama3:dN, an HF directory, llmc's or llm.c's Llama file: formats/arch.h's
- * model_arch_for_init) builds a Llama; the parameters come from the architecture's load_init. */
-inline void cudamodel_build(CudaModel *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
-                           int use_master) {
+/* The model of architecture ac (its CUDA entry: cuda_arch_for, else an error naming init, the
+ * -e it came from) with zero host parameters: the caller fills host_params (num_parameters fp32),
+ * which cudamodel_allocate puts on the device. */
+inline void cudamodel_build_config(CudaModel *m, const ArchConfig *ac, const char *init, unsigned long long seed,
+                                   Precision prec, CudaContext *ctx, int use_master) {
+    const CudaArch *ca = cuda_arch_for(ac->arch);
+    cuda_arch_refuse(ac->arch, ca, init, "the CUDA runtime", "");
     memset(m, 0, sizeof *m);
-    ArchConfig ac; /* the architecture is the model's: name or file header */
-    const ModelArch *arch = model_arch_for_init(init, &ac);
-    const int llama = arch == &llama3_arch;
-    if (llama) {
-        llamacuda_set_config(m, arch_config_as(&ac, const LlamaConfig));
-    } else {
-        if (arch != &gpt2_arch) llmc_die("-e %s is a %s model: the CUDA runtime has no block sequence for it yet", init, arch->display);
-        const ModelConfig cfg = *arch_config_base(&ac);
-        m->cfg = cfg;
-        m->num_parameters = gpt2_parameter_specs(&cfg, m->param_specs);
-        m->num_param_specs = NUM_PARAMETER_TENSORS;
-        m->head_index = GPT2_P_wte;
-    }
+    m->arch = ca;
+    m->ac = *ac;
+    m->cfg = *arch_config_cbase(ac);
+    m->num_parameters = ac->arch->parameter_specs(ac, m->param_specs);
+    m->num_param_specs = ac->arch->num_param_specs;
     m->precision = prec;
     m->ctx = ctx;
     m->seed = seed;
     m->use_master = use_master && prec != PRECISION_FP32;
     const size_t n = m->num_parameters, elem = precision_bytes(prec);
     m->host_params = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host parameters");
-    arch->load_init(init, &ac, m->host_params, n, seed);
     m->host_m = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW m");
     m->host_v = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW v");
     m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)m->cfg.padded_vocab_size, sizeof(float), "host logits row");
     m->h_staging = mem_calloc(MEM_STAGING, n, elem, "host staging");
     m->params_memory = cudamodel_malloc(MEM_PARAMETERS, n * elem);
-    if (!llama) gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, elem);
+    ca->configure(m, ac);
     m->shard_lo = 0;
     m->shard_hi = n;
     m->loss_scale = prec == PRECISION_FP16 ? 65536.0f : 1.0f;
     m->loss_scale_window = 1000;
+}
+
+/* The model -e init names (formats/arch.h's model_arch_for_init: a descriptor or name, a file, an
+ * HF directory) with its parameters in host_params: the architecture's load_init (random by the
+ * table's rules for a name, with seed; else the file's, verified). */
+inline void cudamodel_build(CudaModel *m, const char *init, unsigned long long seed, Precision prec, CudaContext *ctx,
+                           int use_master) {
+    ArchConfig ac; /* the architecture is the model's: name or file header */
+    const ModelArch *arch = model_arch_for_init(init, &ac);
+    cudamodel_build_config(m, &ac, init, seed, prec, ctx, use_master);
+    arch->load_init(init, &ac, m->host_params, m->num_parameters, seed);
 }
 
 inline void cudamodel_sync_from_host(CudaModel *m);
@@ -251,10 +250,11 @@ inline void cudamodel_set_shard(CudaModel *m, size_t lo, size_t hi) {
 /* Activations for batches up to (B, T), plus gradients, moments and scratch if training. */
 inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int gelu_fusion, int training) {
     const ModelConfig *cfg = &m->cfg;
-    const int llama = m->arch == LLMC_ARCH_LLAMA3;
-    if (llama && recompute != 0) llmc_die("recompute level -r %d: a Llama on CUDA keeps every activation (-r 0)", recompute);
-    if (llama && gelu_fusion > 0) llmc_die("-ge %d: a Llama has no GELU (its MLP is SwiGLU); use -ge -1 or 0", gelu_fusion);
-    if (llama) gelu_fusion = 0;
+    const CudaArch *ca = m->arch;
+    if (ca->max_recompute == 0 && recompute != 0)
+        llmc_die("recompute level -r %d: a %s on CUDA keeps every activation (-r 0)", recompute, ca->who);
+    if (!ca->has_gelu && gelu_fusion > 0) llmc_die("-ge %d: a %s has no GELU (its MLP is SwiGLU); use -ge -1 or 0", gelu_fusion, ca->who);
+    if (!ca->has_gelu) gelu_fusion = 0;
     if (T_ > cfg->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T_, cfg->max_seq_len);
     if (recompute < 0 || recompute > 3) llmc_die("recompute level -r %d: use 0, 1, 2 or 3", recompute);
     if (gelu_fusion < -1 || gelu_fusion > 2) llmc_die("-ge %d: use -1 (auto), 0, 1 or 2", gelu_fusion);
@@ -263,7 +263,8 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
     if (gelu_fusion == -1) gelu_fusion = cfg->ffn_hidden % 8 == 0 ? 2 : 0;
     if (gelu_fusion > 0 && cfg->ffn_hidden % 8 != 0) llmc_die("-ge %d needs the MLP width %d to be a multiple of 8", gelu_fusion, cfg->ffn_hidden);
     const int HS = cfg->channels / cfg->num_heads;
-    if (HS != 16 && HS != 32 && HS != 64 && HS != 128) llmc_die("head size %d: the CUDA attention supports 16, 32, 64, 128", HS);
+    if (ca->has_attention && HS != 16 && HS != 32 && HS != 64 && HS != 128)
+        llmc_die("head size %d: the CUDA attention supports 16, 32, 64, 128", HS);
     m->B = B;
     m->T = T_;
     m->recompute = recompute;
@@ -272,8 +273,8 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
     mem_plan_init(plan, "GPU");
     plan->optim_state = m->optim_state;
     plan->offload = m->offload;
-    cudamodel_plan(llama ? &m->llama : NULL, cfg, B, T_, recompute, m->precision, m->use_master, m->head_rows_request,
-                   m->shard_hi - m->shard_lo, training, plan);
+    cudamodel_plan(&m->ac, B, T_, recompute, m->precision, m->use_master, m->head_rows_request, m->shard_hi - m->shard_lo,
+                   training, plan);
     if (training && m->grad_slots)
         cudamodel_plan_grad_slots(m->param_specs, m->num_param_specs, m->shard_hi - m->shard_lo, m->precision, m->param_slots, plan);
     if (m->param_slots) { /* the whole parameters (cudamodel_build's) give way to the shard and the gather buffer */
@@ -298,14 +299,13 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
     m->h_targets = m->h_inputs + N;
     m->h_readback = cudamodel_pinned(LLMC_READBACK_BYTES);
     cudaCheck(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
-    m->fscratch_floats = llama ? llamacuda_fscratch_floats(cfg, N) : gpt2cuda_fscratch_floats(cfg, N);
+    m->fscratch_floats = ca->fscratch_floats(cfg, N);
     m->fscratch = (float *)cudamodel_malloc(MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
     m->d_norm = (float *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(float));
     m->d_loss = (float *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(float));
     m->d_loss_acc = (double *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(double));
     cudaCheck(cudaMemset(m->d_loss_acc, 0, sizeof(double)));
     if (training) {
-        if (!llama && F < 3 * C) llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
         m->scratch_bytes = plan->device_bytes[MEM_BWD_SCRATCH];
         m->scratch_memory = cudamodel_malloc(MEM_BWD_SCRATCH, m->scratch_bytes);
         m->dresidual = m->scratch_memory;
@@ -330,10 +330,10 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
     }
 #if USE_CUDNN
     /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
-    if (m->precision != PRECISION_FP32)
+    if (m->precision != PRECISION_FP32 && ca->has_attention)
         cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, cfg->num_kv_heads, m->precision == PRECISION_FP16);
 #endif
-    if (llama) llamacuda_allocated(m, T_);
+    if (ca->allocated) ca->allocated(m, training);
     cudamodel_sync_from_host(m); /* parameters (and zero moments) onto the device */
 }
 
@@ -423,23 +423,10 @@ template <class T> void cudamodel_forward_t(CudaModel *m, int has_targets, int B
     const int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T_;
     ActivationTensors *a = &m->acts;
     cudaStream_t s = m->ctx->stream;
-    if (m->arch == LLMC_ARCH_LLAMA3) {
-        llamacuda_trunk_forward<T>(m, B, T_); /* up to lnf */
-    } else {
-        encoder_forward((T *)a->encoded, m->d_inputs, cudamodel_param<T>(m, GPT2_P_wte, 0), cudamodel_param<T>(m, GPT2_P_wpe, 0),
-                        B, T_, C, s);
-        LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
-        cudamodel_params_needed(m, 0, 0);
-        const LayerWeights<T> p0 = gpt2cuda_layer_weights<T>(m, 0, 0);
-        layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, p0.ln1w, p0.ln1b, N, C, s);
-        for (int l = 0; l < cfg->num_layers; l++) {
-            if (l > 0) cudamodel_params_needed(m, l, 0);
-            gpt2cuda_block_forward<T>(m, l, B, T_, 1);
-        }
-    }
+    m->arch->trunk_forward[m->precision](m, B, T_); /* the architecture's, up to lnf */
     if (!has_targets) return;
     const int write = dloss != 0.0f, R = m->head_rows;
-    const T *head = cudamodel_param<T>(m, m->head_index, 0); /* wte (GPT-2) or the Llama's head */
+    const T *head = cudamodel_param<T>(m, m->head_index, 0); /* wte or the Llama's untied head */
     for (int r0 = 0; r0 < N; r0 += R) { /* the LM head, the loss and (training) the head's backward, by chunks */
         NVTX_RANGE("LM head chunk");
         const int rows = R < N - r0 ? R : N - r0;
@@ -545,19 +532,15 @@ inline void cudamodel_shard_accumulate(CudaModel *m, const Bucket *b, const void
     }
 }
 
-/* encoded = wte[inputs] + wpe: the staged buckets' scatter into wte's and wpe's gradients (its grid
- * is the batch's number of distinct tokens, so it stays outside a CUDA graph). */
+/* The embedding's backward (GPT-2's: encoded = wte[inputs] + wpe), the architecture's, from the
+ * staged buckets (its grid is the batch's number of distinct tokens, so it stays outside a CUDA
+ * graph); then the outer bucket is ready. */
 inline void cudamodel_backward_encoder(CudaModel *m, int B, int T_) {
     if (!m->bucket_tokens) llmc_die("cudamodel_backward: no training forward (dloss != 0) staged its batch");
     EncoderBuckets eb;
     eb.num_tokens = m->bucket_tokens;
     eb.d_ints = m->d_buckets;
-    with_storage_type(m->precision, [&](auto tag) {
-        typedef decltype(tag) T;
-        if (m->arch == LLMC_ARCH_LLAMA3) llamacuda_embedding_backward<T>(m, &eb, B, T_);
-        else encoder_backward(cudamodel_grad<T>(m, GPT2_P_wte, 0), cudamodel_grad<T>(m, GPT2_P_wpe, 0), (T *)m->dresidual, &eb,
-                              B, T_, m->cfg.channels, m->ctx->stream);
-    });
+    m->arch->embedding_backward[m->precision](m, &eb, B, T_);
     cudamodel_bucket_ready(m, -1);
     m->bucket_tokens = 0;
     m->in_backward = 0;
@@ -565,10 +548,7 @@ inline void cudamodel_backward_encoder(CudaModel *m, int B, int T_) {
 
 inline void cudamodel_backward_layers(CudaModel *m, int B, int T_) {
     if (!m->grads_memory) llmc_die("cudamodel_backward: the model was allocated without training buffers");
-    with_storage_type(m->precision, [&](auto tag) {
-        if (m->arch == LLMC_ARCH_LLAMA3) llamacuda_backward_layers_t<decltype(tag)>(m, B, T_);
-        else gpt2cuda_backward_layers_t<decltype(tag)>(m, B, T_);
-    });
+    m->arch->backward_layers[m->precision](m, B, T_);
 }
 
 /* After the training forward of the same batch (whose staging built the encoder's buckets from
@@ -797,14 +777,15 @@ inline void cudamodel_print_memory(const CudaModel *m, FILE *out) {
     const size_t n = m->num_parameters, elem = precision_bytes(m->precision);
     double kinds[ACT_NUM_KINDS] = {0}, lse = 0.0;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS && m->act_specs[i].name; i++) {
-        if (i == (m->arch == LLMC_ARCH_LLAMA3 ? (int)LLAMA3_A_att : (int)GPT2_A_att)) lse += m->act_bytes[i];
+        if (i == m->arch->lse_act) lse += m->act_bytes[i];
         else kinds[m->act_specs[i].kind] += m->act_bytes[i];
     }
     int training = m->grads_memory != NULL;
     double total = 0.0;
     const int HS = m->cfg.channels / m->cfg.num_heads;
-    fprintf(out, "attention: %s\n", m->precision == PRECISION_FP32 ? attention_impl_name<float>(HS)
-                                                                   : attention_impl_name<__nv_bfloat16>(HS));
+    if (m->arch->has_attention)
+        fprintf(out, "attention: %s\n", m->precision == PRECISION_FP32 ? attention_impl_name<float>(HS)
+                                                                       : attention_impl_name<__nv_bfloat16>(HS));
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (GPU, %-4s, -r %d)             |        MiB |\n", precision_name(m->precision), m->recompute);
     fprintf(out, "+-------------------------------------+------------+\n");
@@ -842,13 +823,13 @@ inline void cudamodel_print_memory(const CudaModel *m, FILE *out) {
         snprintf(label, sizeof label, "activations: %s", activation_kind_names[k]);
         LLMC_ROW(label, kinds[k]);
     }
-    LLMC_ROW("activations: attention logsumexp", lse);
+    if (m->arch->lse_act >= 0) LLMC_ROW("activations: attention logsumexp", lse);
     if (training) LLMC_ROW("backward scratch (one layer)", m->scratch_bytes);
     LLMC_ROW("fp32 op scratch", m->fscratch_floats * sizeof(float));
     LLMC_ROW("cuBLASLt workspace", m->ctx->lt_workspace_bytes);
 #if USE_CUDNN
-    if (m->precision != PRECISION_FP32) LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
-    if (m->precision != PRECISION_FP32 && cudnn_att_workspace_bytes() > cudamodel_cudnn_workspace_bound(&m->cfg, m->B, m->T))
+    if (m->precision != PRECISION_FP32 && m->arch->has_attention) LLMC_ROW("cuDNN attention workspace", cudnn_att_workspace_bytes());
+    if (m->precision != PRECISION_FP32 && m->arch->has_attention && cudnn_att_workspace_bytes() > cudamodel_cudnn_workspace_bound(&m->cfg, m->B, m->T))
         fprintf(out, "warning: cuDNN's attention workspace exceeds the plan's bound of %zu bytes\n",
                 cudamodel_cudnn_workspace_bound(&m->cfg, m->B, m->T));
 #endif

@@ -4,6 +4,8 @@
  * backward: dwte[tok, :] += sum over positions with inp == tok of dout[b,t,:]
  *           dwpe[t, :]   += sum over b of dout[b,t,:]                              (accumulates)
  * Shapes: out, dout (B, T, C); inp (B, T) token ids in [0, V); wte, dwte (Vp, C); wpe, dwpe (maxT, C).
+ * Token-only (no position table: Llama 3, the MLP): encoder_forward_wte, encoder_backward_wte
+ * (out = wte[inp]; dwte as above).
  *
  * Determinism: the backward never races. The host groups the positions by token
  * (encoder_buckets_build: positions in increasing (b, t) order within each token), and one
@@ -191,6 +193,27 @@ void encoder_backward(T *dwte, T *dwpe, const T *dout, const EncoderBuckets *buc
     encoder_backward_wte_kernel<<<buckets->num_tokens, 128, 0, stream>>>(dwte, dout, buckets->d_ints, buckets->num_tokens, C);
     kernelCheck();
     encoder_backward_wpe_kernel<<<ceil_div((long long)T_ * C, block), block, 0, stream>>>(dwpe, dout, B, T_, C);
+    kernelCheck();
+}
+
+/* ---- token-only: out[i, :] = wte[inp[i], :] ------------------------------------------------ */
+template <class T> static __global__ void encoder_forward_wte_kernel(T *out, const int *inp, const T *wte, int N, int C) {
+    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)N * C) return;
+    out[idx] = wte[(size_t)inp[idx / C] * C + idx % C];
+}
+
+template <class T> void encoder_forward_wte(T *out, const int *inp, const T *wte, int N, int C, cudaStream_t stream) {
+    encoder_forward_wte_kernel<<<ceil_div((long long)N * C, 256), 256, 0, stream>>>(out, inp, wte, N, C);
+    kernelCheck();
+}
+
+/* dwte += each token's positions' rows of dout, summed in position order (encoder_backward's dwte). */
+template <class T> void encoder_backward_wte(T *dwte, const T *dout, const EncoderBuckets *buckets, int C, cudaStream_t stream) {
+    if (encoder_packed<T>(C, dwte, dout, dout))
+        encoder_backward_wte_kernel16<<<buckets->num_tokens, 128, 0, stream>>>(dwte, dout, buckets->d_ints, buckets->num_tokens, C);
+    else
+        encoder_backward_wte_kernel<<<buckets->num_tokens, 128, 0, stream>>>(dwte, dout, buckets->d_ints, buckets->num_tokens, C);
     kernelCheck();
 }
 

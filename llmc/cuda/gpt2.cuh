@@ -1,7 +1,8 @@
 /*
  * gpt2.cuh - GPT-2's block sequence on the GPU: the CUDA twin of llmc/cpu/gpt2.c's layers (same
- * tensor tables, llmc/models/gpt2.h), in the shared model struct (arena.cuh). Differences from the
- * CPU sequence, each for speed or memory:
+ * tensor tables, llmc/models/gpt2.h), in the shared model struct (arena.cuh), with its entry
+ * gpt2_cuda_arch (arch.cuh) at the end: the runtime (cudamodel.cuh) reaches it through the entry.
+ * Differences from the CPU sequence, each for speed or memory:
  *  - tensors are stored in the run-time precision T (fp32 | bf16 | fp16); LayerNorm statistics and
  *    the attention logsumexp are fp32;
  *  - the residual add is fused into the LayerNorm that follows it;
@@ -11,8 +12,8 @@
  *  - recompute level 3 keeps only each block's input (residual3 per layer) and reruns the
  *    block's forward in the backward pass;
  *  - the `logits` slot holds one LM-head chunk (cudamodel.cuh's head and loss).
- * The ParameterTensors/ActivationTensors views are GPT-2's (their activation slots also point at a
- * Llama's tensors of the same name: lnf, logits, losses, ...).
+ * The ParameterTensors/ActivationTensors views are GPT-2's (their activation slots also point at
+ * another architecture's tensors of the same name: lnf, logits, losses, ...: the shared LM head's).
  */
 #ifndef LLMC_CUDA_GPT2_CUH
 #define LLMC_CUDA_GPT2_CUH
@@ -21,9 +22,11 @@
 
 #include "llmc/models/gpt2.h"
 #include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/arch.cuh"
 #include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/gelu.cuh"
 #include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
@@ -119,8 +122,8 @@ inline size_t gpt2cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
     return fs;
 }
 
-/* The ActivationTensors slots into the arena: GPT-2's table is those slots; a Llama's tensors
- * point the slots of the same name (lnf, logits, losses, ...), the others stay NULL. */
+/* The ActivationTensors slots into the arena: GPT-2's table is those slots; another architecture's
+ * tensors point the slots of the same name (lnf, logits, losses, ...), the others stay NULL. */
 inline void gpt2cuda_point_activations(CudaModel *m) {
     static const char *const slot_names[] = {
 #define LLMC_ACT_NAME(name, ...) #name,
@@ -235,5 +238,60 @@ template <class T> void gpt2cuda_backward_layers_t(CudaModel *m, int B, int T_) 
         cudamodel_bucket_ready(m, l);
     }
 }
+
+/* ---- the entry (arch.cuh) ----------------------------------------------------------------- */
+/* The trunk: the encoder, the L blocks, lnf (the LM head is shared: cudamodel_forward_t). */
+template <class T> void gpt2cuda_trunk_forward(CudaModel *m, int B, int T_) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, N = B * T_;
+    ActivationTensors *a = &m->acts;
+    cudaStream_t s = m->ctx->stream;
+    encoder_forward((T *)a->encoded, m->d_inputs, cudamodel_param<T>(m, GPT2_P_wte, 0), cudamodel_param<T>(m, GPT2_P_wpe, 0), B,
+                    T_, C, s);
+    LayerActs<T> x0 = gpt2cuda_layer<T>(m, 0, B, T_);
+    cudamodel_params_needed(m, 0, 0);
+    const LayerWeights<T> p0 = gpt2cuda_layer_weights<T>(m, 0, 0);
+    layernorm_forward(x0.ln1, x0.ln1_mean, x0.ln1_rstd, (T *)a->encoded, p0.ln1w, p0.ln1b, N, C, s);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        if (l > 0) cudamodel_params_needed(m, l, 0);
+        gpt2cuda_block_forward<T>(m, l, B, T_, 1);
+    }
+}
+
+/* encoded = wte[inputs] + wpe: the staged buckets' scatter into wte's and wpe's gradients. */
+template <class T> void gpt2cuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
+    encoder_backward(cudamodel_grad<T>(m, GPT2_P_wte, 0), cudamodel_grad<T>(m, GPT2_P_wpe, 0), (T *)m->dresidual, eb, B, T_,
+                     m->cfg.channels, m->ctx->stream);
+}
+
+/* The head is wte (tied); the ParameterTensors views (decode.cuh's) into the arena. */
+inline void gpt2cuda_configure(CudaModel *m, const ArchConfig *ac) {
+    (void)ac;
+    m->head_index = GPT2_P_wte;
+    gpt2cuda_point_parameters(&m->params, m->params_memory, m->param_specs, precision_bytes(m->precision));
+}
+
+inline size_t gpt2cuda_arch_activation_specs(const ArchConfig *ac, int B, int T_, int recompute, Precision prec, int head_rows,
+                                             TensorSpec *specs, size_t *bytes) {
+    return gpt2cuda_activation_specs(arch_config_cbase(ac), B, T_, recompute, prec, head_rows, specs, bytes);
+}
+
+/* dbuf_f1 holds dfch_gelu, later dqkv: F wide (F >= 3C, checked by gpt2cuda_allocated). */
+inline size_t gpt2cuda_scratch_f1(const ModelConfig *cfg) { return (size_t)cfg->ffn_hidden; }
+
+inline void gpt2cuda_allocated(CudaModel *m, int training) {
+    if (training && m->cfg.ffn_hidden < 3 * m->cfg.channels)
+        llmc_die("the backward scratch reuses the MLP buffer for dqkv: needs F >= 3C");
+}
+
+/* The CUDA runtime's entry for GPT-2 (arch.cuh; listed in archs.cuh). */
+inline const CudaArch gpt2_cuda_arch = {
+    &gpt2_arch, "GPT-2", /* named */ 0, /* decoder */ 1, gpt2cuda_configure,
+    /* max_recompute, no_recompute */ 3, NULL,
+    /* has_gelu, has_attention, lse_act */ 1, 1, GPT2_A_att,
+    gpt2cuda_arch_activation_specs, gpt2cuda_fscratch_floats, gpt2cuda_scratch_f1, gpt2cuda_allocated,
+    CUDA_ARCH_PER_PRECISION(gpt2cuda_trunk_forward), CUDA_ARCH_PER_PRECISION(gpt2cuda_backward_layers_t),
+    CUDA_ARCH_PER_PRECISION(gpt2cuda_embedding_backward),
+};
 
 #endif

@@ -1,10 +1,10 @@
 /*
  * llama.cuh - the Llama 3 block sequence on the GPU: the CUDA twin of llmc/cpu/llama.c, in the
- * same model struct as GPT-2 (CudaModel, arena.cuh). cudamodel.cuh keeps everything that does not
- * depend on the architecture: the parameter and gradient arenas laid out by the table, fp32
- * master weights, AdamW and its compact/offloaded/sharded states, the fp16 loss scaler, the
- * gradient norm, the host copies for checkpoints and the chunked LM head with its loss.
- * cudamodel.cuh's entry points (build, plan, allocate, forward, backward) dispatch here on m->arch.
+ * shared model struct (CudaModel, arena.cuh), with its entry llama3_cuda_arch (arch.cuh) at the
+ * end. cudamodel.cuh keeps everything that does not depend on the architecture: the parameter and
+ * gradient arenas laid out by the table, fp32 master weights, AdamW and its compact/offloaded/
+ * sharded states, the fp16 loss scaler, the gradient norm, the host copies for checkpoints and the
+ * chunked LM head with its loss; it reaches this file through the entry only.
  *
  * Differences from the CPU sequence, as for GPT-2 on CUDA: tensors in the run-time precision T
  * (RMSNorm's rstd, the attention logsumexp and the losses fp32); the residual add fused into the
@@ -19,7 +19,7 @@
 #define LLMC_CUDA_LLAMA_MODEL_CUH
 
 #include "llmc/models/llama.h"
-#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/arch.cuh"
 #include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/common.cuh"
@@ -39,31 +39,21 @@ inline float *llamacuda_freqs(const CudaModel *m) {
     return (float *)((char *)m->acts_memory + m->acts_total_bytes - llamacuda_rope_bytes(&m->cfg, m->T));
 }
 
+static_assert((int)LLAMA3_NUM_PARAMETERS <= (int)NUM_PARAMETER_TENSORS &&
+                  (int)LLAMA3_NUM_ACTIVATIONS < (int)NUM_ACTIVATION_TENSORS,
+              "CudaModel's tables hold the Llama's");
+#define LLAMACUDA_CFG(ac) arch_config_as(ac, const LlamaConfig)
+
 /* The activation table with the CUDA changes (see top); offsets in bytes, 256-aligned, per-layer
  * strides (layer_numel) in elements. Returns the arena's bytes, RoPE's table included. */
-inline size_t llamacuda_activation_specs(const LlamaConfig *lc, int B, int T_, Precision prec, int head_rows,
-                                         TensorSpec specs[LLAMA3_NUM_ACTIVATIONS], size_t bytes[LLAMA3_NUM_ACTIVATIONS]) {
-    const ModelConfig *cfg = &lc->base;
+inline size_t llamacuda_activation_specs(const ArchConfig *ac, int B, int T_, int recompute, Precision prec, int head_rows,
+                                         TensorSpec *specs, size_t *bytes) {
+    (void)recompute; /* every activation is stored */
+    const LlamaConfig *lc = LLAMACUDA_CFG(ac);
     llama_activation_specs(lc, B, T_, specs);
-    const size_t L = (size_t)cfg->num_layers;
-    size_t offset = 0;
-    for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++) {
-        TensorSpec *s = &specs[i];
-        if (i == LLAMA3_A_att) { /* logsumexp (B, NH, T) */
-            s->layer_numel = (size_t)B * cfg->num_heads * T_;
-            s->shape = "(L, B, NH, T) lse";
-        }
-        if (i == LLAMA3_A_logits) { /* one LM-head chunk */
-            s->layer_numel = 0;
-            s->numel = (size_t)head_rows * cfg->padded_vocab_size;
-            s->shape = "(head_rows, Vp)";
-        }
-        if (s->layer_numel) s->numel = s->layer_numel * L;
-        bytes[i] = s->numel * (cudamodel_act_is_fp32(s, i == LLAMA3_A_att) ? sizeof(float) : precision_bytes(prec));
-        s->offset = offset;
-        offset += (bytes[i] + 255) & ~(size_t)255;
-    }
-    return offset + llamacuda_rope_bytes(cfg, T_);
+    return cuda_arch_layout_activations(&lc->base, B, T_, prec, head_rows, LLAMA3_A_att, LLAMA3_A_logits, specs, bytes,
+                                        LLAMA3_NUM_ACTIVATIONS) +
+           llamacuda_rope_bytes(&lc->base, T_);
 }
 
 /* The fp32 op scratch: its largest user (no biases, so the matmuls need none). */
@@ -81,60 +71,43 @@ inline size_t llamacuda_scratch_f1(const ModelConfig *c) {
     return 2 * (size_t)c->ffn_hidden > QKV ? 2 * (size_t)c->ffn_hidden : QKV;
 }
 
-/* cudamodel_build's architecture part for a Llama: config, parameter table, the head's offset. */
-inline void llamacuda_set_config(CudaModel *m, const LlamaConfig *lc) {
+/* cudamodel_build's architecture part for a Llama: its config checked, the head's tensor. */
+inline void llamacuda_configure(CudaModel *m, const ArchConfig *ac) {
+    const LlamaConfig *lc = LLAMACUDA_CFG(ac);
     const char *bad = llama_config_validate(lc);
     if (bad) llmc_die("invalid Llama configuration: %s", bad);
-    m->arch = LLMC_ARCH_LLAMA3;
-    m->llama = *lc;
-    m->cfg = lc->base;
-    m->num_parameters = llama_parameter_specs(lc, m->param_specs);
-    m->num_param_specs = LLAMA3_NUM_PARAMETERS;
     m->head_index = lc->tied ? LLAMA3_P_wte : LLAMA3_P_lm_head;
     m->head_offset = m->param_specs[m->head_index].offset;
 }
 
 /* After cudamodel_allocate: RoPE's cos/sin table into the end of the activation arena. */
-inline void llamacuda_allocated(CudaModel *m, int T_) {
+inline void llamacuda_allocated(CudaModel *m, int training) {
+    (void)training;
     const int HS = m->cfg.channels / m->cfg.num_heads;
-    RopeConfig rc = {m->llama.rope_theta, m->llama.rope_factor, m->llama.rope_low_freq_factor,
-                     m->llama.rope_high_freq_factor, m->llama.rope_original_max_pos};
-    rope_freqs_to_device(llamacuda_freqs(m), T_, HS, &rc);
-}
-
-/* Layer l's view of activation i, typed; from the table only (parameters and gradients:
- * arena.cuh's cudamodel_param and cudamodel_grad, which know -z 2's gradient slots). */
-template <class X> inline X *llamacuda_act(const CudaModel *m, int i, int l) {
-    const TensorSpec *s = &m->act_specs[i];
-    return (X *)((char *)m->acts_memory + s->offset) + (size_t)l * s->layer_numel;
+    const LlamaConfig *lc = LLAMACUDA_CFG(&m->ac);
+    RopeConfig rc = {lc->rope_theta, lc->rope_factor, lc->rope_low_freq_factor, lc->rope_high_freq_factor,
+                     lc->rope_original_max_pos};
+    rope_freqs_to_device(llamacuda_freqs(m), m->T, HS, &rc);
 }
 
 /* ---- forward ------------------------------------------------------------------------------- */
 /* Layer l's views in the functions below: */
 #define PARAM(name, l) cudamodel_param<T>(m, LLAMA3_P_##name, l)
 #define GRAD(name, l) cudamodel_grad<T>(m, LLAMA3_P_##name, l)
-#define ACT(name, l) llamacuda_act<T>(m, LLAMA3_A_##name, l)
-#define STAT(name, l) llamacuda_act<float>(m, LLAMA3_A_##name, l)
+#define ACT(name, l) cuda_arch_act<T>(m, LLAMA3_A_##name, l)
+#define STAT(name, l) cuda_arch_act<float>(m, LLAMA3_A_##name, l)
 
-/* out[i, :] = wte[inp[i], :] (Llama has no position table) */
-template <class T> static __global__ void llama_embed_kernel(T *out, const int *inp, const T *wte, int N, int C) {
-    const size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * C) return;
-    out[idx] = wte[(size_t)inp[idx / C] * C + idx % C];
-}
-
-/* The trunk: embedding, the L blocks, the final RMSNorm into lnf (the LM head is shared with
- * GPT-2: cudamodel_forward_t). d_inputs are on the device. */
+/* The trunk: embedding, the L blocks, the final RMSNorm into lnf (the LM head is shared:
+ * cudamodel_forward_t). d_inputs are on the device. */
 template <class T> void llamacuda_trunk_forward(CudaModel *m, int B, int T_) {
     const ModelConfig *cfg = &m->cfg;
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS, N = B * T_;
-    const float eps = m->llama.norm_eps;
+    const float eps = LLAMACUDA_CFG(&m->ac)->norm_eps;
     const CudaContext *ctx = m->ctx;
     cudaStream_t s = ctx->stream;
     T *encoded = ACT(encoded, 0);
-    llama_embed_kernel<<<ceil_div((long long)N * C, 256), 256, 0, s>>>(encoded, m->d_inputs, PARAM(wte, 0), N, C);
-    kernelCheck();
+    encoder_forward_wte(encoded, m->d_inputs, PARAM(wte, 0), N, C, s); /* (no position table) */
     cudamodel_params_needed(m, 0, 0);
     rmsnorm_forward(ACT(ln1, 0), STAT(ln1_rstd, 0), encoded, PARAM(ln1w, 0), N, C, eps, s);
     for (int l = 0; l < L; l++) {
@@ -209,22 +182,19 @@ template <class T> void llamacuda_backward_layers_t(CudaModel *m, int B, int T_)
     }
 }
 
-/* encoded = wte[inputs]: encoder.cuh's deterministic dwte (positions bucketed by token, staged with
- * the batch by cudamodel_stage); cudamodel_backward_encoder calls it and hands out the outer bucket. */
-template <class T> void llamacuda_embedding_backward(CudaModel *m, const EncoderBuckets *eb, int B, int T_) {
-    const int C = m->cfg.channels;
-    cudaStream_t s = m->ctx->stream;
-    T *dres = (T *)m->dresidual, *dwte = GRAD(wte, 0);
-    (void)B, (void)T_;
-    if (encoder_packed<T>(C, dwte, dres, dres))
-        encoder_backward_wte_kernel16<<<eb->num_tokens, 128, 0, s>>>(dwte, dres, eb->d_ints, eb->num_tokens, C);
-    else
-        encoder_backward_wte_kernel<<<eb->num_tokens, 128, 0, s>>>(dwte, dres, eb->d_ints, eb->num_tokens, C);
-    kernelCheck();
-}
 #undef GRAD
 #undef STAT
 #undef ACT
 #undef PARAM
+
+/* The CUDA runtime's entry for Llama 3 (arch.cuh; listed in archs.cuh). */
+inline const CudaArch llama3_cuda_arch = {
+    &llama3_arch, "Llama", /* named */ 1, /* decoder */ 0, llamacuda_configure,
+    /* max_recompute, no_recompute */ 0, "the CUDA Llama has -r 0 only",
+    /* has_gelu, has_attention, lse_act */ 0, 1, LLAMA3_A_att,
+    llamacuda_activation_specs, llamacuda_fscratch_floats, llamacuda_scratch_f1, llamacuda_allocated,
+    CUDA_ARCH_PER_PRECISION(llamacuda_trunk_forward), CUDA_ARCH_PER_PRECISION(llamacuda_backward_layers_t),
+    CUDA_ARCH_WTE_BACKWARD(LLAMA3_P_wte), /* encoded = wte[inputs] */
+};
 
 #endif

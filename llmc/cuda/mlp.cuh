@@ -1,221 +1,134 @@
 /*
  * mlp.cuh - the MLP-only test architecture's block sequence on the GPU: the CUDA twin of
- * llmc/cpu/mlp.c over the same tables (llmc/models/mlp.h) and the existing CUDA ops
- * (encoder, rmsnorm, matmul, swiglu, residual, classifier), in its own small struct (MlpCudaT),
- * independent of the GPT-2/Llama runtime (cudamodel.cuh). Tensors in the storage type T (float,
- * __nv_bfloat16 or __half: MlpCudaT<T>; MlpCuda is the fp32 one); the norms' rstd and the losses
- * fp32 (the table's ACT_STATS rows); every activation stored.
+ * llmc/cpu/mlp.c over the same tables (llmc/models/mlp.h) and the existing CUDA ops (encoder's
+ * token-only embedding, rmsnorm, matmul, swiglu), in the runtime's model struct (CudaModel,
+ * arena.cuh) with its entry mlp_cuda_arch (arch.cuh) at the end: ./train_gpt trains it through the
+ * runtime (cudamodel.cuh), which names nothing of it. Tensors in the run-time precision T; the
+ * norms' rstd and the losses fp32 (the table's ACT_STATS rows); every activation stored (-r 0).
  *
- * Differences from the CPU sequence: the embedding is encoder.cuh's with a (T_, C) table of zeros
- * as its position table (x + 0 is x: the forward is wte's rows exactly; the backward sums each
- * token's positions in order, as the CPU does, into dwte, and into a sink for the zeros' gradient);
- * the matmuls are cuBLASLt's (other summation orders: in fp32 the results agree to rounding).
- * Views: every per-layer pointer comes from the tables (TensorSpec offset + l * layer_numel; the
- * activation arena in bytes, each tensor 256-aligned, ACT_STATS tensors in fp32).
- *
- *   mlp_cuda_build(m, cfg, ctx)            arenas for the parameters and gradients
- *   mlp_cuda_allocate(m, B, T)             activations, backward scratch, the token buffers
- *   mlp_cuda_set_parameters(m, host)       host fp32 (num_parameters) -> device (rounded to T)
- *   mlp_cuda_forward(m, in, tg, B, T, dl)  in, tg host (B, T) ids (tg NULL: logits only); returns
- *                                          the mean loss; with dl != 0 leaves dlogits in logits
- *   mlp_cuda_backward(m)                   accumulates into m->grads (after a forward with dl != 0)
- *   mlp_cuda_zero_grad(m), mlp_cuda_free(m)
+ * Differences from the CPU sequence: the residual add is fused into the RMSNorm that follows it
+ * (rmsnorm.cuh, as the Llama's); the LM head and its loss are the runtime's (chunked: the table's
+ * `logits` holds one chunk); the matmuls are cuBLASLt's (other summation orders: in fp32 the
+ * results agree to rounding). The embedding's backward sums each token's positions in order, as
+ * the CPU does. Views: every per-layer pointer comes from the tables (arena.cuh's cudamodel_param
+ * and cudamodel_grad, arch.cuh's cuda_arch_act).
  */
 #ifndef LLMC_CUDA_MLP_CUH
 #define LLMC_CUDA_MLP_CUH
 
-#include <stdlib.h>
-#include <string.h>
-
 #include "llmc/models/mlp.h"
-#include "llmc/cuda/cast.cuh"
-#include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/arch.cuh"
+#include "llmc/cuda/arena.cuh"
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/matmul.cuh"
-#include "llmc/cuda/residual.cuh"
 #include "llmc/cuda/rmsnorm.cuh"
 #include "llmc/cuda/swiglu.cuh"
 
-template <class T> struct MlpCudaT {
-    MlpConfig cfg;
-    const CudaContext *ctx;
-    TensorSpec param_specs[MLP_NUM_PARAMETERS], act_specs[MLP_NUM_ACTIVATIONS];
-    size_t num_parameters, act_bytes[MLP_NUM_ACTIVATIONS], act_total_bytes;
-    T *params, *grads; /* device arenas laid out by the parameter table */
-    void *acts;        /* device: the activation table, each tensor at act_bytes[i] */
-    int B, T_;
-    /* device: the encoder's zero position table and its gradient sink (T_, C); backward scratch as
-     * llmc/cpu/mlp.h's: dres, dbuf_c (N, C), dbuf_f1 (N, 2F), dbuf_f2 (N, F); rmsnorm's partials */
-    T *zero_pos, *dpos_sink, *dres, *dbuf_c, *dbuf_f1, *dbuf_f2;
-    float *norm_scratch, *staging; /* staging: fp32 parameters on their way to T */
-    int *d_inputs, *d_targets, *d_buckets; /* device (N), (N), encoder buckets */
-    int *h_buckets, *h_work;               /* host: the buckets as built, sort scratch */
-    EncoderBuckets buckets;
-    float *h_losses; /* host (N) */
-    float mean_loss;
-};
-typedef MlpCudaT<float> MlpCuda;
+static_assert((int)MLP_NUM_PARAMETERS <= (int)NUM_PARAMETER_TENSORS && (int)MLP_NUM_ACTIVATIONS < (int)NUM_ACTIVATION_TENSORS,
+              "CudaModel's tables hold the MLP's");
+#define MLP_CUDA_CFG(ac) arch_config_as(ac, const MlpConfig)
 
-/* Tensor i's layer-l view (parameters and gradients in T; activations in T, ACT_STATS in fp32). */
-template <class T> inline T *mlp_cuda_param_view(T *arena, const TensorSpec *specs, int i, int l) {
-    return arena + specs[i].offset + (size_t)l * specs[i].layer_numel;
-}
-template <class U, class T> inline U *mlp_cuda_act_view(const MlpCudaT<T> *m, int i, int l) {
-    return (U *)((char *)m->acts + m->act_bytes[i]) + (size_t)l * m->act_specs[i].layer_numel;
-}
-/* (MLP_CUDA_ACT is used inside the templates below: T is their storage type) */
-#define MLP_CUDA_PARAM(m, name, l) mlp_cuda_param_view((m)->params, (m)->param_specs, MLP_P_##name, l)
-#define MLP_CUDA_GRAD(m, name, l) mlp_cuda_param_view((m)->grads, (m)->param_specs, MLP_P_##name, l)
-#define MLP_CUDA_ACT(m, name, l) mlp_cuda_act_view<T>(m, MLP_A_##name, l)
-#define MLP_CUDA_STAT(m, name, l) mlp_cuda_act_view<float>(m, MLP_A_##name, l)
-#define MLP_CUDA_BLOCK_INPUT(m, l) ((l) == 0 ? MLP_CUDA_ACT(m, encoded, 0) : MLP_CUDA_ACT(m, residual, (l) - 1))
-
-template <class U> inline U *mlp_cuda_alloc(size_t n) {
-    U *p = NULL;
-    cudaCheck(cudaMalloc(&p, n * sizeof(U)));
-    cudaCheck(cudaMemset(p, 0, n * sizeof(U)));
-    return p;
+/* ---- the tables on the GPU ------------------------------------------------------------------- */
+inline size_t mlp_cuda_activation_specs(const ArchConfig *ac, int B, int T_, int recompute, Precision prec, int head_rows,
+                                        TensorSpec *specs, size_t *bytes) {
+    (void)recompute; /* every activation is stored */
+    const MlpConfig *mc = MLP_CUDA_CFG(ac);
+    mlp_activation_specs(mc, B, T_, specs);
+    return cuda_arch_layout_activations(&mc->base, B, T_, prec, head_rows, -1, MLP_A_logits, specs, bytes,
+                                        MLP_NUM_ACTIVATIONS);
 }
 
-template <class T> inline void mlp_cuda_build(MlpCudaT<T> *m, const MlpConfig *cfg, const CudaContext *ctx) {
-    const char *bad = mlp_config_validate(cfg);
+/* The fp32 op scratch: RMSNorm's backward partials or the gradient norm's (no biases: the matmuls need none). */
+inline size_t mlp_cuda_fscratch_floats(const ModelConfig *cfg, size_t N) {
+    const size_t rms = rmsnorm_backward_scratch_floats((int)N, cfg->channels);
+    return rms > (size_t)NORM_BLOCKS ? rms : (size_t)NORM_BLOCKS;
+}
+
+/* The backward scratch's middle buffer: dfch (N, 2F), as llmc/cpu/mlp.h's dbuf_f1. */
+inline size_t mlp_cuda_scratch_f1(const ModelConfig *cfg) { return 2 * (size_t)cfg->ffn_hidden; }
+
+/* cudamodel_build's part: the config checked; the head is wte (always tied). */
+inline void mlp_cuda_configure(CudaModel *m, const ArchConfig *ac) {
+    const char *bad = mlp_config_validate(MLP_CUDA_CFG(ac));
     if (bad) llmc_die("invalid MLP configuration: %s", bad);
-    memset(m, 0, sizeof *m);
-    m->cfg = *cfg;
-    m->ctx = ctx;
-    m->num_parameters = mlp_parameter_specs(cfg, m->param_specs);
-    m->params = mlp_cuda_alloc<T>(m->num_parameters);
-    m->grads = mlp_cuda_alloc<T>(m->num_parameters);
+    m->head_index = MLP_P_wte;
+    m->head_offset = m->param_specs[MLP_P_wte].offset;
 }
 
-template <class T> inline void mlp_cuda_allocate(MlpCudaT<T> *m, int B, int T_) {
-    const ModelConfig *c = &m->cfg.base;
-    if (T_ > c->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T_, c->max_seq_len);
-    if (m->acts) llmc_die("mlp_cuda_allocate: the model is already allocated");
-    const size_t N = (size_t)B * T_, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
-    m->B = B, m->T_ = T_;
-    mlp_activation_specs(&m->cfg, B, T_, m->act_specs);
-    m->act_total_bytes = 0;
-    for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) {
-        m->act_bytes[i] = m->act_total_bytes;
-        const size_t es = m->act_specs[i].kind == ACT_STATS ? sizeof(float) : sizeof(T);
-        m->act_total_bytes += (m->act_specs[i].numel * es + 255) / 256 * 256;
+/* Layer l's views in the functions below: */
+#define PARAM(name, l) cudamodel_param<T>(m, MLP_P_##name, l)
+#define GRAD(name, l) cudamodel_grad<T>(m, MLP_P_##name, l)
+#define ACT(name, l) cuda_arch_act<T>(m, MLP_A_##name, l)
+#define STAT(name, l) cuda_arch_act<float>(m, MLP_A_##name, l)
+#define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual, (l) - 1))
+
+/* ---- forward ------------------------------------------------------------------------------- */
+/* encoded = wte[inputs]; per layer residual_l = input + swiglu(ln @ fcw^T) @ fcprojw^T with
+ * ln = rmsnorm(input); lnf = rmsnorm(residual_{L-1}). d_inputs are on the device. */
+template <class T> void mlp_cuda_trunk_forward(CudaModel *m, int B, int T_) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, N = B * T_;
+    const float eps = MLP_CUDA_CFG(&m->ac)->norm_eps;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    encoder_forward_wte(ACT(encoded, 0), m->d_inputs, PARAM(wte, 0), N, C, s);
+    cudamodel_params_needed(m, 0, 0);
+    rmsnorm_forward(ACT(ln, 0), STAT(ln_rstd, 0), ACT(encoded, 0), PARAM(lnw, 0), N, C, eps, s);
+    for (int l = 0; l < L; l++) {
+        if (l > 0) cudamodel_params_needed(m, l, 0);
+        T *input = BLOCK_INPUT(l), *out = ACT(residual, l);
+        matmul_forward(ACT(fch, l), ACT(ln, l), PARAM(fcw, l), (const T *)NULL, N, C, 2 * F, ctx);
+        swiglu_forward(ACT(fch_swiglu, l), ACT(fch, l), N, F, s);
+        matmul_forward(out, ACT(fch_swiglu, l), PARAM(fcprojw, l), (const T *)NULL, N, F, C, ctx);
+        /* out += input, then the next block's ln (or lnf) */
+        if (l + 1 < L) {
+            cudamodel_params_needed(m, l + 1, 0); /* (its lnw) */
+            fused_residual_rmsnorm_forward(out, ACT(ln, l + 1), STAT(ln_rstd, l + 1), out, input, PARAM(lnw, l + 1), N, C, eps, s);
+        } else {
+            fused_residual_rmsnorm_forward(out, ACT(lnf, 0), STAT(lnf_rstd, 0), out, input, PARAM(lnfw, 0), N, C, eps, s);
+        }
     }
-    m->acts = mlp_cuda_alloc<char>(m->act_total_bytes);
-    m->zero_pos = mlp_cuda_alloc<T>((size_t)T_ * C);
-    m->dpos_sink = mlp_cuda_alloc<T>((size_t)T_ * C);
-    m->dres = mlp_cuda_alloc<T>(N * C);
-    m->dbuf_c = mlp_cuda_alloc<T>(N * C);
-    m->dbuf_f1 = mlp_cuda_alloc<T>(N * 2 * F);
-    m->dbuf_f2 = mlp_cuda_alloc<T>(N * F);
-    m->norm_scratch = mlp_cuda_alloc<float>(rmsnorm_backward_scratch_floats((int)N, (int)C));
-    cudaCheck(cudaMalloc(&m->d_inputs, N * sizeof(int)));
-    cudaCheck(cudaMalloc(&m->d_targets, N * sizeof(int)));
-    cudaCheck(cudaMalloc(&m->d_buckets, encoder_buckets_capacity((int)N) * sizeof(int)));
-    m->h_buckets = (int *)mallocCheck(encoder_buckets_capacity((int)N) * sizeof(int), "encoder buckets");
-    m->h_work = (int *)mallocCheck(N * sizeof(int), "encoder bucket scratch");
-    m->h_losses = (float *)mallocCheck(N * sizeof(float), "losses");
 }
 
-template <class T> inline void mlp_cuda_set_parameters(MlpCudaT<T> *m, const float *host) {
-    if (!m->staging) m->staging = mlp_cuda_alloc<float>(m->num_parameters);
-    cudaCheck(cudaMemcpy(m->staging, host, m->num_parameters * sizeof(float), cudaMemcpyHostToDevice));
-    cast_copy(m->params, (const float *)m->staging, m->num_parameters, m->ctx->stream);
-    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
-}
-
-template <class T> inline void mlp_cuda_zero_grad(MlpCudaT<T> *m) {
-    cudaCheck(cudaMemsetAsync(m->grads, 0, m->num_parameters * sizeof(T), m->ctx->stream));
-    if (m->dpos_sink) cudaCheck(cudaMemsetAsync(m->dpos_sink, 0, (size_t)m->T_ * m->cfg.base.channels * sizeof(T), m->ctx->stream));
-}
-
-/* the token ids to the device, checked, and (for the backward) grouped by token */
-template <class T> inline void mlp_cuda_upload_tokens(MlpCudaT<T> *m, const int *inputs, const int *targets, int N) {
-    const int V = m->cfg.base.vocab_size;
-    for (int i = 0; i < N; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
-    cudaStream_t s = m->ctx->stream;
-    cudaCheck(cudaMemcpyAsync(m->d_inputs, inputs, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    if (targets) cudaCheck(cudaMemcpyAsync(m->d_targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaStreamSynchronize(s)); /* h_buckets is rewritten below while a copy may read it */
-    m->buckets.num_tokens = encoder_buckets_build(m->h_buckets, m->h_work, inputs, N, V);
-    m->buckets.d_ints = m->d_buckets;
-    cudaCheck(cudaMemcpyAsync(m->d_buckets, m->h_buckets, encoder_buckets_capacity(N) * sizeof(int),
-                              cudaMemcpyHostToDevice, s));
-}
-
-template <class T> inline float mlp_cuda_forward(MlpCudaT<T> *m, const int *inputs, const int *targets, int B, int T_, float dloss) {
-    const ModelConfig *c = &m->cfg.base;
-    if (!m->acts) llmc_die("mlp_cuda_forward: call mlp_cuda_allocate first");
-    if (T_ != m->T_ || B != m->B) llmc_die("mlp_cuda_forward: batch (%d, %d) is not the allocated (%d, %d)", B, T_, m->B, m->T_);
-    const int C = c->channels, L = c->num_layers, F = c->ffn_hidden, V = c->vocab_size, Vp = c->padded_vocab_size;
-    const int N = B * T_;
-    const float eps = m->cfg.norm_eps;
-    cudaStream_t s = m->ctx->stream;
-    mlp_cuda_upload_tokens(m, inputs, targets, N);
-    encoder_forward(MLP_CUDA_ACT(m, encoded, 0), m->d_inputs, MLP_CUDA_PARAM(m, wte, 0), m->zero_pos, B, T_, C, s);
-    for (int l = 0; l < L; l++) { /* residual_l = input + swiglu(ln @ fcw^T) @ fcprojw^T */
-        T *input = MLP_CUDA_BLOCK_INPUT(m, l), *ln = MLP_CUDA_ACT(m, ln, l), *fch = MLP_CUDA_ACT(m, fch, l);
-        T *fch_swiglu = MLP_CUDA_ACT(m, fch_swiglu, l), *out = MLP_CUDA_ACT(m, residual, l);
-        rmsnorm_forward(ln, MLP_CUDA_STAT(m, ln_rstd, l), input, MLP_CUDA_PARAM(m, lnw, l), N, C, eps, s);
-        matmul_forward(fch, ln, MLP_CUDA_PARAM(m, fcw, l), (const T *)NULL, N, C, 2 * F, m->ctx);
-        swiglu_forward(fch_swiglu, fch, N, F, s);
-        matmul_forward(out, fch_swiglu, MLP_CUDA_PARAM(m, fcprojw, l), (const T *)NULL, N, F, C, m->ctx);
-        residual_forward(out, out, input, (size_t)N * C, s);
+/* ---- backward ------------------------------------------------------------------------------ */
+/* From dlnf (dbuf_c, the runtime's LM-head backward) down to the embedding's output gradient
+ * (dresidual: the gradient of each block's output, and through the identity of its input). */
+template <class T> void mlp_cuda_backward_layers(CudaModel *m, int B, int T_) {
+    const ModelConfig *cfg = &m->cfg;
+    const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, N = B * T_;
+    const CudaContext *ctx = m->ctx;
+    cudaStream_t s = ctx->stream;
+    float *fs = m->fscratch;
+    T *dres = (T *)m->dresidual, *dbuf_c = (T *)m->dbuf_c, *dbuf_f1 = (T *)m->dbuf_f1, *dbuf_f2 = (T *)m->dbuf_f2;
+    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)N * C * sizeof(T), s));
+    rmsnorm_backward(dres, GRAD(lnfw, 0), dbuf_c, ACT(residual, L - 1), PARAM(lnfw, 0), STAT(lnf_rstd, 0), N, C, fs, s);
+    m->in_backward = 1;
+    for (int l = L - 1; l >= 0; l--) {
+        cudamodel_backward_layer_begin(m, l);
+        T *dfch_swiglu = dbuf_f2, *dfch = dbuf_f1, *dln = dbuf_c;
+        matmul_backward(dfch_swiglu, GRAD(fcprojw, l), (T *)NULL, dres, ACT(fch_swiglu, l), PARAM(fcprojw, l), N, F, C, fs, ctx);
+        swiglu_backward(dfch, ACT(fch, l), dfch_swiglu, N, F, s);
+        matmul_backward(dln, GRAD(fcw, l), (T *)NULL, dfch, ACT(ln, l), PARAM(fcw, l), N, C, 2 * F, fs, ctx);
+        rmsnorm_backward(dres, GRAD(lnw, l), dln, BLOCK_INPUT(l), PARAM(lnw, l), STAT(ln_rstd, l), N, C, fs, s);
+        cudamodel_bucket_ready(m, l); /* layer l's gradients are final (arena.cuh's grad_hook) */
     }
-    rmsnorm_forward(MLP_CUDA_ACT(m, lnf, 0), MLP_CUDA_STAT(m, lnf_rstd, 0), MLP_CUDA_ACT(m, residual, L - 1),
-                    MLP_CUDA_PARAM(m, lnfw, 0), N, C, eps, s);
-    matmul_forward(MLP_CUDA_ACT(m, logits, 0), MLP_CUDA_ACT(m, lnf, 0), MLP_CUDA_PARAM(m, wte, 0), (const T *)NULL, N,
-                   C, Vp, m->ctx);
-    if (!targets) {
-        cudaCheck(cudaStreamSynchronize(s));
-        return m->mean_loss = 0.0f;
-    }
-    float *losses = MLP_CUDA_STAT(m, losses, 0);
-    fused_classifier(MLP_CUDA_ACT(m, logits, 0), losses, m->d_targets, dloss, N, V, Vp, dloss != 0.0f, s);
-    cudaCheck(cudaMemcpyAsync(m->h_losses, losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    float sum = 0.0f; /* in position order, as the CPU's */
-    for (int i = 0; i < N; i++) sum += m->h_losses[i];
-    return m->mean_loss = sum / N;
 }
 
-template <class T> inline void mlp_cuda_backward(MlpCudaT<T> *m) {
-    const ModelConfig *c = &m->cfg.base;
-    const int C = c->channels, L = c->num_layers, F = c->ffn_hidden, Vp = c->padded_vocab_size, N = m->B * m->T_;
-    cudaStream_t s = m->ctx->stream;
-    /* logits = lnf @ wte^T (dlogits already in the logits activation) */
-    matmul_backward(m->dbuf_c, MLP_CUDA_GRAD(m, wte, 0), (T *)NULL, MLP_CUDA_ACT(m, logits, 0), MLP_CUDA_ACT(m, lnf, 0),
-                    MLP_CUDA_PARAM(m, wte, 0), N, C, Vp, (float *)NULL, m->ctx);
-    cudaCheck(cudaMemsetAsync(m->dres, 0, (size_t)N * C * sizeof(T), s));
-    rmsnorm_backward(m->dres, MLP_CUDA_GRAD(m, lnfw, 0), m->dbuf_c, MLP_CUDA_ACT(m, residual, L - 1),
-                     MLP_CUDA_PARAM(m, lnfw, 0), MLP_CUDA_STAT(m, lnf_rstd, 0), N, C, m->norm_scratch, s);
-    for (int l = L - 1; l >= 0; l--) { /* dres: the gradient of residual_l, and (identity) of its input */
-        T *input = MLP_CUDA_BLOCK_INPUT(m, l), *ln = MLP_CUDA_ACT(m, ln, l), *fch = MLP_CUDA_ACT(m, fch, l);
-        T *fch_swiglu = MLP_CUDA_ACT(m, fch_swiglu, l);
-        matmul_backward(m->dbuf_f2, MLP_CUDA_GRAD(m, fcprojw, l), (T *)NULL, m->dres, fch_swiglu,
-                        MLP_CUDA_PARAM(m, fcprojw, l), N, F, C, (float *)NULL, m->ctx);
-        swiglu_backward(m->dbuf_f1, fch, m->dbuf_f2, N, F, s);
-        matmul_backward(m->dbuf_c, MLP_CUDA_GRAD(m, fcw, l), (T *)NULL, m->dbuf_f1, ln, MLP_CUDA_PARAM(m, fcw, l), N, C,
-                        2 * F, (float *)NULL, m->ctx);
-        rmsnorm_backward(m->dres, MLP_CUDA_GRAD(m, lnw, l), m->dbuf_c, input, MLP_CUDA_PARAM(m, lnw, l),
-                         MLP_CUDA_STAT(m, ln_rstd, l), N, C, m->norm_scratch, s);
-    }
-    /* encoded = wte[inputs] (+ the zero table): each token's positions summed in order */
-    encoder_backward(MLP_CUDA_GRAD(m, wte, 0), m->dpos_sink, m->dres, &m->buckets, m->B, m->T_, C, s);
-    cudaCheck(cudaStreamSynchronize(s));
-}
+#undef BLOCK_INPUT
+#undef STAT
+#undef ACT
+#undef GRAD
+#undef PARAM
 
-template <class T> inline void mlp_cuda_free(MlpCudaT<T> *m) {
-    void *fs[] = {m->params, m->grads, m->acts, m->zero_pos, m->dpos_sink, m->dres, m->dbuf_c, m->dbuf_f1, m->dbuf_f2,
-                  m->norm_scratch, m->staging};
-    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) cudaCheck(cudaFree(fs[i]));
-    int *is[] = {m->d_inputs, m->d_targets, m->d_buckets};
-    for (size_t i = 0; i < sizeof is / sizeof is[0]; i++) cudaCheck(cudaFree(is[i]));
-    free(m->h_buckets), free(m->h_work), free(m->h_losses);
-    memset(m, 0, sizeof *m);
-}
+/* The CUDA runtime's entry for the MLP (arch.cuh; listed in archs.cuh). */
+inline const CudaArch mlp_cuda_arch = {
+    &mlp_arch, "MLP", /* named */ 1, /* decoder */ 0, mlp_cuda_configure,
+    /* max_recompute, no_recompute */ 0, "the CUDA MLP has -r 0 only",
+    /* has_gelu, has_attention, lse_act */ 0, 0, -1,
+    mlp_cuda_activation_specs, mlp_cuda_fscratch_floats, mlp_cuda_scratch_f1, NULL,
+    CUDA_ARCH_PER_PRECISION(mlp_cuda_trunk_forward), CUDA_ARCH_PER_PRECISION(mlp_cuda_backward_layers),
+    CUDA_ARCH_WTE_BACKWARD(MLP_P_wte), /* encoded = wte[inputs] */
+};
 
 #endif

@@ -200,6 +200,12 @@ const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg) {
     llmc_die("-e %s: no architecture recognises it", init);
 }
 
+const ModelArch *model_arch_explicit(const char *init, ArchConfig *cfg) {
+    for (int i = 0; model_archs[i] && model_archs[i + 1]; i++) /* (the last: the fallback) */
+        if (model_archs[i]->config_from_init(init, cfg)) return model_archs[i];
+    return NULL;
+}
+
 const ModelArch *model_arch_by_name(const char *name) {
     for (int i = 0; model_archs[i]; i++)
         if (strcmp(model_archs[i]->name, name) == 0) return model_archs[i];

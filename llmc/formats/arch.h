@@ -8,8 +8,8 @@
  * configuration (read, checked, printed), its parameter and activation tables, how its
  * parameters are loaded and saved (its own checkpoint file, the HF directory beside a checkpoint),
  * and its training flops per token. The per-backend pieces (block sequences, KV caches, CUDA
- * kernels) are not here: llmc/cpu/arch.h holds the CPU backend's table (CpuArch, cpu_arch_for);
- * the CUDA runtime (llmc/cuda/cudamodel.cuh) dispatches on GPT-2 and the Llama.
+ * kernels) are not here: llmc/cpu/arch.h holds the CPU backend's table (CpuArch, cpu_arch_for),
+ * llmc/cuda/arch.cuh the CUDA runtime's (CudaArch, cuda_arch_for in llmc/cuda/archs.cuh).
  *
  * ArchConfig holds the architecture's own configuration struct in place. Every such struct
  * starts with a ModelConfig (the shared shape: maxT, V, Vp, L, NH, NKV, C, F), so
@@ -96,6 +96,11 @@ extern const ModelArch *const model_archs[];
 /* The architecture -e names, with its config filled (header only). Dies when no entry takes it
  * (never with the GPT-2 fallback registered). */
 const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg);
+/* The architecture init names explicitly - a descriptor or name, a file magic, an HF directory of
+ * an entry before the fallback - with its config filled (header only); NULL when none does (then
+ * init is the fallback's, GPT-2's, or a path not yet resolved, such as a run directory that -y 1
+ * resolves later: only model_arch_for_init on the resolved path is sure). */
+const ModelArch *model_arch_explicit(const char *init, ArchConfig *cfg);
 /* The entry of that name ("gpt2", "llama3"), or NULL. */
 const ModelArch *model_arch_by_name(const char *name);
 
