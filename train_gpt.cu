@@ -82,6 +82,12 @@ static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int 
     return cudamodel_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
+static void cuda_eval_losses(void *p, const int *inputs, const int *targets, int B, int T, float *losses) {
+    CudaModel *m = &((CudaTrainer *)p)->model;
+    cudamodel_forward(m, inputs, targets, B, T, 0.0f);
+    cudamodel_read_losses(m, losses, B * T);
+}
+
 static void cuda_zero_grad(void *p) { /* (the first call of a step) */
     CudaTrainer *tr = (CudaTrainer *)p;
     tr->micro = tr->buckets_issued = 0;
@@ -345,6 +351,7 @@ static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name) {
     be->train_micro_step = cuda_train_micro_step;
     be->step_loss = cuda_step_loss;
     be->eval_loss = cuda_eval_loss;
+    be->eval_losses = cuda_eval_losses;
     be->zero_grad = cuda_zero_grad;
     be->next_logits = cuda_next_logits;
     be->sync_from_host = cuda_sync_from_host;

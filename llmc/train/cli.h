@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* llm.c's place for HellaSwag's validation file (dev/data/hellaswag.py writes it there) */
+#define TRAIN_DEFAULT_HELLASWAG_FILE "dev/data/hellaswag/hellaswag_val.bin"
+
 typedef struct {
     /* data and model */
     char train_pattern[1024];   /* -i */
@@ -51,7 +54,8 @@ typedef struct {
     int resume;                        /* -y */
     int overwrite;                     /* --overwrite: delete an old run's files in -o first */
     int allow_config_change;           /* --allow-config-change: resume with changed math */
-    int hellaswag;                     /* -h */
+    int hellaswag;                     /* -h: multiple-choice evaluation with validation (llmc/train/eval.h) */
+    char hellaswag_file[1024];         /* --hellaswag-file: its eval file (llm.c's format) */
     /* precision and GPU */
     char precision[16];         /* --precision */
     int tf32, master_weights, gelu_fusion; /* -f -w -ge */

@@ -10,6 +10,7 @@
 #include "llmc/dist/dist.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
+#include "llmc/train/eval.h"
 #include "llmc/train/hostopt.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/plan.h"
@@ -130,32 +131,54 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
  * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
 static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const int B = tc->B, T = tc->T;
-    if (tc->val_every <= 0) llmc_die("-x 0 evaluates the validation loss, but -v %d disables validation", tc->val_every);
-    DataLoader *val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, tc->num_processes, 0, 0,
-                                      be->cfg.vocab_size, 0);
-    int avail = (int)dataloader_batches_per_epoch(val);
-    int batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    if (tc->val_every <= 0 && !tc->hellaswag)
+        llmc_die("-x 0 evaluates the validation loss (or with -h 1 the eval file), but -v %d disables validation and "
+                 "-h is 0", tc->val_every);
+    if (T > be->cfg.max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", T, be->cfg.max_seq_len);
+    McEval mc;
+    mc_eval_open(&mc, tc, be, 1); /* (first: a bad eval file stops the run before any work) */
+    DataLoader *val = NULL;
+    int batches = 0;
+    if (tc->val_every > 0) {
+        val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, tc->num_processes, 0, 0, be->cfg.vocab_size, 0);
+        int avail = (int)dataloader_batches_per_epoch(val);
+        batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    }
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
     printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
            resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
     printf("backend: %s\n", be->name);
-    float vl = evaluate(be, val, batches, inputs, targets, B, T);
-    printf("val loss %.6f (step %d)\n", vl, step);
-    fflush(stdout);
+    float vl = 0.0f;
+    if (val) {
+        vl = evaluate(be, val, batches, inputs, targets, B, T);
+        printf("val loss %.6f (step %d)\n", vl, step);
+        fflush(stdout);
+    }
+    McResult mr = {0, 0, 0.0};
+    if (mc.file) {
+        mr = mc_eval_run(&mc, be);
+        mc_eval_report(&mr);
+        if (dist_world()->rank == 0)
+            printf("hellaswag: %lld examples in %.2f s: %.1f examples/s (%d rank%s)\n", mr.total, mr.seconds,
+                   mr.seconds > 0 ? mr.total / mr.seconds : 0.0, tc->num_processes, tc->num_processes == 1 ? "" : "s");
+        fflush(stdout);
+    }
     if (tc->output_dir[0] && dist_world()->rank == 0) { /* rank 0 writes the log */
         Logger lg; /* the directory was created and locked by train_resolve_init */
         logger_open(&lg, tc->output_dir, INT_MAX); /* keeps every existing line */
         log_begin(&lg);
         log_int(&lg, "step", step);
-        log_float(&lg, "val_loss", vl);
+        if (val) log_float(&lg, "val_loss", vl);
+        if (mc.file) mc_eval_report_fields(&mr, &lg);
         log_int(&lg, "eval_only", 1);
         log_string(&lg, "model", resume_step < 0 ? tc->init : tc->output_dir);
         log_end(&lg);
         logger_close(&lg);
     }
-    dataloader_close(val);
+    if (val) dataloader_close(val);
+    mc_eval_close(&mc);
     free(inputs);
     free(targets);
     return 0;
@@ -186,6 +209,7 @@ typedef struct {
     long long micro_tokens, total_batch;
     DataLoader *train, *val;
     int val_batches;
+    McEval mc; /* -h 1 */
     int *inputs, *targets, *step_inputs, *step_targets;
     MemPlan plan;
     int leak_class;
@@ -245,6 +269,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
         int avail = (int)dataloader_batches_per_epoch(r->val);
         r->val_batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
     }
+    mc_eval_open(&r->mc, tc, be, 0);
     int max_steps = r->max_steps = tc->max_steps;
     if (max_steps < 0) {
         max_steps = r->max_steps = (int)dataloader_batches_per_epoch(r->train);
@@ -258,6 +283,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
                    "is complete\n", tc->output_dir, resume_step, max_steps);
         dataloader_close(r->train);
         if (r->val) dataloader_close(r->val);
+        mc_eval_close(&r->mc);
         return 1;
     }
     if (resume_step > max_steps)
@@ -323,14 +349,24 @@ static void run_print_start(const Run *r) {
     fflush(stdout);
 }
 
-/* The validation loss of step, printed and logged. */
-static void run_validate(Run *r, int step) {
-    float vl = evaluate(r->be, r->val, r->val_batches, r->inputs, r->targets, r->B, r->T);
-    report_val_note(&r->val_best, &r->val_last, vl, step);
-    printf("val loss %.6f (step %d)\n", vl, step);
+/* The validation loss (val) and the multiple-choice evaluation (mc) of step, printed and logged
+ * in one record. */
+static void run_validate(Run *r, int step, int val, int mc) {
+    float vl = 0.0f;
+    if (val) {
+        vl = evaluate(r->be, r->val, r->val_batches, r->inputs, r->targets, r->B, r->T);
+        report_val_note(&r->val_best, &r->val_last, vl, step);
+        printf("val loss %.6f (step %d)\n", vl, step);
+    }
+    McResult mr = {0, 0, 0.0};
+    if (mc) {
+        mr = mc_eval_run(&r->mc, r->be);
+        mc_eval_report(&mr);
+    }
     log_begin(&r->lg);
     log_int(&r->lg, "step", step);
-    log_float(&r->lg, "val_loss", vl);
+    if (val) log_float(&r->lg, "val_loss", vl);
+    if (mc) mc_eval_report_fields(&mr, &r->lg);
     log_end(&r->lg);
 }
 
@@ -476,7 +512,10 @@ static void run_check_stop(const Run *r, const StepResult *s, int last) {
 static void run_after_step(Run *r, const StepResult *s) {
     const TrainConfig *tc = r->tc;
     const int step = s->step, last = step == r->max_steps;
-    if (r->val && (step % tc->val_every == 0 || last)) run_validate(r, step);
+    /* -h 1 evaluates where llm.c does: with validation (every -v steps after step 0) and at the last step */
+    const int val = r->val && (step % tc->val_every == 0 || last);
+    const int mc = r->mc.file && ((tc->val_every > 0 && step % tc->val_every == 0) || last);
+    if (val || mc) run_validate(r, step, val, mc);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
     if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3))
@@ -521,6 +560,7 @@ static void run_close(Run *r, int last_step) {
     logger_close(&r->lg);
     dataloader_close(r->train);
     if (r->val) dataloader_close(r->val);
+    mc_eval_close(&r->mc);
     mem_free(MEM_TOKENS, r->inputs, (size_t)r->B * r->T * sizeof(int));
     mem_free(MEM_TOKENS, r->targets, (size_t)r->B * r->T * sizeof(int));
     mem_free(MEM_TOKENS, r->step_inputs, (size_t)r->total_batch * sizeof(int));
@@ -544,7 +584,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     r->val_best = r->val_last = (ValRecord){0.0f, -1};
     r->batches_per_epoch = (double)dataloader_batches_per_epoch(r->train);
     r->first_step = resume_step < 0 ? 1 : resume_step + 1;
-    if (r->val && resume_step < 0) run_validate(r, 0);
+    if (r->val && resume_step < 0) run_validate(r, 0, 1, 0);
     r->loop_start = report_wall_s();
     int last_step = r->first_step - 1; /* the last step done */
     for (int step = r->first_step; step <= r->max_steps; step++) {
