@@ -204,9 +204,78 @@ def main():
                 out_ = p.stdout + p.stderr
                 report(pattern in out_ and what.get(name, "") in out_ and "Traceback" not in out_ and "Assertion" not in out_,
                        f"bad eval file ({name}), {os.path.basename(trainer)}: the error says '{pattern}'", out_[-400:])
+        # ---- version 2 (uint32 words, llm.c's Llama 3 files): the same counts -----------------
+        v2 = os.path.join(tmp, "v2.bin")
+        evalfile(v2, examples, version=2)
+        p1 = run([CPU] + base[1:] + ["-x", "0", "-h", "1", "--hellaswag-file", files[0], "-v", "0"])
+        p2 = run([CPU] + base[1:] + ["-x", "0", "-h", "1", "--hellaswag-file", v2, "-v", "0"])
+        report(p2.returncode == 0 and hellaswag_line(p2.stdout) == hellaswag_line(p1.stdout) is not None,
+               "an eval file of version 2 (uint32 words) scores as its version-1 twin", p2.stderr[-400:])
+        preparer(tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return failed_count()
+
+
+def preparer(tmp):
+    """./tokenizer evalfile against a writer following write_evalfile over tiktoken's GPT-2 tokens
+    (the context encoded as is, each ending with a space before it: llm.c's hellaswag.py)."""
+    try:
+        from test_tokenizer import make_encoding
+        gpt2 = run(["./tokenizer", "find-gpt2"]).stdout.strip()
+        enc = make_encoding(gpt2)
+    except Exception as e:  # noqa: BLE001
+        report(False, "tiktoken and the GPT-2 files for the preparer test", repr(e))
+        return
+    good = [
+        {"ctx": "A man is sitting on a roof. He", "endings": ["is using wrap to wrap a pair of skis.", "starts pulling up roofing.",
+                                                              "is ripping level tiles off.", "holds a rubik's cube."], "label": 3},
+        {"ind": 4, "activity_label": "Clean and jerk", "ctx_a": "A lady walks to a barbell.", "ctx_b": "she",
+         "endings": [" bends down and grabs the pole.", "swings and lands.", "caf\u00e9 \"quoted\"", "lifts it."], "label": "0",
+         "split": "val", "source_id": "x"},
+        {"ctx_a": "Only ctx_a here", "ctx_b": "", "endings": ["one", "two", "three", "\u4e2d\u6587"], "label": 2},
+    ]
+    bad = ['{"ctx": "x", "endings": ["a", "b", "c"], "label": 0}',  # 3 endings
+           '{"ctx": "x", "endings": ["a", "b", "c", "d"], "label": 4}',  # label out of range
+           '{"ctx": "x", "endings": ["a", "b", "c", "d"]}',  # no label
+           '{"ctx": "x", "endings": ["a", "b", "c", "d"], "label": 1',  # not JSON
+           '{"ctx": "", "endings": ["a", "b", "c", "d"], "label": 1}',  # empty context
+           '{"endings": ["a", "b", "c", "d"], "label": 1}']  # no context
+    lines = [json.dumps(g) for g in good]
+
+    def expected(objs):
+        out = []
+        for g in objs:
+            ctx = g["ctx"] if "ctx" in g else g["ctx_a"] + (" " + g["ctx_b"] if g.get("ctx_b") else "")
+            out.append((int(g["label"]), enc.encode(ctx), [enc.encode(" " + e) for e in g["endings"]]))
+        return out
+    src, got, want = os.path.join(tmp, "in.jsonl"), os.path.join(tmp, "out.bin"), os.path.join(tmp, "want.bin")
+    with open(src, "w") as f:
+        f.write("\n".join(lines[:2]) + "\n\n" + lines[2] + "\n")
+    p = run(["./tokenizer", "evalfile", src, got])
+    evalfile(want, expected(good))
+    report(p.returncode == 0 and open(got, "rb").read() == open(want, "rb").read(),
+           "./tokenizer evalfile: byte-identical to a write_evalfile-style writer over tiktoken (ctx, ctx_a + ctx_b, "
+           "label as a string, escapes, a blank line)", p.stderr[-500:])
+    for k, line in enumerate(bad):
+        with open(src, "w") as f:
+            f.write("\n".join(lines[:2] + [line] + lines[2:]) + "\n")
+        if os.path.exists(got):
+            os.remove(got)
+        p = run(["./tokenizer", "evalfile", src, got])
+        expect_error(f"./tokenizer evalfile, bad line {k} ({line[:40]}...): an error with its line number, no output",
+                     p, f"'{src}' line 3: ")
+        report(not os.path.exists(got), f"./tokenizer evalfile, bad line {k}: no output file written")
+    with open(src, "w") as f:
+        f.write("\n".join(lines[:1] + bad + lines[1:]) + "\n")
+    p = run(["./tokenizer", "evalfile", "--skip-bad-lines", src, got])
+    report(p.returncode == 0 and open(got, "rb").read() == open(want, "rb").read() and
+           f"skipped {len(bad)} bad line(s)" in p.stderr and "line 2:" in p.stderr,
+           "./tokenizer evalfile --skip-bad-lines: the good lines written (== the writer's), the bad ones counted, the first "
+           "named", p.stderr[-500:])
+    p = run(["./train_gpt_cpu", "-e", "d1", "-x", "0", "-h", "1", "--hellaswag-file", got, "-v", "0", "-b", "4", "-t", "64"])
+    report(p.returncode == 0 and hellaswag_line(p.stdout) is not None and hellaswag_line(p.stdout)[1] == 3,
+           "the preparer's file evaluates (-e d1 -x 0 -h 1)", p.stderr[-400:])
 
 
 def patch(path, offset, value):

@@ -3,6 +3,7 @@
  * (evalfile.h).
  */
 #include "llmc/data/evalfile.h"
+#include "llmc/core/atomicfile.h"
 #include "llmc/core/check.h"
 
 #include <errno.h>
@@ -192,4 +193,77 @@ int evalfile_score(const unsigned char *mask, const float *losses, const int *la
         correct += pick == labels[j];
     }
     return correct;
+}
+
+/* ---- writing ------------------------------------------------------------------------------ */
+void evalwriter_init(EvalWriter *w, int version) {
+    memset(w, 0, sizeof *w);
+    w->version = version;
+    w->word_bytes = version == EVALFILE_VERSION_U16 ? 2 : 4;
+}
+
+static void push_word(EvalWriter *w, uint32_t v) {
+    if (w->n == w->cap) {
+        w->cap = w->cap ? 2 * w->cap : 4096;
+        uint32_t *grown = (uint32_t *)realloc(w->words, w->cap * sizeof(uint32_t));
+        if (!grown) llmc_die("out of memory: %zu words of eval file examples", w->cap);
+        w->words = grown;
+    }
+    w->words[w->n++] = v;
+}
+
+const char *evalwriter_add(EvalWriter *w, int label, const uint32_t *ctx, size_t nctx, const uint32_t *const *comps,
+                           const size_t *ncomp_tok, int ncomp) {
+    const uint64_t max_word = w->word_bytes == 2 ? 0xFFFFu : 0xFFFFFFFFu; /* also the delimiter */
+    if (ncomp != EVAL_COMPLETIONS) return "not exactly 4 endings (llm.c's evaluation takes 4)";
+    if (label < 0 || label >= ncomp) return "the label is not the index of one of the endings";
+    if (nctx == 0) return "the context has no tokens";
+    if ((uint64_t)w->num_examples + 1 >= max_word) return "too many examples for the file's index field";
+    uint64_t words = 6 + nctx;
+    for (int c = 0; c < ncomp; c++) {
+        if (ncomp_tok[c] == 0) return "an ending has no tokens";
+        words += 1 + ncomp_tok[c];
+    }
+    if (words * w->word_bytes >= max_word) return "the example is too long for the file's size field";
+    for (size_t i = 0; i < nctx; i++)
+        if (ctx[i] >= max_word) return "a token id does not fit the file's words";
+    for (int c = 0; c < ncomp; c++)
+        for (size_t i = 0; i < ncomp_tok[c]; i++)
+            if (comps[c][i] >= max_word) return "a token id does not fit the file's words";
+    push_word(w, (uint32_t)max_word);
+    push_word(w, (uint32_t)(words * w->word_bytes));
+    push_word(w, (uint32_t)w->num_examples);
+    push_word(w, (uint32_t)label);
+    push_word(w, (uint32_t)ncomp);
+    push_word(w, (uint32_t)nctx);
+    for (size_t i = 0; i < nctx; i++) push_word(w, ctx[i]);
+    for (int c = 0; c < ncomp; c++) {
+        push_word(w, (uint32_t)ncomp_tok[c]);
+        for (size_t i = 0; i < ncomp_tok[c]; i++) push_word(w, comps[c][i]);
+    }
+    if (words * w->word_bytes > w->longest) w->longest = (unsigned)(words * w->word_bytes);
+    w->num_examples++;
+    return NULL;
+}
+
+void evalwriter_save(const EvalWriter *w, const char *path) {
+    int32_t header[EVALFILE_HEADER_INTS] = {EVALFILE_MAGIC, w->version, w->num_examples, (int32_t)w->longest};
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(header, sizeof header, 1, af.f, af.tmp_path);
+    unsigned char buf[4096];
+    size_t k = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        for (int b = 0; b < w->word_bytes; b++) buf[k++] = (unsigned char)(w->words[i] >> (8 * b));
+        if (k + 4 > sizeof buf || i + 1 == w->n) {
+            fwriteCheck(buf, 1, k, af.f, af.tmp_path);
+            k = 0;
+        }
+    }
+    atomic_commit(&af);
+}
+
+void evalwriter_free(EvalWriter *w) {
+    free(w->words);
+    memset(w, 0, sizeof *w);
 }

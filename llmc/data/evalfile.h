@@ -71,6 +71,26 @@ int evalfile_batch(const EvalFile *f, const EvalSlice *s, int b, int B, int T, i
  * losses (B*T) are the per-position losses of a forward over evalfile_batch's inputs/targets. */
 int evalfile_score(const unsigned char *mask, const float *losses, const int *labels, int per_batch, int T);
 
+/* ---- writing (./tokenizer evalfile) ---- */
+typedef struct {
+    int version, word_bytes;
+    uint32_t *words; /* the examples' stream */
+    size_t n, cap;
+    int num_examples;
+    unsigned longest; /* bytes */
+} EvalWriter;
+/* version: EVALFILE_VERSION_U16 or _U32 (llm.c's "gpt-2" and "llama-3" files). */
+void evalwriter_init(EvalWriter *w, int version);
+/* Appends an example (ncomp completions; comps[c] has ncomp_tok[c] tokens) as write_evalfile does.
+ * Returns NULL, or why it cannot be written (nothing appended then): no context or an empty
+ * completion, not exactly 4 completions, a label out of range, a token or the example too large
+ * for the version's words, too many examples. */
+const char *evalwriter_add(EvalWriter *w, int label, const uint32_t *ctx, size_t nctx, const uint32_t *const *comps,
+                           const size_t *ncomp_tok, int ncomp);
+/* Writes the header and the examples to path atomically (dies naming it on failure). */
+void evalwriter_save(const EvalWriter *w, const char *path);
+void evalwriter_free(EvalWriter *w);
+
 #ifdef __cplusplus
 }
 #endif
