@@ -242,6 +242,8 @@ static void check_flags(const TrainConfig *tc, int *precision) {
                      "optimizer); use --precision bf16 or fp32");
         if (tc->zero_stage > 1) /* the loop's optimizer takes -z 2 buckets only from a backend that hands them over */
             llmc_die("--offload optimizer in train_gpt runs with -z 0 or 1 for now (-z %d given)", tc->zero_stage);
+        if (tc->batch_ramp[0]) /* the device optimizer's loss weight tells the micro-steps each step's count */
+            llmc_die("--batch-ramp with --offload optimizer is not built in train_gpt (use one of them)");
     }
 }
 

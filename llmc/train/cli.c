@@ -36,6 +36,7 @@ static const Flag flags[] = {
     {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
     {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
     {"-d", "--total-batch", F_LLONG, FIELD(total_batch), "tokens per optimizer step; 0 = B*T*processes; gradient accumulation = d/(B*T*processes)"},
+    {NULL, "--batch-ramp", F_STRING, FIELD(batch_ramp), "TOKENS[:START]: grow the tokens per step linearly from START (default B*T*processes) to -d over the first TOKENS training tokens, in multiples of START (the accumulation count changes, the LR schedule does not); '' = none"},
     {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (validation loss of the model, no training)"},
     {"-k", "--lr-schedule", F_STRING, FIELD(schedule), "cosine | linear | constant | wsd"},
     {"-l", "--lr", F_FLOAT, FIELD(lr), "peak learning rate"},
@@ -160,7 +161,7 @@ static int in_list(const Flag *f, const char *const *list) {
 }
 /* Changing one of these on resume changes the math of the steps already scheduled. */
 static const char *const math_flags[] = {
-    "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--train-data", "--init", "--seq-len", "--total-batch", "--batch-ramp", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", NULL};
@@ -171,7 +172,7 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
 /* Flags added after the run files were fixed (test/test_layout_identity.sh): train_config_to_text
  * writes them only when they differ from the default, so the DONE files of runs without them stay
  * as they were (a resume reads an absent line as the default). */
-static const char *const later_flags[] = {"--hellaswag-file", NULL};
+static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -401,6 +402,10 @@ static void validate(const TrainConfig *c) {
     if ((long long)c->B * c->T * (c->num_processes > 0 ? c->num_processes : 1) > INT_MAX)
         llmc_die("flags -b %d -t %d (x %d processes): B*T*processes must be at most %d tokens", c->B, c->T,
                  c->num_processes, INT_MAX);
+    long long ramp_tokens, ramp_start;
+    if (c->batch_ramp[0] && batch_ramp_parse(c->batch_ramp, &ramp_tokens, &ramp_start) != 0)
+        llmc_die("flag --batch-ramp expects TOKENS or TOKENS:START (positive integers), got '%s'", c->batch_ramp);
+    if (c->batch_ramp[0] && c->overfit_batch) llmc_die("flags --batch-ramp and -a 1 (one batch, overfit) do not go together");
     if (c->max_steps == INT_MAX) llmc_die("flag -x (--max-steps) must be below %d", INT_MAX);
     if (c->gen_tokens > MAX_GEN_TOKENS)
         llmc_die("flag -g (--gen-tokens) must be at most %d, got %d", MAX_GEN_TOKENS, c->gen_tokens);

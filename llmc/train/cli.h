@@ -30,6 +30,7 @@ typedef struct {
     char tokenizer[1024];       /* --tokenizer */
     int B, T;                   /* -b -t */
     long long total_batch;      /* -d, tokens; 0 = B*T*processes */
+    char batch_ramp[64];        /* --batch-ramp TOKENS[:START] ('' = none): schedule.h */
     int max_steps;              /* -x; -1 = one epoch */
     int shuffle;                /* --shuffle */
     int overfit_batch;          /* -a */

@@ -211,6 +211,9 @@ typedef struct {
     int val_batches;
     McEval mc; /* -h 1 */
     int *inputs, *targets, *step_inputs, *step_targets;
+    /* --batch-ramp (ramp_tokens > 0): the training loader's unit is ramp_start tokens, a step takes
+     * step_tokens of them (batch_ramp_step_tokens after seen_tokens); else every step is total_batch */
+    long long ramp_tokens, ramp_start, seen_tokens, step_tokens, trained_tokens;
     MemPlan plan;
     int leak_class;
     size_t leak_base[2][MEM_NUM_CLASSES];
@@ -231,11 +234,32 @@ typedef struct {
 /* One step's figures, for its line and log record. */
 typedef struct {
     int step;
+    long long tokens; /* the step's batch */
     float loss, lr, norm;
     double step_ms, tok_s, wait_ms, comm_ms;
     long long comm_bytes;
     const char *skip; /* why the update was skipped, or NULL */
 } StepResult;
+
+/* --batch-ramp: the steps of one epoch of the training data (units of ramp_start tokens). */
+static int ramp_steps_per_epoch(const Run *r) {
+    const long long units = (long long)dataloader_batches_per_epoch(r->train);
+    long long used = 0, seen = 0;
+    int steps = 0;
+    for (;;) {
+        long long k = batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, seen) / r->ramp_start;
+        if (used + k > units || steps == INT_MAX - 1) return steps;
+        used += k, seen += k * r->ramp_start, steps++;
+    }
+}
+
+/* The tokens trained before step (1-based): the ramp's steps summed, else (step - 1) * total_batch. */
+static long long tokens_before(const Run *r, int step) {
+    if (!r->ramp_tokens) return (long long)(step - 1) * r->total_batch;
+    long long seen = 0;
+    for (int s = 1; s < step; s++) seen += batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, seen);
+    return seen;
+}
 
 /* The batch (-d resolved), the data, -x resolved. Returns 0, or 1 when a finished run has nothing
  * left to train (the loaders closed again). */
@@ -253,6 +277,13 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
         llmc_die("-d %lld needs %lld gradient accumulation steps of %lld tokens; at most %d are supported",
                  total_batch, total_batch / micro_tokens, micro_tokens, INT_MAX);
     r->accum = (int)(total_batch / micro_tokens);
+    if (tc->batch_ramp[0]) {
+        batch_ramp_parse(tc->batch_ramp, &r->ramp_tokens, &r->ramp_start); /* (checked by the flag parser) */
+        if (!r->ramp_start) r->ramp_start = micro_tokens;
+        if (r->ramp_start % micro_tokens != 0 || total_batch % r->ramp_start != 0)
+            llmc_die("--batch-ramp %s: START %lld must be a multiple of B*T*processes = %lld tokens and divide -d %lld",
+                     tc->batch_ramp, r->ramp_start, micro_tokens, total_batch);
+    }
     Dist *dist = r->dist = dist_world();
     if (P != dist->size) llmc_die("internal: -pn %d but the process group has %d ranks", P, dist->size);
 
@@ -261,7 +292,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
     else snprintf(origin, sizeof origin, "%s", tc->init);
     /* The training data's unit is a whole optimizer step, so its order never depends on the
      * number of ranks or -b (dataloader.h: data-parallel split). */
-    const int step_rows = (int)(total_batch / T);
+    const int step_rows = (int)((r->ramp_tokens ? r->ramp_start : total_batch) / T);
     r->train = dataloader_open_for_model(tc->train_pattern, step_rows, T, 0, 1, tc->shuffle, tc->seed, cfg->vocab_size, 1,
                                          origin);
     if (tc->val_every > 0) {
@@ -272,7 +303,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
     mc_eval_open(&r->mc, tc, be, 0);
     int max_steps = r->max_steps = tc->max_steps;
     if (max_steps < 0) {
-        max_steps = r->max_steps = (int)dataloader_batches_per_epoch(r->train);
+        max_steps = r->max_steps = r->ramp_tokens ? ramp_steps_per_epoch(r) : (int)dataloader_batches_per_epoch(r->train);
         if (max_steps < 1)
             llmc_die("one epoch of '%s' (%zu tokens) is shorter than one optimizer step of %lld tokens",
                      tc->train_pattern, dataloader_num_tokens(r->train), total_batch);
@@ -379,12 +410,16 @@ static float run_gradients(Run *r, StepResult *s) {
     if (r->opt.zero_grad) r->opt.zero_grad(r->opt.ctx);
     double loss_sum = 0.0;
     if (!r->tc->overfit_batch || !r->have_overfit_batch) {
-        dataloader_next(r->train, r->step_inputs, r->step_targets);
-        s->wait_ms += dataloader_last_wait_ms(r->train);
+        const long long unit = r->ramp_tokens ? r->ramp_start : r->total_batch;
+        for (long long u = 0; u < s->tokens / unit; u++) { /* --batch-ramp: the step's units back to back */
+            dataloader_next(r->train, r->step_inputs + u * unit, r->step_targets + u * unit);
+            s->wait_ms += dataloader_last_wait_ms(r->train);
+        }
         r->have_overfit_batch = 1;
     }
-    const float loss_weight = r->opt.loss_weight(r->opt.ctx, r->accum);
-    for (int micro = 0; micro < r->accum; micro++) {
+    const int accum = (int)(s->tokens / r->micro_tokens);
+    const float loss_weight = r->opt.loss_weight(r->opt.ctx, accum); /* (the CUDA trainer takes accum from here) */
+    for (int micro = 0; micro < accum; micro++) {
         /* this rank's rows of the step (dataloader.h: data-parallel split) */
         size_t row = ((size_t)micro * r->P + (size_t)r->dist->rank) * (size_t)B;
         memcpy(r->inputs, r->step_inputs + row * T, (size_t)B * T * sizeof(int));
@@ -395,7 +430,7 @@ static float run_gradients(Run *r, StepResult *s) {
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
     dist_allreduce_f64(r->dist, &loss_sum, 1);
-    return (float)(loss_sum / r->accum / r->P);
+    return (float)(loss_sum / accum / r->P);
 }
 
 /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a uniform
@@ -445,8 +480,11 @@ static void run_print_step(const Run *r, const StepResult *s) {
     report_duration(eta, sizeof eta, (now - r->loop_start) / (s->step - r->first_step + 1) * (r->max_steps - s->step));
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
            " | epoch %.2f | %s, ETA %s%s%s%s%s\n",
-           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s, r->flops_per_step / (s->step_ms * 1e6),
-           s->wait_ms, (double)s->step / r->batches_per_epoch, elapsed, eta, comm, extra, s->skip ? " | SKIPPED: " : "",
+           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s,
+           r->flops_per_step * ((double)s->tokens / r->total_batch) / (s->step_ms * 1e6),
+           s->wait_ms,
+           r->ramp_tokens ? (double)r->seen_tokens / ((double)r->ramp_start * r->batches_per_epoch) : (double)s->step / r->batches_per_epoch,
+           elapsed, eta, comm, extra, s->skip ? " | SKIPPED: " : "",
            s->skip ? s->skip : "");
     fflush(stdout);
 }
@@ -458,6 +496,7 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_begin(lg);
     log_int(lg, "step", s->step);
     log_float(lg, "train_loss", s->loss);
+    if (r->ramp_tokens) log_int(lg, "step_tokens", s->tokens); /* (only with the ramp: other logs stay as they were) */
     log_float(lg, "lr", s->lr);
     log_float(lg, "grad_norm", s->norm);
     log_double(lg, "step_ms", s->step_ms);
@@ -537,6 +576,8 @@ static void run_after_step(Run *r, const StepResult *s) {
 static void run_step(Run *r, int step) {
     StepResult s = {0};
     s.step = step;
+    s.tokens = r->ramp_tokens ? batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, r->seen_tokens)
+                              : r->total_batch;
     double t0 = now_ms();
     dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes); /* counted from here */
     s.loss = run_gradients(r, &s);
@@ -544,7 +585,9 @@ static void run_step(Run *r, int step) {
     s.norm = r->opt.grad_norm(r->opt.ctx);
     run_update(r, &s);
     s.step_ms = now_ms() - t0;
-    s.tok_s = r->total_batch / (s.step_ms / 1e3);
+    s.tok_s = s.tokens / (s.step_ms / 1e3);
+    r->seen_tokens += s.tokens;
+    r->trained_tokens += s.tokens;
     dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes);
     if (r->leak_class >= 0) mem_calloc((MemClass)r->leak_class, 4096, 1, "planted leak (LLMC_TEST_LEAK)");
     train_check_leaks(step, r->first_step + 1, r->leak_base);
@@ -554,7 +597,7 @@ static void run_step(Run *r, int step) {
 }
 
 static void run_close(Run *r, int last_step) {
-    report_summary(r->first_step, last_step, r->max_steps, r->total_batch, report_wall_s() - r->run_start, &r->val_best,
+    report_summary(r->first_step, last_step, r->max_steps, r->trained_tokens, report_wall_s() - r->run_start, &r->val_best,
                    &r->val_last, r->saved_model);
     sample_text_close(&r->text);
     logger_close(&r->lg);
@@ -584,6 +627,7 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     r->val_best = r->val_last = (ValRecord){0.0f, -1};
     r->batches_per_epoch = (double)dataloader_batches_per_epoch(r->train);
     r->first_step = resume_step < 0 ? 1 : resume_step + 1;
+    r->seen_tokens = tokens_before(r, r->first_step);
     if (r->val && resume_step < 0) run_validate(r, 0, 1, 0);
     r->loop_start = report_wall_s();
     int last_step = r->first_step - 1; /* the last step done */
