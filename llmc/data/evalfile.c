@@ -55,6 +55,11 @@ EvalFile *evalfile_open(const char *path, int T, int vocab_size) {
     if (N < 1) llmc_die("eval file '%s': header says %d examples; expected at least 1", path, N);
     if (longest < 1) llmc_die("eval file '%s': header's longest example is %lld bytes; expected > 0", path, longest);
     const unsigned start = wb == 2 ? 0xFFFFu : 0xFFFFFFFFu;
+    /* the smallest example: 5 header words, a context and 4 completions of one token each */
+    const size_t min_example = (size_t)(5 + 2 + EVAL_COMPLETIONS * 2) * wb, room = (size - EVALFILE_HEADER_BYTES) / min_example;
+    if ((size_t)N > room)
+        llmc_die("eval file '%s': header says %d examples, but its %zu bytes hold at most %zu (truncated, or a wrong count)",
+                 path, N, size, room);
 
     EvalFile *f = (EvalFile *)callocCheck(1, sizeof(EvalFile), "eval file");
     snprintf(f->path, sizeof f->path, "%s", path);

@@ -518,7 +518,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
         const char *value;
         if (strcmp(arg, "-h") == 0 && (i + 1 >= argc || !is_integer(argv[i + 1])))
-            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0); for help use --help");
+            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0 or -h 1); for help use --help");
         if (eq) {
             value = eq + 1;
         } else if (f->type == F_SWITCH) {
