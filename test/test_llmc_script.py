@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""llm.c's run scripts unchanged (issue 27): a copy of scripts/run_gpt2_124M.sh's command line and
+"""llm.c's run scripts unchanged (issue 27): copies of scripts/run_gpt2_124M.sh's command line and
 restart loop (the flags -i -j -o -v -s -g -h -b -t -d -r -z -c -l -q -u -n -y -e, no -x: one epoch)
 at a tiny scale, under mpirun -np 2 and on one process, in a directory laid out as llm.c's (the
 shards under dev/data/, HellaSwag's file at dev/data/hellaswag/hellaswag_val.bin).
@@ -8,6 +8,7 @@ shards under dev/data/, HellaSwag's file at dev/data/hellaswag/hellaswag_val.bin
   every -v steps, scored HellaSwag every -v steps and at the last step ("HellaSwag: N/M = ACC",
   hellaswag_acc in log.jsonl), sampled, checkpointed every -n steps;
 - run again, the script exits at once (the DONE file exists);
+- run_gpt3_125M.sh's line (-e gpt3:cC, -nk -nm -ge -sl -sg -x) at gpt3:c384 trains and exits;
 - killed in the middle (SIGKILL after its first checkpoint), the loop's next -y 1 resumes it and
   the run ends with the same final model as the uninterrupted one.
 """
@@ -72,6 +73,48 @@ done
 '''
 
 
+# run_gpt3_125M.sh's line (its extra flags: -nk -nm -ge -sl -sg -x and -e "gpt3:c768"), scaled down to
+# gpt3:c384 (GPT-3's tiny shape, maxT 2048) and 3 steps
+SCRIPT3 = r'''out_dir="log_gpt3_125M"
+done_file="$out_dir/DONE_00000003"
+
+while true; do
+
+    # exit condition is that optimization has finished
+    if [ -f "$done_file" ]; then
+        echo "File $done_file exists. Exiting the loop."
+        break
+    fi
+
+    %s \
+                -i "dev/data/fineweb10B/fineweb_train_*.bin" \
+                -j "dev/data/fineweb10B/fineweb_val_*.bin" \
+                -o $out_dir \
+                -v 2 -s 20000 -g 144 \
+                -h 1 \
+                -b 4 -t 32 \
+                -d 256 \
+                -r 0 \
+                -z 1 \
+                -c 0.1 \
+                -l 0.0006 \
+                -q 0.1 \
+                -u 1 \
+                -n 2 \
+                -nk 5 \
+                -nm 50000 \
+                -ge 1 \
+                -sl 7.0 \
+                -sg 7.0 \
+                -y 1 \
+                -x 3 \
+                -e "gpt3:c384"
+
+    sleep 1
+done
+'''
+
+
 def shard(path, toks):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *([20240520, 1, len(toks)] + [0] * 253)))
@@ -101,7 +144,7 @@ def check_run(d, name, out):
 def run_script(d, env, timeout):
     """bash run.sh in d; on timeout (a loop that never ends: the trainer failing every time) its
     process group (the shell and the trainer it started) is killed and the output so far returned."""
-    proc = subprocess.Popen(["bash", "run.sh"], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(["bash", "run.sh"], cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                             env=env, start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
@@ -132,12 +175,23 @@ def main():
         rc, out = run_script(d, env, 30)
         report(rc == 0 and out.strip() == f"File log_gpt2_124M/DONE_{STEPS:08d} exists. Exiting the loop.",
                "the script run again exits at once on the DONE file", out[-300:])
+        g = os.path.join(tmp, "gpt3")
+        layout(g, text)
+        with open(os.path.join(g, "run.sh"), "w") as f:
+            f.write(SCRIPT3 % cpu)
+        rc, out = run_script(g, env, 240)
+        log = os.path.join(g, "log_gpt3_125M", "log.jsonl")
+        recs = [json.loads(l) for l in open(log)] if os.path.exists(log) else []
+        report(rc == 0 and "DONE_00000003 exists. Exiting the loop." in out and "maxT 2048" in out and
+               [r["step"] for r in recs if "hellaswag_acc" in r] == [2, 3],
+               "run_gpt3_125M.sh-style loop (gpt3:c384, -nk -nm -ge -sl -sg -x): trains, HellaSwag at 2 and 3, exits on "
+               "DONE", out[-1500:])
         # killed after its first checkpoint: the loop resumes it with -y 1
         k = os.path.join(tmp, "killed")
         layout(k, text)
         with open(os.path.join(k, "run.sh"), "w") as f:
             f.write(SCRIPT % (STEPS, "", cpu))
-        proc = subprocess.Popen(["bash", "run.sh"], cwd=k, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        proc = subprocess.Popen(["bash", "run.sh"], cwd=k, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
                                 env=env, start_new_session=True)
         first = os.path.join(k, "log_gpt2_124M", "DONE_00000004")
         deadline = time.time() + 120
