@@ -5,7 +5,8 @@ Files are made here (llm.c's write_evalfile layout, evalfile() below): contexts 
 from tiny Shakespeare (byte values as token ids). The counts of ./train_gpt_cpu -x 0 -h 1 and of
 ./train_gpt through the cudasim harness equal dev/reference/eval_mc.py's (PyTorch, float64, one
 unpadded row per completion), for GPT-2 and the Llama, at -b 4 and -b 6 (not a multiple of 4:
-rows 4 and 5 unused), on 1 and 2 ranks (mpirun). Each file is also scored with its labels rotated
+rows 4 and 5 unused), on 1 and 2 ranks (mpirun), at -t 32 (llm.c's B x T batch) and -t 256 (the
+forward on B x 64: the longest row rounded up to 64). Each file is also scored with its labels rotated
 by 1, 2, 3: four counts per model pin every prediction's distribution, not only one sum.
 A training run with -h 1 evaluates at -v steps after step 0 and at the last step (log.jsonl:
 hellaswag_acc and the counts); the default file absent is a note; a named file absent, and every
@@ -106,7 +107,8 @@ def main():
             model = os.path.join(tmp, f"{arch}.bin")
             want = []
             for k, f in enumerate(files):
-                p = run([PY, "dev/reference/eval_mc.py", f, "--arch", arch, "--vocab", str(V), "--save-model", model])
+                p = run([PY, "dev/reference/eval_mc.py", f, "--arch", arch, "--vocab", str(V), "--max-seq-len", "256",
+                         "--save-model", model])
                 if p.returncode != 0:
                     sys.exit(f"FAIL: reference: {p.stderr[-2000:]}")
                 want.append(json.loads(p.stdout)["correct"])
@@ -114,21 +116,22 @@ def main():
                 report(False, f"{arch}: the reference's rotated counts sum to the examples", str(want))
             trainers = [("CPU", CPU, [])] + ([("cudasim", SIM, ["--precision", "fp32"])] if sim else [])
             for name, trainer, extra in trainers:
-                for B, np_ in ((4, 1), (6, 1), (4, 2), (6, 2)):
-                    if name == "cudasim" and arch == "llama3" and np_ == 2 and B == 6:
+                # -t 32: llm.c's B x T batch; -t 256: the forward on B x 64 (the longest row rounded up to 64)
+                for B, np_, t in ((4, 1, T), (6, 1, T), (4, 2, T), (6, 2, T), (4, 1, 256), (6, 2, 256)):
+                    if name == "cudasim" and arch == "llama3" and np_ == 2 and B == 6 and t == T:
                         continue  # (time: the harness is slow; B 4 covers 2 ranks)
                     got = []
                     for f in files:
                         cmd = [trainer, "-e", model, "-x", "0", "-h", "1", "--hellaswag-file", f, "-v", "0", "-b", str(B),
-                               "-t", str(T)] + extra
+                               "-t", str(t)] + extra
                         if np_ > 1:
                             cmd = ["mpirun", "--oversubscribe", "-np", str(np_)] + cmd
                         p = run(cmd)
                         line = hellaswag_line(p.stdout)
                         got.append(line[0] if p.returncode == 0 and line and line[1] == len(examples) else
                                    f"exit {p.returncode} {p.stdout[-300:]} {p.stderr[-600:]}")
-                    report(got == want, f"{arch} {name} -b {B}, {np_} rank(s): HellaSwag counts (labels rotated 0..3) "
-                           "equal the PyTorch reference's", f"got {got}, reference {want}")
+                    report(got == want, f"{arch} {name} -b {B} -t {t}, {np_} rank(s): HellaSwag counts (labels rotated "
+                           "0..3) equal the PyTorch reference's", f"got {got}, reference {want}")
         # ---- during training: where llm.c evaluates, and the log ----------------------------
         shard = os.path.join(tmp, "train.bin")
         toks = list(text[:4000])

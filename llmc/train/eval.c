@@ -31,8 +31,9 @@ int mc_eval_open(McEval *e, const TrainConfig *tc, const TrainBackend *be, int r
         return 0;
     }
     if (!be->eval_losses) llmc_die("-h 1: the %s backend has no per-position losses for the evaluation", be->name);
-    e->B = tc->B, e->T = tc->T;
     e->file = evalfile_open(path, tc->T, be->cfg.vocab_size);
+    const int rounded = (e->file->max_row + 63) / 64 * 64;
+    e->B = tc->B, e->T = rounded < tc->T ? rounded : tc->T; /* (max_row < -t: every row fits) */
     e->slice = evalfile_slice(e->file, tc->B, tc->process_rank, tc->num_processes);
     const size_t n = (size_t)tc->B * tc->T;
     e->inputs = (int *)mallocCheck(n * sizeof(int), "eval inputs");
@@ -42,7 +43,8 @@ int mc_eval_open(McEval *e, const TrainConfig *tc, const TrainBackend *be, int r
     e->labels = (int *)mallocCheck((size_t)e->slice.per_batch * sizeof(int), "eval labels");
     if (tc->process_rank == 0)
         printf("hellaswag: %d examples in '%s' (longest context + completion %d tokens); %d batches of %d examples per "
-               "rank\n", e->file->num_examples, path, e->file->max_row, e->slice.num_batches, e->slice.per_batch);
+               "rank, %d x %d positions each\n", e->file->num_examples, path, e->file->max_row, e->slice.num_batches,
+               e->slice.per_batch, e->B, e->T);
     return 1;
 }
 

@@ -2,7 +2,11 @@
  * eval.h - multiple-choice evaluation (-h 1): llm.c's HellaSwag/MMLU scoring of an eval file
  * (llmc/data/evalfile.h) through a TrainBackend's per-position losses, at the run's B and T.
  * Each rank scores its share of the examples (evalfile_slice); the correct counts are summed over
- * the ranks, so the result does not depend on the rank count. Printed as llm.c prints it,
+ * the ranks, so the result does not depend on the rank count. The forward runs on B x T' with T' the
+ * file's longest context + completion rounded up to a multiple of 64 (at most -t): in a causal
+ * model the positions after a row's tokens cannot change its losses, so the scores are those of
+ * llm.c's B x T batch for T/T' of the work (every context + completion must still be shorter than
+ * -t, llm.c's rule). Printed as llm.c prints it,
  * "HellaSwag: N/M = ACC", and logged as hellaswag_acc, hellaswag_correct, hellaswag_total.
  */
 #ifndef LLMC_TRAIN_EVAL_H
@@ -20,7 +24,7 @@ extern "C" {
 typedef struct {
     EvalFile *file; /* NULL: -h 0, or the default file is absent */
     EvalSlice slice;
-    int B, T;
+    int B, T; /* the batch: B rows of T positions, T = the run's -t, or fewer (mc_eval_open) */
     int *inputs, *targets, *labels;
     unsigned char *mask;
     float *losses;

@@ -211,9 +211,10 @@ typedef struct {
     int val_batches;
     McEval mc; /* -h 1 */
     int *inputs, *targets, *step_inputs, *step_targets;
-    /* --batch-ramp (ramp_tokens > 0): the training loader's unit is ramp_start tokens, a step takes
-     * step_tokens of them (batch_ramp_step_tokens after seen_tokens); else every step is total_batch */
-    long long ramp_tokens, ramp_start, seen_tokens, step_tokens, trained_tokens;
+    /* --batch-ramp (ramp_tokens > 0): the training loader's unit is ramp_start tokens and a step
+     * takes batch_ramp_step_tokens(..., seen_tokens) of them; else every step is total_batch.
+     * trained_tokens: this process's steps' tokens (the summary line) */
+    long long ramp_tokens, ramp_start, seen_tokens, trained_tokens;
     MemPlan plan;
     int leak_class;
     size_t leak_base[2][MEM_NUM_CLASSES];
