@@ -13,6 +13,7 @@
  * So the output does not depend on -j.
  */
 #include "llmc/core/check.h"
+#include "llmc/data/evalfile.h"
 #include "llmc/data/shard.h"
 #include "llmc/data/tokenizer.h"
 
@@ -1061,6 +1062,200 @@ static int cmd_shards(int argc, char **argv, Options *o) {
     return 0;
 }
 
+/* ---- evalfile: multiple-choice JSONL -> llm.c's eval file -------------------------------- */
+enum { EVAL_MAX_ENDINGS = 16 };
+typedef struct {
+    char *ctx, *ctx_a, *ctx_b, *endings[EVAL_MAX_ENDINGS];
+    size_t ctx_len, ctx_a_len, ctx_b_len, ending_len[EVAL_MAX_ENDINGS];
+    size_t ctx_cap, ctx_a_cap, ctx_b_cap, ending_cap[EVAL_MAX_ENDINGS];
+    int has_ctx, has_ctx_a, has_ctx_b, nendings, label;
+} EvalLine;
+
+/* One JSONL line {"ctx": ..., "endings": [...], "label": k} (or HellaSwag's ctx_a / ctx_b; other
+ * fields ignored; label a number or a string of digits) into e. Returns NULL or why not. */
+static const char *eval_parse_line(const char *s, size_t n, EvalLine *e) {
+    size_t i = 0;
+    char *key = NULL, *num = NULL;
+    size_t keycap = 0, keylen, numcap = 0, numlen;
+    const char *why = "not a valid JSON object";
+    int has_label = 0, has_endings = 0;
+    e->has_ctx = e->has_ctx_a = e->has_ctx_b = 0, e->nendings = 0, e->label = -1;
+#define WS() while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) i++
+    WS();
+    if (i >= n || s[i] != '{') goto out;
+    i++;
+    WS();
+    while (i < n && s[i] != '}') {
+        size_t used = json_decode_string(s + i, n - i, &key, &keycap, &keylen);
+        if (!used) goto out;
+        i += used;
+        WS();
+        if (i >= n || s[i] != ':') goto out;
+        i++;
+        WS();
+        char **str = NULL;
+        size_t *len = NULL, *cap = NULL;
+        int *flag = NULL;
+        if (keylen == 3 && memcmp(key, "ctx", 3) == 0) str = &e->ctx, len = &e->ctx_len, cap = &e->ctx_cap, flag = &e->has_ctx;
+        if (keylen == 5 && memcmp(key, "ctx_a", 5) == 0) str = &e->ctx_a, len = &e->ctx_a_len, cap = &e->ctx_a_cap, flag = &e->has_ctx_a;
+        if (keylen == 5 && memcmp(key, "ctx_b", 5) == 0) str = &e->ctx_b, len = &e->ctx_b_len, cap = &e->ctx_b_cap, flag = &e->has_ctx_b;
+        if (str) {
+            if (i >= n || s[i] != '"' || !(used = json_decode_string(s + i, n - i, str, cap, len))) {
+                why = "a context field is not a string";
+                goto out;
+            }
+            i += used, *flag = 1;
+        } else if (keylen == 7 && memcmp(key, "endings", 7) == 0) {
+            if (i >= n || s[i] != '[') {
+                why = "\"endings\" is not an array of strings";
+                goto out;
+            }
+            i++, has_endings = 1, e->nendings = 0;
+            WS();
+            while (i < n && s[i] != ']') {
+                int k = e->nendings;
+                if (k == EVAL_MAX_ENDINGS || s[i] != '"' ||
+                    !(used = json_decode_string(s + i, n - i, &e->endings[k], &e->ending_cap[k], &e->ending_len[k]))) {
+                    why = k == EVAL_MAX_ENDINGS ? "more than 16 endings" : "\"endings\" is not an array of strings";
+                    goto out;
+                }
+                i += used, e->nendings++;
+                WS();
+                if (i < n && s[i] == ',') i++;
+                else if (i >= n || s[i] != ']') goto out;
+                WS();
+            }
+            if (i >= n) goto out;
+            i++;
+        } else if (keylen == 5 && memcmp(key, "label", 5) == 0) {
+            const char *v = s + i;
+            size_t vl;
+            if (i < n && s[i] == '"') {
+                if (!(used = json_decode_string(s + i, n - i, &num, &numcap, &numlen))) goto out;
+                v = num, vl = numlen, i += used;
+            } else {
+                size_t end = json_skip_value(s, n, i, 0);
+                if (!end) goto out;
+                vl = end - i, i = end;
+            }
+            long long lab = 0;
+            size_t d = 0;
+            for (; d < vl && d < 10 && v[d] >= '0' && v[d] <= '9'; d++) lab = lab * 10 + (v[d] - '0');
+            if (d == 0 || d != vl) {
+                why = "\"label\" is not a non-negative integer";
+                goto out;
+            }
+            e->label = (int)lab, has_label = 1;
+        } else {
+            size_t end = json_skip_value(s, n, i, 0);
+            if (!end) goto out;
+            i = end;
+        }
+        WS();
+        if (i < n && s[i] == ',') {
+            i++;
+            WS();
+        } else if (i >= n || s[i] != '}') goto out;
+    }
+    if (i >= n) goto out;
+    i++;
+    WS();
+    if (i != n) goto out;
+#undef WS
+    why = !e->has_ctx && !e->has_ctx_a ? "no \"ctx\" (or \"ctx_a\") string"
+          : !has_endings                ? "no \"endings\" array"
+          : !has_label                  ? "no \"label\""
+                                        : NULL;
+out:
+    free(key), free(num);
+    return why;
+}
+
+static char *grow_text(char *p, size_t n) {
+    char *q = (char *)realloc(p, n);
+    if (!q) llmc_die("out of memory: a line of %zu bytes", n);
+    return q;
+}
+
+static int cmd_evalfile(int argc, char **argv, Options *o) {
+    static const Command cmd = {
+        "evalfile", "IN.jsonl OUT.bin",
+        "Writes llm.c's multiple-choice eval file (dev/data/data_common.py write_evalfile; -h 1 of the trainers)\n"
+        "from JSONL lines {\"ctx\": ..., \"endings\": [4 strings], \"label\": k} (HellaSwag's own lines: \"ctx\", or\n"
+        "\"ctx_a\" + \" \" + \"ctx_b\"). Each ending is encoded with a space before it, as llm.c's hellaswag.py\n"
+        "does. Version 1 (uint16 words) for a vocabulary of at most 65535 tokens (GPT-2), else 2 (uint32).",
+        2, 2};
+    static const Flag skip = {"--skip-bad-lines", NULL, FLAG_BOOL, OPT(skip_bad_lines), 0, 1,
+                              "skip bad lines (counted, the first reported) instead of stopping at the first"};
+    const Flag *flags[] = {&FLAG_TOKENIZER, &FLAG_QUIET, &FLAG_PATTERN, &FLAG_PATTERN_REGEX, &FLAG_SPECIALS, &skip};
+    char *pos[2], err[1024];
+    parse_args(&cmd, flags, 6, argc, argv, o, pos);
+    Tokenizer *t = load_tokenizer(o, 1);
+    TokenizerContext *tc = tokenizer_context_new(t, err, sizeof err);
+    if (!tc) llmc_die("%s", err);
+    InputFile in;
+    input_open(&in, pos[0], 1);
+    EvalWriter w;
+    evalwriter_init(&w, tokenizer_vocab_size(t) > 65535 ? EVALFILE_VERSION_U32 : EVALFILE_VERSION_U16);
+    EvalLine e = {0};
+    TokenBuf ctx = {0}, ends[EVAL_MAX_ENDINGS] = {{0}};
+    char *text = NULL, first_bad[1700] = "";
+    size_t textcap = 0, skipped = 0, lineno = 0;
+    for (size_t p = 0; p < in.len; p = p + 1) {
+        const char *nl = memchr(in.data + p, '\n', in.len - p);
+        size_t end = nl ? (size_t)(nl - in.data) : in.len, k = p;
+        lineno++;
+        while (k < end && (in.data[k] == ' ' || in.data[k] == '\t' || in.data[k] == '\r')) k++;
+        const char *why = NULL;
+        if (k < end) {
+            why = eval_parse_line(in.data + p, end - p, &e);
+            if (!why) {
+                const char *src = e.has_ctx ? e.ctx : e.ctx_a;
+                size_t n = e.has_ctx ? e.ctx_len : e.ctx_a_len, need = n + 2 + (e.has_ctx_b ? e.ctx_b_len : 0);
+                if (need > textcap) text = grow_text(text, textcap = need);
+                memcpy(text, src, n);
+                if (!e.has_ctx && e.has_ctx_b && e.ctx_b_len) text[n++] = ' ', memcpy(text + n, e.ctx_b, e.ctx_b_len), n += e.ctx_b_len;
+                ctx.n = 0;
+                if (tokenizer_encode(tc, text, n, &ctx, err, sizeof err) != 0) why = err;
+                const uint32_t *comps[EVAL_MAX_ENDINGS];
+                size_t ncomp[EVAL_MAX_ENDINGS];
+                for (int c = 0; c < e.nendings && !why; c++) {
+                    if (e.ending_len[c] + 1 > textcap) text = grow_text(text, textcap = e.ending_len[c] + 1);
+                    text[0] = ' ';
+                    memcpy(text + 1, e.endings[c], e.ending_len[c]);
+                    ends[c].n = 0;
+                    if (tokenizer_encode(tc, text, e.ending_len[c] + 1, &ends[c], err, sizeof err) != 0) why = err;
+                    comps[c] = ends[c].ids, ncomp[c] = ends[c].n;
+                }
+                if (!why) why = evalwriter_add(&w, e.label, ctx.ids, ctx.n, comps, ncomp, e.nendings);
+            }
+        }
+        if (why) {
+            if (!o->skip_bad_lines)
+                llmc_die("evalfile: '%s' line %zu: %s (--skip-bad-lines skips such lines)", pos[0], lineno, why);
+            if (skipped++ == 0) snprintf(first_bad, sizeof first_bad, "'%s' line %zu: %s", pos[0], lineno, why);
+        }
+        p = end;
+    }
+    if (w.num_examples == 0)
+        llmc_die("evalfile: '%s' has no examples%s%s", pos[0], skipped ? " that could be written; the first bad line: " : "",
+                 first_bad);
+    evalwriter_save(&w, pos[1]);
+    if (skipped)
+        fprintf(stderr, "warning: skipped %zu bad line(s) (--skip-bad-lines); the first: %s\n", skipped, first_bad);
+    if (!o->quiet)
+        fprintf(stderr, "wrote %d examples to '%s' (eval file version %d, longest example %u bytes)\n", w.num_examples,
+                pos[1], w.version, w.longest);
+    for (int c = 0; c < EVAL_MAX_ENDINGS; c++) free(e.endings[c]), token_buf_free(&ends[c]);
+    free(e.ctx), free(e.ctx_a), free(e.ctx_b), free(text);
+    token_buf_free(&ctx);
+    evalwriter_free(&w);
+    input_close(&in);
+    tokenizer_context_free(tc);
+    tokenizer_free(t);
+    return 0;
+}
+
 static int cmd_find_gpt2(int argc, char **argv, Options *o) {
     static const Command cmd = {"find-gpt2", "",
                                 "Prints the directory with encoder.json + vocab.bpe that the other commands use by\n"
@@ -1081,6 +1276,7 @@ static void usage(FILE *f) {
                "  decode IN.bin         write a data shard's text to stdout\n"
                "  shards -o PREFIX IN.. text/JSONL documents -> train/val shards (multi-threaded)\n"
                "  export OUT.bin        write llm.c's tokenizer file\n"
+               "  evalfile IN OUT.bin   multiple-choice JSONL (HellaSwag) -> llm.c's eval file (-h 1)\n"
                "  find-gpt2             print the default GPT-2 files directory\n");
 }
 
@@ -1110,5 +1306,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "shards") == 0) return cmd_shards(argc - 2, argv + 2, &o);
     if (strcmp(c, "export") == 0) return cmd_export(argc - 2, argv + 2, &o);
     if (strcmp(c, "find-gpt2") == 0) return cmd_find_gpt2(argc - 2, argv + 2, &o);
-    llmc_die("unknown command '%s' (expected encode, decode, shards, export or find-gpt2; see ./tokenizer --help)", c);
+    if (strcmp(c, "evalfile") == 0) return cmd_evalfile(argc - 2, argv + 2, &o);
+    llmc_die("unknown command '%s' (expected encode, decode, shards, export, find-gpt2 or evalfile; see ./tokenizer "
+             "--help)", c);
 }

@@ -49,6 +49,12 @@ static float cpu_eval_loss(void *r, const int *inputs, const int *targets, int B
     return run->a->forward(run->model, inputs, targets, B, T, 0.0f);
 }
 
+static void cpu_eval_losses(void *r, const int *inputs, const int *targets, int B, int T, float *losses) {
+    CpuRun *run = (CpuRun *)r;
+    run->a->forward(run->model, inputs, targets, B, T, 0.0f);
+    memcpy(losses, run->a->losses(run->model), (size_t)B * T * sizeof(float));
+}
+
 static void cpu_zero_grad(void *r) { ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model); }
 
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
@@ -111,6 +117,7 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
     be->hostopt.param_specs = parts.specs;
     be->ops.train_micro_step = cpu_train_micro_step;
     be->ops.eval_loss = cpu_eval_loss;
+    be->ops.eval_losses = cpu_eval_losses;
     be->ops.zero_grad = cpu_zero_grad;
     be->ops.next_logits = cpu_next_logits;
     if (shard_stage(tc)) be->hostopt.attach_optimizer = cpu_attach_optimizer;

@@ -83,6 +83,12 @@ static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int 
     return cudamodel_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
+static void cuda_eval_losses(void *p, const int *inputs, const int *targets, int B, int T, float *losses) {
+    CudaModel *m = &((CudaTrainer *)p)->model;
+    cudamodel_forward(m, inputs, targets, B, T, 0.0f);
+    cudamodel_read_losses(m, losses, B * T);
+}
+
 static void cuda_zero_grad(void *p) { /* (the first call of a step) */
     CudaTrainer *tr = (CudaTrainer *)p;
     tr->micro = tr->buckets_issued = 0;
@@ -238,6 +244,8 @@ static void check_flags(const TrainConfig *tc, int *precision) {
                      "optimizer); use --precision bf16 or fp32");
         if (tc->zero_stage > 1) /* the loop's optimizer takes -z 2 buckets only from a backend that hands them over */
             llmc_die("--offload optimizer in train_gpt runs with -z 0 or 1 for now (-z %d given)", tc->zero_stage);
+        if (tc->batch_ramp[0]) /* the device optimizer's loss weight tells the micro-steps each step's count */
+            llmc_die("--batch-ramp with --offload optimizer is not built in train_gpt (use one of them)");
     }
 }
 
@@ -337,6 +345,7 @@ static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name) {
     be->ops.train_micro_step = cuda_train_micro_step;
     be->ops.step_loss = cuda_step_loss;
     be->ops.eval_loss = cuda_eval_loss;
+    be->ops.eval_losses = cuda_eval_losses;
     be->ops.zero_grad = cuda_zero_grad;
     be->ops.next_logits = cuda_next_logits;
     be->state.sync_from_host = cuda_sync_from_host;

@@ -48,6 +48,9 @@ typedef struct CpuArch {
     void (*backward)(void *model, const int *inputs, int B, int T);
     /* The logits activation (B, T, Vp) the last forward without targets left. */
     const float *(*logits)(const void *model);
+    /* The per-position losses (B, T) the last forward with targets left (multiple-choice
+     * evaluation, llmc/train/eval.h). */
+    const float *(*losses)(const void *model);
     CpuModelParts (*parts)(void *model);
     void (*print_memory)(const void *model, FILE *out);
 
@@ -81,10 +84,11 @@ typedef struct CpuArch {
  * const Config *), P_allocate_for(Model *, B, T, training), P_plan(const Config *, B, T, training,
  * MemPlan *), ..., P_forward_cached): static functions P_cpu_build, P_cpu_allocate, ... that
  * CPU_ARCH_SEQUENCE_ENTRY lists. Model has cfg (Config, starting with a ModelConfig base),
- * num_parameters, params_memory, grads_memory, param_specs, acts_memory, act_specs; LOGITS is its
- * activation table's logits index. Such an architecture keeps every activation (no -r levels:
- * P_cpu_fix_recompute notes -r and runs 0; WHO names the model in that note, "Llama"). */
-#define CPU_ARCH_SEQUENCE(P, Model, Config, Cache, LOGITS, WHO)                                                     \
+ * num_parameters, params_memory, grads_memory, param_specs, acts_memory, act_specs; LOGITS and
+ * LOSSES are its activation table's logits and losses indices. Such an architecture keeps every
+ * activation (no -r levels: P_cpu_fix_recompute notes -r and runs 0; WHO names the model in that
+ * note, "Llama"). */
+#define CPU_ARCH_SEQUENCE(P, Model, Config, Cache, LOGITS, LOSSES, WHO)                                             \
     static const Config *P##_cpu_cfg(const ArchConfig *c) { return arch_config_as((ArchConfig *)c, const Config); } \
     static void P##_cpu_build(void *m, const ArchConfig *c) { P##_build((Model *)m, P##_cpu_cfg(c)); }              \
     static void P##_cpu_allocate(void *m, int B, int T, int recompute, int training) {                             \
@@ -99,6 +103,9 @@ typedef struct CpuArch {
     static void P##_cpu_backward(void *m, const int *in, int B, int T) { P##_backward((Model *)m, in, B, T); }     \
     static const float *P##_cpu_logits(const void *m) {                                                            \
         return tensor_layer(((const Model *)m)->acts_memory, &((const Model *)m)->act_specs[LOGITS], 0);         \
+    }                                                                                                              \
+    static const float *P##_cpu_losses(const void *m) {                                                            \
+        return tensor_layer(((const Model *)m)->acts_memory, &((const Model *)m)->act_specs[LOSSES], 0);         \
     }                                                                                                              \
     static CpuModelParts P##_cpu_parts(void *m) {                                                                  \
         Model *model = (Model *)m;                                                                                 \
@@ -135,7 +142,8 @@ typedef struct CpuArch {
 #define CPU_ARCH_SEQUENCE_ENTRY(P, Model, Cache, WHO)                                                              \
     .model_size = sizeof(Model), .build = P##_cpu_build, .allocate = P##_cpu_allocate, .free = P##_cpu_free,        \
     .zero_grad = P##_cpu_zero_grad, .forward = P##_cpu_forward, .backward = P##_cpu_backward,                      \
-    .logits = P##_cpu_logits, .parts = P##_cpu_parts, .print_memory = P##_cpu_print_memory, .plan = P##_cpu_plan,  \
+    .logits = P##_cpu_logits, .losses = P##_cpu_losses, .parts = P##_cpu_parts,                                    \
+    .print_memory = P##_cpu_print_memory, .plan = P##_cpu_plan,                                                    \
     .plan_shard = P##_cpu_plan_shard, .shard = P##_cpu_shard, .cache_size = sizeof(Cache),                         \
     .kvcache_init = P##_cpu_kvcache_init, .kvcache_free = P##_cpu_kvcache_free,                                    \
     .forward_cached = P##_cpu_forward_cached, .max_recompute = 0,                                                  \

@@ -16,6 +16,7 @@ static float arch_forward(void *m, const int *inputs, const int *targets, int B,
 }
 static void arch_backward(void *m, const int *inputs, int B, int T) { gpt2_backward(m, inputs, B, T); }
 static const float *arch_logits(const void *m) { return ((const GPT2 *)m)->acts.logits; }
+static const float *arch_losses(const void *m) { return ((const GPT2 *)m)->acts.losses; }
 static CpuModelParts arch_parts(void *m) {
     GPT2 *model = m;
     return (CpuModelParts){&model->cfg, model->num_parameters, &model->params_memory, &model->grads_memory,
@@ -49,6 +50,7 @@ const CpuArch gpt2_cpu_arch = {
     .forward = arch_forward,
     .backward = arch_backward,
     .logits = arch_logits,
+    .losses = arch_losses,
     .parts = arch_parts,
     .print_memory = arch_print_memory,
     .plan = arch_plan,

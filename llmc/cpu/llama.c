@@ -293,7 +293,7 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
-CPU_ARCH_SEQUENCE(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, "Llama")
+CPU_ARCH_SEQUENCE(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, LLAMA3_A_losses, "Llama")
 
 static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     const ModelConfig *b = arch_config_cbase(cfg);

@@ -221,7 +221,7 @@ const float *mlp_forward_cached(const MlpModel *model, MlpKVCache *c, const int 
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
-CPU_ARCH_SEQUENCE(mlp, MlpModel, MlpConfig, MlpKVCache, MLP_A_logits, "MLP")
+CPU_ARCH_SEQUENCE(mlp, MlpModel, MlpConfig, MlpKVCache, MLP_A_logits, MLP_A_losses, "MLP")
 
 static void mlp_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     snprintf(out, len, "MLP (F %d), ", arch_config_cbase(cfg)->ffn_hidden);

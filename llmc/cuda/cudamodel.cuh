@@ -508,6 +508,12 @@ inline float cudamodel_forward(CudaModel *m, const int *inputs, const int *targe
     return m->mean_loss = cudamodel_read_loss(m);
 }
 
+/* Each position's loss (N floats into host memory) of the last forward with targets (waits for it). */
+inline void cudamodel_read_losses(CudaModel *m, float *losses, int N) {
+    cudaCheck(cudaMemcpyAsync(losses, m->acts.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, m->ctx->stream));
+    cudaCheck(cudaStreamSynchronize(m->ctx->stream));
+}
+
 /* ---- backward ------------------------------------------------------------------------------ */
 /* dst += src, elementwise, in fp32 arithmetic. */
 template <class T> static __global__ void accumulate_kernel(T *dst, const T *src, size_t n) {

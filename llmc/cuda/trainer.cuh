@@ -422,9 +422,11 @@ static void check_buckets_issued(const CudaTrainer *tr) {
 enum { CUDA_MAX_ZERO = 3 };
 
 /* ---- the device AdamW as the loop's TrainOptimizer (llmc/train/optim.h) ---------------------- */
-/* The ranks' gradients are averaged by NCCL (ncclAvg): a micro-step weighs its own 1/accum. */
+/* The ranks' gradients are averaged by NCCL (ncclAvg): a micro-step weighs its own 1/accum. Called
+ * once per step before its micro-steps: accum is this step's count (--batch-ramp changes it), which
+ * tells the micro-steps which is the last (its backward reduces the buckets). */
 static float cuda_loss_weight(void *p, int accum) {
-    (void)p;
+    ((CudaTrainer *)p)->accum = accum;
     return 1.0f / accum;
 }
 

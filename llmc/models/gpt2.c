@@ -1,4 +1,5 @@
 #include "llmc/models/gpt2.h"
+#include "llmc/core/check.h"
 
 #include <math.h>
 
@@ -14,7 +15,33 @@ const char *gpt2_config_validate(const ModelConfig *cfg) {
     return NULL;
 }
 
+/* llm.c's GPT-3 descriptors "gpt3:cC": GPT-2 blocks in GPT-3's published shapes (by channels:
+ * depth and head size), maxT 2048. Returns 0, -1 when desc is not one; dies on an unknown C. */
+static int gpt3_config_from_descriptor(ModelConfig *cfg, const char *desc) {
+    static const int shapes[][3] = {{384, 6, 64},   {768, 12, 64},   {1024, 24, 64},  {1536, 24, 96},  {2048, 24, 128},
+                                    {2560, 32, 80}, {4096, 32, 128}, {5140, 40, 128}, {12288, 96, 128}};
+    if (strncmp(desc, "gpt3:c", 6) != 0) return -1;
+    char *end;
+    long c = strtol(desc + 6, &end, 10);
+    for (size_t i = 0; *end == '\0' && i < sizeof shapes / sizeof shapes[0]; i++)
+        if (shapes[i][0] == c) {
+            memset(cfg, 0, sizeof *cfg);
+            cfg->max_seq_len = 2048;
+            cfg->vocab_size = 50257;
+            cfg->padded_vocab_size = 50304;
+            cfg->num_layers = shapes[i][1];
+            cfg->channels = (int)c;
+            cfg->num_heads = (int)c / shapes[i][2];
+            cfg->num_kv_heads = cfg->num_heads;
+            cfg->ffn_hidden = 4 * cfg->channels;
+            return 0;
+        }
+    llmc_die("-e %s: llm.c's GPT-3 descriptors are gpt3:c384, c768, c1024, c1536, c2048, c2560, c4096, c5140 and "
+             "c12288 (the channels of GPT-3's shapes)", desc);
+}
+
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
+    if (gpt3_config_from_descriptor(cfg, desc) == 0) return 0;
     if (strncmp(desc, "gpt2:", 5) == 0) desc += 5;
     if (desc[0] != 'd' || desc[1] < '1' || desc[1] > '9') return -1;
     char *end;

@@ -19,7 +19,8 @@ extern "C" {
 #endif
 
 /* Fills cfg for a GPT-2 of depth L from a descriptor "dN" or "gpt2:dN": d12/d24/d36/d48 are
- * GPT-2 124M/350M/774M/1558M (C 768/1024/1280/1600); any other N gets C = 64*N, NH = N.
+ * GPT-2 124M/350M/774M/1558M (C 768/1024/1280/1600); any other N gets C = 64*N, NH = N. Also
+ * llm.c's "gpt3:cC" (GPT-3's shapes by channels, maxT 2048; an unknown C is an error).
  * Returns 0, or -1 if the string is not a descriptor. */
 int model_config_from_descriptor(ModelConfig *cfg, const char *desc);
 /* model_config_validate's checks plus GPT-2's block: NKV == NH. NULL or a message. */

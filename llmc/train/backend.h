@@ -34,6 +34,9 @@ typedef struct {
      * used). NULL: the loop sums train_micro_step's returns (the CPU backends). */
     double (*step_loss)(void *model);
     float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
+    /* Each position's loss (losses: B*T floats, host memory) of a forward without gradients
+     * (multiple-choice evaluation, -h 1: llmc/train/eval.h). NULL: -h 1 is refused. */
+    void (*eval_losses)(void *model, const int *inputs, const int *targets, int B, int T, float *losses);
     /* Clears the gradients (first, once per step). */
     void (*zero_grad)(void *model);
     /* Logits (at least V floats, host memory) for the position after tokens[0..n-1]. */

@@ -38,6 +38,7 @@ static const Flag flags[] = {
     {"-b", "--batch-size", F_INT, FIELD(B), "micro-batch size B per process"},
     {"-t", "--seq-len", F_INT, FIELD(T), "sequence length T (<= the model's maxT)"},
     {"-d", "--total-batch", F_LLONG, FIELD(total_batch), "tokens per optimizer step; 0 = B*T*processes; gradient accumulation = d/(B*T*processes)"},
+    {NULL, "--batch-ramp", F_STRING, FIELD(batch_ramp), "TOKENS[:START]: grow the tokens per step linearly from START (default B*T*processes) to -d over the first TOKENS training tokens, in multiples of START (the accumulation count changes, the LR schedule does not); '' = none"},
     {"-x", "--max-steps", F_INT, FIELD(max_steps), "optimizer steps; -1 = one epoch of the training data; 0 = evaluate only (validation loss of the model, no training)"},
     {"-k", "--lr-schedule", F_STRING, FIELD(schedule), "cosine | linear | constant | wsd"},
     {"-l", "--lr", F_FLOAT, FIELD(lr), "peak learning rate"},
@@ -67,7 +68,8 @@ static const Flag flags[] = {
     {"-y", "--resume", F_INT, FIELD(resume), "1 = resume from the latest complete checkpoint in -o (a new run when -o holds none)"},
     {NULL, "--overwrite", F_INT, FIELD(overwrite), "1 = delete the run in -o (log.jsonl, model_/state_/DONE_ files) and start a new one"},
     {NULL, "--allow-config-change", F_INT, FIELD(allow_config_change), "1 = resume even when flags that change the training math differ from the checkpoint's"},
-    {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "HellaSwag evaluation (not yet available: must be 0)"},
+    {"-h", "--hellaswag", F_INT, FIELD(hellaswag), "1 = multiple-choice evaluation (HellaSwag, llm.c's acc_norm) of --hellaswag-file every -v steps and at the last step; with -x 0 of the model alone"},
+    {NULL, "--hellaswag-file", F_STRING, FIELD(hellaswag_file), "-h 1's eval file (llm.c's write_evalfile format); at the default path an absent file is a note and -h 1 is skipped, any other path must exist"},
     {NULL, "--tokenizer", F_STRING, FIELD(tokenizer), "tokenizer for samples: llm.c .bin, a dir with encoder.json+vocab.bpe, or Llama 3's tokenizer.model (or a dir holding it); '' = search (-e's HF dir, then GPT-2's)"},
     {NULL, "--precision", F_STRING, FIELD(precision), "fp32 | bf16 | fp16 (the CPU trainer computes in fp32)"},
     {"-f", "--tf32", F_INT, FIELD(tf32), "GPU: allow TF32 matmuls in fp32 mode"},
@@ -101,6 +103,7 @@ void train_config_defaults(TrainConfig *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->train_pattern, sizeof c->train_pattern, "data/tinyshakespeare/tiny_shakespeare_train.bin");
     snprintf(c->val_pattern, sizeof c->val_pattern, "data/tinyshakespeare/tiny_shakespeare_val.bin");
+    snprintf(c->hellaswag_file, sizeof c->hellaswag_file, "%s", TRAIN_DEFAULT_HELLASWAG_FILE);
     snprintf(c->init, sizeof c->init, "d4");
     c->B = 4;
     c->T = 1024;
@@ -160,7 +163,7 @@ static int in_list(const Flag *f, const char *const *list) {
 }
 /* Changing one of these on resume changes the math of the steps already scheduled. */
 static const char *const math_flags[] = {
-    "--train-data", "--init", "--seq-len", "--total-batch", "--max-steps", "--overfit-batch",
+    "--train-data", "--init", "--seq-len", "--total-batch", "--batch-ramp", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", NULL};
@@ -168,6 +171,10 @@ static const char *const math_flags[] = {
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
 static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-config-change", "--plan", "--json", "--max-batch", NULL};
+/* Flags added after the run files were fixed (test/test_layout_identity.sh): train_config_to_text
+ * writes them only when they differ from the default, so the DONE files of runs without them stay
+ * as they were (a resume reads an absent line as the default). */
+static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -219,7 +226,7 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
             if (differs != (pass == 0)) continue;
             if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
-                              strcmp(f->long_name, "--hellaswag") == 0 || (gpu && strcmp(f->long_name, "--threads") == 0)))
+                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0)))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {
@@ -234,11 +241,18 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
 }
 
 size_t train_config_to_text(const TrainConfig *c, char *buf, size_t len) {
+    TrainConfig defaults;
+    train_config_defaults(&defaults);
     size_t n = 0;
     if (len) buf[0] = '\0';
     for (int i = 0; i < NUM_FLAGS; i++) {
         char val[1100];
         format_value(&flags[i], c, val, sizeof val);
+        if (in_list(&flags[i], later_flags)) {
+            char def[1100];
+            format_value(&flags[i], &defaults, def, sizeof def);
+            if (strcmp(val, def) == 0) continue;
+        }
         if (flags[i].type == F_STRING) snprintf(val, sizeof val, "%s", (const char *)c + flags[i].offset);
         int k = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, "%s %s\n", flags[i].long_name, val);
         if (k > 0) n += (size_t)k;
@@ -393,6 +407,10 @@ static void validate(const TrainConfig *c) {
     if ((long long)c->B * c->T * (c->num_processes > 0 ? c->num_processes : 1) > INT_MAX)
         llmc_die("flags -b %d -t %d (x %d processes): B*T*processes must be at most %d tokens", c->B, c->T,
                  c->num_processes, INT_MAX);
+    long long ramp_tokens, ramp_start;
+    if (c->batch_ramp[0] && batch_ramp_parse(c->batch_ramp, &ramp_tokens, &ramp_start) != 0)
+        llmc_die("flag --batch-ramp expects TOKENS or TOKENS:START (positive integers), got '%s'", c->batch_ramp);
+    if (c->batch_ramp[0] && c->overfit_batch) llmc_die("flags --batch-ramp and -a 1 (one batch, overfit) do not go together");
     if (c->max_steps == INT_MAX) llmc_die("flag -x (--max-steps) must be below %d", INT_MAX);
     if (c->gen_tokens > MAX_GEN_TOKENS)
         llmc_die("flag -g (--gen-tokens) must be at most %d, got %d", MAX_GEN_TOKENS, c->gen_tokens);
@@ -441,7 +459,8 @@ static void validate(const TrainConfig *c) {
     if (c->overwrite && !c->output_dir[0]) llmc_die("flag --overwrite 1 needs an output directory (-o)");
     if (c->resume && !c->output_dir[0]) llmc_die("flag -y 1 (resume) needs an output directory (-o) to resume from");
     if (c->ckpt_every && !c->output_dir[0]) llmc_die("flag -n %d (checkpoints) needs an output directory (-o)", c->ckpt_every);
-    if (c->hellaswag != 0) llmc_die("flag -h (--hellaswag): HellaSwag evaluation is not available yet; use -h 0");
+    check_range("-h (--hellaswag)", c->hellaswag, 0, 1);
+    if (c->hellaswag && !c->hellaswag_file[0]) llmc_die("flag -h 1 needs an eval file (--hellaswag-file PATH)");
     if (strcmp(c->precision, "fp32") && strcmp(c->precision, "bf16") && strcmp(c->precision, "fp16"))
         llmc_die("flag --precision: unknown precision '%s' (fp32, bf16, fp16)", c->precision);
     if (optstate_parse(c->optim_state) < 0)
@@ -506,7 +525,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
         const char *value;
         if (strcmp(arg, "-h") == 0 && (i + 1 >= argc || !is_integer(argv[i + 1])))
-            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0); for help use --help");
+            llmc_die("flag -h is llm.c's HellaSwag evaluation and takes a value (-h 0 or -h 1); for help use --help");
         if (eq) {
             value = eq + 1;
         } else if (f->type == F_SWITCH) {

@@ -18,6 +18,9 @@
 extern "C" {
 #endif
 
+/* llm.c's place for HellaSwag's validation file (dev/data/hellaswag.py writes it there) */
+#define TRAIN_DEFAULT_HELLASWAG_FILE "dev/data/hellaswag/hellaswag_val.bin"
+
 typedef struct {
     /* data and model */
     char train_pattern[1024];   /* -i */
@@ -27,6 +30,7 @@ typedef struct {
     char tokenizer[1024];       /* --tokenizer */
     int B, T;                   /* -b -t */
     long long total_batch;      /* -d, tokens; 0 = B*T*processes */
+    char batch_ramp[64];        /* --batch-ramp TOKENS[:START] ('' = none): schedule.h */
     int max_steps;              /* -x; -1 = one epoch */
     int shuffle;                /* --shuffle */
     int overfit_batch;          /* -a */
@@ -51,7 +55,8 @@ typedef struct {
     int resume;                        /* -y */
     int overwrite;                     /* --overwrite: delete an old run's files in -o first */
     int allow_config_change;           /* --allow-config-change: resume with changed math */
-    int hellaswag;                     /* -h */
+    int hellaswag;                     /* -h: multiple-choice evaluation with validation (llmc/train/eval.h) */
+    char hellaswag_file[1024];         /* --hellaswag-file: its eval file (llm.c's format) */
     /* precision and GPU */
     char precision[16];         /* --precision */
     int tf32, master_weights, gelu_fusion; /* -f -w -ge */

@@ -109,18 +109,17 @@ void report_val_note(ValRecord *best, ValRecord *last, float loss, int step) {
     *last = (ValRecord){loss, step};
 }
 
-void report_summary(int first_step, int last_step, int max_steps, long long total_batch, double seconds,
+void report_summary(int first_step, int last_step, int max_steps, long long tokens, double seconds,
                           const ValRecord *best, const ValRecord *last, const char *saved_model) {
     char took[32], val[160];
     report_duration(took, sizeof took, seconds);
-    int steps = last_step - first_step + 1;
     if (last->step >= 0)
         snprintf(val, sizeof val, "val loss best %.6f (step %d), last %.6f (step %d)", best->loss, best->step, last->loss,
                  last->step);
     else
         snprintf(val, sizeof val, "no validation (-v 0)");
     printf("done: steps %d-%d of %d (%lld tokens) in %s | %s | %s%s\n", first_step, last_step, max_steps,
-           (long long)steps * total_batch, took, val, saved_model[0] ? "model saved: " : "model not saved (no -o)",
+           tokens, took, val, saved_model[0] ? "model saved: " : "model not saved (no -o)",
            saved_model);
 }
 

@@ -42,7 +42,7 @@ typedef struct {
 /* Notes a validation loss of step as the last one, and as the best one when lower. */
 void report_val_note(ValRecord *best, ValRecord *last, float loss, int step);
 /* The one line at the end: steps, tokens, time, validation, where the model went. */
-void report_summary(int first_step, int last_step, int max_steps, long long total_batch, double seconds,
+void report_summary(int first_step, int last_step, int max_steps, long long tokens, double seconds,
                     const ValRecord *best, const ValRecord *last, const char *saved_model);
 /* The log's first record of this process: configuration, version, machine. */
 void report_run_record(Logger *lg, const TrainConfig *rc, const TrainBackend *be, int resume_step);

@@ -1,6 +1,8 @@
 #include "llmc/train/schedule.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const names[] = {"cosine", "linear", "constant", "wsd"};
@@ -33,4 +35,28 @@ float lr_at(int kind, int step, int total_steps, int warmup, float peak, float f
     }
     default: return peak;
     }
+}
+
+long long batch_ramp_step_tokens(long long ramp, long long start, long long full, long long seen) {
+    if (seen >= ramp || start >= full) return full;
+    long long t = start + (long long)((__int128)(full - start) * seen / ramp);
+    t -= t % start;
+    return t < start ? start : t > full ? full : t;
+}
+
+static int parse_positive(const char *s, const char *end, long long *out) {
+    char *e;
+    errno = 0;
+    if (s == end || *s < '0' || *s > '9') return -1;
+    long long v = strtoll(s, &e, 10);
+    if (e != end || errno || v <= 0) return -1;
+    *out = v;
+    return 0;
+}
+
+int batch_ramp_parse(const char *text, long long *tokens, long long *start) {
+    const char *colon = strchr(text, ':');
+    *start = 0;
+    if (!colon) return parse_positive(text, text + strlen(text), tokens);
+    return parse_positive(text, colon, tokens) || parse_positive(colon + 1, colon + 1 + strlen(colon + 1), start) ? -1 : 0;
 }

@@ -17,6 +17,13 @@ typedef enum { LR_COSINE, LR_LINEAR, LR_CONSTANT, LR_WSD } LrSchedule;
 int lr_schedule_parse(const char *name);   /* an LrSchedule, or -1 */
 const char *lr_schedule_name(int kind);
 float lr_at(int kind, int step, int total_steps, int warmup, float peak, float final_frac);
+
+/* --batch-ramp TOKENS[:START] (GPT-3's batch-size warmup): the tokens of the step that begins after
+ * `seen` training tokens: while seen < ramp, start + (full - start) * seen / ramp rounded down to a
+ * multiple of start (so at least start); from then on full. full must be a multiple of start. */
+long long batch_ramp_step_tokens(long long ramp, long long start, long long full, long long seen);
+/* "TOKENS" or "TOKENS:START" (positive integers); *start = 0 when not given. Returns 0, or -1. */
+int batch_ramp_parse(const char *text, long long *tokens, long long *start);
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,7 @@
 #include "llmc/dist/dist.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
+#include "llmc/train/eval.h"
 #include "llmc/train/hostopt.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/plan.h"
@@ -140,11 +141,19 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
  * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
 static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const int B = tc->B, T = tc->T;
-    if (tc->val_every <= 0) llmc_die("-x 0 evaluates the validation loss, but -v %d disables validation", tc->val_every);
-    DataLoader *val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, tc->num_processes, 0, 0,
-                                      be->cfg.vocab_size, 0);
-    int avail = (int)dataloader_batches_per_epoch(val);
-    int batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    if (tc->val_every <= 0 && !tc->hellaswag)
+        llmc_die("-x 0 evaluates the validation loss (or with -h 1 the eval file), but -v %d disables validation and "
+                 "-h is 0", tc->val_every);
+    if (T > be->cfg.max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", T, be->cfg.max_seq_len);
+    McEval mc;
+    mc_eval_open(&mc, tc, be, 1); /* (first: a bad eval file stops the run before any work) */
+    DataLoader *val = NULL;
+    int batches = 0;
+    if (tc->val_every > 0) {
+        val = dataloader_open(tc->val_pattern, B, T, tc->process_rank, tc->num_processes, 0, 0, be->cfg.vocab_size, 0);
+        int avail = (int)dataloader_batches_per_epoch(val);
+        batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
+    }
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
@@ -152,21 +161,35 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
            resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
     printf("backend: %s\n", be->name);
-    float vl = evaluate(be, val, batches, inputs, targets, B, T);
-    printf("val loss %.6f (step %d)\n", vl, step);
-    fflush(stdout);
+    float vl = 0.0f;
+    if (val) {
+        vl = evaluate(be, val, batches, inputs, targets, B, T);
+        printf("val loss %.6f (step %d)\n", vl, step);
+        fflush(stdout);
+    }
+    McResult mr = {0, 0, 0.0};
+    if (mc.file) {
+        mr = mc_eval_run(&mc, be);
+        mc_eval_report(&mr);
+        if (dist_world()->rank == 0)
+            printf("hellaswag: %lld examples in %.2f s: %.1f examples/s (%d rank%s)\n", mr.total, mr.seconds,
+                   mr.seconds > 0 ? mr.total / mr.seconds : 0.0, tc->num_processes, tc->num_processes == 1 ? "" : "s");
+        fflush(stdout);
+    }
     if (tc->output_dir[0] && dist_world()->rank == 0) { /* rank 0 writes the log */
         Logger lg; /* the directory was created and locked by train_resolve_init */
         logger_open(&lg, tc->output_dir, INT_MAX); /* keeps every existing line */
         log_begin(&lg);
         log_int(&lg, "step", step);
-        log_float(&lg, "val_loss", vl);
+        if (val) log_float(&lg, "val_loss", vl);
+        if (mc.file) mc_eval_report_fields(&mr, &lg);
         log_int(&lg, "eval_only", 1);
         log_string(&lg, "model", resume_step < 0 ? tc->init : tc->output_dir);
         log_end(&lg);
         logger_close(&lg);
     }
-    dataloader_close(val);
+    if (val) dataloader_close(val);
+    mc_eval_close(&mc);
     free(inputs);
     free(targets);
     return 0;
@@ -197,7 +220,12 @@ typedef struct {
     long long micro_tokens, total_batch;
     DataLoader *train, *val;
     int val_batches;
+    McEval mc; /* -h 1 */
     int *inputs, *targets, *step_inputs, *step_targets;
+    /* --batch-ramp (ramp_tokens > 0): the training loader's unit is ramp_start tokens and a step
+     * takes batch_ramp_step_tokens(..., seen_tokens) of them; else every step is total_batch.
+     * trained_tokens: this process's steps' tokens (the summary line) */
+    long long ramp_tokens, ramp_start, seen_tokens, trained_tokens;
     MemPlan plan;
     int leak_class;
     size_t leak_base[2][MEM_NUM_CLASSES];
@@ -218,11 +246,32 @@ typedef struct {
 /* One step's figures, for its line and log record. */
 typedef struct {
     int step;
+    long long tokens; /* the step's batch */
     float loss, lr, norm;
     double step_ms, tok_s, wait_ms, comm_ms;
     long long comm_bytes;
     const char *skip; /* why the update was skipped, or NULL */
 } StepResult;
+
+/* --batch-ramp: the steps of one epoch of the training data (units of ramp_start tokens). */
+static int ramp_steps_per_epoch(const Run *r) {
+    const long long units = (long long)dataloader_batches_per_epoch(r->train);
+    long long used = 0, seen = 0;
+    int steps = 0;
+    for (;;) {
+        long long k = batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, seen) / r->ramp_start;
+        if (used + k > units || steps == INT_MAX - 1) return steps;
+        used += k, seen += k * r->ramp_start, steps++;
+    }
+}
+
+/* The tokens trained before step (1-based): the ramp's steps summed, else (step - 1) * total_batch. */
+static long long tokens_before(const Run *r, int step) {
+    if (!r->ramp_tokens) return (long long)(step - 1) * r->total_batch;
+    long long seen = 0;
+    for (int s = 1; s < step; s++) seen += batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, seen);
+    return seen;
+}
 
 /* The batch (-d resolved), the data, -x resolved. Returns 0, or 1 when a finished run has nothing
  * left to train (the loaders closed again). */
@@ -240,6 +289,13 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
         llmc_die("-d %lld needs %lld gradient accumulation steps of %lld tokens; at most %d are supported",
                  total_batch, total_batch / micro_tokens, micro_tokens, INT_MAX);
     r->accum = (int)(total_batch / micro_tokens);
+    if (tc->batch_ramp[0]) {
+        batch_ramp_parse(tc->batch_ramp, &r->ramp_tokens, &r->ramp_start); /* (checked by the flag parser) */
+        if (!r->ramp_start) r->ramp_start = micro_tokens;
+        if (r->ramp_start % micro_tokens != 0 || total_batch % r->ramp_start != 0)
+            llmc_die("--batch-ramp %s: START %lld must be a multiple of B*T*processes = %lld tokens and divide -d %lld",
+                     tc->batch_ramp, r->ramp_start, micro_tokens, total_batch);
+    }
     Dist *dist = r->dist = dist_world();
     if (P != dist->size) llmc_die("internal: -pn %d but the process group has %d ranks", P, dist->size);
 
@@ -248,7 +304,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
     else snprintf(origin, sizeof origin, "%s", tc->init);
     /* The training data's unit is a whole optimizer step, so its order never depends on the
      * number of ranks or -b (dataloader.h: data-parallel split). */
-    const int step_rows = (int)(total_batch / T);
+    const int step_rows = (int)((r->ramp_tokens ? r->ramp_start : total_batch) / T);
     r->train = dataloader_open_for_model(tc->train_pattern, step_rows, T, 0, 1, tc->shuffle, tc->seed, cfg->vocab_size, 1,
                                          origin);
     if (tc->val_every > 0) {
@@ -256,9 +312,10 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
         int avail = (int)dataloader_batches_per_epoch(r->val);
         r->val_batches = tc->val_max_steps < 0 || tc->val_max_steps > avail ? avail : tc->val_max_steps;
     }
+    mc_eval_open(&r->mc, tc, be, 0);
     int max_steps = r->max_steps = tc->max_steps;
     if (max_steps < 0) {
-        max_steps = r->max_steps = (int)dataloader_batches_per_epoch(r->train);
+        max_steps = r->max_steps = r->ramp_tokens ? ramp_steps_per_epoch(r) : (int)dataloader_batches_per_epoch(r->train);
         if (max_steps < 1)
             llmc_die("one epoch of '%s' (%zu tokens) is shorter than one optimizer step of %lld tokens",
                      tc->train_pattern, dataloader_num_tokens(r->train), total_batch);
@@ -269,6 +326,7 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
                    "is complete\n", tc->output_dir, resume_step, max_steps);
         dataloader_close(r->train);
         if (r->val) dataloader_close(r->val);
+        mc_eval_close(&r->mc);
         return 1;
     }
     if (resume_step > max_steps)
@@ -336,14 +394,24 @@ static void run_print_start(const Run *r) {
     fflush(stdout);
 }
 
-/* The validation loss of step, printed and logged. */
-static void run_validate(Run *r, int step) {
-    float vl = evaluate(r->be, r->val, r->val_batches, r->inputs, r->targets, r->B, r->T);
-    report_val_note(&r->val_best, &r->val_last, vl, step);
-    printf("val loss %.6f (step %d)\n", vl, step);
+/* The validation loss (val) and the multiple-choice evaluation (mc) of step, printed and logged
+ * in one record. */
+static void run_validate(Run *r, int step, int val, int mc) {
+    float vl = 0.0f;
+    if (val) {
+        vl = evaluate(r->be, r->val, r->val_batches, r->inputs, r->targets, r->B, r->T);
+        report_val_note(&r->val_best, &r->val_last, vl, step);
+        printf("val loss %.6f (step %d)\n", vl, step);
+    }
+    McResult mr = {0, 0, 0.0};
+    if (mc) {
+        mr = mc_eval_run(&r->mc, r->be);
+        mc_eval_report(&mr);
+    }
     log_begin(&r->lg);
     log_int(&r->lg, "step", step);
-    log_float(&r->lg, "val_loss", vl);
+    if (val) log_float(&r->lg, "val_loss", vl);
+    if (mc) mc_eval_report_fields(&mr, &r->lg);
     log_end(&r->lg);
 }
 
@@ -356,12 +424,16 @@ static float run_gradients(Run *r, StepResult *s) {
     if (r->opt.zero_grad) r->opt.zero_grad(r->opt.ctx);
     double loss_sum = 0.0;
     if (!r->tc->overfit_batch || !r->have_overfit_batch) {
-        dataloader_next(r->train, r->step_inputs, r->step_targets);
-        s->wait_ms += dataloader_last_wait_ms(r->train);
+        const long long unit = r->ramp_tokens ? r->ramp_start : r->total_batch;
+        for (long long u = 0; u < s->tokens / unit; u++) { /* --batch-ramp: the step's units back to back */
+            dataloader_next(r->train, r->step_inputs + u * unit, r->step_targets + u * unit);
+            s->wait_ms += dataloader_last_wait_ms(r->train);
+        }
         r->have_overfit_batch = 1;
     }
-    const float loss_weight = r->opt.loss_weight(r->opt.ctx, r->accum);
-    for (int micro = 0; micro < r->accum; micro++) {
+    const int accum = (int)(s->tokens / r->micro_tokens);
+    const float loss_weight = r->opt.loss_weight(r->opt.ctx, accum); /* (the CUDA trainer takes accum from here) */
+    for (int micro = 0; micro < accum; micro++) {
         /* this rank's rows of the step (dataloader.h: data-parallel split) */
         size_t row = ((size_t)micro * r->P + (size_t)r->dist->rank) * (size_t)B;
         memcpy(r->inputs, r->step_inputs + row * T, (size_t)B * T * sizeof(int));
@@ -372,7 +444,7 @@ static float run_gradients(Run *r, StepResult *s) {
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
     dist_allreduce_f64(r->dist, &loss_sum, 1);
-    return (float)(loss_sum / r->accum / r->P);
+    return (float)(loss_sum / accum / r->P);
 }
 
 /* Divergence (always on): a non-finite loss, or one above diverged_loss (ten times a uniform
@@ -422,8 +494,11 @@ static void run_print_step(const Run *r, const StepResult *s) {
     report_duration(eta, sizeof eta, (now - r->loop_start) / (s->step - r->first_step + 1) * (r->max_steps - s->step));
     printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
            " | epoch %.2f | %s, ETA %s%s%s%s%s\n",
-           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s, r->flops_per_step / (s->step_ms * 1e6),
-           s->wait_ms, (double)s->step / r->batches_per_epoch, elapsed, eta, comm, extra, s->skip ? " | SKIPPED: " : "",
+           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s,
+           r->flops_per_step * ((double)s->tokens / r->total_batch) / (s->step_ms * 1e6),
+           s->wait_ms,
+           r->ramp_tokens ? (double)r->seen_tokens / ((double)r->ramp_start * r->batches_per_epoch) : (double)s->step / r->batches_per_epoch,
+           elapsed, eta, comm, extra, s->skip ? " | SKIPPED: " : "",
            s->skip ? s->skip : "");
     fflush(stdout);
 }
@@ -435,6 +510,7 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_begin(lg);
     log_int(lg, "step", s->step);
     log_float(lg, "train_loss", s->loss);
+    if (r->ramp_tokens) log_int(lg, "step_tokens", s->tokens); /* (only with the ramp: other logs stay as they were) */
     log_float(lg, "lr", s->lr);
     log_float(lg, "grad_norm", s->norm);
     log_double(lg, "step_ms", s->step_ms);
@@ -489,7 +565,10 @@ static void run_check_stop(const Run *r, const StepResult *s, int last) {
 static void run_after_step(Run *r, const StepResult *s) {
     const TrainConfig *tc = r->tc;
     const int step = s->step, last = step == r->max_steps;
-    if (r->val && (step % tc->val_every == 0 || last)) run_validate(r, step);
+    /* -h 1 evaluates where llm.c does: with validation (every -v steps after step 0) and at the last step */
+    const int val = r->val && (step % tc->val_every == 0 || last);
+    const int mc = r->mc.file && ((tc->val_every > 0 && step % tc->val_every == 0) || last);
+    if (val || mc) run_validate(r, step, val, mc);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
     if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3)) {
@@ -514,6 +593,8 @@ static void run_after_step(Run *r, const StepResult *s) {
 static void run_step(Run *r, int step) {
     StepResult s = {0};
     s.step = step;
+    s.tokens = r->ramp_tokens ? batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, r->seen_tokens)
+                              : r->total_batch;
     double t0 = now_ms();
     dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes); /* counted from here */
     s.loss = run_gradients(r, &s);
@@ -521,7 +602,9 @@ static void run_step(Run *r, int step) {
     s.norm = r->opt.grad_norm(r->opt.ctx);
     run_update(r, &s);
     s.step_ms = now_ms() - t0;
-    s.tok_s = r->total_batch / (s.step_ms / 1e3);
+    s.tok_s = s.tokens / (s.step_ms / 1e3);
+    r->seen_tokens += s.tokens;
+    r->trained_tokens += s.tokens;
     dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes);
     if (r->leak_class >= 0) mem_calloc((MemClass)r->leak_class, 4096, 1, "planted leak (LLMC_TEST_LEAK)");
     train_check_leaks(step, r->first_step + 1, r->leak_base);
@@ -531,12 +614,13 @@ static void run_step(Run *r, int step) {
 }
 
 static void run_close(Run *r, int last_step) {
-    report_summary(r->first_step, last_step, r->max_steps, r->total_batch, report_wall_s() - r->run_start, &r->val_best,
+    report_summary(r->first_step, last_step, r->max_steps, r->trained_tokens, report_wall_s() - r->run_start, &r->val_best,
                    &r->val_last, r->saved_model);
     sample_text_close(&r->text);
     logger_close(&r->lg);
     dataloader_close(r->train);
     if (r->val) dataloader_close(r->val);
+    mc_eval_close(&r->mc);
     mem_free(MEM_TOKENS, r->inputs, (size_t)r->B * r->T * sizeof(int));
     mem_free(MEM_TOKENS, r->targets, (size_t)r->B * r->T * sizeof(int));
     mem_free(MEM_TOKENS, r->step_inputs, (size_t)r->total_batch * sizeof(int));
@@ -560,7 +644,8 @@ int train_run(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     r->val_best = r->val_last = (ValRecord){0.0f, -1};
     r->batches_per_epoch = (double)dataloader_batches_per_epoch(r->train);
     r->first_step = resume_step < 0 ? 1 : resume_step + 1;
-    if (r->val && resume_step < 0) run_validate(r, 0);
+    r->seen_tokens = tokens_before(r, r->first_step);
+    if (r->val && resume_step < 0) run_validate(r, 0, 1, 0);
     r->loop_start = report_wall_s();
     int last_step = r->first_step - 1; /* the last step done */
     for (int step = r->first_step; step <= r->max_steps; step++) {
