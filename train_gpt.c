@@ -106,16 +106,16 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
     be->model = run;
     be->cfg = *parts.cfg;
     be->num_parameters = parts.num_parameters;
-    be->host_params = *parts.params;
-    be->host_grads = *parts.grads;
-    be->param_specs = parts.specs;
-    be->train_micro_step = cpu_train_micro_step;
-    be->eval_loss = cpu_eval_loss;
-    be->zero_grad = cpu_zero_grad;
-    be->next_logits = cpu_next_logits;
-    if (shard_stage(tc)) be->attach_optimizer = cpu_attach_optimizer;
-    be->print_memory = cpu_print_memory;
-    be->plan = cpu_plan;
+    be->state.host_params = *parts.params;
+    be->hostopt.host_grads = *parts.grads;
+    be->hostopt.param_specs = parts.specs;
+    be->ops.train_micro_step = cpu_train_micro_step;
+    be->ops.eval_loss = cpu_eval_loss;
+    be->ops.zero_grad = cpu_zero_grad;
+    be->ops.next_logits = cpu_next_logits;
+    if (shard_stage(tc)) be->hostopt.attach_optimizer = cpu_attach_optimizer;
+    be->state.print_memory = cpu_print_memory;
+    be->ops.plan = cpu_plan;
 }
 
 static void budget_fit_run(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *space, Dist *dist) {
@@ -200,8 +200,8 @@ int main(int argc, char **argv) {
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
     TrainBackend be = {0};
     be.name = name;
-    be.sync_to_host = cpu_sync_noop;
-    be.sync_from_host = cpu_sync_noop;
+    be.state.sync_to_host = cpu_sync_noop;
+    be.state.sync_from_host = cpu_sync_noop;
     be.arch = &run_arch;
     int status = cpu_run(&tc, init, &space, dist, &be, resume_step);
     dist_finalize(dist);

@@ -342,22 +342,22 @@ static void cuda_backend(TrainBackend *be, CudaTrainer *tr, const char *name) {
     be->num_parameters = m->num_parameters;
     be->peak_flops = tr->peak_flops;
     be->gpu = 1;
-    be->train_micro_step = cuda_train_micro_step;
-    be->step_loss = cuda_step_loss;
-    be->eval_loss = cuda_eval_loss;
-    be->zero_grad = cuda_zero_grad;
-    be->next_logits = cuda_next_logits;
-    be->sync_from_host = cuda_sync_from_host;
-    be->print_memory = cuda_print_memory;
-    be->step_extras = cuda_step_extras;
-    be->save_backend_state = cuda_save_backend_state;
-    be->load_backend_state = cuda_load_backend_state;
-    be->plan = cuda_plan;
+    be->ops.train_micro_step = cuda_train_micro_step;
+    be->ops.step_loss = cuda_step_loss;
+    be->ops.eval_loss = cuda_eval_loss;
+    be->ops.zero_grad = cuda_zero_grad;
+    be->ops.next_logits = cuda_next_logits;
+    be->state.sync_from_host = cuda_sync_from_host;
+    be->state.print_memory = cuda_print_memory;
+    be->report.step_extras = cuda_step_extras;
+    be->state.save_backend_state = cuda_save_backend_state;
+    be->state.load_backend_state = cuda_load_backend_state;
+    be->ops.plan = cuda_plan;
     be->arch = &run_arch; /* the checkpoint files, --save-hf and the flops are the architecture's */
     if (tr->tc.gpu_log_every > 0) {
         gpu_telemetry_open(&tr->telemetry, tr->ctx.device, LLMC_NVML_LIBRARY);
         gpu_telemetry_print_source(&tr->telemetry, tr->tc.gpu_log_every);
-        be->telemetry = cuda_telemetry;
+        be->report.telemetry = cuda_telemetry;
     }
 }
 

@@ -20,6 +20,7 @@
 #include "llmc/formats/modelfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/llama.h"
+#include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
@@ -64,25 +65,11 @@ static void test_decode(const char *path, const int *tokens, int T) {
     LlamaModel model;
     load(&model, path);
     llama_allocate_for(&model, 1, T, 0);
-    llama_forward(&model, tokens, NULL, 1, T, 0.0f);
-    const int Vp = model.cfg.base.padded_vocab_size, V = model.cfg.base.vocab_size;
-    const float *full = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
-    LlamaKVCache cache;
-    llama_kvcache_init(&cache, &model, 8);
-    float *got = (float *)mallocCheck((size_t)T * V * sizeof(float), "cached logits");
-    float *want = (float *)mallocCheck((size_t)T * V * sizeof(float), "full logits");
-    for (int pos = 0, chunk = 1; pos < T; pos += chunk, chunk = chunk % 8 + 1) {
-        int n = pos + chunk > T ? T - pos : chunk;
-        const float *logits = llama_forward_cached(&model, &cache, tokens + pos, n);
-        for (int i = 0; i < n; i++) memcpy(got + (size_t)(pos + i) * V, logits + (size_t)i * Vp, V * sizeof(float));
-        chunk = n;
-    }
-    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, full + (size_t)t * Vp, V * sizeof(float));
-    test_close("KV-cache decode (chunks of 1..8 tokens) equals the full forward's logits", got, want, (size_t)T * V,
-               1e-5, 1e-4);
-    llama_kvcache_free(&cache);
+    void *cache = check_cached_decode(&llama3_cpu_arch, &model, tokens, T,
+                                      "KV-cache decode (chunks of 1..8 tokens) equals the full forward's logits");
+    llama3_cpu_arch.kvcache_free(cache);
+    free(cache);
     llama_free(&model);
-    free(got), free(want);
 }
 
 int main(int argc, char **argv) {
@@ -121,15 +108,8 @@ int main(int argc, char **argv) {
     remove(sum);
     test_report(same, "Llama checkpoint written back is byte-identical (header: arch, NKV, F, eps, RoPE)", "");
 
+    check_debug_first_step(&llama3_cpu_arch, &model, &d);
     const int B = d.B, T = d.T;
-    llama_allocate(&model, B, T);
-    float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[LLAMA3_A_logits], 0);
-    llama_forward(&model, d.x, NULL, B, T, 0.0f);
-    check_debug_logits(&d, act_logits);
-    float loss = llama_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
-    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
-    llama_backward(&model, d.x, B, T);
-    check_debug_gradients(&d, model.param_specs, LLAMA3_NUM_PARAMETERS, model.grads_memory);
 
     /* the N-step trajectory on the same batch, with the reference's AdamW settings */
     llama_free(&model);

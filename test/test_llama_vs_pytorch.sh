@@ -17,16 +17,8 @@ for nkv in 2 1; do
 done
 build/test/test_llama_cpu --shapes || status=1
 # bad Llama checkpoints: a clear error naming the file, exit status 1
-bad() { # name, python that edits bytearray b
-    /usr/bin/python3 -c "import struct,sys; b=bytearray(open(sys.argv[1],'rb').read()); $2; open(sys.argv[2],'wb').write(b)" \
-        "$out/model2.bin" "$out/bad.bin"
-    set +e
-    msg=$(build/test/test_llama_cpu "$out/bad.bin" "$out/state2.bin" 2>&1)
-    rc=$?
-    set -e
-    if [ $rc -eq 1 ] && grep -q "error: .*bad.bin.*$3" <<<"$msg"; then echo "PASS: $1"
-    else echo "FAIL: $1 (exit $rc): $msg" | head -3; status=1; fi
-}
+. test/checkfile.sh
+bad() { expect_refused "$1" "$out/model2.bin" "$2" "$3" build/test/test_llama_cpu "$out/bad.bin" "$out/state2.bin"; }
 bad "wrong magic is refused" "b[0:4]=struct.pack('<i',1234)" "bad magic"
 bad "unknown architecture is refused" "b[8:12]=struct.pack('<i',7)" "unknown architecture"
 bad "NH not divisible by NKV is refused" "b[32:36]=struct.pack('<i',3)" "not divisible by key/value heads"

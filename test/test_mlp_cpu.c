@@ -24,6 +24,7 @@
 #include "llmc/formats/mlpfile.h"
 #include "llmc/formats/modelfile.h"
 #include "llmc/core/sumfile.h"
+#include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
@@ -177,26 +178,12 @@ static void test_zero(const char *path, const DebugState *d) {
 static void test_decode(const char *path, const int *tokens, int T) {
     MlpModel model;
     load_for(&model, path, 1, T, 0);
-    mlp_forward(&model, tokens, NULL, 1, T, 0.0f);
-    const int Vp = model.cfg.base.padded_vocab_size, V = model.cfg.base.vocab_size;
-    const float *full = tensor_layer(model.acts_memory, &model.act_specs[MLP_A_logits], 0);
-    MlpKVCache cache;
-    mlp_kvcache_init(&cache, &model, 8);
-    float *got = (float *)mallocCheck((size_t)T * V * sizeof(float), "cached logits");
-    float *want = (float *)mallocCheck((size_t)T * V * sizeof(float), "full logits");
-    for (int pos = 0, chunk = 1; pos < T; pos += chunk, chunk = chunk % 8 + 1) {
-        int n = pos + chunk > T ? T - pos : chunk;
-        const float *logits = mlp_forward_cached(&model, &cache, tokens + pos, n);
-        for (int i = 0; i < n; i++) memcpy(got + (size_t)(pos + i) * V, logits + (size_t)i * Vp, V * sizeof(float));
-        chunk = n;
-    }
-    for (int t = 0; t < T; t++) memcpy(want + (size_t)t * V, full + (size_t)t * Vp, V * sizeof(float));
-    test_close("cached decode (chunks of 1..8 tokens) equals the full forward's logits", got, want, (size_t)T * V, 1e-5,
-               1e-4);
-    test_report(cache.len == T && cache.max_len == model.cfg.base.max_seq_len, "the cache counts the positions fed", "");
-    mlp_kvcache_free(&cache);
+    MlpKVCache *cache = (MlpKVCache *)check_cached_decode(&mlp_cpu_arch, &model, tokens, T,
+                                                          "cached decode (chunks of 1..8 tokens) equals the full forward's logits");
+    test_report(cache->len == T && cache->max_len == model.cfg.base.max_seq_len, "the cache counts the positions fed", "");
+    mlp_cpu_arch.kvcache_free(cache);
+    free(cache);
     mlp_free(&model);
-    free(got), free(want);
 }
 
 /* One AdamW step on the reference's batch with its settings (step t from 1); returns the loss and
@@ -277,15 +264,7 @@ int main(int argc, char **argv) {
     test_report(same_bytes(argv[1], path), "MLP checkpoint saved through mlp_arch is the reference's file byte for byte", "");
     remove_with_sum(path);
 
-    const int B = d.B, T = d.T;
-    mlp_allocate(&model, B, T);
-    float *act_logits = tensor_layer(model.acts_memory, &model.act_specs[MLP_A_logits], 0);
-    mlp_forward(&model, d.x, NULL, B, T, 0.0f);
-    check_debug_logits(&d, act_logits);
-    float loss = mlp_forward(&model, d.x, d.y, B, T, 1.0f / (B * T));
-    test_report(fabsf(loss - d.loss) <= 1e-5f, "forward loss", "got %.7f, reference %.7f", loss, d.loss);
-    mlp_backward(&model, d.x, B, T);
-    check_debug_gradients(&d, model.param_specs, MLP_NUM_PARAMETERS, model.grads_memory);
+    check_debug_first_step(&mlp_cpu_arch, &model, &d);
     mlp_free(&model);
     test_trajectory(argv[1], &d);
     test_zero(argv[1], &d);

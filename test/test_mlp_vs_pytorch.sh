@@ -28,16 +28,8 @@ if [ $rc -eq 1 ] && grep -q "error: the sequence would reach 72 tokens, beyond t
     echo "PASS: the cached decode refuses to run past maxT"
 else echo "FAIL: the cached decode past maxT (exit $rc): $(tail -2 <<<"$msg")"; status=1; fi
 # bad MLP checkpoints: a clear error naming the file, exit status 1
-bad() { # name, python that edits bytearray b, expected message
-    /usr/bin/python3 -c "import struct,sys; b=bytearray(open(sys.argv[1],'rb').read()); $2; open(sys.argv[2],'wb').write(b)" \
-        "$out/model2.bin" "$out/bad.bin"
-    set +e
-    msg=$(build/test/test_mlp_cpu "$out/bad.bin" "$out/state2.bin" 2>&1)
-    rc=$?
-    set -e
-    if [ $rc -eq 1 ] && grep -q "error: .*bad.bin.*$3" <<<"$msg"; then echo "PASS: $1"
-    else echo "FAIL: $1 (exit $rc): $msg" | head -3; status=1; fi
-}
+. test/checkfile.sh
+bad() { expect_refused "$1" "$out/model2.bin" "$2" "$3" build/test/test_mlp_cpu "$out/bad.bin" "$out/state2.bin"; }
 bad "a wrong version is refused" "b[4:8]=struct.pack('<i',9)" "unsupported version"
 bad "heads other than 1 are refused" "b[28:32]=struct.pack('<i',2)" "no attention heads"
 bad "an untied head is refused" "b[44:48]=struct.pack('<i',0)" "tied (slot 11) must be 1"

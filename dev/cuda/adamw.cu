@@ -143,8 +143,7 @@ template <class T> static void lab_norm(const LabDevice *dev, const LabOptions *
 int main(int argc, char **argv) {
     int n = 124475904;
     LabSize sizes[] = {{"n", &n, 100003, "parameters"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/adamw.cuh against llmc/cpu/adamw.h.",
-                                   sizes, 1, 9);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 9);
     printf("(lr %g beta1 %g beta2 %g eps %g wd %g step %d grad_scale %g)\n", LR, B1, B2, EPS, WD, STEP, CLIP);
     AdamCase a;
     a.n = n;

@@ -69,8 +69,7 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768, NH = 12;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 67, "sequence length"}, {"C", &C, 128, "channels"},
                        {"NH", &NH, 2, "heads (C/NH in 16, 32, 64, 128)"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/attention.cuh against llmc/cpu/attention.h.",
-                                   sizes, 4, 1);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 1);
     const size_t N = (size_t)B * T;
     float *qkv = lab_bf16_normal(&r, N * 3 * C, 0.0f, 1.0f), *dy = lab_bf16_normal(&r, N * C, 0.0f, 1.0f);
     float *out = lab_host_floats(N * C), *dinp = lab_host_floats(N * 3 * C);

@@ -56,8 +56,7 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, V = 50257, Vp = 50304;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 37, "sequence length"}, {"V", &V, 1001, "vocabulary"},
                        {"Vp", &Vp, 1024, "padded vocabulary (row length)"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/classifier.cuh against llmc/cpu/classifier.h.",
-                                   sizes, 4, 8);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 8);
     if (Vp < V) llmc_die("--Vp must be at least --V");
     ClsCase c;
     c.N = B * T, c.V = V, c.Vp = Vp, c.dloss = 1.0f / (B * T);

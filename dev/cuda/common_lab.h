@@ -132,6 +132,16 @@ static inline Lab lab_begin(int argc, char **argv, const char *what, LabSize *si
     return lab;
 }
 
+/* lab_begin for a lab of one op, dev/cuda/OP.cu (file: its __FILE__): "Checks and times
+ * llmc/cuda/OP.cuh against llmc/cpu/OP.h.", with as many sizes as the array has. */
+template <int N> static inline Lab lab_begin_op(int argc, char **argv, const char *file, LabSize (&sizes)[N], uint64_t seed) {
+    static char what[256];
+    const char *slash = strrchr(file, '/'), *stem = slash ? slash + 1 : file, *dot = strrchr(stem, '.');
+    const int len = dot ? (int)(dot - stem) : (int)strlen(stem);
+    snprintf(what, sizeof what, "Checks and times llmc/cuda/%.*s.cuh against llmc/cpu/%.*s.h.", len, stem, len, stem);
+    return lab_begin(argc, argv, what, sizes, N, seed);
+}
+
 /* "TIME what: 0.123 ms, 456 GB/s (12% of peak)". bytes: what the kernel must read + write. */
 static inline void lab_report_bandwidth(const LabDevice *d, const char *what, double bytes, float ms) {
     double gbs = bytes / (ms * 1e-3) / 1e9;

@@ -84,8 +84,7 @@ int main(int argc, char **argv) {
     e.B = 8, e.T = 1024, e.C = 768, e.V = 50257, e.Vp = 50304;
     LabSize sizes[] = {{"B", &e.B, 3, "batch"},        {"T", &e.T, 37, "sequence length"}, {"C", &e.C, 72, "channels"},
                        {"V", &e.V, 301, "vocabulary"}, {"Vp", &e.Vp, 320, "padded vocabulary (rows of wte)"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/encoder.cuh against llmc/cpu/encoder.h.",
-                                   sizes, 5, 4);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 4);
     if (e.Vp < e.V) llmc_die("--Vp must be at least --V");
     const int N = e.B * e.T, C = e.C;
     const size_t NC = (size_t)N * C, VC = (size_t)e.Vp * C, TC = (size_t)e.T * C;

@@ -58,8 +58,7 @@ static void lab_gelu(const LabDevice *dev, const LabOptions *opt, float *x, floa
 int main(int argc, char **argv) {
     int N = 8 * 1024 * 3072;
     LabSize sizes[] = {{"N", &N, 100003, "elements"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/gelu.cuh against llmc/cpu/gelu.h.",
-                                   sizes, 1, 3);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 3);
     /* std 2: the tails (|x| up to ~10) reach the saturated and cancelling parts of tanh */
     float *x = lab_bf16_normal(&r, N, 0.0f, 2.0f), *dy = lab_bf16_normal(&r, N, 0.0f, 1.0f);
     float *out = lab_host_floats(N), *dinp = lab_host_floats(N);

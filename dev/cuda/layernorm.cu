@@ -88,8 +88,7 @@ static void lab_layernorm(const LabDevice *dev, const LabOptions *opt, LnRef *h,
 int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768;
     LabSize sizes[] = {{"B", &B, 3, "batch"}, {"T", &T, 37, "sequence length"}, {"C", &C, 200, "channels"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/layernorm.cuh against llmc/cpu/layernorm.h.",
-                                   sizes, 3, 2);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 2);
     const int N = B * T;
     const size_t NC = (size_t)N * C;
     LnRef h;

@@ -95,8 +95,7 @@ int main(int argc, char **argv) {
     int B = 8, T = 1024, C = 768, OC = 3072;
     LabSize sizes[] = {{"B", &B, 2, "batch"}, {"T", &T, 300, "sequence length"}, {"C", &C, 64, "input channels"},
                        {"OC", &OC, 200, "output channels"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/matmul.cuh against llmc/cpu/matmul.h.",
-                                   sizes, 4, 7);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 7);
     CudaContext ctx;
     cuda_context_init(&ctx, 0, 0); /* TF32 off: fp32 is compared tightly */
     MmCase m;

@@ -32,8 +32,7 @@ template <class T> static void lab_residual(const LabDevice *dev, const LabOptio
 int main(int argc, char **argv) {
     int N = 8 * 1024 * 768;
     LabSize sizes[] = {{"N", &N, 100003, "elements"}};
-    auto [dev, opt, r] = lab_begin(argc, argv, "Checks and times llmc/cuda/residual.cuh against llmc/cpu/residual.h.",
-                                   sizes, 1, 5);
+    auto [dev, opt, r] = lab_begin_op(argc, argv, __FILE__, sizes, 5);
     /* different scales, so the sums need rounding */
     float *a = lab_bf16_normal(&r, N, 0.0f, 1.0f), *b = lab_bf16_normal(&r, N, 0.0f, 0.01f);
     float *sum = lab_host_floats(N);

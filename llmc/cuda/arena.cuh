@@ -135,7 +135,7 @@ typedef struct {
     double *d_loss_acc;
     void *h_readback;
     void *h_staging; /* host copy of T parameters / a logits row */
-    /* host views for checkpoints (TrainBackend host_params/m/v) and next_logits */
+    /* host views for checkpoints (TrainBackend.state.host_params, m, v) and next_logits */
     float *host_params, *host_m, *host_v, *host_logits;
     float mean_loss;
     MemPlan plan; /* what cudamodel_allocate allocated (cudamodel_plan) */

@@ -595,19 +595,19 @@ static void cuda_trainer_buckets(CudaTrainer *tr, const TrainConfig *tc, int off
  * host copies for checkpoints (cuda_sync_to_host gathers the ZeRO shards). */
 static void cuda_trainer_optimizer(CudaTrainer *tr, TrainBackend *be, int offload) {
     CudaModel *m = &tr->model;
-    be->host_params = m->host_params;
-    be->sync_to_host = cuda_sync_to_host;
+    be->state.host_params = m->host_params;
+    be->state.sync_to_host = cuda_sync_to_host;
     if (!offload) {
         be->optimizer = cuda_optimizer(tr);
         return;
     }
-    be->host_grads = m->host_grads;
-    be->param_specs = m->param_specs;
-    be->grads_to_host = cuda_grads_to_host;
-    be->params_from_host = cuda_params_from_host;
+    be->hostopt.host_grads = m->host_grads;
+    be->hostopt.param_specs = m->param_specs;
+    be->hostopt.grads_to_host = cuda_grads_to_host;
+    be->hostopt.params_from_host = cuda_params_from_host;
     if (m->grad_hook) {
-        be->grad_bucket_sumsq = cuda_grad_bucket_sumsq;
-        be->params_bucket_to_device = cuda_params_bucket_to_device;
+        be->hostopt.grad_bucket_sumsq = cuda_grad_bucket_sumsq;
+        be->hostopt.params_bucket_to_device = cuda_params_bucket_to_device;
     }
 }
 

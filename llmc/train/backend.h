@@ -1,8 +1,9 @@
 /*
  * backend.h - TrainBackend: what the training loop (train.h) asks of a model on one backend (CPU
- * or CUDA): forward+backward of a micro-batch, the evaluation loss and the logits of sampling;
- * where its state lives (host views of parameters, gradients and moments for checkpoints and the
- * loop's optimizer); and, when the backend keeps its own optimizer, that optimizer's steps.
+ * or CUDA), in five parts: what the model does (ops: forward+backward of a micro-batch, the
+ * evaluation loss, the logits of sampling, its memory plan), where its state lives (state: the host
+ * parameters for checkpoints), its optimizer (the backend's own, or the loop's host AdamW fed
+ * through hostopt: the host gradients and copies), and optional reporting.
  */
 #ifndef LLMC_TRAIN_BACKEND_H
 #define LLMC_TRAIN_BACKEND_H
@@ -23,16 +24,8 @@
 extern "C" {
 #endif
 
+/* What the model does, for the loop. */
 typedef struct {
-    /* ---- what it is ---- */
-    const char *name;          /* e.g. "CPU fp32, OpenBLAS, 2 threads" */
-    void *model;
-    ModelConfig cfg;
-    size_t num_parameters;
-    double peak_flops;         /* device peak for MFU; 0 = not reported */
-    int gpu;                   /* 1: the GPU-only flags apply (the startup print shows them) */
-
-    /* ---- what the model does ---- */
     /* Forward + backward of one micro-batch, gradients accumulated with weight dloss_scale
      * (the optimizer's loss_weight); returns the micro-batch's mean loss. */
     float (*train_micro_step)(void *model, const int *inputs, const int *targets, int B, int T, float dloss_scale);
@@ -48,8 +41,10 @@ typedef struct {
     /* The backend's part of the memory plan for tc on cfg (model states, activations, scratch,
      * workspaces): the same function its allocation code takes its sizes from. */
     TrainPlanFn plan;
+} TrainModelOps;
 
-    /* ---- where its state lives ---- */
+/* Where the model's state lives, for checkpoints. */
+typedef struct {
     /* The host copy of the parameters (checkpoints; the loop's optimizer updates it). sync_to_host
      * fills the host copies from the device (no-op on CPU); sync_from_host pushes them back after
      * a load. */
@@ -61,13 +56,13 @@ typedef struct {
      * loss scaler), as 4 words saved in the state file; all zero means none. May be NULL. */
     void (*save_backend_state)(void *model, int64_t words[4]);
     void (*load_backend_state)(void *model, const int64_t words[4]);
+} TrainModelState;
 
-    /* ---- the optimizer ---- */
-    /* The backend's own (the CUDA trainer's device AdamW: its m and v, reductions and update), or
-     * all zero: the loop's host AdamW (hostopt.h) over the host gradients below. */
-    TrainOptimizer optimizer;
-    /* For the loop's host AdamW: the host gradients (num_parameters floats, summed by
-     * train_micro_step, cleared by zero_grad) and the parameter table (offsets, decay). */
+/* What the loop's host AdamW (hostopt.h) needs of a backend that has no optimizer of its own; only
+ * hostopt.c reads it. */
+typedef struct {
+    /* The host gradients (num_parameters floats, summed by train_micro_step, cleared by zero_grad)
+     * and the parameter table (offsets, decay). */
     float *host_grads;
     const TensorSpec *param_specs;
     /* Optional, a device backend (--offload optimizer): grads_to_host fills host_grads from the
@@ -86,20 +81,38 @@ typedef struct {
      * its shard of the parameters. It updates host_params (-z 3: this rank's shard) and host_grads
      * (-z >= 2: the bucket buffers, never read by the loop). */
     void (*attach_optimizer)(void *model, Optimizer *opt, float **host_params, float **host_grads);
+} TrainHostGrads;
 
-    /* ---- reporting ---- */
-    /* Optional: extra step-line text and log fields (MFU, device memory); may be NULL. */
+/* Optional reporting: NULL fields print nothing. */
+typedef struct {
+    /* Extra step-line text and log fields (MFU, device memory). */
     void (*step_extras)(void *model, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg);
-    /* Optional: -lg telemetry. Reads the device once, writes the reading as " | "-separated text
-     * (printed on its own line after the step line) and as fields of the step's open log
-     * record. Called every tc->gpu_log_every steps when that is > 0. NULL: no telemetry (CPU). */
+    /* -lg telemetry. Reads the device once, writes the reading as " | "-separated text (printed on
+     * its own line after the step line) and as fields of the step's open log record. Called every
+     * tc->gpu_log_every steps when that is > 0. */
     void (*telemetry)(void *model, char *text, size_t len, Logger *lg);
+} TrainReporting;
 
+typedef struct {
+    const char *name;  /* e.g. "CPU fp32, OpenBLAS, 2 threads" */
+    void *model;       /* what every function pointer below is called with */
+    ModelConfig cfg;
+    size_t num_parameters;
     /* The model's architecture and its config (formats/arch.h): the loop takes from it the parameter
-     * table's size (param_specs has arch->arch->num_param_specs entries), the checkpoint file it
-     * writes (save: the whole model, host_params or at -z 3 the ranks' shards gathered), --save-hf's
-     * directory and the flops per token. */
+     * table's size (hostopt.param_specs has arch->arch->num_param_specs entries), the checkpoint file
+     * it writes (save: the whole model, state.host_params or at -z 3 the ranks' shards gathered),
+     * --save-hf's directory and the flops per token. */
     const ArchConfig *arch;
+    double peak_flops; /* device peak for MFU; 0 = not reported */
+    int gpu;           /* 1: the GPU-only flags apply (the startup print shows them) */
+
+    TrainModelOps ops;
+    TrainModelState state;
+    /* The backend's own optimizer (the CUDA trainer's device AdamW: its m and v, reductions and
+     * update), or all zero: the loop's host AdamW over hostopt. */
+    TrainOptimizer optimizer;
+    TrainHostGrads hostopt;
+    TrainReporting report;
 } TrainBackend;
 
 #ifdef __cplusplus

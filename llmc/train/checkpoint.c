@@ -103,7 +103,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     /* one checkpoint for the whole run, written by rank 0: the model, and a state file holding all
      * of m and v (gathered from the ranks' shards), whatever the number of ranks */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof model);
-    be->sync_to_host(be->model);
+    be->state.sync_to_host(be->model);
     OptimStateView sv;
     opt->state(opt->ctx, &sv);
     const float *params = sv.params;
@@ -138,7 +138,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     _Static_assert(sizeof ds == sizeof st.loader, "the state file stores the whole DataLoaderState");
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
-    if (be->save_backend_state) be->save_backend_state(be->model, st.backend);
+    if (be->state.save_backend_state) be->state.save_backend_state(be->model, st.backend);
     state_file_save(state, &st, sv.m, sv.v);
     if (opt->state_release) opt->state_release(opt->ctx, &sv);
     if (tc->process_rank == 0) {
@@ -188,8 +188,8 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
     if (dataloader_check_state(loader, &ds, err, sizeof err) != 0) llmc_die("training state '%s': %s", state, err);
     dataloader_set_state(loader, &ds);
     sampler_rng->state = st.sampler_rng;
-    if (be->load_backend_state) be->load_backend_state(be->model, st.backend);
-    be->sync_from_host(be->model);
+    if (be->state.load_backend_state) be->state.load_backend_state(be->model, st.backend);
+    be->state.sync_from_host(be->model);
 }
 
 void train_resume_check_config(const TrainConfig *rc, int step) {

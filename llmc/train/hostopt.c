@@ -17,8 +17,8 @@ static void host_zero_grad(void *p) { optim_zero_grad(&((HostAdamW *)p)->opt); }
 static void host_reduce(void *p) {
     HostAdamW *h = (HostAdamW *)p;
     TrainBackend *be = h->be;
-    if (be->grads_to_host) be->grads_to_host(be->model);
-    optim_reduce(&h->opt, be->host_grads);
+    if (be->hostopt.grads_to_host) be->hostopt.grads_to_host(be->model);
+    optim_reduce(&h->opt, be->hostopt.host_grads);
 }
 
 /* --offload optimizer: from per-bucket sums of squares (one rank: those the backend accumulated
@@ -26,21 +26,21 @@ static void host_reduce(void *p) {
 static float host_grad_norm(void *p) {
     HostAdamW *h = (HostAdamW *)p;
     TrainBackend *be = h->be;
-    if (!h->offload) return optim_grad_norm(&h->opt, be->host_grads);
-    const double *sumsq = h->opt.dist->size == 1 && be->grad_bucket_sumsq ? be->grad_bucket_sumsq(be->model) : NULL;
-    return optim_grad_norm_buckets(&h->opt, be->host_grads, sumsq);
+    if (!h->offload) return optim_grad_norm(&h->opt, be->hostopt.host_grads);
+    const double *sumsq = h->opt.dist->size == 1 && be->hostopt.grad_bucket_sumsq ? be->hostopt.grad_bucket_sumsq(be->model) : NULL;
+    return optim_grad_norm_buckets(&h->opt, be->hostopt.host_grads, sumsq);
 }
 
 static void host_step(void *p, const AdamWStep *s) {
     HostAdamW *h = (HostAdamW *)p;
     TrainBackend *be = h->be;
     if (h->offload)
-        optim_step_buckets(&h->opt, be->host_params, be->host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay,
-                           s->t, s->grad_scale, be->params_bucket_to_device, be->model);
+        optim_step_buckets(&h->opt, be->state.host_params, be->hostopt.host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay,
+                           s->t, s->grad_scale, be->hostopt.params_bucket_to_device, be->model);
     else
-        optim_step(&h->opt, be->host_params, be->host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->t,
+        optim_step(&h->opt, be->state.host_params, be->hostopt.host_grads, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->t,
                    s->grad_scale);
-    if (be->params_from_host) be->params_from_host(be->model);
+    if (be->hostopt.params_from_host) be->hostopt.params_from_host(be->model);
 }
 
 enum { COPY_MOMENTS = 1, COPY_PARAMS = 2 };
@@ -52,7 +52,7 @@ static void host_state(void *p, OptimStateView *s) {
     Optimizer *o = &h->opt;
     TrainBackend *be = h->be;
     memset(s, 0, sizeof *s);
-    s->params = be->host_params;
+    s->params = be->state.host_params;
     s->whole_params = 1;
     if (optim_state_is_whole(o)) {
         s->m = o->m, s->v = o->v;
@@ -67,7 +67,7 @@ static void host_state(void *p, OptimStateView *s) {
         s->params = (float *)mallocCheck(n * sizeof(float), "parameters (checkpoint)");
         s->copies |= COPY_PARAMS;
         s->whole_params = o->dist->rank == 0;
-        optim_gather_params(o, be->host_params, s->params);
+        optim_gather_params(o, be->state.host_params, s->params);
     }
 }
 
@@ -98,9 +98,9 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     memset(h, 0, sizeof *h);
     h->be = be;
     h->offload = strcmp(tc->offload, "optimizer") == 0;
-    optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->param_specs,
+    optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->hostopt.param_specs,
                      be->arch->arch->num_param_specs, optstate_parse(tc->optim_state));
-    if (be->attach_optimizer) be->attach_optimizer(be->model, &h->opt, &be->host_params, &be->host_grads);
+    if (be->hostopt.attach_optimizer) be->hostopt.attach_optimizer(be->model, &h->opt, &be->state.host_params, &be->hostopt.host_grads);
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,
                                        host_step, host_state, host_state_release, host_load_begin, host_load_end,

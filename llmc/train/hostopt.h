@@ -1,6 +1,6 @@
 /*
  * hostopt.h - the training loop's host AdamW (optim.h's Optimizer) as a TrainOptimizer: over the
- * backend's host gradients and parameters (TrainBackend.host_grads, host_params), with ZeRO 1-3
+ * backend's host gradients and parameters (TrainBackend.hostopt.host_grads, state.host_params), with ZeRO 1-3
  * (the backend's attach_optimizer hands -z >= 2 buckets to it) and, --offload optimizer, the norm
  * from the backend's per-bucket sums of squares and the update bucket by bucket, each bucket's
  * parameters queued back to the device as soon as they are final.
@@ -24,7 +24,7 @@ typedef struct {
 } HostAdamW;
 
 /* Builds h for tc's -z, --optim-state and --offload over be's parameter table, attaches it to the
- * backend (be->attach_optimizer: -z >= 2 buckets, -z 3 parameter shard) and fills o with its ops. */
+ * backend (be->hostopt.attach_optimizer: -z >= 2 buckets, -z 3 parameter shard) and fills o with its ops. */
 void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, TrainBackend *be, Dist *d);
 
 #ifdef __cplusplus

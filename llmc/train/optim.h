@@ -2,7 +2,7 @@
  * optim.h - the training loop's optimizer: AdamW over host fp32 parameters and gradients, its
  * moments sharded over the ranks of the run (ZeRO), and the loss normalisation of a step.
  *
- * The backend only computes gradients (TrainBackend.host_grads); this module reduces them over
+ * The backend only computes gradients (TrainBackend.hostopt.host_grads); this module reduces them over
  * the ranks, computes the global gradient norm, applies AdamW to the shard this rank owns, and
  * gathers the updated parameters back to every rank.
  *

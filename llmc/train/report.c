@@ -81,7 +81,7 @@ void sample_text_generate(TrainBackend *be, const SampleText *st, Rng *rng, int 
     printf("generating:\n---\n");
     for (int n = 1; n <= gen_tokens; n++) {
         int window = n < T ? n : T;
-        const float *logits = be->next_logits(be->model, tokens + n - window, window);
+        const float *logits = be->ops.next_logits(be->model, tokens + n - window, window);
         tokens[n] = sample_softmax(logits, be->cfg.vocab_size, rng_f32(rng));
         print_token(st, tokens[n]);
         fflush(stdout);

@@ -65,7 +65,7 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
     double sum = 0.0;
     for (int i = 0; i < batches; i++) {
         dataloader_next(val, inputs, targets);
-        sum += be->eval_loss(be->model, inputs, targets, B, T);
+        sum += be->ops.eval_loss(be->model, inputs, targets, B, T);
     }
     Dist *d = dist_world();
     dist_allreduce_f64(d, &sum, 1); /* every rank evaluated its slice of each global batch */
@@ -83,7 +83,7 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
     char *mine = (char *)mallocCheck(CAP, "configuration text"), *root = (char *)mallocCheck(CAP, "configuration text");
     size_t n = train_config_to_text(&c, mine, CAP - 256);
     uLong crc = crc32(0L, Z_NULL, 0);
-    const unsigned char *p = (const unsigned char *)be->host_params;
+    const unsigned char *p = (const unsigned char *)be->state.host_params;
     for (size_t left = be->num_parameters * sizeof(float); left > 0;) {
         uInt k = left > (1u << 30) ? (1u << 30) : (uInt)left;
         crc = crc32(crc, p, k);
@@ -287,7 +287,7 @@ static void run_setup(Run *r) {
     if (tc->zero_stage > r->opt.zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, r->opt.zero_max);
     /* what is allocated now must be this rank's plan, class by class */
-    train_memory_plan(&r->rc, &be->cfg, be->plan, host_optimizer, be->gpu ? "GPU" : "CPU", &r->plan);
+    train_memory_plan(&r->rc, &be->cfg, be->ops.plan, host_optimizer, be->gpu ? "GPU" : "CPU", &r->plan);
     mem_check_plan(&r->plan);
     r->leak_class = train_planted_leak_class();
     rng_seed(&r->sampler_rng, tc->seed ^ 0x5A3C9E1Dull);
@@ -317,7 +317,7 @@ static void run_print_start(const Run *r) {
            r->B, r->T, r->P, r->accum, r->max_steps, r->resume_step >= 0 ? " (resuming)" : "");
     if (r->P > 1) printf("processes: %d ranks started by %s\n", r->P, r->dist->launcher);
     if (r->resume_step >= 0) printf("resumed from step %d in '%s'\n", r->resume_step, r->tc->output_dir);
-    be->print_memory(be->model, stdout);
+    be->state.print_memory(be->model, stdout);
     if (r->opt.print_memory) r->opt.print_memory(r->opt.ctx, stdout);
     printf("memory plan: %zu bytes accounted = the plan, class by class (--plan prints it)\n", mem_live_total(be->gpu));
     fflush(stdout);
@@ -339,7 +339,7 @@ static void run_validate(Run *r, int step) {
 static float run_gradients(Run *r, StepResult *s) {
     TrainBackend *be = r->be;
     const int B = r->B, T = r->T;
-    r->be->zero_grad(be->model);
+    r->be->ops.zero_grad(be->model);
     if (r->opt.zero_grad) r->opt.zero_grad(r->opt.ctx);
     double loss_sum = 0.0;
     if (!r->tc->overfit_batch || !r->have_overfit_batch) {
@@ -353,9 +353,9 @@ static float run_gradients(Run *r, StepResult *s) {
         size_t row = ((size_t)micro * r->P + (size_t)r->dist->rank) * (size_t)B;
         memcpy(r->inputs, r->step_inputs + row * T, (size_t)B * T * sizeof(int));
         memcpy(r->targets, r->step_targets + row * T, (size_t)B * T * sizeof(int));
-        loss_sum += be->train_micro_step(be->model, r->inputs, r->targets, B, T, loss_weight);
+        loss_sum += be->ops.train_micro_step(be->model, r->inputs, r->targets, B, T, loss_weight);
     }
-    if (be->step_loss) loss_sum = be->step_loss(be->model); /* (the returns above were not waited for) */
+    if (be->ops.step_loss) loss_sum = be->ops.step_loss(be->model); /* (the returns above were not waited for) */
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
     dist_allreduce_f64(r->dist, &loss_sum, 1);
@@ -399,7 +399,7 @@ static void run_print_step(const Run *r, const StepResult *s) {
     char extra[256] = "", elapsed[32], eta[32], comm[96] = "";
     const TrainBackend *be = r->be;
     if (r->P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
-    if (be->step_extras) be->step_extras(be->model, s->step_ms, s->tok_s, extra, sizeof extra, NULL);
+    if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, extra, sizeof extra, NULL);
     else
         snprintf(extra, sizeof extra, " | mem %.2f GiB (peak %.2f)", mem_live_total(0) / 1073741824.0,
                  mem_peak_total(0) / 1073741824.0);
@@ -432,16 +432,16 @@ static void run_log_step(Run *r, const StepResult *s) {
         log_int(lg, "comm_bytes", s->comm_bytes);
     }
     if (s->skip) log_string(lg, "skipped", s->skip);
-    if (be->step_extras) be->step_extras(be->model, s->step_ms, s->tok_s, NULL, 0, lg);
+    if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, NULL, 0, lg);
     log_int(lg, "mem_bytes", (long long)mem_live_total(be->gpu));
     log_int(lg, "mem_peak_bytes", (long long)mem_peak_total(be->gpu));
     log_object_begin(lg, "mem_by_class");
     for (int c = 0; c < MEM_NUM_CLASSES; c++)
         if (mem_live((MemClass)c, be->gpu)) log_int(lg, mem_class_names[c], (long long)mem_live((MemClass)c, be->gpu));
     log_object_end(lg);
-    if (be->telemetry && r->tc->gpu_log_every > 0 && s->step % r->tc->gpu_log_every == 0) {
+    if (be->report.telemetry && r->tc->gpu_log_every > 0 && s->step % r->tc->gpu_log_every == 0) {
         char gpu[512];
-        be->telemetry(be->model, gpu, sizeof gpu, lg);
+        be->report.telemetry(be->model, gpu, sizeof gpu, lg);
         printf("gpu  %5d/%d%s\n", s->step, r->max_steps, gpu);
         fflush(stdout);
     }
