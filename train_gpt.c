@@ -13,6 +13,10 @@
 #include "llmc/train/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
+#include "llmc/cpu/lora.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/adapter.h"
+#include "llmc/formats/rundir.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/arch.h"
 #include "llmc/train/optim.h"
@@ -49,7 +53,128 @@ static float cpu_eval_loss(void *r, const int *inputs, const int *targets, int B
     return run->a->forward(run->model, inputs, targets, B, T, 0.0f);
 }
 
-static void cpu_zero_grad(void *r) { ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model); }
+/* ---- LoRA (llmc/cpu/lora.h): adapters on a frozen base ---------------------------------------- */
+/* The run's adapters: their table (from the flags, or --adapter's / the resumed checkpoint's
+ * adapter_config.json), arenas, and the base's CRC (of its fp32 parameters as loaded). */
+static LoraRun run_lora;
+static LoraConfig run_lora_cfg;
+static int use_lora;
+static uint32_t run_base_crc;
+static char run_base_name[1100];
+
+/* The adapter directory of checkpoint step in dir (a run file: rundir.h). */
+static void lora_checkpoint_dir(const char *dir, int step, char *out, size_t len) { rundir_adapter_dir(dir, step, out, len); }
+
+/* Whether two target lists select the same modules of the model. */
+static int lora_same_targets(const char *a, const char *b, int rank) {
+    LoraConfig x, y;
+    char err[512];
+    const ModelConfig *cfg = arch_config_base(&run_arch);
+    if (lora_config_build(&x, run_cpu->lora_family, cfg, rank, 8.0f, 0, a, err, sizeof err) ||
+        lora_config_build(&y, run_cpu->lora_family, cfg, rank, 8.0f, 0, b, err, sizeof err) || x.num_modules != y.num_modules)
+        return 0;
+    for (int i = 0; i < x.num_modules; i++)
+        if (strcmp(x.modules[i].path, y.modules[i].path) != 0) return 0;
+    return 1;
+}
+
+/* run_lora_cfg for tc on the model: the flags, or the adapter directory's config (from_dir, '' = none),
+ * which the flags given must agree with. Dies naming the flag or file. */
+static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
+    int rank = tc->lora_rank, rslora = tc->use_rslora;
+    float alpha = tc->lora_alpha;
+    char targets[512];
+    snprintf(targets, sizeof targets, "%s", tc->lora_targets);
+    if (from_dir[0]) {
+        AdapterFileConfig fc;
+        adapter_read_config(from_dir, &fc);
+        if (rank && rank != fc.rank) llmc_die("--lora-rank %d differs from the adapter's r = %d (%s/adapter_config.json)", rank, fc.rank, from_dir);
+        if (alpha != 8.0f && alpha != fc.alpha) /* (8: the flag's default, PEFT's) */
+            llmc_die("--lora-alpha %g differs from the adapter's lora_alpha = %g (%s/adapter_config.json)", (double)alpha,
+                     (double)fc.alpha, from_dir);
+        if (rslora && !fc.rslora) llmc_die("--use-rslora 1 differs from the adapter's use_rslora false (%s/adapter_config.json)", from_dir);
+        if (targets[0] && !lora_same_targets(targets, fc.targets, fc.rank))
+            llmc_die("--lora-targets %s selects other modules than the adapter's target_modules %s (%s/adapter_config.json)",
+                     targets, fc.targets, from_dir);
+        if (fc.dropout != 0.0f && tc->max_steps != 0)
+            llmc_die("%s/adapter_config.json: lora_dropout %g: dropout is not supported when training (evaluate with -x 0, "
+                     "or set it to 0)", from_dir, (double)fc.dropout);
+        rank = fc.rank, alpha = fc.alpha, rslora = fc.rslora;
+        snprintf(targets, sizeof targets, "%s", fc.targets);
+    }
+    if (!run_cpu->lora_family)
+        llmc_die("--lora-rank: the CPU trainer has no LoRA sites for %s models (GPT-2 and Llama have them)", run_arch.arch->display);
+    char err[512];
+    if (lora_config_build(&run_lora_cfg, run_cpu->lora_family, arch_config_base(&run_arch), rank, alpha, rslora, targets, err,
+                          sizeof err) != 0)
+        llmc_die("%s", err);
+}
+
+/* Which ZeRO stages and flags go with adapters: the base is frozen and whole on every rank (no
+ * gradient to shard); the adapter's moments shard at -z 1. */
+static void lora_check_flags(const TrainConfig *tc) {
+    if (tc->zero_stage >= 2)
+        llmc_die("-z %d with LoRA: the frozen base has no gradients to shard and the adapter is small; use -z 0 or -z 1 "
+                 "(the adapter's AdamW moments sharded over the ranks)", tc->zero_stage);
+    if (tc->save_hf) llmc_die("--save-hf 1 with LoRA: checkpoints are adapter directories (PEFT's format); merging into a "
+                              "Hugging Face model is not built yet");
+    if (tc->ckpt_bf16) llmc_die("--checkpoint-bf16 1 with LoRA: adapters are written in fp32 (PEFT's float32)");
+}
+
+static uint32_t cpu_lora_save(void *r, const char *dir, int step, const float *params) {
+    (void)r;
+    char path[4200];
+    lora_checkpoint_dir(dir, step, path, sizeof path);
+    return adapter_save(path, &run_lora_cfg, params, run_base_crc, run_base_name);
+}
+
+static void cpu_lora_model_path(void *r, const char *dir, int step, int what, char *path, size_t len) {
+    (void)r;
+    char d[4200];
+    lora_checkpoint_dir(dir, step, d, sizeof d);
+    if (what == 1) snprintf(path, len, "%s", d);
+    else adapter_model_path(d, path, len);
+}
+
+/* The adapters for the built model (its base parameters loaded): the table, A and B from the seed
+ * or from the adapter directory (the resumed checkpoint's, else --adapter's), the base's CRC checked
+ * against the one the directory records; the model's sites get them (its base is then frozen). */
+static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
+    char from[4200] = "";
+    if (resume_step >= 0) lora_checkpoint_dir(tc->output_dir, resume_step, from, sizeof from);
+    else snprintf(from, sizeof from, "%s", tc->adapter);
+    lora_config_for(tc, from);
+    CpuModelParts parts = run->a->parts(run->model);
+    run_base_crc = sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float));
+    snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
+    lora_run_init(&run_lora, &run_lora_cfg, tc->seed);
+    if (from[0]) {
+        int has_crc;
+        uint32_t crc = 0;
+        adapter_load(from, &run_lora_cfg, run_lora.params, &has_crc, &crc);
+        if (has_crc && crc != run_base_crc)
+            llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, -e %s has %08x "
+                     "(give the -e it was trained on)", from, (unsigned)crc, tc->init, (unsigned)run_base_crc);
+    }
+    run->a->set_lora(run->model, &run_lora);
+    use_lora = 1;
+}
+
+/* The plan's figures with adapters: the base's parameters plus the adapter's, gradients and AdamW
+ * state for the adapter only (p->num_parameters: what trains), the saved A x per module and layer. */
+static void lora_plan(const TrainConfig *tc, MemPlan *p) {
+    const size_t n = run_lora_cfg.num_parameters;
+    p->num_parameters = n;
+    p->host[MEM_PARAMETERS] += n * sizeof(float);
+    int training = p->host[MEM_GRADIENTS] != 0;
+    p->host[MEM_GRADIENTS] = training ? n * sizeof(float) : 0;
+    p->host[MEM_ACTIVATIONS] += lora_plan_activations(&run_lora_cfg, tc->B, tc->T, training);
+}
+
+static void cpu_zero_grad(void *r) {
+    ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model);
+    if (use_lora && run_lora.grads) memset(run_lora.grads, 0, run_lora_cfg.num_parameters * sizeof(float));
+}
 
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     CpuRun *run = (CpuRun *)r;
@@ -66,6 +191,7 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    if (tc->lora_rank || tc->adapter[0]) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
@@ -115,6 +241,15 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
     be->ops.next_logits = cpu_next_logits;
     if (shard_stage(tc)) be->hostopt.attach_optimizer = cpu_attach_optimizer;
     be->state.print_memory = cpu_print_memory;
+    if (use_lora) { /* the loop trains the adapter: its arena is the parameters, the base stays in the model */
+        be->num_parameters = run_lora_cfg.num_parameters;
+        be->state.host_params = run_lora.params;
+        be->hostopt.host_grads = run_lora.grads;
+        be->hostopt.param_specs = run_lora_cfg.specs;
+        be->hostopt.num_param_specs = 2 * run_lora_cfg.num_modules;
+        be->state.save_model = cpu_lora_save;
+        be->state.model_path = cpu_lora_model_path;
+    }
     be->ops.plan = cpu_plan;
 }
 
@@ -130,10 +265,13 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->build(run.model, &run_arch);
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
+    if (tc->lora_rank || tc->adapter[0]) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
+    if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);
     int status = train_run(tc, be, resume_step);
+    if (use_lora) lora_run_free(&run_lora);
     run_cpu->free(run.model);
     free(run.model);
     return status;
@@ -166,8 +304,10 @@ int main(int argc, char **argv) {
     BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     /* --plan: before any process group, run directory or model (-pn gives the rank count); the
      * model's header or name only */
+    if (tc.lora_rank || tc.adapter[0]) lora_check_flags(&tc);
     if (tc.plan) {
         cpu_arch_for_init(tc.init, &tc, &space);
+        if (tc.lora_rank || tc.adapter[0]) lora_config_for(&tc, tc.adapter);
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
@@ -195,6 +335,8 @@ int main(int argc, char **argv) {
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    /* a LoRA run resumes its adapter on the base it was trained on (-e), not on a model file of -o */
+    if (resume_step >= 0 && (tc.lora_rank || tc.adapter[0])) snprintf(init, sizeof init, "%s", tc.init);
     cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
