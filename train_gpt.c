@@ -41,10 +41,13 @@ typedef struct {
     void *model;
 } CpuRun;
 
+static void lora_dump_grads(void); /* (LoRA, below) */
+
 static float cpu_train_micro_step(void *r, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CpuRun *run = (CpuRun *)r;
     float loss = run->a->forward(run->model, inputs, targets, B, T, dloss_scale / (float)(B * T));
     run->a->backward(run->model, inputs, B, T);
+    lora_dump_grads();
     return loss;
 }
 
@@ -110,6 +113,20 @@ static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
         llmc_die("%s", err);
 }
 
+/* The adapter's line under the model's memory table: what trains and what is frozen. */
+static void lora_print_memory(void *r, FILE *out) {
+    if (!use_lora) return;
+    const LoraConfig *c = &run_lora_cfg;
+    char names[512];
+    lora_target_names(c, names, sizeof names);
+    const double MiB = 1048576.0, bytes = (double)c->num_parameters * sizeof(float);
+    fprintf(out, "LoRA: r %d, alpha %g, scale %g%s, targets %s: %zu adapter parameters (%.2f MiB) trained, gradients %.2f "
+                 "MiB, saved A x %.2f MiB; the base's %zu parameters frozen (no gradients, no AdamW state, no master copy)\n",
+            c->rank, (double)c->alpha, (double)c->scale, c->rslora ? " (rsLoRA)" : "", names, c->num_parameters, bytes / MiB,
+            run_lora.grads ? bytes / MiB : 0.0, run_lora.xa_floats * sizeof(float) / MiB,
+            ((CpuRun *)r)->a->parts(((CpuRun *)r)->model).num_parameters);
+}
+
 /* Which ZeRO stages and flags go with adapters: the base is frozen and whole on every rank (no
  * gradient to shard); the adapter's moments shard at -z 1. */
 static void lora_check_flags(const TrainConfig *tc) {
@@ -121,11 +138,31 @@ static void lora_check_flags(const TrainConfig *tc) {
     if (tc->ckpt_bf16) llmc_die("--checkpoint-bf16 1 with LoRA: adapters are written in fp32 (PEFT's float32)");
 }
 
+/* the CRC-32 of the base's fp32 parameters, as the run holds them now */
+static uint32_t base_crc_now(CpuRun *run) {
+    CpuModelParts parts = run->a->parts(run->model);
+    return sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float));
+}
+
+/* Each checkpoint records the base's CRC computed again: the base stays bit-identical through training. */
 static uint32_t cpu_lora_save(void *r, const char *dir, int step, const float *params) {
-    (void)r;
     char path[4200];
     lora_checkpoint_dir(dir, step, path, sizeof path);
-    return adapter_save(path, &run_lora_cfg, params, run_base_crc, run_base_name);
+    uint32_t crc = base_crc_now((CpuRun *)r);
+    if (crc != run_base_crc)
+        llmc_die("internal: the frozen base model changed during training (crc32 %08x, %08x at the start); no adapter written",
+                 (unsigned)crc, (unsigned)run_base_crc);
+    return adapter_save(path, &run_lora_cfg, params, crc, run_base_name);
+}
+
+/* LLMC_LORA_DUMP_GRADS=DIR (tests): the first micro-step's adapter gradients written as an adapter
+ * directory (PEFT's keys and row order), to compare with a reference's. */
+static void lora_dump_grads(void) {
+    static int done;
+    const char *dir = getenv("LLMC_LORA_DUMP_GRADS");
+    if (done || !dir || !dir[0] || !use_lora || dist_world()->rank != 0) return;
+    done = 1;
+    adapter_save(dir, &run_lora_cfg, run_lora.grads, run_base_crc, "gradients (LLMC_LORA_DUMP_GRADS)");
 }
 
 static void cpu_lora_model_path(void *r, const char *dir, int step, int what, char *path, size_t len) {
@@ -144,8 +181,7 @@ static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     if (resume_step >= 0) lora_checkpoint_dir(tc->output_dir, resume_step, from, sizeof from);
     else snprintf(from, sizeof from, "%s", tc->adapter);
     lora_config_for(tc, from);
-    CpuModelParts parts = run->a->parts(run->model);
-    run_base_crc = sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float));
+    run_base_crc = base_crc_now(run);
     snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
     lora_run_init(&run_lora, &run_lora_cfg, tc->seed);
     if (from[0]) {
@@ -183,7 +219,11 @@ static const float *cpu_next_logits(void *r, const int *tokens, int n) {
 }
 
 static void cpu_sync_noop(void *r) { (void)r; }
-static void cpu_print_memory(void *r, FILE *out) { ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out); }
+static void lora_print_memory(void *r, FILE *out);
+static void cpu_print_memory(void *r, FILE *out) {
+    ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out);
+    lora_print_memory(r, out);
+}
 
 /* -z 2/3 shard the model's gradients (and parameters) when it trains (-x 0 only evaluates) */
 static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc->max_steps != 0 ? tc->zero_stage : 0; }
