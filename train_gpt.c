@@ -109,8 +109,10 @@ static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
         llmc_die("--lora-rank: the CPU trainer has no LoRA sites for %s models (GPT-2 and Llama have them)", run_arch.arch->display);
     char err[512];
     if (lora_config_build(&run_lora_cfg, run_cpu->lora_family, arch_config_base(&run_arch), rank, alpha, rslora, targets, err,
-                          sizeof err) != 0)
+                          sizeof err) != 0) {
+        if (from_dir[0]) llmc_die("%s/adapter_config.json: %s", from_dir, err);
         llmc_die("%s", err);
+    }
 }
 
 /* The adapter's line under the model's memory table: what trains and what is frozen. */
