@@ -234,6 +234,30 @@ def check_family(name, w, data):
     report(a == b, f"{name}_resume_bit_exact", "the adapter of step 10 differs after -y 1 from step 5")
 
 
+def check_ranks(w, data):
+    """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
+    losses of one process accumulating the same -d."""
+    g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter")
+    outs = {}
+    for name, launch in [("z0", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]),
+                         ("z1", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]), ("one", [CPU])]:
+        out = os.path.join(w, f"ranks_{name}")
+        args = train_args(g, ga, data, out, 4, ["-d", str(2 * B * T), "--threads", "1"])
+        del args[args.index("-a"):args.index("-a") + 2]
+        if name == "z1":
+            args += ["-z", "1"]
+        p = subprocess.run(launch + args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        if p.returncode != 0:
+            report(False, f"ranks_{name}_runs", (p.stdout + p.stderr)[-1500:])
+            return
+        outs[name] = out
+    key = os.path.join("adapter_00000004", "adapter_model.safetensors")
+    same = open(os.path.join(outs["z0"], key), "rb").read() == open(os.path.join(outs["z1"], key), "rb").read()
+    report(same, "ranks_2_z0_equals_z1", "the adapters of -z 0 and -z 1 differ")
+    ok, err = close(log_losses(outs["z0"]), log_losses(outs["one"]), 1e-5, 1e-6)
+    report(ok and len(log_losses(outs["z0"])) == 4, "ranks_2_match_one_process", f"max |diff| {err:.3g}")
+
+
 def check_errors(w, data):
     g, ga, la = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter"), os.path.join(w, "llama_adapter")
     base = ["-i", data, "-j", data, "-b", str(B), "-t", str(T), "-x", "1", "-v", "0", "-s", "0"]
@@ -287,6 +311,7 @@ def main():
             except Exception as e:  # noqa: BLE001 (a crashed step is a failed check, the others still run)
                 import traceback
                 report(False, f"{name}_runs", (str(e) + traceback.format_exc())[-2500:])
+        check_ranks(w, data)
         check_errors(w, data)
     finally:
         shutil.rmtree(w, ignore_errors=True) if not os.environ.get("LLMC_KEEP") else print("kept", w)
