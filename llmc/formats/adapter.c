@@ -32,6 +32,21 @@ static char *read_file_text(const char *path, const char *what, size_t limit) {
     return buf;
 }
 
+/* j[key]: absent or null -> def; a number -> it; anything else dies naming the file */
+static double number_field(const cJSON *j, const char *key, double def, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v)) return def;
+    if (!cJSON_IsNumber(v)) llmc_die("PEFT adapter config '%s': %s is not a number", path, key);
+    return v->valuedouble;
+}
+
+static int bool_field(const cJSON *j, const char *key, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) llmc_die("PEFT adapter config '%s': %s is not true or false", path, key);
+    return cJSON_IsTrue(v);
+}
+
 void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
@@ -52,14 +67,14 @@ void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > LORA_MAX_RANK)
         llmc_die("PEFT adapter config '%s': r is not a rank between 1 and %d", path, LORA_MAX_RANK);
     out->rank = (int)v->valuedouble;
-    v = cJSON_GetObjectItemCaseSensitive(j, "lora_alpha");
-    out->alpha = cJSON_IsNumber(v) ? (float)v->valuedouble : 8.0f; /* PEFT's default */
-    if (!(out->alpha > 0.0f)) llmc_die("PEFT adapter config '%s': lora_alpha must be positive", path);
-    v = cJSON_GetObjectItemCaseSensitive(j, "lora_dropout");
-    out->dropout = cJSON_IsNumber(v) ? (float)v->valuedouble : 0.0f;
-    v = cJSON_GetObjectItemCaseSensitive(j, "use_rslora");
-    out->rslora = cJSON_IsTrue(v);
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_dora")))
+    double alpha = number_field(j, "lora_alpha", 8.0, path); /* PEFT's default */
+    if (!(alpha > 0.0 && alpha <= 1e6)) llmc_die("PEFT adapter config '%s': lora_alpha must be in (0, 1e6]", path);
+    out->alpha = (float)alpha;
+    double dropout = number_field(j, "lora_dropout", 0.0, path);
+    if (!(dropout >= 0.0 && dropout < 1.0)) llmc_die("PEFT adapter config '%s': lora_dropout must be in [0, 1)", path);
+    out->dropout = (float)dropout;
+    out->rslora = bool_field(j, "use_rslora", path);
+    if (bool_field(j, "use_dora", path))
         llmc_die("PEFT adapter config '%s': use_dora is true; DoRA adapters are not built yet", path);
     v = cJSON_GetObjectItemCaseSensitive(j, "bias");
     if (cJSON_IsString(v) && strcmp(v->valuestring, "none") != 0)
@@ -112,8 +127,11 @@ static int read_base_crc(const char *path, uint32_t *crc) {
                 cJSON *j = cJSON_Parse(json);
                 const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "__metadata__");
                 const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "llmc_base_crc32");
-                unsigned v;
-                if (cJSON_IsString(c) && sscanf(c->valuestring, "%8x", &v) == 1) *crc = v, found = 1;
+                unsigned v = 0;
+                char end;
+                if (c && (!cJSON_IsString(c) || strlen(c->valuestring) != 8 || sscanf(c->valuestring, "%8x%c", &v, &end) != 1))
+                    llmc_die("adapter '%s': its __metadata__ llmc_base_crc32 is not 8 hex digits", path);
+                if (c) *crc = v, found = 1;
                 cJSON_Delete(j);
             }
             free(json);
