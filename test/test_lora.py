@@ -258,6 +258,30 @@ def check_ranks(w, data):
     report(ok and len(log_losses(outs["z0"])) == 4, "ranks_2_match_one_process", f"max |diff| {err:.3g}")
 
 
+def check_rundir(w, data):
+    """adapter_NNNNNNNN/ is a run file: -nk prunes it, --overwrite 1 deletes it, a non-directory of that name is refused."""
+    g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter")
+    d = os.path.join(w, "rundir")
+    run(train_args(g, ga, data, d, 4, ["-n", "1", "-nk", "1"]))
+    left = sorted(f for f in os.listdir(d) if f.startswith("adapter_"))
+    done = sorted("adapter_" + f[5:] for f in os.listdir(d) if f.startswith("DONE_"))
+    # (the newest healthy checkpoint, step 3, is kept too: rundir.h's pruning rule)
+    report(left == done and "adapter_00000001" not in left and "adapter_00000002" not in left,
+           "rundir_prune_adapters", f"after -x 4 -n 1 -nk 1: adapters {left}, DONE markers {done}")
+    open(os.path.join(d, "notes.txt"), "w").write("mine")
+    run(train_args(g, ga, data, d, 2, ["--overwrite", "1"]))
+    left = sorted(os.listdir(d))
+    report("adapter_00000004" not in left and "adapter_00000002" in left and "notes.txt" in left,
+           "rundir_overwrite_adapters", f"after --overwrite 1 -x 2: {left}")
+    d2 = os.path.join(w, "rundir_wrong")
+    os.makedirs(d2)
+    open(os.path.join(d2, "adapter_00000003"), "w").write("not a directory")
+    p = run(train_args(g, ga, data, d2, 1, ["--overwrite", "1"]), expect_ok=False)
+    report(p.returncode == 1 and "has the name of a run file" in p.stdout + p.stderr and
+           open(os.path.join(d2, "adapter_00000003")).read() == "not a directory", "rundir_adapter_name_on_a_file",
+           (p.stdout + p.stderr)[-400:])
+
+
 def check_errors(w, data):
     g, ga, la = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter"), os.path.join(w, "llama_adapter")
     base = ["-i", data, "-j", data, "-b", str(B), "-t", str(T), "-x", "1", "-v", "0", "-s", "0"]
@@ -312,6 +336,7 @@ def main():
                 import traceback
                 report(False, f"{name}_runs", (str(e) + traceback.format_exc())[-2500:])
         check_ranks(w, data)
+        check_rundir(w, data)
         check_errors(w, data)
     finally:
         shutil.rmtree(w, ignore_errors=True) if not os.environ.get("LLMC_KEEP") else print("kept", w)
