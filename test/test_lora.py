@@ -234,6 +234,63 @@ def check_family(name, w, data):
     report(a == b, f"{name}_resume_bit_exact", "the adapter of step 10 differs after -y 1 from step 5")
 
 
+def val_loss(args):
+    p = run(args + ["-x", "0", "-v", "1", "-m", "1", "-s", "0"])
+    vl = [l for l in p.stdout.splitlines() if l.startswith("val loss")]
+    return float(vl[-1].split()[2]) if vl else float("nan")
+
+
+def check_merge(name, w, data):
+    """./hf_convert IN OUT --adapter DIR merges in fp32: the merged model's loss is the unmerged one's
+    (fp32: relative 1e-5; --dtype bf16, rounded once: relative 2e-2)."""
+    model, trained = os.path.join(w, name), os.path.join(w, f"{name}_run", f"adapter_{STEPS:08d}")
+    flags = ["-i", data, "-j", data, "-b", str(B), "-t", str(T)]
+    unmerged = val_loss(["-e", model, "--adapter", trained] + flags)
+    for dtype, rtol in (("fp32", 1e-5), ("bf16", 2e-2)):
+        out = os.path.join(w, f"{name}_merged_{dtype}.bin")
+        p = subprocess.run([os.path.join(ROOT, "hf_convert"), model, out, "--adapter", trained, "--dtype", dtype],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            report(False, f"{name}_merge_{dtype}", (p.stdout + p.stderr)[-800:])
+            continue
+        merged = val_loss(["-e", out] + flags)
+        ok, _ = close(merged, unmerged, rtol, 0)
+        report(ok and "weights changed" in p.stdout, f"{name}_merged_{dtype}_equals_unmerged",
+               f"merged {merged!r}, unmerged {unmerged!r} (rtol {rtol})")
+
+
+def check_generate(w, data):
+    """./generate -e BASE --adapter DIR (unmerged) continues a prompt greedily as the merged model does."""
+    gen, conv = os.path.join(ROOT, "generate"), os.path.join(ROOT, "hf_convert")
+    base_run, lora_run = os.path.join(w, "gen_base"), os.path.join(w, "gen_lora")
+    rng = random.Random(11)
+    big = os.path.join(w, "big.bin")
+    testlib.write_shard(big, [rng.randrange(50257) for _ in range(4096)])
+    flags = ["-i", big, "-j", big, "-b", "2", "-t", "32", "-v", "0", "-s", "0", "--threads", "2"]
+    run(["-e", "d2", "-x", "1", "-o", base_run] + flags)
+    base = os.path.join(base_run, "model_00000001.bin")
+    run(["-e", base, "-x", "3", "-l", "3e-2", "-o", lora_run, "--lora-rank", "8", "--lora-targets", "all-linear"] + flags)
+    adapter = os.path.join(lora_run, "adapter_00000003")
+    merged = os.path.join(w, "gen_merged.bin")
+    p = subprocess.run([conv, base, merged, "--adapter", adapter, "--dtype", "fp32"], capture_output=True, text=True)
+    tok = subprocess.run([os.path.join(ROOT, "tokenizer"), "find-gpt2"], capture_output=True, text=True, cwd=ROOT)
+    if not report(tok.returncode == 0, "generate_gpt2_tokenizer_files", tok.stderr[-300:]):
+        return
+    g = ["--prompt", "The king said", "--temperature", "0", "-g", "16", "--threads", "1", "--tokenizer",
+         os.path.join(ROOT, tok.stdout.strip())]
+    a = subprocess.run([gen, "-e", base, "--adapter", adapter] + g, capture_output=True)
+    b = subprocess.run([gen, "-e", merged] + g, capture_output=True)
+    c = subprocess.run([gen, "-e", base] + g, capture_output=True)
+    text = lambda r: r.stdout.split(b"The king said", 1)[-1]  # noqa: E731
+    ok = p.returncode == 0 and a.returncode == 0 and b.returncode == 0 and text(a) == text(b) and text(a) != text(c)
+    report(ok, "generate_adapter_unmerged_equals_merged",
+           f"rc {p.returncode}/{a.returncode}/{b.returncode}; unmerged {text(a)[-120:]!r}, merged {text(b)[-120:]!r}, "
+           f"base {text(c)[-80:]!r} {(a.stderr + b.stderr)[-300:]!r}")
+    other = subprocess.run([gen, "-e", "d2", "--adapter", adapter] + g, capture_output=True)
+    report(other.returncode == 1 and b"trained on another base model" in other.stderr, "generate_adapter_other_base",
+           other.stderr[-300:])
+
+
 def check_ranks(w, data):
     """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
     losses of one process accumulating the same -d."""
@@ -335,6 +392,9 @@ def main():
             except Exception as e:  # noqa: BLE001 (a crashed step is a failed check, the others still run)
                 import traceback
                 report(False, f"{name}_runs", (str(e) + traceback.format_exc())[-2500:])
+        for name in ("gpt2", "llama"):
+            check_merge(name, w, data)
+        check_generate(w, data)
         check_ranks(w, data)
         check_rundir(w, data)
         check_errors(w, data)

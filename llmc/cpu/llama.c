@@ -107,6 +107,8 @@ void llama_shard(LlamaModel *model, int zero, int ranks, int rank, CpuShardHooks
 /* LoRA adapters on a site's output (lora.h), when the model has them */
 #define LORA_FWD(site, out, width, inp) \
     if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, N)
+#define LORA_FWD_N(site, out, width, inp) /* (the decode's n rows) */ \
+    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, n)
 #define LORA_BWD(site, dinp, dout, width, inp) \
     if (model->lora) lora_backward_site(model->lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_##name], l)
@@ -282,6 +284,7 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
         float *kv = c->kv + (size_t)l * c->max_len * KV;
         rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln1w, l), n, C, eps);
         matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), NULL, n, C, QKV);
+        LORA_FWD_N(QKV, c->qkv, QKV, c->ln); /* before RoPE */
         /* positions [pos, pos + n): the cos/sin rows from pos on */
         rope_forward(c->qkv, c->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
         for (int i = 0; i < n; i++) /* cache this position's keys and values (NKV heads each) */
@@ -295,11 +298,14 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
             }
         }
         matmul_forward(c->proj, c->atty, PARAM(attprojw, l), NULL, n, C, C);
+        LORA_FWD_N(ATTPROJ, c->proj, C, c->atty);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
         rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln2w, l), n, C, eps);
         matmul_forward(c->fch, c->ln, PARAM(fcw, l), NULL, n, C, 2 * F);
+        LORA_FWD_N(FC, c->fch, 2 * F, c->ln);
         swiglu_forward(c->fch_swiglu, c->fch, n, F);
         matmul_forward(c->proj, c->fch_swiglu, PARAM(fcprojw, l), NULL, n, F, C);
+        LORA_FWD_N(FCPROJ, c->proj, C, c->fch_swiglu);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
     }
     rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(lnfw, 0), n, C, eps);

@@ -164,6 +164,33 @@ size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row) {
     return h * HS + 2 * i + p;
 }
 
+size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *specs, int n, float *params) {
+    static const char *const site_weight[LORA_NUM_SITES] = {"qkvw", "attprojw", "fcw", "fcprojw"};
+    size_t changed = 0;
+    const int R = lc->rank;
+    for (int m = 0; m < lc->num_modules; m++) {
+        const LoraModule *mod = &lc->modules[m];
+        const TensorSpec *w = NULL;
+        for (int i = 0; i < n && !w; i++)
+            if (strcmp(specs[i].name, site_weight[mod->site]) == 0) w = &specs[i];
+        if (!w) continue; /* (lora_config_build's families all have the four) */
+        for (int l = 0; l < lc->num_layers; l++) {
+            const float *A = tensor_layer((float *)adapter, &lc->specs[2 * m], l);
+            const float *Bm = tensor_layer((float *)adapter, &lc->specs[2 * m + 1], l);
+            float *W = tensor_layer(params, w, l) + (size_t)mod->out_offset * mod->in;
+            for (int r = 0; r < mod->out; r++)
+                for (int c = 0; c < mod->in; c++) {
+                    double d = 0.0;
+                    for (int k = 0; k < R; k++) d += (double)Bm[(size_t)r * R + k] * A[(size_t)k * mod->in + c];
+                    float *x = &W[(size_t)r * mod->in + c];
+                    *x = (float)((double)*x + (double)lc->scale * d);
+                    changed++;
+                }
+        }
+    }
+    return changed;
+}
+
 void lora_init_parameters(const LoraConfig *lc, float *params, unsigned long long seed) {
     for (int i = 0; i < lc->num_modules; i++) {
         const TensorSpec *a = &lc->specs[2 * i], *b = &lc->specs[2 * i + 1];

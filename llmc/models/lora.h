@@ -80,6 +80,11 @@ void lora_peft_key(const LoraConfig *lc, int m, int l, int which, char *out, siz
 /* Row r of module m's output in PEFT's (HF's) order -> the row in ours (identity but for rope_rows). */
 size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row);
 
+/* Merges the adapter into the base: each targeted module's rows of its site's weight (the base table
+ * specs, n rows, looked up by name: qkvw, attprojw, fcw, fcprojw) get W += scale * B A, the product
+ * summed in double and added with one rounding to fp32. Returns the number of weights changed. */
+size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *specs, int n, float *params);
+
 /* The initial adapter: A Kaiming-uniform from seed (one stream per tensor), B zero. */
 void lora_init_parameters(const LoraConfig *lc, float *params, unsigned long long seed);
 
