@@ -9,7 +9,10 @@ order), fp32, one batch (-a 1):
   - a 10-step trajectory (losses, then the trained adapter's tensors) follows PEFT's with llmc's AdamW;
   - the adapter llmc writes loads in PEFT, whose loss on the batch is llmc's next one (-x 0 --adapter);
   - the base is bit-identical through training (each checkpoint recomputes its CRC: steps 5 and 10 agree);
-  - a run resumed mid-way (-y 1 from step 5) writes the same adapter bytes as one that never stopped.
+  - a run resumed mid-way (-y 1 from step 5) writes the same adapter bytes as one that never stopped;
+  - ./hf_convert --adapter merges: the merged model's loss is the unmerged one's (fp32 1e-5, bf16 2e-2),
+    and ./generate --adapter (unmerged) continues a prompt greedily as the merged model does;
+  - 2 ranks at -z 0 and -z 1 write the same adapter; adapter_NNNNNNNN/ is a run file (-nk, --overwrite 1).
 Bad inputs are clear errors: --lora-rank above min(in, out), r 0 in adapter_config.json, an unknown and
 an unmatched target, an adapter of another base (other weights: CRC; other shapes: tensor), -z 2, and
 --lora-rank on the CUDA trainer ("not built yet on CUDA").
