@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "llmc/train/budget.h"
 #include "llmc/core/check.h"
@@ -64,6 +65,9 @@ static LoraConfig run_lora_cfg;
 static int use_lora;
 static uint32_t run_base_crc;
 static char run_base_name[1100];
+
+/* The flags ask for adapters (a rank, or an adapter directory to start from). */
+static int lora_wanted(const TrainConfig *tc) { return tc->lora_rank || tc->adapter[0]; }
 
 /* The adapter directory of checkpoint step in dir (a run file: rundir.h). */
 static void lora_checkpoint_dir(const char *dir, int step, char *out, size_t len) { rundir_adapter_dir(dir, step, out, len); }
@@ -180,8 +184,15 @@ static void cpu_lora_model_path(void *r, const char *dir, int step, int what, ch
  * against the one the directory records; the model's sites get them (its base is then frozen). */
 static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     char from[4200] = "";
-    if (resume_step >= 0) lora_checkpoint_dir(tc->output_dir, resume_step, from, sizeof from);
-    else snprintf(from, sizeof from, "%s", tc->adapter);
+    struct stat sb;
+    if (resume_step >= 0) {
+        lora_checkpoint_dir(tc->output_dir, resume_step, from, sizeof from);
+        if (stat(from, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            llmc_die("-y 1: the checkpoint of step %d in '%s' has no adapter directory %s: that run trained the whole model; "
+                     "resume it without --lora-rank / --adapter", resume_step, tc->output_dir, from);
+    } else {
+        snprintf(from, sizeof from, "%s", tc->adapter);
+    }
     lora_config_for(tc, from);
     run_base_crc = base_crc_now(run);
     snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
@@ -233,7 +244,7 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
-    if (tc->lora_rank || tc->adapter[0]) lora_plan(tc, p);
+    if (lora_wanted(tc)) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
@@ -307,7 +318,7 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->build(run.model, &run_arch);
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
-    if (tc->lora_rank || tc->adapter[0]) lora_attach(tc, &run, resume_step);
+    if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
     if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
@@ -346,10 +357,10 @@ int main(int argc, char **argv) {
     BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     /* --plan: before any process group, run directory or model (-pn gives the rank count); the
      * model's header or name only */
-    if (tc.lora_rank || tc.adapter[0]) lora_check_flags(&tc);
+    if (lora_wanted(&tc)) lora_check_flags(&tc);
     if (tc.plan) {
         cpu_arch_for_init(tc.init, &tc, &space);
-        if (tc.lora_rank || tc.adapter[0]) lora_config_for(&tc, tc.adapter);
+        if (lora_wanted(&tc)) lora_config_for(&tc, tc.adapter);
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
@@ -378,7 +389,15 @@ int main(int argc, char **argv) {
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     /* a LoRA run resumes its adapter on the base it was trained on (-e), not on a model file of -o */
-    if (resume_step >= 0 && (tc.lora_rank || tc.adapter[0])) snprintf(init, sizeof init, "%s", tc.init);
+    if (resume_step >= 0 && lora_wanted(&tc)) snprintf(init, sizeof init, "%s", tc.init);
+    if (resume_step >= 0 && !lora_wanted(&tc)) {
+        char adapter[4200];
+        struct stat sb;
+        lora_checkpoint_dir(tc.output_dir, resume_step, adapter, sizeof adapter);
+        if (stat(adapter, &sb) == 0 && S_ISDIR(sb.st_mode))
+            llmc_die("-y 1: the run in '%s' trained LoRA adapters (%s): resume it with its --lora-rank (or --adapter) flags",
+                     tc.output_dir, adapter);
+    }
     cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");

@@ -369,6 +369,12 @@ def check_errors(w, data):
     expect("adapter_of_other_base_crc", ["-e", os.path.join(w, "gpt2_other"), "--adapter", trained] + base,
            "trained on another base model")
     expect("zero_stage_2", ["-e", g, "--lora-rank", "4", "-z", "2"] + base, "-z 2 with LoRA")
+    lora_dir, full_dir = os.path.join(w, "gpt2_run"), os.path.join(w, "full_run")
+    expect("resume_lora_run_without_lora", ["-e", g, "-o", lora_dir, "-y", "1", "--allow-config-change", "1"] + base,
+           "trained LoRA adapters")
+    subprocess.run([CPU, "-e", g, "-o", full_dir] + base, capture_output=True)
+    expect("resume_full_run_with_lora", ["-e", g, "-o", full_dir, "-y", "1", "--lora-rank", "4"] + base,
+           "has no adapter directory")
     cuda = next((p for p in [os.path.join(ROOT, "build", "cudasim", "train_gpt"), os.path.join(ROOT, "train_gpt")]
                  if os.access(p, os.X_OK)), None)
     if cuda:
