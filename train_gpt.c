@@ -338,7 +338,9 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     if (!a) llmc_die("-e %s is a %s model: the CPU trainer has no block sequence for it", init, arch->display);
     if (a->fix_recompute) /* (--plan --json: stdout is the JSON) */
         tc->recompute = a->fix_recompute(tc->recompute, tc->plan && tc->json ? stderr : stdout);
-    *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), a->no_recompute};
+    /* (adapters: -z 0 or 1 only, lora_check_flags) */
+    *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, lora_wanted(tc) ? 1 : OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
+                           a->no_recompute};
     run_cpu = a;
 }
 

@@ -294,6 +294,17 @@ def check_generate(w, data):
            other.stderr[-300:])
 
 
+def check_recompute(w, data):
+    """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter."""
+    g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter")
+    files = []
+    for r in (0, 1, 2):
+        out = os.path.join(w, f"recompute_{r}")
+        run(train_args(g, ga, data, out, 3, ["-r", str(r)]))
+        files.append(open(os.path.join(out, "adapter_00000003", "adapter_model.safetensors"), "rb").read())
+    report(files[0] == files[1] == files[2], "gpt2_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
+
+
 def check_ranks(w, data):
     """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
     losses of one process accumulating the same -d."""
@@ -404,6 +415,7 @@ def main():
         for name in ("gpt2", "llama"):
             check_merge(name, w, data)
         check_generate(w, data)
+        check_recompute(w, data)
         check_ranks(w, data)
         check_rundir(w, data)
         check_errors(w, data)
