@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "llmc/train/budget.h"
 #include "llmc/core/check.h"
@@ -20,6 +19,7 @@
 #include "llmc/formats/rundir.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/arch.h"
+#include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/train.h"
 
@@ -66,57 +66,9 @@ static int use_lora;
 static uint32_t run_base_crc;
 static char run_base_name[1100];
 
-/* The flags ask for adapters (a rank, or an adapter directory to start from). */
-static int lora_wanted(const TrainConfig *tc) { return tc->lora_rank || tc->adapter[0]; }
-
-/* The adapter directory of checkpoint step in dir (a run file: rundir.h). */
-static void lora_checkpoint_dir(const char *dir, int step, char *out, size_t len) { rundir_adapter_dir(dir, step, out, len); }
-
-/* Whether two target lists select the same modules of the model. */
-static int lora_same_targets(const char *a, const char *b, int rank) {
-    LoraConfig x, y;
-    char err[512];
-    const ModelConfig *cfg = arch_config_base(&run_arch);
-    if (lora_config_build(&x, run_cpu->lora_family, cfg, rank, 8.0f, 0, a, err, sizeof err) ||
-        lora_config_build(&y, run_cpu->lora_family, cfg, rank, 8.0f, 0, b, err, sizeof err) || x.num_modules != y.num_modules)
-        return 0;
-    for (int i = 0; i < x.num_modules; i++)
-        if (strcmp(x.modules[i].path, y.modules[i].path) != 0) return 0;
-    return 1;
-}
-
-/* run_lora_cfg for tc on the model: the flags, or the adapter directory's config (from_dir, '' = none),
- * which the flags given must agree with. Dies naming the flag or file. */
+/* run_lora_cfg for tc on the model (the flags, or from_dir's adapter_config.json). */
 static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
-    int rank = tc->lora_rank, rslora = tc->use_rslora;
-    float alpha = tc->lora_alpha;
-    char targets[512];
-    snprintf(targets, sizeof targets, "%s", tc->lora_targets);
-    if (from_dir[0]) {
-        AdapterFileConfig fc;
-        adapter_read_config(from_dir, &fc);
-        if (rank && rank != fc.rank) llmc_die("--lora-rank %d differs from the adapter's r = %d (%s/adapter_config.json)", rank, fc.rank, from_dir);
-        if (alpha != 8.0f && alpha != fc.alpha) /* (8: the flag's default, PEFT's) */
-            llmc_die("--lora-alpha %g differs from the adapter's lora_alpha = %g (%s/adapter_config.json)", (double)alpha,
-                     (double)fc.alpha, from_dir);
-        if (rslora && !fc.rslora) llmc_die("--use-rslora 1 differs from the adapter's use_rslora false (%s/adapter_config.json)", from_dir);
-        if (targets[0] && !lora_same_targets(targets, fc.targets, fc.rank))
-            llmc_die("--lora-targets %s selects other modules than the adapter's target_modules %s (%s/adapter_config.json)",
-                     targets, fc.targets, from_dir);
-        if (fc.dropout != 0.0f && tc->max_steps != 0)
-            llmc_die("%s/adapter_config.json: lora_dropout %g: dropout is not supported when training (evaluate with -x 0, "
-                     "or set it to 0)", from_dir, (double)fc.dropout);
-        rank = fc.rank, alpha = fc.alpha, rslora = fc.rslora;
-        snprintf(targets, sizeof targets, "%s", fc.targets);
-    }
-    if (!run_cpu->lora_family)
-        llmc_die("--lora-rank: the CPU trainer has no LoRA sites for %s models (GPT-2 and Llama have them)", run_arch.arch->display);
-    char err[512];
-    if (lora_config_build(&run_lora_cfg, run_cpu->lora_family, arch_config_base(&run_arch), rank, alpha, rslora, targets, err,
-                          sizeof err) != 0) {
-        if (from_dir[0]) llmc_die("%s/adapter_config.json: %s", from_dir, err);
-        llmc_die("%s", err);
-    }
+    lora_resolve_config(tc, run_cpu->lora_family, run_arch.arch->display, arch_config_base(&run_arch), from_dir, &run_lora_cfg);
 }
 
 /* The adapter's line under the model's memory table: what trains and what is frozen. */
@@ -133,17 +85,6 @@ static void lora_print_memory(void *r, FILE *out) {
             ((CpuRun *)r)->a->parts(((CpuRun *)r)->model).num_parameters);
 }
 
-/* Which ZeRO stages and flags go with adapters: the base is frozen and whole on every rank (no
- * gradient to shard); the adapter's moments shard at -z 1. */
-static void lora_check_flags(const TrainConfig *tc) {
-    if (tc->zero_stage >= 2)
-        llmc_die("-z %d with LoRA: the frozen base has no gradients to shard and the adapter is small; use -z 0 or -z 1 "
-                 "(the adapter's AdamW moments sharded over the ranks)", tc->zero_stage);
-    if (tc->save_hf) llmc_die("--save-hf 1 with LoRA: checkpoints are adapter directories (PEFT's format); merging into a "
-                              "Hugging Face model is not built yet");
-    if (tc->ckpt_bf16) llmc_die("--checkpoint-bf16 1 with LoRA: adapters are written in fp32 (PEFT's float32)");
-}
-
 /* the CRC-32 of the base's fp32 parameters, as the run holds them now */
 static uint32_t base_crc_now(CpuRun *run) {
     CpuModelParts parts = run->a->parts(run->model);
@@ -153,7 +94,7 @@ static uint32_t base_crc_now(CpuRun *run) {
 /* Each checkpoint records the base's CRC computed again: the base stays bit-identical through training. */
 static uint32_t cpu_lora_save(void *r, const char *dir, int step, const float *params) {
     char path[4200];
-    lora_checkpoint_dir(dir, step, path, sizeof path);
+    rundir_adapter_dir(dir, step, path, sizeof path);
     uint32_t crc = base_crc_now((CpuRun *)r);
     if (crc != run_base_crc)
         llmc_die("internal: the frozen base model changed during training (crc32 %08x, %08x at the start); no adapter written",
@@ -174,7 +115,7 @@ static void lora_dump_grads(void) {
 static void cpu_lora_model_path(void *r, const char *dir, int step, int what, char *path, size_t len) {
     (void)r;
     char d[4200];
-    lora_checkpoint_dir(dir, step, d, sizeof d);
+    rundir_adapter_dir(dir, step, d, sizeof d);
     if (what == 1) snprintf(path, len, "%s", d);
     else adapter_model_path(d, path, len);
 }
@@ -183,28 +124,13 @@ static void cpu_lora_model_path(void *r, const char *dir, int step, int what, ch
  * or from the adapter directory (the resumed checkpoint's, else --adapter's), the base's CRC checked
  * against the one the directory records; the model's sites get them (its base is then frozen). */
 static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
-    char from[4200] = "";
-    struct stat sb;
-    if (resume_step >= 0) {
-        lora_checkpoint_dir(tc->output_dir, resume_step, from, sizeof from);
-        if (stat(from, &sb) != 0 || !S_ISDIR(sb.st_mode))
-            llmc_die("-y 1: the checkpoint of step %d in '%s' has no adapter directory %s: that run trained the whole model; "
-                     "resume it without --lora-rank / --adapter", resume_step, tc->output_dir, from);
-    } else {
-        snprintf(from, sizeof from, "%s", tc->adapter);
-    }
+    char from[4200];
+    lora_start_dir(tc, resume_step, from, sizeof from);
     lora_config_for(tc, from);
     run_base_crc = base_crc_now(run);
     snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
     lora_run_init(&run_lora, &run_lora_cfg, tc->seed);
-    if (from[0]) {
-        int has_crc;
-        uint32_t crc = 0;
-        adapter_load(from, &run_lora_cfg, run_lora.params, &has_crc, &crc);
-        if (has_crc && crc != run_base_crc)
-            llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, -e %s has %08x "
-                     "(give the -e it was trained on)", from, (unsigned)crc, tc->init, (unsigned)run_base_crc);
-    }
+    if (from[0]) lora_load_start(from, &run_lora_cfg, run_lora.params, run_base_crc, tc->init);
     run->a->set_lora(run->model, &run_lora);
     use_lora = 1;
 }
@@ -390,16 +316,7 @@ int main(int argc, char **argv) {
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
-    /* a LoRA run resumes its adapter on the base it was trained on (-e), not on a model file of -o */
-    if (resume_step >= 0 && lora_wanted(&tc)) snprintf(init, sizeof init, "%s", tc.init);
-    if (resume_step >= 0 && !lora_wanted(&tc)) {
-        char adapter[4200];
-        struct stat sb;
-        lora_checkpoint_dir(tc.output_dir, resume_step, adapter, sizeof adapter);
-        if (stat(adapter, &sb) == 0 && S_ISDIR(sb.st_mode))
-            llmc_die("-y 1: the run in '%s' trained LoRA adapters (%s): resume it with its --lora-rank (or --adapter) flags",
-                     tc.output_dir, adapter);
-    }
+    lora_resume_init(&tc, resume_step, init, sizeof init); /* a LoRA run resumes on -e, its base */
     cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
