@@ -10,6 +10,7 @@
 #include "llmc/formats/hf.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
+#include "llmc/train/lora.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -40,7 +41,7 @@ void train_check_init(TrainConfig *tc) {
                      tc->init, tc->init, step, tc->init);
     }
     if (!tc->plan || !tc->resume || !tc->output_dir[0]) return;
-    if (tc->lora_rank || tc->adapter[0]) return; /* a LoRA run resumes on -e, its base (train_gpt.c) */
+    if (lora_wanted(tc)) return; /* a LoRA run resumes on -e, its base (lora.h's lora_resume_init) */
     int step = checkpoint_latest_step(tc->output_dir);
     if (step < 0) return; /* -y 1 starts a new run from -e */
     FILE *out = tc->json ? stderr : stdout; /* (--plan --json: stdout is the JSON) */
