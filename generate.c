@@ -12,6 +12,9 @@
 #include "llmc/core/check.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
+#include "llmc/cpu/lora.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/adapter.h"
 #include "llmc/formats/arch.h"
 #include "llmc/generate/generate.h"
 
@@ -28,7 +31,31 @@ typedef struct {
     ArchConfig ac;
     void *model, *cache;
     char blas[320];
+    LoraRun lora; /* --adapter's (cfg.num_parameters 0: none) */
 } CpuGenerator;
+
+/* --adapter DIR on the loaded base: PEFT's adapter, unmerged (the forward adds s B (A x) at each
+ * targeted module); an adapter trained on another base (the CRC it records, or its shapes) is an error. */
+static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
+    if (!cg->a->lora_family) llmc_die("--adapter %s: ./generate has no LoRA sites for %s models", g->adapter, cg->ac.arch->display);
+    AdapterFileConfig fc;
+    adapter_read_config(g->adapter, &fc);
+    LoraConfig lc;
+    char err[512];
+    if (lora_config_build(&lc, cg->a->lora_family, arch_config_base(&cg->ac), fc.rank, fc.alpha, fc.rslora, fc.targets, err,
+                          sizeof err) != 0)
+        llmc_die("%s/adapter_config.json: %s", g->adapter, err);
+    CpuModelParts parts = cg->a->parts(cg->model);
+    uint32_t base = sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float)), crc = 0;
+    int has_crc;
+    lora_run_init(&cg->lora, &lc, 0);
+    adapter_load(g->adapter, &lc, cg->lora.params, &has_crc, &crc);
+    if (has_crc && crc != base)
+        llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, -e %s has %08x", g->adapter,
+                 (unsigned)crc, g->init, (unsigned)base);
+    lora_run_allocate(&cg->lora, 1, GENERATE_CHUNK, 0);
+    cg->a->set_lora(cg->model, &cg->lora);
+}
 
 static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *num_parameters, char *desc, size_t len) {
     CpuGenerator *cg = (CpuGenerator *)self;
@@ -44,11 +71,12 @@ static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *n
     cg->a->build(cg->model, &cg->ac);
     CpuModelParts parts = cg->a->parts(cg->model);
     cg->ac.arch->load_init(g->init, &cg->ac, *parts.params, parts.num_parameters, g->seed);
+    if (g->adapter) cpu_load_adapter(cg, g);
     cg->cache = callocCheck(1, cg->a->cache_size, "KV cache");
     cg->a->kvcache_init(cg->cache, cg->model, GENERATE_CHUNK);
     char what[160];
     cg->a->describe(&cg->ac, what, sizeof what);
-    snprintf(desc, len, "CPU fp32, %sblas: %s", what, cg->blas);
+    snprintf(desc, len, "CPU fp32, %s%sblas: %s", what, g->adapter ? "LoRA adapter (unmerged), " : "", cg->blas);
     *cfg = *arch_config_base(&cg->ac);
     *num_parameters = parts.num_parameters;
 }
@@ -65,6 +93,7 @@ static void cpu_free(void *self) {
     free(cg->cache);
     cg->a->free(cg->model);
     free(cg->model);
+    if (cg->lora.params) lora_run_free(&cg->lora);
 }
 
 int main(int argc, char **argv) {

@@ -28,10 +28,43 @@
 #include "llmc/formats/llamafile.h"
 #include "llmc/models/llama.h"
 #include "llmc/models/gpt2.h"
+#include "llmc/models/lora.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/adapter.h"
+
+/* --adapter DIR: a PEFT LoRA adapter merged into IN's weights before OUT is written */
+static const char *adapter_dir;
+
+/* Merges --adapter into params (IN's fp32 weights): W += s B A, summed in double and rounded once to
+ * fp32 (then once more to bf16 when OUT is bf16). The adapter must have been trained on IN (the CRC it
+ * records, or its shapes). */
+static void merge_adapter(const ArchConfig *ac, float *params, size_t n) {
+    if (!adapter_dir) return;
+    const int family = ac->arch == &llama3_arch ? LORA_FAMILY_LLAMA : ac->arch == &gpt2_arch ? LORA_FAMILY_GPT2 : 0;
+    AdapterFileConfig fc;
+    adapter_read_config(adapter_dir, &fc);
+    LoraConfig lc;
+    char err[512];
+    if (lora_config_build(&lc, family, arch_config_cbase(ac), fc.rank, fc.alpha, fc.rslora, fc.targets, err, sizeof err))
+        llmc_die("%s/adapter_config.json: %s", adapter_dir, err);
+    float *adapter = (float *)mallocCheck(lc.num_parameters * sizeof(float), "adapter");
+    int has_crc;
+    uint32_t crc = 0, base = sumfile_crc_update(0, params, n * sizeof(float));
+    adapter_load(adapter_dir, &lc, adapter, &has_crc, &crc);
+    if (has_crc && crc != base)
+        llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, this input has %08x",
+                 adapter_dir, (unsigned)crc, (unsigned)base);
+    TensorSpec specs[64];
+    if (ac->arch->num_param_specs > 64) llmc_die("internal: parameter table too large");
+    ac->arch->parameter_specs(ac, specs);
+    size_t changed = lora_merge(&lc, adapter, specs, ac->arch->num_param_specs, params);
+    printf("merged LoRA adapter '%s' (r %d, scale %g): %zu weights changed\n", adapter_dir, lc.rank, (double)lc.scale, changed);
+    free(adapter);
+}
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: ./hf_convert IN OUT [--dtype fp32|bf16]\n\n"
+            "usage: ./hf_convert IN OUT [--dtype fp32|bf16] [--adapter DIR]\n\n"
             "  IN an llm.c model file (model_*.bin, fp32 or bf16): OUT is written as a Hugging Face directory\n"
             "     (config.json, model.safetensors, model.safetensors.sum)\n"
             "  IN a Hugging Face directory (config.json + model.safetensors or sharded safetensors with\n"
@@ -40,6 +73,8 @@ static void usage(FILE *out) {
             "     directory: OUT is written as --format llmc (llmc's Llama checkpoint), llama3 (llm.c's\n"
             "     Llama 3 file) or hf (HF directory); default: hf for a file, llmc for a directory\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
+            "  --adapter DIR       merge this PEFT LoRA adapter (trained on IN) into the weights first: W += s B A\n"
+            "                      in fp32 (the product summed in double), rounded once to OUT's precision\n"
             "OUT must not exist.\n");
 }
 
@@ -59,6 +94,7 @@ static int convert_llama(const char *in, const char *out, const ArchConfig *ac, 
     size_t n = llama_parameter_specs(cfg, NULL);
     float *params = (float *)mallocCheck(n * sizeof(float), "parameters");
     int in_bf16 = ac->arch->load_init(in, ac, params, n, 0);
+    merge_adapter(ac, params, n);
     const int bf16 = dtype ? strcmp(dtype, "bf16") == 0 : in_bf16;
     if (strcmp(to, "llama3") == 0) llmc_llama3_write(out, cfg, params, n, bf16);
     else if (strcmp(to, "hf") == 0 && from_hf) hf_llama_save_from(out, cfg, params, n, bf16, in); /* its fields kept */
@@ -92,6 +128,9 @@ int main(int argc, char **argv) {
             if (strcmp(format, "llmc") != 0 && strcmp(format, "llama3") != 0 && strcmp(format, "hf") != 0)
                 llmc_die("--format %s: a Llama is written as llmc (llmc's Llama checkpoint), llama3 (llm.c's Llama 3 "
                          "file) or hf (a Hugging Face directory)", format);
+        } else if (strcmp(argv[i], "--adapter") == 0) {
+            if (i + 1 >= argc) llmc_die("flag --adapter needs a value: a PEFT LoRA adapter directory");
+            adapter_dir = argv[++i];
         } else if (argv[i][0] == '-' && argv[i][1] != '\0') {
             usage(stderr);
             llmc_die("unknown flag '%s'", argv[i]);
@@ -120,6 +159,7 @@ int main(int argc, char **argv) {
     float *params = (float *)mallocCheck(numel * sizeof(float), "parameters");
     const int from_hf = hf_is_model_dir(in);
     int bf16 = arch->load_init(in, &ac, params, numel, 0);
+    merge_adapter(&ac, params, numel);
     if (dtype) bf16 = strcmp(dtype, "bf16") == 0;
     if (from_hf) {
         arch->save(out, &ac, params, numel, bf16);

@@ -13,8 +13,13 @@
 #include "llmc/train/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
+#include "llmc/cpu/lora.h"
+#include "llmc/core/sumfile.h"
+#include "llmc/formats/adapter.h"
+#include "llmc/formats/rundir.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/arch.h"
+#include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/train.h"
 
@@ -37,10 +42,13 @@ typedef struct {
     void *model;
 } CpuRun;
 
+static void lora_dump_grads(void); /* (LoRA, below) */
+
 static float cpu_train_micro_step(void *r, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CpuRun *run = (CpuRun *)r;
     float loss = run->a->forward(run->model, inputs, targets, B, T, dloss_scale / (float)(B * T));
     run->a->backward(run->model, inputs, B, T);
+    lora_dump_grads();
     return loss;
 }
 
@@ -55,7 +63,99 @@ static void cpu_eval_losses(void *r, const int *inputs, const int *targets, int 
     memcpy(losses, run->a->losses(run->model), (size_t)B * T * sizeof(float));
 }
 
-static void cpu_zero_grad(void *r) { ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model); }
+/* ---- LoRA (llmc/cpu/lora.h): adapters on a frozen base ---------------------------------------- */
+/* The run's adapters: their table (from the flags, or --adapter's / the resumed checkpoint's
+ * adapter_config.json), arenas, and the base's CRC (of its fp32 parameters as loaded). */
+static LoraRun run_lora;
+static LoraConfig run_lora_cfg;
+static int use_lora;
+static uint32_t run_base_crc;
+static char run_base_name[1100];
+
+/* run_lora_cfg for tc on the model (the flags, or from_dir's adapter_config.json). */
+static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
+    lora_resolve_config(tc, run_cpu->lora_family, run_arch.arch->display, arch_config_base(&run_arch), from_dir, &run_lora_cfg);
+}
+
+/* The adapter's line under the model's memory table: what trains and what is frozen. */
+static void lora_print_memory(void *r, FILE *out) {
+    if (!use_lora) return;
+    const LoraConfig *c = &run_lora_cfg;
+    char names[512];
+    lora_target_names(c, names, sizeof names);
+    const double MiB = 1048576.0, bytes = (double)c->num_parameters * sizeof(float);
+    fprintf(out, "LoRA: r %d, alpha %g, scale %g%s, targets %s: %zu adapter parameters (%.2f MiB) trained, gradients %.2f "
+                 "MiB, saved A x %.2f MiB; the base's %zu parameters frozen (no gradients, no AdamW state, no master copy)\n",
+            c->rank, (double)c->alpha, (double)c->scale, c->rslora ? " (rsLoRA)" : "", names, c->num_parameters, bytes / MiB,
+            run_lora.grads ? bytes / MiB : 0.0, run_lora.xa_floats * sizeof(float) / MiB,
+            ((CpuRun *)r)->a->parts(((CpuRun *)r)->model).num_parameters);
+}
+
+/* the CRC-32 of the base's fp32 parameters, as the run holds them now */
+static uint32_t base_crc_now(CpuRun *run) {
+    CpuModelParts parts = run->a->parts(run->model);
+    return sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float));
+}
+
+/* Each checkpoint records the base's CRC computed again: the base stays bit-identical through training. */
+static uint32_t cpu_lora_save(void *r, const char *dir, int step, const float *params) {
+    char path[4200];
+    rundir_adapter_dir(dir, step, path, sizeof path);
+    uint32_t crc = base_crc_now((CpuRun *)r);
+    if (crc != run_base_crc)
+        llmc_die("internal: the frozen base model changed during training (crc32 %08x, %08x at the start); no adapter written",
+                 (unsigned)crc, (unsigned)run_base_crc);
+    return adapter_save(path, &run_lora_cfg, params, crc, run_base_name);
+}
+
+/* LLMC_LORA_DUMP_GRADS=DIR (tests): the first micro-step's adapter gradients written as an adapter
+ * directory (PEFT's keys and row order), to compare with a reference's. */
+static void lora_dump_grads(void) {
+    static int done;
+    const char *dir = getenv("LLMC_LORA_DUMP_GRADS");
+    if (done || !dir || !dir[0] || !use_lora || dist_world()->rank != 0) return;
+    done = 1;
+    adapter_save(dir, &run_lora_cfg, run_lora.grads, run_base_crc, "gradients (LLMC_LORA_DUMP_GRADS)");
+}
+
+static void cpu_lora_model_path(void *r, const char *dir, int step, int what, char *path, size_t len) {
+    (void)r;
+    char d[4200];
+    rundir_adapter_dir(dir, step, d, sizeof d);
+    if (what == 1) snprintf(path, len, "%s", d);
+    else adapter_model_path(d, path, len);
+}
+
+/* The adapters for the built model (its base parameters loaded): the table, A and B from the seed
+ * or from the adapter directory (the resumed checkpoint's, else --adapter's), the base's CRC checked
+ * against the one the directory records; the model's sites get them (its base is then frozen). */
+static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
+    char from[4200];
+    lora_start_dir(tc, resume_step, from, sizeof from);
+    lora_config_for(tc, from);
+    run_base_crc = base_crc_now(run);
+    snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
+    lora_run_init(&run_lora, &run_lora_cfg, tc->seed);
+    if (from[0]) lora_load_start(from, &run_lora_cfg, run_lora.params, run_base_crc, tc->init);
+    run->a->set_lora(run->model, &run_lora);
+    use_lora = 1;
+}
+
+/* The plan's figures with adapters: the base's parameters plus the adapter's, gradients and AdamW
+ * state for the adapter only (p->num_parameters: what trains), the saved A x per module and layer. */
+static void lora_plan(const TrainConfig *tc, MemPlan *p) {
+    const size_t n = run_lora_cfg.num_parameters;
+    p->num_parameters = n;
+    p->host[MEM_PARAMETERS] += n * sizeof(float);
+    int training = p->host[MEM_GRADIENTS] != 0;
+    p->host[MEM_GRADIENTS] = training ? n * sizeof(float) : 0;
+    p->host[MEM_ACTIVATIONS] += lora_plan_activations(&run_lora_cfg, tc->B, tc->T, training);
+}
+
+static void cpu_zero_grad(void *r) {
+    ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model);
+    if (use_lora && run_lora.grads) memset(run_lora.grads, 0, run_lora_cfg.num_parameters * sizeof(float));
+}
 
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     CpuRun *run = (CpuRun *)r;
@@ -64,7 +164,11 @@ static const float *cpu_next_logits(void *r, const int *tokens, int n) {
 }
 
 static void cpu_sync_noop(void *r) { (void)r; }
-static void cpu_print_memory(void *r, FILE *out) { ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out); }
+static void lora_print_memory(void *r, FILE *out);
+static void cpu_print_memory(void *r, FILE *out) {
+    ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out);
+    lora_print_memory(r, out);
+}
 
 /* -z 2/3 shard the model's gradients (and parameters) when it trains (-x 0 only evaluates) */
 static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc->max_steps != 0 ? tc->zero_stage : 0; }
@@ -72,6 +176,7 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    if (lora_wanted(tc)) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
@@ -122,6 +227,15 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
     be->ops.next_logits = cpu_next_logits;
     if (shard_stage(tc)) be->hostopt.attach_optimizer = cpu_attach_optimizer;
     be->state.print_memory = cpu_print_memory;
+    if (use_lora) { /* the loop trains the adapter: its arena is the parameters, the base stays in the model */
+        be->num_parameters = run_lora_cfg.num_parameters;
+        be->state.host_params = run_lora.params;
+        be->hostopt.host_grads = run_lora.grads;
+        be->hostopt.param_specs = run_lora_cfg.specs;
+        be->hostopt.num_param_specs = 2 * run_lora_cfg.num_modules;
+        be->state.save_model = cpu_lora_save;
+        be->state.model_path = cpu_lora_model_path;
+    }
     be->ops.plan = cpu_plan;
 }
 
@@ -137,10 +251,13 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->build(run.model, &run_arch);
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
+    if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
+    if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);
     int status = train_run(tc, be, resume_step);
+    if (use_lora) lora_run_free(&run_lora);
     run_cpu->free(run.model);
     free(run.model);
     return status;
@@ -154,7 +271,9 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     if (!a) llmc_die("-e %s is a %s model: the CPU trainer has no block sequence for it", init, arch->display);
     if (a->fix_recompute) /* (--plan --json: stdout is the JSON) */
         tc->recompute = a->fix_recompute(tc->recompute, tc->plan && tc->json ? stderr : stdout);
-    *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, OPTIM_MAX_ZERO, 0, mem_process_start_rss(), a->no_recompute};
+    /* (adapters: -z 0 or 1 only, lora_check_flags) */
+    *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, lora_wanted(tc) ? 1 : OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
+                           a->no_recompute};
     run_cpu = a;
 }
 
@@ -173,8 +292,10 @@ int main(int argc, char **argv) {
     BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     /* --plan: before any process group, run directory or model (-pn gives the rank count); the
      * model's header or name only */
+    if (lora_wanted(&tc)) lora_check_flags(&tc);
     if (tc.plan) {
         cpu_arch_for_init(tc.init, &tc, &space);
+        if (lora_wanted(&tc)) lora_config_for(&tc, tc.adapter);
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
@@ -202,6 +323,7 @@ int main(int argc, char **argv) {
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);
+    lora_resume_init(&tc, resume_step, init, sizeof init); /* a LoRA run resumes on -e, its base */
     cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");

@@ -390,6 +390,8 @@ int main(int argc, char **argv) {
     TrainConfig tc;
     train_config_defaults(&tc);
     train_config_parse(&tc, argc, argv, "train_gpt");
+    if (tc.lora_rank || tc.adapter[0]) /* LoRA: the CPU trainer's for now (llmc/cpu/lora.h) */
+        llmc_die("--lora-rank / --adapter: LoRA fine-tuning is not built yet on CUDA; use ./train_gpt_cpu");
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

@@ -20,6 +20,8 @@
 extern "C" {
 #endif
 
+struct LoraRun; /* llmc/cpu/lora.h */
+
 /* A built model's parameter arena, as the trainer's optimizer sees it. params and grads are the
  * addresses of the model's arena pointers: -z 3 (shard) replaces the arena with this rank's shard. */
 typedef struct {
@@ -78,6 +80,12 @@ typedef struct CpuArch {
     void (*kvcache_free)(void *cache);
     const float *(*forward_cached)(const void *model, void *cache, const int *tokens, int n);
     void (*describe)(const ArchConfig *cfg, char *out, size_t len);
+
+    /* LoRA (llmc/cpu/lora.h): the family of module names (llmc/models/lora.h; LORA_FAMILY_NONE: no
+     * adapters) and set_lora, which gives the built model its adapters before allocate (the base is
+     * then frozen). NULL / 0 where the block sequence has no LoRA sites. */
+    int lora_family;
+    void (*set_lora)(void *model, struct LoraRun *lora);
 } CpuArch;
 
 /* The uniform wrappers over a block sequence with llmc/cpu/llama.h's function shapes (P_build(Model *,

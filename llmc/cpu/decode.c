@@ -8,6 +8,7 @@
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 
@@ -58,6 +59,9 @@ static void attention_forward_cached(float *out, float *att, const float *qkv, c
 
 /* Layer l's view of a parameter, from the tensor table. */
 #define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[GPT2_P_##name], l)
+/* LoRA adapters (unmerged) on a site's output, when the model has them */
+#define LORA_FWD(site, out, width, inp) \
+    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, n)
 
 const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *tokens, int n) {
     const ModelConfig *cfg = &model->cfg;
@@ -78,15 +82,19 @@ const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *token
         float *kv = c->kv + (size_t)l * c->max_len * 2 * C;
         layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln1w, l), PARAM(ln1b, l), n, C);
         matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), PARAM(qkvb, l), n, C, 3 * C);
+        LORA_FWD(QKV, c->qkv, 3 * C, c->ln);
         for (int i = 0; i < n; i++) /* cache this position's key and value */
             memcpy(kv + (size_t)(pos + i) * 2 * C, c->qkv + (size_t)i * 3 * C + C, 2 * (size_t)C * sizeof(float));
         attention_forward_cached(c->atty, c->att, c->qkv, kv, pos, n, C, NH);
         matmul_forward(c->proj, c->atty, PARAM(attprojw, l), PARAM(attprojb, l), n, C, C);
+        LORA_FWD(ATTPROJ, c->proj, C, c->atty);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
         layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln2w, l), PARAM(ln2b, l), n, C);
         matmul_forward(c->fch, c->ln, PARAM(fcw, l), PARAM(fcb, l), n, C, F);
+        LORA_FWD(FC, c->fch, F, c->ln);
         gelu_forward(c->fch_gelu, c->fch, (size_t)n * F);
         matmul_forward(c->proj, c->fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), n, F, C);
+        LORA_FWD(FCPROJ, c->proj, C, c->fch_gelu);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
     }
     layernorm_forward(c->ln, c->mean, c->rstd, c->residual, p->lnfw, p->lnfb, n, C);

@@ -12,6 +12,7 @@
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 
@@ -76,6 +77,7 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
     model->dbuf_f2 = model->dbuf_f1 + N * F1;
+    if (model->lora) return; /* a frozen base: no gradients (model->grads stays all NULL) */
     model->grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
     model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
@@ -106,7 +108,12 @@ void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks
 /* Layer l's view of a parameter, gradient or activation, derived from the tensor table (one
  * shared copy for every l when the table keeps a single layer; -z 2/3: the layer's bucket). */
 #define PARAM(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->params_memory, model->zs.cur_params, NULL)
-#define GRAD(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->zs.cur_grads, NULL)
+#define GRAD(name, l) (model->grads_memory ? cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->zs.cur_grads, NULL) : NULL)
+/* LoRA adapters on a site's output (lora.h), when the model has them */
+#define LORA_FWD(site, out, width, inp) \
+    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, N)
+#define LORA_BWD(site, dinp, dout, width, inp) \
+    if (model->lora) lora_backward_site(model->lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[GPT2_A_##name], l)
 /* the residual stream entering block l */
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
@@ -136,13 +143,17 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         float *residual3 = ACT(residual3, l);
         layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
+        LORA_FWD(QKV, qkv, QKV, ln1);
         attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
         matmul_forward(residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
+        LORA_FWD(ATTPROJ, residual2, C, atty);
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
+        LORA_FWD(FC, fch, F, ln2);
         gelu_forward(fch_gelu, fch, (size_t)N * F);
         matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
+        LORA_FWD(FCPROJ, residual3, C, fch_gelu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
     cpu_zero_end_layers(&model->zs);
@@ -158,7 +169,7 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
 
 void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     const ModelConfig *cfg = &model->cfg;
-    if (!model->grads_memory) llmc_die("gpt2_backward: the model was allocated without training buffers");
+    if (!model->grads_memory && !model->lora) llmc_die("gpt2_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
     const int Vp = cfg->padded_vocab_size, N = B * T;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F;
@@ -188,17 +199,20 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
         matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
+        LORA_BWD(FCPROJ, dfch_gelu, dres, C, fch_gelu);
         /* fch_gelu = gelu(fch) */
         gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->dbuf_c;
         matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
+        LORA_BWD(FC, dln2, dfch, F, ln2);
         /* ln2 = layernorm(residual2) */
         layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
                            ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->dbuf_c;
         matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
+        LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(qkv) */
         float *dqkv = model->dbuf_f1;
         attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
@@ -207,6 +221,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
             layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         float *dln1 = model->dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
+        LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
                            ACT(ln1_rstd, l), N, C);
@@ -214,7 +229,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     }
     cpu_zero_end_layers(&model->zs);
     /* encoded = wte[inputs] + wpe */
-    encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C);
+    if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
     cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 

@@ -6,6 +6,7 @@
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/decode.h"
 #include "llmc/cpu/gpt2.h"
+#include "llmc/models/lora.h"
 
 static void arch_build(void *m, const ArchConfig *cfg) { gpt2_build(m, arch_config_cbase(cfg)); }
 static void arch_allocate(void *m, int B, int T, int recompute, int training) { gpt2_allocate(m, B, T, recompute, training); }
@@ -35,6 +36,7 @@ static void arch_kvcache_free(void *c) { kvcache_free(c); }
 static const float *arch_forward_cached(const void *m, void *c, const int *tokens, int n) {
     return gpt2_forward_cached(m, c, tokens, n);
 }
+static void arch_set_lora(void *m, struct LoraRun *lora) { ((GPT2 *)m)->lora = lora; }
 static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
     (void)cfg;
     snprintf(out, len, "%s", "");
@@ -62,4 +64,6 @@ const CpuArch gpt2_cpu_arch = {
     .kvcache_free = arch_kvcache_free,
     .forward_cached = arch_forward_cached,
     .describe = arch_describe,
+    .lora_family = LORA_FAMILY_GPT2,
+    .set_lora = arch_set_lora,
 };

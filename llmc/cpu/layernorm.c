@@ -78,7 +78,7 @@ void layernorm_backward(float *dinp, float *dweight, float *dbias, const float *
             }
         }
     }
-    for (int k = 0; k < LN_CHUNKS; k++) {
+    for (int k = 0; k < LN_CHUNKS && dweight; k++) { /* (NULL: a frozen LayerNorm) */
         const float *pw = partial + (size_t)k * 2 * C, *pb = pw + C;
         for (int c = 0; c < C; c++) {
             dweight[c] += pw[c];

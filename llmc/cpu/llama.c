@@ -9,6 +9,7 @@
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/encoder.h"
+#include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/rmsnorm.h"
@@ -77,6 +78,7 @@ void llama_allocate_for(LlamaModel *model, int B, int T, int training) {
     model->dbuf_c = model->dresidual + N * C;
     model->dbuf_f1 = model->dbuf_c + N * C;
     model->dbuf_f2 = model->dbuf_f1 + N * llama_scratch_f1(c);
+    if (model->lora) return; /* a frozen base: no gradients */
     model->grads_floats = model->num_parameters;
     model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
 }
@@ -99,8 +101,16 @@ void llama_shard(LlamaModel *model, int zero, int ranks, int rank, CpuShardHooks
     cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->params_memory,              \
                   model->zs.cur_params, model->zs.zero == 3 ? model->zs.gather_memory : NULL)
 #define GRAD(name, l)                                                                                    \
-    cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->grads_memory, model->zs.cur_grads, \
-                  model->zs.zero >= 2 ? model->grads_memory : NULL)
+    (model->grads_memory ? cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->grads_memory,   \
+                                         model->zs.cur_grads, model->zs.zero >= 2 ? model->grads_memory : NULL)   \
+                         : NULL)
+/* LoRA adapters on a site's output (lora.h), when the model has them */
+#define LORA_FWD(site, out, width, inp) \
+    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, N)
+#define LORA_FWD_N(site, out, width, inp) /* (the decode's n rows) */ \
+    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, n)
+#define LORA_BWD(site, dinp, dout, width, inp) \
+    if (model->lora) lora_backward_site(model->lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
 /* the output head: lm_head, or wte when tied (lm_head then has no elements) */
@@ -129,14 +139,18 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
         float *residual3 = ACT(residual3, l);
         rmsnorm_forward(ln1, ACT(ln1_rstd, l), residual, PARAM(ln1w, l), N, C, eps);
         matmul_forward(qkv, ln1, PARAM(qkvw, l), NULL, N, C, QKV);
+        LORA_FWD(QKV, qkv, QKV, ln1); /* before RoPE rotates q and k in place */
         rope_forward(qkv, model->freqs, B, T, NH, NKV, HS);
         attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
         matmul_forward(residual2, atty, PARAM(attprojw, l), NULL, N, C, C);
+        LORA_FWD(ATTPROJ, residual2, C, atty);
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         rmsnorm_forward(ln2, ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), N, C, eps);
         matmul_forward(fch, ln2, PARAM(fcw, l), NULL, N, C, 2 * F);
+        LORA_FWD(FC, fch, 2 * F, ln2);
         swiglu_forward(fch_swiglu, fch, N, F);
         matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
+        LORA_FWD(FCPROJ, residual3, C, fch_swiglu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
     cpu_zero_end_layers(&model->zs);
@@ -169,24 +183,28 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
         /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
         float *dfch_swiglu = model->dbuf_f2, *dfch = model->dbuf_f1;
         matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
+        LORA_BWD(FCPROJ, dfch_swiglu, dres, C, fch_swiglu);
         swiglu_backward(dfch, fch, dfch_swiglu, N, F);
         float *dln2 = model->dbuf_c;
         matmul_backward(dln2, GRAD(fcw, l), NULL, dfch, ln2, PARAM(fcw, l), N, C, 2 * F);
+        LORA_BWD(FC, dln2, dfch, 2 * F, ln2);
         rmsnorm_backward(dres, GRAD(ln2w, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T */
         float *datty = model->dbuf_c;
         matmul_backward(datty, GRAD(attprojw, l), NULL, dres, atty, PARAM(attprojw, l), N, C, C);
+        LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(rope(qkv)): the saved qkv holds the rotated q and k */
         float *dqkv = model->dbuf_f1;
         attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
         rope_backward(dqkv, model->freqs, B, T, NH, NKV, HS);
         float *dln1 = model->dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), NULL, dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
+        LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
         rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_rstd, l), N, C);
         cpu_zero_reduce_layer(&model->zs, l);
     }
     cpu_zero_end_layers(&model->zs);
-    embedding_backward(GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
+    if (model->grads_memory) embedding_backward(GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
     cpu_zero_reduce_outer(&model->zs, model->grads_memory);
 }
 
@@ -266,6 +284,7 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
         float *kv = c->kv + (size_t)l * c->max_len * KV;
         rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln1w, l), n, C, eps);
         matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), NULL, n, C, QKV);
+        LORA_FWD_N(QKV, c->qkv, QKV, c->ln); /* before RoPE */
         /* positions [pos, pos + n): the cos/sin rows from pos on */
         rope_forward(c->qkv, c->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
         for (int i = 0; i < n; i++) /* cache this position's keys and values (NKV heads each) */
@@ -279,11 +298,14 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
             }
         }
         matmul_forward(c->proj, c->atty, PARAM(attprojw, l), NULL, n, C, C);
+        LORA_FWD_N(ATTPROJ, c->proj, C, c->atty);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
         rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln2w, l), n, C, eps);
         matmul_forward(c->fch, c->ln, PARAM(fcw, l), NULL, n, C, 2 * F);
+        LORA_FWD_N(FC, c->fch, 2 * F, c->ln);
         swiglu_forward(c->fch_swiglu, c->fch, n, F);
         matmul_forward(c->proj, c->fch_swiglu, PARAM(fcprojw, l), NULL, n, F, C);
+        LORA_FWD_N(FCPROJ, c->proj, C, c->fch_swiglu);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
     }
     rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(lnfw, 0), n, C, eps);
@@ -300,8 +322,12 @@ static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     snprintf(out, len, "Llama 3 (NKV %d, F %d), ", b->num_kv_heads, b->ffn_hidden);
 }
 
+static void llama_cpu_set_lora(void *m, struct LoraRun *lora) { ((LlamaModel *)m)->lora = lora; }
+
 const CpuArch llama3_cpu_arch = {
     .arch = &llama3_arch,
     CPU_ARCH_SEQUENCE_ENTRY(llama, LlamaModel, LlamaKVCache, "Llama"),
     .describe = llama_cpu_describe,
+    .lora_family = LORA_FAMILY_LLAMA,
+    .set_lora = llama_cpu_set_lora,
 };

@@ -36,6 +36,9 @@ typedef struct {
     /* ZeRO-2/3 (llama_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
      * gathers over this model's table; params_floats / grads_floats: as allocated. */
     CpuZero zs;
+    /* LoRA adapters (llmc/cpu/lora.h; NULL: none), set before allocate: the base is then frozen (no
+     * gradient arena; the backward computes the adapters' gradients and the inputs' only). */
+    struct LoraRun *lora;
     size_t params_floats, grads_floats;
 } LlamaModel;
 

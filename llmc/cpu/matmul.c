@@ -70,7 +70,7 @@ void matmul_forward(float *out, const float *inp, const float *weight, const flo
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
                      const float *weight, int N, int C, int OC) {
     llmc_sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);   /* (N,OC) @ (OC,C) */
-    llmc_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);   /* (OC,N) @ (N,C)  */
+    if (dweight) llmc_sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C); /* (OC,N) @ (N,C) */
     if (!dbias) return;
     /* Each thread owns a block of output channels and sums rows in order: deterministic. */
     enum { OB = 64 };

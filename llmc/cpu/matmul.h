@@ -1,7 +1,7 @@
 /* matmul: a linear layer with weights in (out, in) layout.
  * forward:  out = inp @ weight^T + bias            (overwrites out; bias may be NULL)
  * backward: dinp = dout @ weight (overwrites); dweight += dout^T @ inp; dbias += sum_rows(dout)
- *           (the parameter gradients accumulate; dbias may be NULL)
+ *           (the parameter gradients accumulate; dweight, dbias may be NULL: a frozen weight)
  * Shapes: inp, dinp (N, C); weight, dweight (OC, C); bias, dbias (OC); out, dout (N, OC).
  * Matmuls go through llmc_sgemm: OpenBLAS when built with it, else our blocked loop. */
 #ifndef LLMC_CPU_MATMUL_H

@@ -45,7 +45,7 @@ void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const floa
             }
         }
     }
-    for (int c = 0; c < chunks; c++)
+    for (int c = 0; c < chunks && dweight; c++) /* (NULL: a frozen RMSNorm) */
         for (int j = 0; j < C; j++) dweight[j] += partial[(size_t)c * C + j];
     free(partial);
 }

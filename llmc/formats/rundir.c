@@ -81,6 +81,7 @@ static RunFileKind base_kind(const char *name, int *step) {
             return RUN_FILE_NONE;
         return strcmp(p, ".bin") == 0 ? RUN_FILE_STATE : RUN_FILE_NONE;
     }
+    if (strncmp(name, "adapter_", 8) == 0) return (p = canonical_number(name + 8, 8, step)) && !*p ? RUN_FILE_ADAPTER : RUN_FILE_NONE;
     if (strncmp(name, "model_", 6) != 0 || !(p = canonical_number(name + 6, 8, step))) return RUN_FILE_NONE;
     if (strcmp(p, ".bin") == 0) return RUN_FILE_MODEL;
     if (strcmp(p, ".bin.sum") == 0) return RUN_FILE_SUM;
@@ -107,9 +108,10 @@ RunFileKind rundir_file_kind(const char *name, int *step, int *temp) {
     if (is_temp < 0) return RUN_FILE_NONE;
     RunFileKind kind = base_kind(base, step);
     size_t n = strlen(base);
-    if (!kind && is_temp && n > 4 && strcmp(base + n - 4, ".old") == 0) { /* an HF directory being replaced */
+    if (!kind && is_temp && n > 4 && strcmp(base + n - 4, ".old") == 0) { /* an HF or adapter directory being replaced */
         base[n - 4] = '\0';
-        kind = base_kind(base, step) == RUN_FILE_HF ? RUN_FILE_HF : RUN_FILE_NONE;
+        kind = base_kind(base, step);
+        if (kind != RUN_FILE_HF && kind != RUN_FILE_ADAPTER) kind = RUN_FILE_NONE;
     }
     if (temp) *temp = is_temp;
     return kind;
@@ -125,6 +127,9 @@ static int is_run_temp(const char *name) {
 
 int rundir_remove_stale(const char *dir) { return atomic_remove_stale(dir, is_run_temp); }
 
+/* the run files that are directories */
+static int is_dir_kind(RunFileKind kind) { return kind == RUN_FILE_HF || kind == RUN_FILE_ADAPTER; }
+
 /* The entry dir/name has the kind of file its run-file name says (a directory for an HF one, a
  * regular file otherwise; lstat: a symbolic link is neither). */
 static int right_type(const char *path, RunFileKind kind, const char **what) {
@@ -134,7 +139,7 @@ static int right_type(const char *path, RunFileKind kind, const char **what) {
         return errno == ENOENT;
     }
     *what = file_kind_name(st.st_mode);
-    return kind == RUN_FILE_HF ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
+    return is_dir_kind(kind) ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
 }
 
 int rundir_run_files(const char *dir, char *names, size_t len) {
@@ -157,7 +162,7 @@ int rundir_run_files(const char *dir, char *names, size_t len) {
             closedir(d);
             llmc_die("output directory '%s' holds '%s', which has the name of a run file but is %s (a run writes %s "
                      "there): no run wrote it, so none will replace or delete it; move it out of '%s' or give another -o",
-                     dir, path, what, kind == RUN_FILE_HF ? "a directory" : "a regular file", dir);
+                     dir, path, what, is_dir_kind(kind) ? "a directory" : "a regular file", dir);
         }
         if (count < 4 && used < len) {
             int k = snprintf(names + used, len - used, "%s%s", count ? ", " : "", e->d_name);
@@ -188,7 +193,7 @@ void rundir_check_removable(const char *dir, const char *keep, const char *why) 
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (!realpath(path, real)) continue;
         size_t n = strlen(real);
-        if (strcmp(real, keep_real) == 0 || (kind == RUN_FILE_HF && strncmp(keep_real, real, n) == 0 && keep_real[n] == '/')) {
+        if (strcmp(real, keep_real) == 0 || (is_dir_kind(kind) && strncmp(keep_real, real, n) == 0 && keep_real[n] == '/')) {
             closedir(d);
             llmc_die("%s would delete the run in '%s', and -e %s is %s '%s': the model this run starts from. Nothing "
                      "was deleted; copy it out of '%s' and give the copy as -e, or continue that run with -y 1",
@@ -210,7 +215,7 @@ static void remove_matching(const char *dir, int done_markers) {
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         const char *what;
         if (!right_type(path, kind, &what)) continue; /* (rundir_check_removable refused it; gone since) */
-        if (kind == RUN_FILE_HF ? remove_tree(path) == 0 : unlink(path) == 0) continue;
+        if (is_dir_kind(kind) ? remove_tree(path) == 0 : unlink(path) == 0) continue;
         if (errno != ENOENT) llmc_die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
     }
     closedir(d);
@@ -247,6 +252,10 @@ void rundir_machine(char *host, size_t host_len, char *cpu, size_t cpu_len, int 
 /* ---- checkpoints in -o: file names, DONE markers, pruning -------------------------------- */
 void rundir_hf_dir(const char *run_dir, int step, char *out, size_t len) {
     snprintf(out, len, "%s/model_%08d_hf", run_dir, step);
+}
+
+void rundir_adapter_dir(const char *run_dir, int step, char *out, size_t len) {
+    snprintf(out, len, "%s/adapter_%08d", run_dir, step);
 }
 
 void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len) {
@@ -329,5 +338,7 @@ void checkpoint_prune(const char *dir, int keep, int major, int rank, int protec
         char hf[4300];
         rundir_hf_dir(dir, steps[i], hf, sizeof hf);
         remove_tree(hf); /* --save-hf's directory, if any */
+        rundir_adapter_dir(dir, steps[i], hf, sizeof hf);
+        remove_tree(hf); /* a LoRA run's adapter, if any */
     }
 }

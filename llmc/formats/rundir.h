@@ -9,8 +9,10 @@
  *   state_SSSSSSSS_RRRRR.bin         the training state of step S (rank R; regular file)
  *   DONE_SSSSSSSS                    written last: step S is complete (regular file)
  *   model_SSSSSSSS_hf/               --save-hf's Hugging Face directory (a directory)
+ *   adapter_SSSSSSSS/                a LoRA run's adapter of step S, PEFT's format (a directory; the
+ *                                    run writes no model_ file then)
  *   <any of these>.tmp.<pid>         its temporary version (atomicfile.h), and
- *   model_SSSSSSSS_hf.old.tmp.<pid>  an HF directory being replaced
+ *   model_SSSSSSSS_hf.old.tmp.<pid>  an HF directory being replaced (adapter_SSSSSSSS.old.tmp.<pid>: an adapter's)
  * S is the step as %08d writes it (8 digits, more only past 99999999), R the rank as %05d;
  * case counts. A look-alike (model_base.bin, model_1.bin, model_00000002.bin.bak, DONE_x,
  * MODEL_00000002.BIN, ...) is not ours. A run file's name on the wrong kind of entry (a directory
@@ -40,7 +42,8 @@ extern "C" {
 void rundir_lock(const char *dir);
 /* What a name in -o is to a run (the table above); RUN_FILE_NONE: not a run's name. *step gets its
  * step (may be NULL), *temp 1 for a temporary version (may be NULL). */
-typedef enum { RUN_FILE_NONE, RUN_FILE_LOG, RUN_FILE_MODEL, RUN_FILE_SUM, RUN_FILE_STATE, RUN_FILE_DONE, RUN_FILE_HF } RunFileKind;
+typedef enum { RUN_FILE_NONE, RUN_FILE_LOG, RUN_FILE_MODEL, RUN_FILE_SUM, RUN_FILE_STATE, RUN_FILE_DONE, RUN_FILE_HF,
+               RUN_FILE_ADAPTER } RunFileKind;
 RunFileKind rundir_file_kind(const char *name, int *step, int *temp);
 /* Number of run files in dir (0 when it does not exist; temporary files are not counted); names
  * gets a short list of them. Dies when a run file's name is on the wrong kind of entry (a
@@ -65,6 +68,8 @@ const char *llmc_version(void);
 /* Checkpoint directory helpers. rundir_hf_dir: the HF directory --save-hf writes beside
  * checkpoint step, "<run_dir>/model_%08d_hf". */
 void rundir_hf_dir(const char *run_dir, int step, char *out, size_t len);
+/* The LoRA adapter directory of checkpoint step (PEFT's format, llmc/formats/adapter.h), "<run_dir>/adapter_%08d". */
+void rundir_adapter_dir(const char *run_dir, int step, char *out, size_t len);
 void checkpoint_paths(const char *dir, int step, int rank, char *model, char *state, char *done, size_t len);
 int checkpoint_latest_step(const char *dir);  /* highest step with a DONE file, or -1 */
 /* Writes DONE_<step> holding text: the run's resolved configuration (cli.h's

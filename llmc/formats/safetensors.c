@@ -454,11 +454,17 @@ static uint32_t write_bytes(AtomicFile *af, uint32_t crc, const void *p, size_t 
 }
 
 uint32_t safetensors_write(const char *path, const StWriteTensor *tensors, int n, int dtype, uint64_t *bytes) {
+    return safetensors_write_meta(path, tensors, n, dtype, NULL, bytes);
+}
+
+uint32_t safetensors_write_meta(const char *path, const StWriteTensor *tensors, int n, int dtype, const char *const *meta_kv,
+                                uint64_t *bytes) {
     llmcCheck(dtype == ST_F32 || dtype == ST_BF16, "safetensors_write writes F32 or BF16");
     const size_t esize = dtypes[dtype].size;
     cJSON *root = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
+    for (; meta_kv && meta_kv[0]; meta_kv += 2) cJSON_AddStringToObject(meta, meta_kv[0], meta_kv[1]);
     uint64_t offset = 0, largest = 0;
     for (int i = 0; i < n; i++) {
         const StWriteTensor *w = &tensors[i];

@@ -96,6 +96,9 @@ typedef struct {
  * even) to path, atomically (llmc/core/atomicfile.h), with "__metadata__" {"format": "pt"} (what
  * transformers expects). Returns the file's CRC-32 (zlib) and sets *bytes to its size. */
 uint32_t safetensors_write(const char *path, const StWriteTensor *tensors, int n, int dtype, uint64_t *bytes);
+/* The same with more "__metadata__" entries: meta_kv is key, value, key, value, ..., NULL. */
+uint32_t safetensors_write_meta(const char *path, const StWriteTensor *tensors, int n, int dtype, const char *const *meta_kv,
+                                uint64_t *bytes);
 
 #ifdef __cplusplus
 }

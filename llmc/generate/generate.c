@@ -56,6 +56,8 @@ static void usage(FILE *out, const GenerateBackend *be) {
             "                       stops at <|end_of_text|> or <|eot_id|>\n"
             "  --precision P        %s\n"
             "  --threads N          CPU threads; 0 = all cores (default: 0)\n"
+            "  --adapter DIR        a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)\n"
+            "                       applied unmerged on -e, the base it was trained on (./generate)\n"
             "  --help               print this help and exit\n",
             be->program, be->precisions);
 }
@@ -81,7 +83,7 @@ static float parse_number(const char *flag, const char *v) {
 }
 
 static void parse_args(GenConfig *g, int argc, char **argv, const GenerateBackend *be) {
-    *g = (GenConfig){NULL, NULL, NULL, NULL, 256, 1.0f, 0, 1.0f, 1337, 0};
+    *g = (GenConfig){NULL, NULL, NULL, NULL, 256, 1.0f, 0, 1.0f, 1337, 0, NULL};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) {
@@ -98,6 +100,7 @@ static void parse_args(GenConfig *g, int argc, char **argv, const GenerateBacken
         else if (strcmp(a, "--top-k") == 0) g->top_k = (int)parse_integer(a, v, 0, INT_MAX);
         else if (strcmp(a, "--seed") == 0) g->seed = (unsigned long long)parse_integer(a, v, 0, LLONG_MAX);
         else if (strcmp(a, "--threads") == 0) g->threads = (int)parse_integer(a, v, 0, 4096);
+        else if (strcmp(a, "--adapter") == 0) g->adapter = v;
         else if (strcmp(a, "--temperature") == 0) {
             g->temperature = parse_number(a, v);
             if (g->temperature < 0.0f) llmc_die("flag --temperature must be >= 0, got '%s'", v);

@@ -27,6 +27,7 @@ typedef struct {
     float top_p;           /* --top-p; 1 = off */
     unsigned long long seed;
     int threads;           /* --threads; 0 = all cores */
+    const char *adapter;   /* --adapter: a PEFT LoRA adapter directory applied unmerged; NULL = none */
 } GenConfig;
 
 /* Prompt tokens per forward call: a backend's forward takes 1..GENERATE_CHUNK tokens. */

@@ -59,6 +59,12 @@ typedef struct {
      * loss scaler), as 4 words saved in the state file; all zero means none. May be NULL. */
     void (*save_backend_state)(void *model, int64_t words[4]);
     void (*load_backend_state)(void *model, const int64_t words[4]);
+    /* Optional, a run that trains an adapter (LoRA) on a frozen base: a checkpoint's model is what
+     * save_model writes for step in dir from the trained parameters (host_params), returning the
+     * CRC-32 the state file records; model_path names the file of that CRC (the resume checks it)
+     * or, what == 1, the checkpoint's model as printed. NULL: the architecture's model file. */
+    uint32_t (*save_model)(void *model, const char *dir, int step, const float *params);
+    void (*model_path)(void *model, const char *dir, int step, int what, char *path, size_t len);
 } TrainModelState;
 
 /* What the loop's host AdamW (hostopt.h) needs of a backend that has no optimizer of its own; only
@@ -68,6 +74,7 @@ typedef struct {
      * and the parameter table (offsets, decay). */
     float *host_grads;
     const TensorSpec *param_specs;
+    int num_param_specs; /* param_specs' entries; 0: the architecture's (arch->arch->num_param_specs) */
     /* Optional, a device backend (--offload optimizer): grads_to_host fills host_grads from the
      * device once per step, after the last micro-step; params_from_host pushes host_params (the
      * fp32 master copy) to the device after the update. With buckets (the update is then

@@ -10,6 +10,7 @@
 #include "llmc/formats/hf.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
+#include "llmc/train/lora.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ void train_check_init(TrainConfig *tc) {
                      tc->init, tc->init, step, tc->init);
     }
     if (!tc->plan || !tc->resume || !tc->output_dir[0]) return;
+    if (lora_wanted(tc)) return; /* a LoRA run resumes on -e, its base (lora.h's lora_resume_init) */
     int step = checkpoint_latest_step(tc->output_dir);
     if (step < 0) return; /* -y 1 starts a new run from -e */
     FILE *out = tc->json ? stderr : stdout; /* (--plan --json: stdout is the JSON) */
@@ -121,7 +123,11 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     }
     dist_busy_begin(d, DIST_BUSY_CHECKPOINT); /* the others wait in their next collective: rank 0's heartbeat */
     TrainState st = {0};
-    if (tc->process_rank == 0) {
+    if (tc->process_rank == 0 && be->state.save_model) { /* an adapter run: its adapter directory */
+        st.model_crc = be->state.save_model(be->model, tc->output_dir, step, params);
+        st.has_model_crc = 1;
+        be->state.model_path(be->model, tc->output_dir, step, 1, model, sizeof model);
+    } else if (tc->process_rank == 0) {
         const ModelArch *arch = be->arch->arch;
         st.model_crc = arch->save(model, be->arch, params, be->num_parameters, tc->ckpt_bf16);
         st.has_model_crc = 1;
@@ -160,6 +166,7 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
     char state[4200], model[4200];
     /* every rank reads the one state file (-o must be shared by the ranks' nodes) and keeps its shard */
     checkpoint_paths(tc->output_dir, step, 0, model, state, NULL, sizeof state);
+    if (be->state.model_path) be->state.model_path(be->model, tc->output_dir, step, 0, model, sizeof model);
     TrainState st;
     float *m, *v;
     opt->load_begin(opt->ctx, &m, &v);

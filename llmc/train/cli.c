@@ -95,6 +95,12 @@ static const Flag flags[] = {
     {"-ps", "--server-ip", F_STRING, FIELD(server_ip), "tcp: HOST[:PORT] where rank 0 listens (port 12345 when not given)"},
     {"-pf", "--fs-path", F_STRING, FIELD(fs_path), "fs: a directory every rank sees; rank 0 publishes its address there"},
     {NULL, "--dist-timeout", F_FLOAT, FIELD(dist_timeout), "seconds a rank waits in one collective before it stops naming the ranks that did not arrive (hung or dead); rank 0's own work (checkpoints, samples) does not count"},
+    /* LoRA fine-tuning (llmc/models/lora.h) */
+    {NULL, "--lora-rank", F_INT, FIELD(lora_rank), "LoRA: train rank-R adapters on a frozen base (CPU trainer); 0 = off, every parameter trains"},
+    {NULL, "--lora-alpha", F_FLOAT, FIELD(lora_alpha), "LoRA: alpha; the adapter's output is scaled by alpha/R"},
+    {NULL, "--lora-targets", F_STRING, FIELD(lora_targets), "LoRA: comma-separated PEFT module names, suffix-matched (GPT-2: c_attn, c_proj, attn.c_proj, mlp.c_proj, c_fc; Llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) or all-linear; '' = PEFT's default (c_attn; q_proj,v_proj)"},
+    {NULL, "--use-rslora", F_INT, FIELD(use_rslora), "LoRA: 1 = rank-stabilised scale alpha/sqrt(R)"},
+    {NULL, "--adapter", F_STRING, FIELD(adapter), "LoRA: start from this PEFT adapter directory (adapter_config.json + adapter_model.safetensors); '' = new adapters"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -136,6 +142,7 @@ void train_config_defaults(TrainConfig *c) {
     c->gpus_per_node = 8;
     c->dist_timeout = 300.0f;
     snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
+    c->lora_alpha = 8.0f; /* PEFT's default */
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -166,7 +173,8 @@ static const char *const math_flags[] = {
     "--train-data", "--init", "--seq-len", "--total-batch", "--batch-ramp", "--max-steps", "--overfit-batch",
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
-    "--master-weights", "--gelu-fusion", "--optim-state", NULL};
+    "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
+    "--use-rslora", "--adapter", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -174,7 +182,8 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
 /* Flags added after the run files were fixed (test/test_layout_identity.sh): train_config_to_text
  * writes them only when they differ from the default, so the DONE files of runs without them stay
  * as they were (a resume reads an absent line as the default). */
-static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", NULL};
+static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
+                                          "--use-rslora", "--adapter", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -472,6 +481,12 @@ static void validate(const TrainConfig *c) {
     check_range("-ge (--gelu-fusion)", c->gelu_fusion, -1, 2);
     check_range("--matmul-algos", c->matmul_algos, 1, 64);
     check_range("--cuda-graph", c->cuda_graph, 0, 1);
+    /* LoRA: the model-dependent checks (rank against the modules, targets) happen at setup */
+    if (c->lora_rank < 0) llmc_die("flag --lora-rank must be >= 1 (0 = no adapters), got %d", c->lora_rank);
+    if (!(c->lora_alpha > 0.0f)) llmc_die("flag --lora-alpha must be positive, got %g", (double)c->lora_alpha);
+    check_range("--use-rslora", c->use_rslora, 0, 1);
+    if (!c->lora_rank && !c->adapter[0] && (c->lora_targets[0] || c->use_rslora))
+        llmc_die("flags --lora-targets and --use-rslora need --lora-rank R (or --adapter DIR): LoRA adapters");
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
     if (c->gpu_log_every < -1)
         llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);

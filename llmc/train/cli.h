@@ -76,6 +76,12 @@ typedef struct {
     int num_processes, process_rank, gpus_per_node; /* -pn -pr -pg */
     char nccl_init[16], server_ip[256], fs_path[1024]; /* -pi -ps -pf */
     float dist_timeout;         /* --dist-timeout: the collective watchdog's deadline, seconds */
+    /* fine-tuning with LoRA adapters (llmc/models/lora.h; the CPU trainer) */
+    int lora_rank;              /* --lora-rank R; 0 = no adapters: every parameter trains */
+    float lora_alpha;           /* --lora-alpha */
+    char lora_targets[256];     /* --lora-targets: PEFT's module names; '' = PEFT's default */
+    int use_rslora;             /* --use-rslora: scale alpha/sqrt(R) instead of alpha/R */
+    char adapter[1024];         /* --adapter DIR: start from a PEFT adapter directory ('' = new adapters) */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

@@ -104,7 +104,8 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     h->be = be;
     h->offload = strcmp(tc->offload, "optimizer") == 0;
     optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->hostopt.param_specs,
-                     be->arch->arch->num_param_specs, optstate_parse(tc->optim_state));
+                     be->hostopt.num_param_specs ? be->hostopt.num_param_specs : be->arch->arch->num_param_specs,
+                     optstate_parse(tc->optim_state));
     if (be->hostopt.attach_optimizer) be->hostopt.attach_optimizer(be->model, &h->opt, &be->state.host_params, &be->hostopt.host_grads);
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,

@@ -585,6 +585,7 @@ static void run_after_step(Run *r, const StepResult *s) {
         } else {
             train_save_checkpoint(tc, &r->rc, r->be, &r->opt, r->train, &r->sampler_rng, step, r->healthy_ckpt);
             checkpoint_paths(tc->output_dir, step, 0, r->saved_model, NULL, NULL, sizeof r->saved_model);
+            if (r->be->state.model_path) r->be->state.model_path(r->be->model, tc->output_dir, step, 1, r->saved_model, sizeof r->saved_model);
             r->last_ckpt = step;
         }
     }

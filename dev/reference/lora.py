@@ -1,0 +1,114 @@
+"""lora.py - the PyTorch reference for LoRA fine-tuning (issue 23): Hugging Face PEFT's LoRA on a
+transformers model, trained the way ./train_gpt_cpu --lora-rank / --adapter trains it, in fp32.
+
+The model is a Hugging Face directory (GPT-2 or Llama), the adapter a PEFT adapter directory; the
+batch is the first B*T+1 tokens of an llm.c shard (./train_gpt_cpu -a 1 --shuffle 0), the loss the
+mean cross-entropy over the B*T positions, the optimizer llmc's AdamW (llmc/cpu/adamw.c: decoupled
+decay applied to every adapter tensor, constant learning rate, no clipping) over the adapter's
+tensors only; the base is frozen (requires_grad False, as PEFT leaves it).
+
+Needs torch, transformers and peft (peft 0.13.2 + transformers 4.36.2: test/test_lora.py installs
+them with `pip install --no-deps --target` into a folder of its own).
+
+    python3 dev/reference/lora.py --model HF_DIR --adapter ADAPTER_DIR --data SHARD -b B -t T -x STEPS \
+        [-l LR] [-c WD] [--beta1 .9] [--beta2 .95] [--eps 1e-8] --out OUT_DIR
+writes OUT_DIR/losses.json (the loss of every step), OUT_DIR/grads.safetensors (step 1's gradient
+of every adapter tensor, PEFT's keys) and OUT_DIR/adapter (the trained adapter, save_pretrained).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from train_gpt2 import load_batch_from_shard  # noqa: E402
+
+
+def peft_key(name):
+    """A PeftModel parameter name -> the key PEFT saves ("....lora_A.default.weight" -> "....lora_A.weight")."""
+    return name.replace(".default.", ".")
+
+
+def load(model_dir, adapter_dir, trainable=True):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    base = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    base.config.use_cache = False
+    model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=trainable)
+    model.train()  # (no dropout: lora_dropout 0 and the tiny configs' dropouts are set to 0)
+    return model
+
+
+def loss_of(model, x, y):
+    logits = model(input_ids=x).logits.float()
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+
+def train(model, x, y, steps, lr, wd, beta1, beta2, eps):
+    """llmc's AdamW (llmc/cpu/adamw.c) over the trainable tensors; returns the losses and step 1's gradients."""
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    m = {n: torch.zeros_like(p) for n, p in params}
+    v = {n: torch.zeros_like(p) for n, p in params}
+    losses, grads = [], {}
+    for t in range(1, steps + 1):
+        model.zero_grad(set_to_none=True)
+        loss = loss_of(model, x, y)
+        loss.backward()
+        losses.append(float(loss))
+        if t == 1:
+            grads = {peft_key(n): p.grad.detach().clone() for n, p in params}
+        c1, c2 = 1.0 - beta1 ** t, 1.0 - beta2 ** t
+        with torch.no_grad():
+            for n, p in params:
+                g = p.grad
+                m[n] = beta1 * m[n] + (1.0 - beta1) * g
+                v[n] = beta2 * v[n] + (1.0 - beta2) * g * g
+                p -= lr * ((m[n] / c1) / (torch.sqrt(v[n] / c2) + eps) + wd * p)
+    return losses, grads
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--adapter", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("-b", type=int, required=True)
+    ap.add_argument("-t", type=int, required=True)
+    ap.add_argument("-x", type=int, default=10)
+    ap.add_argument("-l", type=float, default=1e-3)
+    ap.add_argument("-c", type=float, default=0.0)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--eval", action="store_true", help="only the loss of the batch (no training): losses.json [loss]")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    model = load(a.model, a.adapter, trainable=not a.eval)
+    V = model.config.vocab_size
+    x, y = load_batch_from_shard(a.data, a.b, a.t, V)
+    os.makedirs(a.out, exist_ok=True)
+    if a.eval:
+        with torch.no_grad():
+            losses = [float(loss_of(model, x, y))]
+    else:
+        losses, grads = train(model, x, y, a.x, a.l, a.c, a.beta1, a.beta2, a.eps)
+        from safetensors.torch import save_file
+        save_file({k: g.contiguous() for k, g in grads.items()}, os.path.join(a.out, "grads.safetensors"))
+        os.makedirs(os.path.join(a.out, "adapter"), exist_ok=True)  # PEFT updates a model card: one to update
+        with open(os.path.join(a.out, "adapter", "README.md"), "w") as f:  # (a new one would need Jinja2)
+            f.write("---\nlibrary_name: peft\n---\n")
+        model.save_pretrained(os.path.join(a.out, "adapter"))
+    with open(os.path.join(a.out, "losses.json"), "w") as f:
+        json.dump(losses, f)
+    base_sum = float(np.sum([p.detach().double().abs().sum().item() for n, p in model.named_parameters() if "lora_" not in n]))
+    print(json.dumps({"losses": losses, "base_abs_sum": base_sum}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+/*
+ * lora.h - LoRA adapters (Hu et al.; Hugging Face PEFT's names and rules): which linear modules of
+ * a model an adapter can target, PEFT's suffix matching of --lora-targets, the scale, and the
+ * adapter's own parameter table (one (A, B) pair per targeted module, each stacked over the L
+ * layers). Backend-independent: the CPU ops are llmc/cpu/lora.h, the files llmc/formats/adapter.h.
+ *
+ * A module is one of PEFT's nn.Linear / Conv1D names inside a block. Our weights fuse some of them:
+ * GPT-2's c_attn is our qkvw whole (PEFT too has one c_attn adapter over q|k|v); the Llama's
+ * q_proj, k_proj and v_proj are row blocks of qkvw and gate_proj, up_proj of fcw (gate first). An
+ * adapter on a row block adds to that slice of the fused matmul's output only, as PEFT's separate
+ * module computes. The output h = W x + scale * B (A x), A [R, in], B [out, R]; scale = alpha / R,
+ * rsLoRA alpha / sqrt(R). PEFT's initialisation: A Kaiming-uniform (a = sqrt(5): U(-1/sqrt(in),
+ * 1/sqrt(in))), B = 0, so step 0 computes exactly the base model.
+ *
+ * Our Llama's q and k rows are interleaved per head (RoPE pairs, llmc/formats/hf.c), HF's are in
+ * rotate-half order: a q_proj / k_proj adapter's B rows are kept in our order and permuted on the
+ * way to and from PEFT's files (lora_peft_row).
+ */
+#ifndef LLMC_MODELS_LORA_H
+#define LLMC_MODELS_LORA_H
+
+#include <stddef.h>
+
+#include "llmc/core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The models LoRA knows: the module names differ. */
+typedef enum { LORA_FAMILY_NONE, LORA_FAMILY_GPT2, LORA_FAMILY_LLAMA } LoraFamily;
+
+/* Where a module's matmul sits in a block: the fused output it adds to. */
+typedef enum { LORA_SITE_QKV, LORA_SITE_ATTPROJ, LORA_SITE_FC, LORA_SITE_FCPROJ, LORA_NUM_SITES } LoraSite;
+
+enum { LORA_MAX_MODULES = 7, LORA_MAX_RANK = 4096 };
+
+typedef struct {
+    const char *name;  /* PEFT's module name: "c_attn", "q_proj" */
+    const char *path;  /* its path inside a block: "attn.c_attn", "self_attn.q_proj" */
+    int site;          /* LoraSite */
+    int in, out;       /* A [R, in], B [out, R] */
+    int out_offset;    /* the first column of the site's output it adds to */
+    int rope_rows;     /* 1: q_proj / k_proj of the Llama (B rows permuted in PEFT's files) */
+} LoraModule;
+
+typedef struct {
+    int family;        /* LoraFamily */
+    int rank;          /* R */
+    float alpha;       /* lora_alpha */
+    int rslora;        /* use_rslora */
+    float scale;       /* alpha / R, or alpha / sqrt(R) */
+    int num_layers, head_size; /* L; HS for the RoPE row order */
+    int num_modules;   /* the targeted modules, in the family's order */
+    LoraModule modules[LORA_MAX_MODULES];
+    TensorSpec specs[2 * LORA_MAX_MODULES]; /* A then B per module, stacked over L, every one decays */
+    size_t num_parameters;
+} LoraConfig;
+
+/* PEFT's default target_modules for the family (peft 0.13.2's
+ * TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING): "c_attn" for GPT-2, "q_proj,v_proj" for Llama. */
+const char *lora_default_targets(int family);
+/* The family's module names as a list ("c_attn, attn.c_proj, ..."), for messages. */
+void lora_module_names(int family, char *out, size_t len);
+
+/* Fills lc for a model of shape cfg: targets is a comma-separated list of PEFT target names, each
+ * matching the modules whose path equals it or ends with "." + it (PEFT's rule; "c_proj" matches
+ * both of GPT-2's), or "all-linear" (every linear layer but the output head); "" takes PEFT's
+ * default. Returns 0, or -1 with a message naming the flag in err: rank outside 1..min(in, out)
+ * of a targeted module, a target that matches no module, alpha not positive. */
+int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora,
+                      const char *targets, char *err, size_t errlen);
+/* The targets as PEFT's adapter_config.json lists them: module names, comma-separated. */
+void lora_target_names(const LoraConfig *lc, char *out, size_t len);
+
+/* PEFT's key of module m's A (which 0) or B (which 1) in layer l:
+ * "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight" (GPT-2),
+ * "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight" (Llama). */
+void lora_peft_key(const LoraConfig *lc, int m, int l, int which, char *out, size_t len);
+/* Row r of module m's output in PEFT's (HF's) order -> the row in ours (identity but for rope_rows). */
+size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row);
+
+/* Merges the adapter into the base: each targeted module's rows of its site's weight (the base table
+ * specs, n rows, looked up by name: qkvw, attprojw, fcw, fcprojw) get W += scale * B A, the product
+ * summed in double and added with one rounding to fp32. Returns the number of weights changed. */
+size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *specs, int n, float *params);
+
+/* The initial adapter: A Kaiming-uniform from seed (one stream per tensor), B zero. */
+void lora_init_parameters(const LoraConfig *lc, float *params, unsigned long long seed);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

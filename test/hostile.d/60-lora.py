@@ -1,0 +1,117 @@
+"""Hostile-driver category "LoRA adapter directories" (issue 23): --adapter DIR (a PEFT adapter the
+trainer wrote for the tiny model) mangled at random: adapter_config.json with keys dropped, wrong
+types, ranks 0 / negative / fractional / huge, unknown or regular-expression targets, DoRA, patterns,
+dropout, truncated or not JSON at all; adapter_model.safetensors truncated, with flipped header bytes,
+a tensor renamed, dropped, misshapen or added, the base CRC in its metadata changed; and flags that
+contradict the file (--lora-rank, --lora-targets). Every run must train or stop with a clean error
+(exit 1, 'error: '), and the adapter directory it read must be left as it was (lost otherwise)."""
+import json
+import os
+import shutil
+import struct
+
+from hardening_util import TRAINER, clean_outcome, run
+from hostile_common import TIMEOUT, base_args
+
+
+def setup(ctx):
+    d = ctx.path("lora_src")
+    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "-x", "1", "-v", "0", "-o", d, "--lora-rank", "4",
+                                                  "--lora-targets", "all-linear"], timeout=TIMEOUT)
+    ctx.lora_adapter = os.path.join(d, "adapter_00000001") if rc == 0 else None
+
+
+def snapshot(d):
+    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+
+
+def mangle_config(r, cfg):
+    choice = r.randrange(12)
+    if choice == 0:
+        cfg.pop(r.choice(sorted(cfg)), None)
+    elif choice == 1:
+        cfg["r"] = r.choice([0, -1, 2.5, 1 << 40, "4", None, 33])
+    elif choice == 2:
+        cfg["target_modules"] = r.choice([["nope"], [], "c_at.*", "all-linear", [1], None, ["c_attn", "q_proj"], ["c_proj"]])
+    elif choice == 3:
+        cfg["use_dora"] = True
+    elif choice == 4:
+        cfg["rank_pattern"] = {"c_attn": 2}
+    elif choice == 5:
+        cfg["lora_dropout"] = r.choice([0.1, -1, "x"])
+    elif choice == 6:
+        cfg["lora_alpha"] = r.choice([0, -3, "8", None, 1e30])
+    elif choice == 7:
+        cfg["peft_type"] = r.choice(["PREFIX_TUNING", 7, None])
+    elif choice == 8:
+        cfg["layers_to_transform"] = [0]
+    elif choice == 9:
+        cfg["bias"] = "all"
+    elif choice == 10:
+        cfg["use_rslora"] = r.choice([True, "yes"])
+    else:
+        cfg["modules_to_save"] = ["lm_head"]
+    return cfg
+
+
+def mangle_tensors(r, data):
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    choice = r.randrange(7)
+    keys = [k for k in header if k != "__metadata__"]
+    if choice == 0:
+        return data[:r.randrange(len(data))]
+    if choice == 1:
+        b = bytearray(data)
+        for _ in range(r.randint(1, 4)):
+            b[r.randrange(8, 8 + n)] = r.randrange(256)
+        return bytes(b)
+    k = r.choice(keys)
+    if choice == 2:
+        header[k.replace("lora_A", "lora_X") if "lora_A" in k else k + "x"] = header.pop(k)
+    elif choice == 3:  # dropped: the data section no longer tiles (or a key is missing)
+        header.pop(k)
+    elif choice == 4:
+        header[k]["shape"] = [header[k]["shape"][1], header[k]["shape"][0]] if r.random() < 0.5 else [1, 1]
+    elif choice == 5:
+        header["__metadata__"]["llmc_base_crc32"] = r.choice(["00000000", "zz", "deadbeef"])
+    else:
+        header["base_model.model.transformer.h.9.attn.c_attn.lora_A.weight"] = dict(header[k])
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + body
+
+
+def case_adapter(ctx, r, tag):
+    if not ctx.lora_adapter:
+        return "skip", "no adapter (the setup's LoRA run failed)"
+    d = ctx.path(f"lora_{tag}")
+    shutil.copytree(ctx.lora_adapter, d)
+    what = []
+    if r.random() < 0.6:
+        p = os.path.join(d, "adapter_config.json")
+        if r.random() < 0.15:
+            open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
+            what.append("config not an adapter config")
+        else:
+            text = json.dumps(mangle_config(r, json.load(open(p))))
+            open(p, "w").write(text)
+            what.append("config mangled")
+    if r.random() < 0.6 or not what:
+        p = os.path.join(d, "adapter_model.safetensors")
+        data = mangle_tensors(r, open(p, "rb").read())
+        open(p, "wb").write(data)
+        what.append("tensors mangled")
+    extra = []
+    if r.random() < 0.2:
+        extra = r.choice([["--lora-rank", "2"], ["--lora-targets", "c_attn"], ["--lora-rank", "4", "--use-rslora", "1"]])
+        what.append(" ".join(extra))
+    before = snapshot(d)
+    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "--adapter", d, "-x", "1", "-v", "0"] + extra,
+                       timeout=TIMEOUT)
+    if snapshot(d) != before:
+        return "lost", f"{', '.join(what)}: the adapter directory changed"
+    return clean_outcome(rc, err), ", ".join(what)
+
+
+CATEGORIES = [("LoRA adapter directories", case_adapter)]
