@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "llmc/core/check.h"
 
@@ -58,6 +59,57 @@ void llmc_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, cons
 }
 
 const char *llmc_sgemm_backend(void) { return LLMC_USE_OPENBLAS ? "OpenBLAS" : "built-in blocked sgemm"; }
+
+/* ---- the sgemm's own memory, for the plan ------------------------------------------------- */
+#if LLMC_USE_OPENBLAS
+/* OpenBLAS (0.3.x) packs, for C(M,N) += op(A)(M,K) op(B)(K,N) (row-major), a panel of op(A)'s
+ * rows, K' x M floats, into a buffer it mapped at start-up (only the pages it touches count):
+ * K' = K up to its block depth Q, K/2 (rounded up to 8) below 2Q, else Q. Its one-thread driver
+ * skips the panel (packs a few columns at a time) when N <= Q. Each thread also packs its block of
+ * op(B), about Q x 384 floats. Q by kernel family, measured with OpenBLAS 0.3.21 (VmRSS around
+ * sgemm calls of growing M, K and thread counts); an unlisted family is taken at the largest. */
+static size_t blas_block_depth(void) {
+    static const struct { const char *core; size_t q; } depth[] = {{"Haswell", 320}, {"Zen", 320}, {"Sandybridge", 384}};
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof depth / sizeof depth[0]; i++)
+        if (strcasecmp(core, depth[i].core) == 0) return depth[i].q;
+    return 384;
+}
+
+static size_t blas_call_bytes(size_t M, size_t N, size_t K, size_t Q, int threads) {
+    if (threads == 1 && N <= Q) return 0;
+    size_t k = K >= 2 * Q ? Q : K > Q ? (K / 2 + 7) / 8 * 8 : K;
+    return k * M * sizeof(float);
+}
+
+size_t matmul_blas_buffer_bytes(size_t N, const size_t (*layers)[2], int num_layers) {
+    const size_t Q = blas_block_depth();
+    const int threads = openblas_get_num_threads();
+    size_t most = 0;
+    for (int i = 0; i < num_layers; i++) {
+        size_t OC = layers[i][0], C = layers[i][1];
+        size_t calls[3][3] = {{N, OC, C}, {N, C, OC}, {OC, C, N}}; /* forward, dinp, dweight (M, N, K) */
+        for (int j = 0; j < 3; j++) {
+            size_t b = blas_call_bytes(calls[j][0], calls[j][1], calls[j][2], Q, threads);
+            if (b > most) most = b;
+        }
+    }
+    return most + (size_t)threads * Q * 384 * sizeof(float);
+}
+#else
+size_t matmul_blas_buffer_bytes(size_t N, const size_t (*layers)[2], int num_layers) {
+    size_t most = 0; /* llmc_sgemm_fallback packs op(A) (M,K) and op(B) (K,N) */
+    for (int i = 0; i < num_layers; i++) {
+        size_t OC = layers[i][0], C = layers[i][1];
+        size_t calls[3][3] = {{N, OC, C}, {N, C, OC}, {OC, C, N}};
+        for (int j = 0; j < 3; j++) {
+            size_t b = (calls[j][0] * calls[j][2] + calls[j][2] * calls[j][1]) * sizeof(float);
+            if (b > most) most = b;
+        }
+    }
+    return most;
+}
+#endif
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     if (bias) {
