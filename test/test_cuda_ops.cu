@@ -668,7 +668,8 @@ template <class T> static void test_adamw(Rng *r, size_t n, const char *sh) {
 
 /* adamw_update_compact: the packed kernel (16 elements per thread in 16-byte packs, the int8
  * scales over a half-warp) writes the element-per-thread kernel's bytes (params, master, m and
- * v), for bf16 and int8 states, on k with a partial last block and a tail shorter than a pack,
+ * v), for bf16 and int8 states, on k with a partial last block and a tail shorter than a pack
+ * (the caller gives a k whose int8 codes are 16-byte aligned and one whose are not),
  * over three segments (decay, none, decay). The element kernel runs on the same inputs placed
  * off 16 bytes (one element for params, grads and master, 4 bytes for the states). */
 template <class T> static void test_adamw_compact(Rng *r, size_t k, const char *sh) {
@@ -864,7 +865,11 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_classifier<T>(&r, s.B * s.T, s.V, s.Vp, sh);
         if (k == 0) test_classifier<T>(&r, 5, 13, 13, "N=5 V=Vp=13 (element per thread)"); /* Vp not whole packs */
         test_adamw<T>(&r, (size_t)s.C * s.F + 5, sh);
-        if (k == 0) test_adamw_compact<T>(&r, 7 * OPTSTATE_BLOCK + 123, "k=1915 (8 state blocks, a partial one)");
+        if (k == 0) {
+            /* 8 state blocks (the int8 codes 16-byte aligned) and 6 (8-byte aligned: word accesses) */
+            test_adamw_compact<T>(&r, 7 * OPTSTATE_BLOCK + 123, "k=1915 (8 state blocks, a partial one)");
+            test_adamw_compact<T>(&r, 6 * OPTSTATE_BLOCK - 3, "k=1533 (6 state blocks, a partial one)");
+        }
         test_norm<T>(&r, (size_t)s.C * s.F * 3 + 7, sh);
         test_cast<T>(&r, 1000, sh);
     }

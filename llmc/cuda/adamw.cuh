@@ -214,10 +214,32 @@ static __global__ void adamw_update_compact_kernel(T *params, float *master, con
  * (params and grads 16 / Pack16<T>::size packs, master 4, bf16 m and v 2, int8 codes 1), so the
  * 16 threads of a half-warp hold one OPTSTATE_BLOCK; its int8 scales are their maximum (a max
  * is exact in any order, so these are the element form's bits; a block whose terms are all NaN
- * gets -inf, as block_max gives it). All pointers 16-byte aligned, the int8 codes too (nb a
- * multiple of 4); the thread holding the end of k does its last elements one by one. */
+ * gets -inf, as block_max gives it). All pointers 16-byte aligned; the int8 codes follow nb
+ * scales, so they are 16-byte aligned only when nb is a multiple of 4, and moved as four 4-byte
+ * words otherwise. The thread holding the end of k does its last elements one by one. */
 enum { COMPACT_E = 16, COMPACT_THREADS = 256 };
 static_assert(OPTSTATE_BLOCK % COMPACT_E == 0 && OPTSTATE_BLOCK / COMPACT_E == 16, "a half-warp per state block");
+
+/* 16 int8 codes at p (4-byte aligned): one 16-byte access where p allows, else four words */
+__device__ inline Pack16<uint8_t> load_codes(const uint8_t *p, bool a16) {
+    if (a16) return load16(p);
+    Pack16<uint8_t> r;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t w = __ldcg(reinterpret_cast<const unsigned int *>(p) + q);
+        memcpy(r.v + 4 * q, &w, 4);
+    }
+    return r;
+}
+__device__ inline void store_codes(uint8_t *p, const Pack16<uint8_t> &x, bool a16) {
+    if (a16) return store16(p, x);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        unsigned int w;
+        memcpy(&w, x.v + 4 * q, 4);
+        __stcg(reinterpret_cast<unsigned int *>(p) + q, w);
+    }
+}
 
 __device__ inline float half_warp_max(float x) {
     for (int off = 8; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
@@ -245,7 +267,8 @@ static __global__ void adamw_update_compact_kernel16(T *params, float *master, c
                 for (int e = 0; e < 8; e++) mi[8 * q + e] = bf16_to_float(a.v[e]), vi[8 * q + e] = bf16_to_float(c.v[e]);
             }
         } else {
-            const Pack16<uint8_t> a = load16(m_code + j0), c = load16(v_code + j0);
+            const bool a16 = (nb & 3) == 0;
+            const Pack16<uint8_t> a = load_codes(m_code + j0, a16), c = load_codes(v_code + j0, a16);
             const float ms = m_scale[b], vs = v_scale[b];
 #pragma unroll
             for (int e = 0; e < E; e++)
@@ -338,7 +361,7 @@ static __global__ void adamw_update_compact_kernel16(T *params, float *master, c
         Pack16<uint8_t> a, c;
 #pragma unroll
         for (int e = 0; e < E; e++) a.v[e] = (uint8_t)optstate_q8m_encode(mi[e], am), c.v[e] = optstate_q8v_encode(vi[e], av);
-        store16(m_code + j0, a), store16(v_code + j0, c);
+        store_codes(m_code + j0, a, (nb & 3) == 0), store_codes(v_code + j0, c, (nb & 3) == 0);
     } else {
         for (int e = 0; e < live; e++) m_code[j0 + e] = (uint8_t)optstate_q8m_encode(mi[e], am), v_code[j0 + e] = optstate_q8v_encode(vi[e], av);
     }
@@ -354,7 +377,7 @@ void adamw_update_compact(T *params, float *master, const T *grads, void *m, voi
     const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
     const size_t nb = optstate_blocks(k);
     const bool packed = aligned16(params) && aligned16(grads) && (master == NULL || aligned16(master)) && aligned16(m) &&
-                        aligned16(v) && (state == OPTSTATE_BF16 || nb % 4 == 0);
+                        aligned16(v);
     if (packed)
         adamw_update_compact_kernel16<<<(unsigned)ceil_div((long long)ceil_div((long long)k, COMPACT_E), COMPACT_THREADS),
                                         COMPACT_THREADS, 0, stream>>>(params, master, grads, m, v, state, k, nb, *seg, lr,
