@@ -42,6 +42,7 @@ void mlp_plan(const MlpConfig *cfg, int B, int T, int training, MemPlan *p) {
     const size_t N = (size_t)B * T;
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     p->host[MEM_BWD_SCRATCH] = N * scratch_per_row(c) * sizeof(float);
+    /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
     const size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
     const size_t layers[][2] = {{2 * F, C}, {C, F}, {(size_t)c->padded_vocab_size, C}};
     p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 3);
