@@ -165,7 +165,9 @@ void adamw_update(T *params, float *master, const T *grads, float *m, float *v, 
  * optstate.h's element codes, updates in fp32 (optstate_adamw), takes the block's scales (int8)
  * with block_max and encodes. The element decay comes from seg (the shard's tensor segments).
  * Shapes: params, grads (k) in T; master (k) fp32 or NULL; m, v optstate_bytes(k, state) bytes.
- * idx0: the global index of element 0 (the random bits of a bf16/fp16 parameter's rounding). */
+ * idx0: the global index of element 0 (the random bits of a bf16/fp16 parameter's rounding).
+ * This element-per-thread form runs where a pointer is not 16-byte aligned; otherwise the packed
+ * adamw_update_compact_kernel16 below, which writes the same bytes. */
 template <class T>
 static __global__ void adamw_update_compact_kernel(T *params, float *master, const T *grads, void *m, void *v, int state,
                                                    size_t k, OptSegments seg, float lr, float beta1, float beta2,
