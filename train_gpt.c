@@ -289,6 +289,15 @@ int main(int argc, char **argv) {
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */
+    int threads = 1;
+#ifdef _OPENMP
+    if (tc.threads > 0) omp_set_num_threads(tc.threads);
+    threads = omp_get_max_threads();
+#endif
+#if LLMC_USE_OPENBLAS
+    openblas_set_num_threads(threads);
+#endif
+    tc.threads = threads; /* logged and saved as used; the plan prices the sgemm's buffers for them */
     BudgetSpace space; /* --memory-budget prices candidates with the plan; the process's VmRSS at start counts too */
     /* --plan: before any process group, run directory or model (-pn gives the rank count); the
      * model's header or name only */
@@ -311,15 +320,6 @@ int main(int argc, char **argv) {
     if (tc.gpu_log_every > 0)
         printf("note: -lg %d: the CPU trainer has no GPU telemetry; continuing without it\n", tc.gpu_log_every);
 
-    int threads = 1;
-#ifdef _OPENMP
-    if (tc.threads > 0) omp_set_num_threads(tc.threads);
-    threads = omp_get_max_threads();
-#endif
-#if LLMC_USE_OPENBLAS
-    openblas_set_num_threads(threads);
-#endif
-    tc.threads = threads; /* logged and saved as used */
 
     char init[1100];
     int resume_step = train_resolve_init(&tc, init, sizeof init);

@@ -28,7 +28,9 @@
                                          cudaStream_t);                                                              \
     template void adamw_update<T>(T *, float *, const T *, float *, float *, size_t, float, float, float, float, float, \
                                   int, float, uint64_t, cudaStream_t, size_t);                                       \
-    template void global_norm_squared<T>(float *, const T *, size_t, float *, cudaStream_t);
+    template void global_norm_squared<T>(float *, const T *, size_t, float *, cudaStream_t);                         \
+    template void adamw_update_compact<T>(T *, float *, const T *, void *, void *, int, size_t, const OptSegments *,   \
+                                          float, float, float, float, int, float, uint64_t, cudaStream_t, size_t);
 LLMC_SASS_INSTANTIATE(float)
 LLMC_SASS_INSTANTIATE(__nv_bfloat16)
 LLMC_SASS_INSTANTIATE(__half)

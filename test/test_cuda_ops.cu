@@ -666,6 +666,64 @@ template <class T> static void test_adamw(Rng *r, size_t n, const char *sh) {
     dev_free(dp), dev_free(dg), dev_free(dm), dev_free(dv), dev_free(dmaster);
 }
 
+/* adamw_update_compact: the packed kernel (16 elements per thread in 16-byte packs, the int8
+ * scales over a half-warp) writes the element-per-thread kernel's bytes (params, master, m and
+ * v), for bf16 and int8 states, on k with a partial last block and a tail shorter than a pack
+ * (the caller gives a k whose int8 codes are 16-byte aligned and one whose are not),
+ * over three segments (decay, none, decay). The element kernel runs on the same inputs placed
+ * off 16 bytes (one element for params, grads and master, 4 bytes for the states). */
+template <class T> static void test_adamw_compact(Rng *r, size_t k, const char *sh) {
+    float *p = randn(r, k, 0, 1), *g = randn(r, k, 0, 1), *m = randn(r, k, 0, 0.1f), *v = randn(r, k, 0, 0.1f);
+    for (size_t i = 0; i < k; i++) v[i] = v[i] * v[i];
+    OptSegments seg;
+    memset(&seg, 0, sizeof seg);
+    seg.count = 3, seg.end[0] = k / 3, seg.end[1] = k / 2, seg.end[2] = k;
+    seg.decay[0] = 0.1f, seg.decay[1] = 0.0f, seg.decay[2] = 0.1f;
+    const bool use_master = sizeof(T) != 4;
+    T *tp = (T *)malloc(k * sizeof(T)), *tg = (T *)malloc(k * sizeof(T));
+    for (size_t i = 0; i < k; i++) tp[i] = from_float<T>(p[i]), tg[i] = from_float<T>(g[i]);
+    for (int state : {(int)OPTSTATE_BF16, (int)OPTSTATE_INT8}) {
+        const size_t sb = optstate_bytes(k, state);
+        uint8_t *hm = (uint8_t *)malloc(sb), *hv = (uint8_t *)malloc(sb);
+        optstate_encode(hm, state, 0, k, m);
+        optstate_encode(hv, state, 1, k, v);
+        const size_t sizes[5] = {k * sizeof(T), k * sizeof(T), k * 4, sb, sb};
+        const void *src[5] = {tp, tg, p, hm, hv};
+        uint8_t *out[2][5];
+        for (int c = 0; c < 2; c++) { /* c 0: 16-byte aligned (packed); 1: off 16 bytes (element kernel) */
+            const size_t off[5] = {c * sizeof(T), c * sizeof(T), c * 4u, c * 4u, c * 4u};
+            char *d[5];
+            for (int a = 0; a < 5; a++) {
+                cudaCheck(cudaMalloc((void **)&d[a], sizes[a] + 16));
+                d[a] += off[a];
+                cudaCheck(cudaMemcpy(d[a], src[a], sizes[a], cudaMemcpyHostToDevice));
+            }
+            adamw_update_compact<T>((T *)d[0], use_master ? (float *)d[2] : (float *)NULL, (const T *)d[1], d[3], d[4],
+                                    state, k, &seg, 1e-2f, 0.9f, 0.95f, 1e-8f, 3, 0.7f, 42, (cudaStream_t)0, 7);
+            cudaCheck(cudaDeviceSynchronize());
+            for (int a = 0; a < 5; a++) {
+                out[c][a] = (uint8_t *)malloc(sizes[a]);
+                cudaCheck(cudaMemcpy(out[c][a], d[a], sizes[a], cudaMemcpyDeviceToHost));
+                cudaCheck(cudaFree(d[a] - off[a]));
+            }
+        }
+        static const char *const what[5] = {"params", "grads", "master", "m", "v"};
+        for (int a = 0; a < 5; a++) {
+            size_t first = sizes[a];
+            for (size_t i = 0; i < sizes[a] && first == sizes[a]; i++)
+                if (out[0][a][i] != out[1][a][i]) first = i;
+            char name[256];
+            snprintf(name, sizeof name, "adamw_update_compact %s state: packed kernel == element kernel, %s bytes [%s %s]",
+                     state == OPTSTATE_BF16 ? "bf16" : "int8", what[a], StorageInfo<T>::name, sh);
+            test_report(first == sizes[a], name, "byte %zu of %zu differs (%u vs %u)", first, sizes[a],
+                        first < sizes[a] ? out[0][a][first] : 0u, first < sizes[a] ? out[1][a][first] : 0u);
+            free(out[0][a]), free(out[1][a]);
+        }
+        free(hm), free(hv);
+    }
+    free(tp), free(tg), free(p), free(g), free(m), free(v);
+}
+
 /* Stochastic rounding is unbiased: many copies of one value between two T neighbours round to
  * a mean within a few standard errors of the value. */
 template <class T> static void test_stochastic_rounding(const char *sh) {
@@ -807,6 +865,11 @@ template <class T> static void run_all(unsigned long long seed, const CudaContex
         test_classifier<T>(&r, s.B * s.T, s.V, s.Vp, sh);
         if (k == 0) test_classifier<T>(&r, 5, 13, 13, "N=5 V=Vp=13 (element per thread)"); /* Vp not whole packs */
         test_adamw<T>(&r, (size_t)s.C * s.F + 5, sh);
+        if (k == 0) {
+            /* 8 state blocks (the int8 codes 16-byte aligned) and 6 (8-byte aligned: word accesses) */
+            test_adamw_compact<T>(&r, 7 * OPTSTATE_BLOCK + 123, "k=1915 (8 state blocks, a partial one)");
+            test_adamw_compact<T>(&r, 6 * OPTSTATE_BLOCK - 3, "k=1533 (6 state blocks, a partial one)");
+        }
         test_norm<T>(&r, (size_t)s.C * s.F * 3 + 7, sh);
         test_cast<T>(&r, 1000, sh);
     }

@@ -57,8 +57,10 @@ PY
     } > runs.log 2>&1 || { echo "FAIL: a seeded run failed ($b):"; tail -5 runs.log; popd > /dev/null; return 1; }
     (/usr/bin/python3 - > crcs <<'PY'
 import json, os, zlib
+# (mem_planned_peak: the CPU plan's blas_packing depends on the OpenBLAS kernels and the thread count)
 DROP = {"time", "version", "host", "cpu", "cores", "step_ms", "tokens_per_s", "data_wait_ms", "mfu",
-        "wall_s", "elapsed_s", "eta_s", "mem_measured_hwm", "mem_runtime_overhead", "mem_planned_over_measured"}
+        "wall_s", "elapsed_s", "eta_s", "mem_measured_hwm", "mem_runtime_overhead", "mem_planned_over_measured",
+        "mem_planned_peak"}
 def clean(v):
     if isinstance(v, dict): return {k: clean(x) for k, x in v.items() if k not in DROP}
     return v

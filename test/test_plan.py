@@ -95,7 +95,9 @@ def main():
                     "adamw_m": 4 * (shard if z else N), "adamw_v": 4 * (shard if z else N), "gradient_shard": 4 * shard if z >= 2 else 0,
                     "parameter_gather": 4 * (outer + 2 * layer) if z == 3 else 0, "activations": 4 * acts,
                     "backward_scratch": 4 * scratch, "token_buffers": 4 * (2 * B * T + 2 * B * T * P),
-                    "checkpoint_gather": 4 * (3 if z == 3 else 2 if z else 0) * N, "blas_packing": 4 * B * T * 50304}
+                    "checkpoint_gather": 4 * (3 if z == 3 else 2 if z else 0) * N}
+            # (blas_packing, OpenBLAS's own buffer, depends on its kernels and the thread count: test_plan_grid.py
+            # checks it against the measured peak)
             bad = {k: (c.get(k), v) for k, v in want.items() if c.get(k) != v}
             report(not bad and j["parameters"] == N, name, bad)
             report(j["peak_bytes"] == sum(c.values()) and j["step_peak_bytes"] == j["peak_bytes"] - c["checkpoint_gather"],

@@ -39,7 +39,7 @@ typedef enum {
     MEM_TOKENS,         /* the loop's input/target buffers (micro-batch and whole step) */
     MEM_STAGING,        /* host copies and staging buffers of a device backend */
     MEM_DATA,           /* dataloader prefetch buffers (planned, allocated by the dataloader) */
-    MEM_BLAS_PACKING,   /* CPU: the sgemm's transient copy of its largest operand (planned, the BLAS allocates it) */
+    MEM_BLAS_PACKING,   /* CPU: the part of the sgemm's packing buffer it touches (planned: matmul_blas_buffer_bytes) */
     MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0); -z 0 compact
                          * states: one chunk decoded at a time into the state file */
     MEM_CUDNN_WORKSPACE, /* GPU, cuDNN builds: the attention graphs' workspace (planned bound, cuDNN sizes it) */

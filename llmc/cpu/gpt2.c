@@ -46,9 +46,9 @@ void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training
     size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
     p->host[MEM_BWD_SCRATCH] = N * (2 * C + (F > QKV ? F : QKV) + F) * sizeof(float);
-    /* the sgemm packs op(A) of its largest call: the LM head's weight gradient, dlogits^T (Vp, N)
-     * (llmc/cpu/matmul.c's fallback does so; OpenBLAS was measured to do the same) */
-    p->host[MEM_BLAS_PACKING] = N * (size_t)cfg->padded_vocab_size * sizeof(float);
+    /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
+    const size_t layers[][2] = {{QKV, C}, {C, C}, {F, C}, {C, F}, {(size_t)cfg->padded_vocab_size, C}};
+    p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 5);
 }
 
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {

@@ -49,8 +49,10 @@ void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p) 
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
     p->host[MEM_BWD_SCRATCH] = N * (2 * C + llama_scratch_f1(c) + F) * sizeof(float);
-    /* the sgemm packs op(A) of its largest call, the LM head's weight gradient (as gpt2_plan) */
-    p->host[MEM_BLAS_PACKING] = N * (size_t)c->padded_vocab_size * sizeof(float);
+    /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
+    size_t QKV = (size_t)(c->num_heads + 2 * c->num_kv_heads) * (C / c->num_heads);
+    const size_t layers[][2] = {{QKV, C}, {C, C}, {2 * F, C}, {C, F}, {(size_t)c->padded_vocab_size, C}};
+    p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 5);
 }
 
 void llama_allocate(LlamaModel *model, int B, int T) { llama_allocate_for(model, B, T, 1); }

@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "llmc/core/check.h"
 
@@ -58,6 +59,66 @@ void llmc_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, cons
 }
 
 const char *llmc_sgemm_backend(void) { return LLMC_USE_OPENBLAS ? "OpenBLAS" : "built-in blocked sgemm"; }
+
+/* ---- the sgemm's own memory, for the plan ------------------------------------------------- */
+#if LLMC_USE_OPENBLAS
+/* OpenBLAS (0.3.x) packs, for C(M,N) += op(A)(M,K) op(B)(K,N) (row-major), a panel of op(A)'s
+ * rows, K' x M floats, into a buffer it mapped at start-up (only the pages it touches count):
+ * K' = K up to its block depth Q, K/2 (rounded up to 8) below 2Q, else Q. Its one-thread driver
+ * packs a K' x N block instead when N is at most a family's bound. Each thread also holds a
+ * block of op(B): the first about first_kib, every other about more_kib. Measured with OpenBLAS
+ * 0.3.21 on this project's machine (VmRSS around sgemm calls of growing M, N, K and thread
+ * counts, each family forced with OPENBLAS_CORETYPE); an unlisted family is priced at the most. */
+typedef struct {
+    const char *core;
+    size_t q, one_thread_n, first_kib, more_kib;
+} BlasFamily;
+static const BlasFamily BLAS_FAMILIES[] = {
+    {"Haswell", 320, 320, 528, 385},    {"Zen", 320, 320, 528, 385},         {"SkylakeX", 448, 448, 1040, 495},
+    {"Cooperlake", 320, 640, 992, 367}, {"Sandybridge", 384, 768, 1272, 412},
+};
+static const BlasFamily BLAS_UNLISTED = {"", 448, 320, 1272, 495};
+
+static const BlasFamily *blas_family(void) {
+    const char *core = openblas_get_corename();
+    for (size_t i = 0; core && i < sizeof BLAS_FAMILIES / sizeof BLAS_FAMILIES[0]; i++)
+        if (strcasecmp(core, BLAS_FAMILIES[i].core) == 0) return &BLAS_FAMILIES[i];
+    return &BLAS_UNLISTED;
+}
+
+static size_t blas_call_bytes(size_t M, size_t N, size_t K, const BlasFamily *f, int threads) {
+    const size_t Q = f->q, k = K >= 2 * Q ? Q : K > Q ? (K / 2 + 7) / 8 * 8 : K;
+    return k * (threads == 1 && N <= f->one_thread_n ? N : M) * sizeof(float);
+}
+
+size_t matmul_blas_buffer_bytes(size_t N, const size_t (*layers)[2], int num_layers) {
+    const BlasFamily *f = blas_family();
+    const int threads = openblas_get_num_threads();
+    size_t most = 0;
+    for (int i = 0; i < num_layers; i++) {
+        size_t OC = layers[i][0], C = layers[i][1];
+        size_t calls[3][3] = {{N, OC, C}, {N, C, OC}, {OC, C, N}}; /* forward, dinp, dweight (M, N, K) */
+        for (int j = 0; j < 3; j++) {
+            size_t b = blas_call_bytes(calls[j][0], calls[j][1], calls[j][2], f, threads);
+            if (b > most) most = b;
+        }
+    }
+    return most + (f->first_kib + (size_t)(threads > 1 ? threads - 1 : 0) * f->more_kib) * 1024;
+}
+#else
+size_t matmul_blas_buffer_bytes(size_t N, const size_t (*layers)[2], int num_layers) {
+    size_t most = 0; /* llmc_sgemm_fallback packs op(A) (M,K) and op(B) (K,N) */
+    for (int i = 0; i < num_layers; i++) {
+        size_t OC = layers[i][0], C = layers[i][1];
+        size_t calls[3][3] = {{N, OC, C}, {N, C, OC}, {OC, C, N}};
+        for (int j = 0; j < 3; j++) {
+            size_t b = (calls[j][0] * calls[j][2] + calls[j][2] * calls[j][1]) * sizeof(float);
+            if (b > most) most = b;
+        }
+    }
+    return most;
+}
+#endif
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC) {
     if (bias) {

@@ -6,6 +6,7 @@
  * Matmuls go through llmc_sgemm: OpenBLAS when built with it, else our blocked loop. */
 #ifndef LLMC_CPU_MATMUL_H
 #define LLMC_CPU_MATMUL_H
+#include <stddef.h>
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -16,6 +17,11 @@ void llmc_sgemm(int trans_a, int trans_b, int M, int N, int K, float alpha, cons
 void llmc_sgemm_fallback(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                          int lda, const float *B, int ldb, float beta, float *C, int ldc);
 const char *llmc_sgemm_backend(void);
+
+/* The memory the sgemm takes for itself at its largest call, for a model whose linear layers are
+ * layers[i] = {OC, C} (out, in) applied to N rows: OpenBLAS's packing buffer (the part its level-3
+ * driver touches: see matmul.c), or the fallback's packed copies. The plan's blas_packing class. */
+size_t matmul_blas_buffer_bytes(size_t N, const size_t (*layers)[2], int num_layers);
 
 void matmul_forward(float *out, const float *inp, const float *weight, const float *bias, int N, int C, int OC);
 void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,

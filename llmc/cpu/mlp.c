@@ -42,8 +42,10 @@ void mlp_plan(const MlpConfig *cfg, int B, int T, int training, MemPlan *p) {
     const size_t N = (size_t)B * T;
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     p->host[MEM_BWD_SCRATCH] = N * scratch_per_row(c) * sizeof(float);
-    /* the sgemm packs op(A) of its largest call, the tied head's weight gradient (as llama_plan) */
-    p->host[MEM_BLAS_PACKING] = N * (size_t)c->padded_vocab_size * sizeof(float);
+    /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
+    const size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
+    const size_t layers[][2] = {{2 * F, C}, {C, F}, {(size_t)c->padded_vocab_size, C}};
+    p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 3);
 }
 
 void mlp_allocate(MlpModel *model, int B, int T) { mlp_allocate_for(model, B, T, 1); }

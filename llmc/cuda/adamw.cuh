@@ -165,7 +165,9 @@ void adamw_update(T *params, float *master, const T *grads, float *m, float *v, 
  * optstate.h's element codes, updates in fp32 (optstate_adamw), takes the block's scales (int8)
  * with block_max and encodes. The element decay comes from seg (the shard's tensor segments).
  * Shapes: params, grads (k) in T; master (k) fp32 or NULL; m, v optstate_bytes(k, state) bytes.
- * idx0: the global index of element 0 (the random bits of a bf16/fp16 parameter's rounding). */
+ * idx0: the global index of element 0 (the random bits of a bf16/fp16 parameter's rounding).
+ * This element-per-thread form runs where a pointer is not 16-byte aligned; otherwise the packed
+ * adamw_update_compact_kernel16 below, which writes the same bytes. */
 template <class T>
 static __global__ void adamw_update_compact_kernel(T *params, float *master, const T *grads, void *m, void *v, int state,
                                                    size_t k, OptSegments seg, float lr, float beta1, float beta2,
@@ -210,6 +212,164 @@ static __global__ void adamw_update_compact_kernel(T *params, float *master, con
     if (threadIdx.x == 0) m_scale[b] = am, v_scale[b] = av;
 }
 
+/* The packed form: COMPACT_E = 16 elements per thread, every array moved in 16-byte packs
+ * (params and grads 16 / Pack16<T>::size packs, master 4, bf16 m and v 2, int8 codes 1), so the
+ * 16 threads of a half-warp hold one OPTSTATE_BLOCK; its int8 scales are their maximum (a max
+ * is exact in any order, so these are the element form's bits; a block whose terms are all NaN
+ * gets -inf, as block_max gives it). All pointers 16-byte aligned; the int8 codes follow nb
+ * scales, so they are 16-byte aligned only when nb is a multiple of 4, and moved as four 4-byte
+ * words otherwise. The thread holding the end of k does its last elements one by one. */
+enum { COMPACT_E = 16, COMPACT_THREADS = 256 };
+static_assert(OPTSTATE_BLOCK % COMPACT_E == 0 && OPTSTATE_BLOCK / COMPACT_E == 16, "a half-warp per state block");
+
+/* 16 int8 codes at p (4-byte aligned): one 16-byte access where p allows, else four words */
+__device__ inline Pack16<uint8_t> load_codes(const uint8_t *p, bool a16) {
+    if (a16) return load16(p);
+    Pack16<uint8_t> r;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const uint32_t w = __ldcg(reinterpret_cast<const unsigned int *>(p) + q);
+        memcpy(r.v + 4 * q, &w, 4);
+    }
+    return r;
+}
+__device__ inline void store_codes(uint8_t *p, const Pack16<uint8_t> &x, bool a16) {
+    if (a16) return store16(p, x);
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        unsigned int w;
+        memcpy(&w, x.v + 4 * q, 4);
+        __stcg(reinterpret_cast<unsigned int *>(p) + q, w);
+    }
+}
+
+__device__ inline float half_warp_max(float x) {
+    for (int off = 8; off > 0; off >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+    return x;
+}
+
+template <class T>
+static __global__ void adamw_update_compact_kernel16(T *params, float *master, const T *grads, void *m, void *v,
+                                                     int state, size_t k, size_t nb, OptSegments seg, float lr,
+                                                     float beta1, float beta2, float c1, float c2, float eps,
+                                                     float grad_scale, uint64_t seed, size_t idx0) {
+    constexpr int E = COMPACT_E, PT = Pack16<T>::size;
+    const size_t j0 = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * E, b = j0 / OPTSTATE_BLOCK;
+    const int live = j0 >= k ? 0 : k - j0 < (size_t)E ? (int)(k - j0) : E;
+    float *m_scale = (float *)m, *v_scale = (float *)v;
+    uint8_t *m_code = (uint8_t *)m + nb * sizeof(float), *v_code = (uint8_t *)v + nb * sizeof(float);
+    uint16_t *m16 = (uint16_t *)m, *v16 = (uint16_t *)v;
+    float mi[E], vi[E], g[E], w[E];
+    if (live == E) { /* decode, load, update: whole packs */
+        if (state == OPTSTATE_BF16) {
+#pragma unroll
+            for (int q = 0; q < E / 8; q++) {
+                const Pack16<uint16_t> a = load16(m16 + j0 + 8 * q), c = load16(v16 + j0 + 8 * q);
+#pragma unroll
+                for (int e = 0; e < 8; e++) mi[8 * q + e] = bf16_to_float(a.v[e]), vi[8 * q + e] = bf16_to_float(c.v[e]);
+            }
+        } else {
+            const bool a16 = (nb & 3) == 0;
+            const Pack16<uint8_t> a = load_codes(m_code + j0, a16), c = load_codes(v_code + j0, a16);
+            const float ms = m_scale[b], vs = v_scale[b];
+#pragma unroll
+            for (int e = 0; e < E; e++)
+                mi[e] = optstate_q8m_decode((int8_t)a.v[e], ms), vi[e] = optstate_q8v_decode(c.v[e], vs);
+        }
+#pragma unroll
+        for (int q = 0; q < E / PT; q++) {
+            const Pack16<T> gp = load16(grads + j0 + PT * q);
+#pragma unroll
+            for (int e = 0; e < PT; e++) g[PT * q + e] = to_float(gp.v[e]) * grad_scale;
+        }
+        if (master) {
+#pragma unroll
+            for (int q = 0; q < E / 4; q++) {
+                const Pack16<float> wp = load16(master + j0 + 4 * q);
+#pragma unroll
+                for (int e = 0; e < 4; e++) w[4 * q + e] = wp.v[e];
+            }
+        } else {
+#pragma unroll
+            for (int q = 0; q < E / PT; q++) {
+                const Pack16<T> pp = load16(params + j0 + PT * q);
+#pragma unroll
+                for (int e = 0; e < PT; e++) w[PT * q + e] = to_float(pp.v[e]);
+            }
+        }
+        int s = 0;
+#pragma unroll
+        for (int e = 0; e < E; e++) {
+            while (j0 + e >= seg.end[s]) s++;
+            w[e] = optstate_adamw(w[e], g[e], &mi[e], &vi[e], lr, beta1, beta2, c1, c2, eps, seg.decay[s]);
+        }
+        if (master) {
+#pragma unroll
+            for (int q = 0; q < E / 4; q++) {
+                Pack16<float> wp;
+#pragma unroll
+                for (int e = 0; e < 4; e++) wp.v[e] = w[4 * q + e];
+                store16(master + j0 + 4 * q, wp);
+            }
+        }
+#pragma unroll
+        for (int q = 0; q < E / PT; q++) {
+            Pack16<T> pp;
+#pragma unroll
+            for (int e = 0; e < PT; e++) pp.v[e] = stochastic_round<T>(w[PT * q + e], llmc_hash32(seed, idx0 + j0 + PT * q + e));
+            store16(params + j0 + PT * q, pp);
+        }
+    } else { /* the end of k: element by element, as adamw_update_compact_kernel */
+        int s = 0;
+        for (int e = 0; e < live; e++) {
+            const size_t j = j0 + e;
+            if (state == OPTSTATE_BF16) mi[e] = bf16_to_float(m16[j]), vi[e] = bf16_to_float(v16[j]);
+            else mi[e] = optstate_q8m_decode((int8_t)m_code[j], m_scale[b]), vi[e] = optstate_q8v_decode(v_code[j], v_scale[b]);
+            while (j >= seg.end[s]) s++;
+            float wj = master ? master[j] : to_float(params[j]);
+            wj = optstate_adamw(wj, to_float(grads[j]) * grad_scale, &mi[e], &vi[e], lr, beta1, beta2, c1, c2, eps,
+                                seg.decay[s]);
+            if (master) master[j] = wj;
+            params[j] = stochastic_round<T>(wj, llmc_hash32(seed, idx0 + j));
+        }
+    }
+    if (state == OPTSTATE_BF16) { /* (the same for every thread of the grid) */
+        if (live == E) {
+#pragma unroll
+            for (int q = 0; q < E / 8; q++) {
+                Pack16<uint16_t> a, c;
+#pragma unroll
+                for (int e = 0; e < 8; e++) a.v[e] = float_to_bf16(mi[8 * q + e]), c.v[e] = float_to_bf16(vi[8 * q + e]);
+                store16(m16 + j0 + 8 * q, a), store16(v16 + j0 + 8 * q, c);
+            }
+        } else {
+            for (int e = 0; e < live; e++) m16[j0 + e] = float_to_bf16(mi[e]), v16[j0 + e] = float_to_bf16(vi[e]);
+        }
+        return;
+    }
+    /* int8: the block's scales over its half-warp (every thread takes part; idle elements 0) */
+    float am = 0.0f, av = 0.0f;
+#pragma unroll
+    for (int e = 0; e < E; e++)
+        if (e < live) {
+            const float tm = optstate_q8_scale_term(mi[e], 0), tv = optstate_q8_scale_term(vi[e], 1);
+            am = e == 0 ? tm : fmaxf(am, tm), av = e == 0 ? tv : fmaxf(av, tv);
+        }
+    if (live > 0 && live < E) am = fmaxf(am, 0.0f), av = fmaxf(av, 0.0f);
+    am = half_warp_max(am), av = half_warp_max(av);
+    if (isnan(am)) am = -INFINITY;
+    if (isnan(av)) av = -INFINITY;
+    if (live == E) {
+        Pack16<uint8_t> a, c;
+#pragma unroll
+        for (int e = 0; e < E; e++) a.v[e] = (uint8_t)optstate_q8m_encode(mi[e], am), c.v[e] = optstate_q8v_encode(vi[e], av);
+        store_codes(m_code + j0, a, (nb & 3) == 0), store_codes(v_code + j0, c, (nb & 3) == 0);
+    } else {
+        for (int e = 0; e < live; e++) m_code[j0 + e] = (uint8_t)optstate_q8m_encode(mi[e], am), v_code[j0 + e] = optstate_q8v_encode(vi[e], av);
+    }
+    if (threadIdx.x % 16 == 0 && live > 0) m_scale[b] = am, v_scale[b] = av;
+}
+
 template <class T>
 void adamw_update_compact(T *params, float *master, const T *grads, void *m, void *v, int state, size_t k,
                           const OptSegments *seg, float lr, float beta1, float beta2, float eps, int t, float grad_scale,
@@ -217,8 +377,16 @@ void adamw_update_compact(T *params, float *master, const T *grads, void *m, voi
     llmcCheck(k > 0 && t >= 1 && (state == OPTSTATE_BF16 || state == OPTSTATE_INT8),
               "adamw_update_compact: need k > 0, step t >= 1 and a bf16 or int8 state");
     const float c1 = 1.0f - powf(beta1, (float)t), c2 = 1.0f - powf(beta2, (float)t);
-    adamw_update_compact_kernel<<<(unsigned)optstate_blocks(k), OPTSTATE_BLOCK, 0, stream>>>(
-        params, master, grads, m, v, state, k, *seg, lr, beta1, beta2, c1, c2, eps, grad_scale, seed, idx0);
+    const size_t nb = optstate_blocks(k);
+    const bool packed = aligned16(params) && aligned16(grads) && (master == NULL || aligned16(master)) && aligned16(m) &&
+                        aligned16(v);
+    if (packed)
+        adamw_update_compact_kernel16<<<(unsigned)ceil_div((long long)ceil_div((long long)k, COMPACT_E), COMPACT_THREADS),
+                                        COMPACT_THREADS, 0, stream>>>(params, master, grads, m, v, state, k, nb, *seg, lr,
+                                                                      beta1, beta2, c1, c2, eps, grad_scale, seed, idx0);
+    else
+        adamw_update_compact_kernel<<<(unsigned)nb, OPTSTATE_BLOCK, 0, stream>>>(
+            params, master, grads, m, v, state, k, *seg, lr, beta1, beta2, c1, c2, eps, grad_scale, seed, idx0);
     kernelCheck();
 }
 
