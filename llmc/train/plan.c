@@ -7,6 +7,7 @@
 #include "llmc/core/check.h"
 #include "llmc/core/optstate.h"
 #include "llmc/formats/arch.h"
+#include "llmc/train/adafactor.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
@@ -53,6 +54,14 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
+    if (host_optimizer && adafactor_selected(tc)) { /* its first moment and statistics in AdamW's m and v classes */
+        adafactor_plan_bytes(tc, tc->num_processes, tc->process_rank, &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);
+        p->host[MEM_GRAD_SHARD] = 0;
+        /* the whole packed state gathered (-z 0: on rank 0; -z 1: every rank's all-gather buffers) */
+        p->transient[MEM_CHECKPOINT] =
+            tc->output_dir[0] && (tc->process_rank == 0 || (tc->zero_stage == 1 && tc->num_processes > 1))
+                ? 2 * p->num_parameters * sizeof(float) : 0;
+    }
 }
 
 void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {

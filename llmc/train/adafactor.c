@@ -1,0 +1,292 @@
+/*
+ * adafactor.c - the loop's host Adafactor behind TrainOptimizer (adafactor.h): the units of the
+ * parameter table, their ZeRO-1 split by whole units, the step, the checkpoint's packed state.
+ */
+#include "llmc/train/adafactor.h"
+#include "llmc/core/check.h"
+#include "llmc/core/mem.h"
+#include "llmc/cpu/adafactor.h"
+#include "llmc/cpu/adamw.h"
+#include "llmc/formats/arch.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int adafactor_selected(const TrainConfig *tc) { return strcmp(tc->optimizer, "adafactor") == 0; }
+
+int train_state_optimizer(const TrainConfig *tc) {
+    return adafactor_selected(tc) ? STATE_OPTIMIZER_ADAFACTOR : STATE_OPTIMIZER_ADAMW;
+}
+
+/* The value of one dimension of a shape text ("C", "2F", "QKV", "Vp", "maxT", "64"). */
+static size_t dim_value(const char *s, size_t len, const ModelConfig *cfg, const char *tensor) {
+    size_t mult = 0, i = 0;
+    while (i < len && isdigit((unsigned char)s[i])) mult = mult * 10 + (size_t)(s[i++] - '0');
+    const char *sym = s + i;
+    size_t k = len - i, v = 0;
+    if (k == 0) return mult;
+    if (k == 1 && sym[0] == 'C') v = (size_t)cfg->channels;
+    else if (k == 1 && sym[0] == 'F') v = (size_t)cfg->ffn_hidden;
+    else if (k == 1 && sym[0] == 'V') v = (size_t)cfg->vocab_size;
+    else if (k == 2 && !strncmp(sym, "Vp", 2)) v = (size_t)cfg->padded_vocab_size;
+    else if (k == 4 && !strncmp(sym, "maxT", 4)) v = (size_t)cfg->max_seq_len;
+    else if (k == 3 && !strncmp(sym, "QKV", 3))
+        v = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (size_t)(cfg->channels / cfg->num_heads);
+    else llmc_die("internal: Adafactor cannot read dimension '%.*s' of tensor %s's shape", (int)len, s, tensor);
+    return (mult ? mult : 1) * v;
+}
+
+/* A unit's shape from the table's text: *cols for a 2-D unit (one layer's slice of a stacked
+ * tensor), 0 for anything else. */
+static size_t unit_cols(const TensorSpec *s, const ModelConfig *cfg) {
+    const char *p = strchr(s->shape, '('), *end = p ? strchr(p, ')') : NULL;
+    if (!p || !end) llmc_die("internal: tensor %s's shape '%s' is not '(...)'", s->name, s->shape);
+    const char *dims[8];
+    size_t lens[8];
+    int nd = 0;
+    for (const char *q = p + 1; q < end && nd < 8;) {
+        while (q < end && (*q == ' ' || *q == ',')) q++;
+        if (q >= end) break;
+        const char *e = q;
+        while (e < end && *e != ',' && *e != ' ') e++;
+        dims[nd] = q, lens[nd++] = (size_t)(e - q);
+        q = e;
+    }
+    int first = s->layer_numel ? 1 : 0; /* (L, ...): the layer's slice */
+    if (nd - first != 2) return 0;
+    return dim_value(dims[nd - 1], lens[nd - 1], cfg, s->name);
+}
+
+int adafactor_units(const TensorSpec *specs, int num_specs, const ModelConfig *cfg, AdafactorUnit *units,
+                    size_t *num_stats) {
+    int nu = 0;
+    size_t soff = 0;
+    for (int i = 0; i < num_specs; i++) {
+        const TensorSpec *s = &specs[i];
+        if (!s->numel) continue;
+        const size_t un = s->layer_numel ? s->layer_numel : s->numel, count = s->numel / un;
+        size_t cols = unit_cols(s, cfg), rows = cols ? un / cols : 0;
+        if (cols && rows * cols != un)
+            llmc_die("internal: tensor %s (%zu elements a unit) is not %zu columns wide", s->name, un, cols);
+        if (rows < 2 || cols < 2) rows = cols = 0; /* a vector (or a degenerate matrix: kept whole) */
+        for (size_t l = 0; l < count; l++, nu++) {
+            if (units) units[nu] = (AdafactorUnit){s->offset + l * un, un, rows, cols, soff, s->decay};
+            soff += cols ? rows + cols : un;
+        }
+    }
+    if (num_stats) *num_stats = soff;
+    return nu;
+}
+
+/* The units rank owns at stage zero: [*u0, *u1) (the rank whose dist_shard range holds a unit's
+ * first element; every unit at -z 0). */
+static void units_of_rank(const AdafactorUnit *u, int nu, size_t n, int zero, int ranks, int rank, int *u0, int *u1) {
+    if (zero == 0) {
+        *u0 = 0, *u1 = nu;
+        return;
+    }
+    size_t lo, hi;
+    dist_shard(n, ranks, rank, &lo, &hi);
+    int a = 0;
+    while (a < nu && u[a].off < lo) a++;
+    int b = a;
+    while (b < nu && u[b].off < hi) b++;
+    *u0 = a, *u1 = b;
+}
+
+static void unit_range(const AdafactorUnit *u, int nu, int u0, int u1, size_t *plo, size_t *phi, size_t *slo,
+                       size_t *shi) {
+    if (u0 >= u1) { /* no units: an empty range where the next rank's begins */
+        size_t p = u0 < nu ? u[u0].off : (nu ? u[nu - 1].off + u[nu - 1].numel : 0);
+        size_t s = u0 < nu ? u[u0].soff : (nu ? u[nu - 1].soff + (u[nu - 1].cols ? u[nu - 1].rows + u[nu - 1].cols : u[nu - 1].numel) : 0);
+        *plo = *phi = p, *slo = *shi = s;
+        return;
+    }
+    const AdafactorUnit *l = &u[u1 - 1];
+    *plo = u[u0].off, *phi = l->off + l->numel;
+    *slo = u[u0].soff, *shi = l->soff + (l->cols ? l->rows + l->cols : l->numel);
+}
+
+void adafactor_plan_bytes(const TrainConfig *tc, int ranks, int rank, size_t *m_bytes, size_t *v_bytes) {
+    ArchConfig ac;
+    const ModelArch *arch = model_arch_for_init(tc->init, &ac);
+    TensorSpec *specs = (TensorSpec *)callocCheck((size_t)arch->num_param_specs, sizeof(TensorSpec), "parameter table");
+    size_t n = arch->parameter_specs(&ac, specs), ns;
+    int nu = adafactor_units(specs, arch->num_param_specs, arch_config_cbase(&ac), NULL, &ns);
+    AdafactorUnit *u = (AdafactorUnit *)mallocCheck((size_t)(nu ? nu : 1) * sizeof *u, "Adafactor units");
+    adafactor_units(specs, arch->num_param_specs, arch_config_cbase(&ac), u, &ns);
+    int u0, u1;
+    size_t plo, phi, slo, shi;
+    units_of_rank(u, nu, n, tc->zero_stage, ranks, rank, &u0, &u1);
+    unit_range(u, nu, u0, u1, &plo, &phi, &slo, &shi);
+    *m_bytes = tc->adafactor_beta1 > 0.0f ? (phi - plo) * sizeof(float) : 0;
+    *v_bytes = (shi - slo) * sizeof(float);
+    free(u);
+    free(specs);
+}
+
+/* ---- the TrainOptimizer ---- */
+static float af_loss_weight(void *p, int accum) { return 1.0f / ((float)accum * (float)((HostAdafactor *)p)->dist->size); }
+
+static void af_reduce(void *p) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    TrainBackend *be = h->be;
+    if (be->hostopt.grads_to_host) be->hostopt.grads_to_host(be->model);
+    dist_allreduce_f32(h->dist, be->hostopt.host_grads, h->n);
+}
+
+static float af_grad_norm(void *p) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    return (float)sqrt(global_norm_squared(h->be->hostopt.host_grads, h->n)); /* identical grads everywhere */
+}
+
+static void af_step(void *p, const AdamWStep *s) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    TrainBackend *be = h->be;
+    float *params = be->state.host_params;
+    const float *grads = be->hostopt.host_grads;
+    const double b2t = 1.0 - pow((double)s->t, (double)h->decay_rate);
+    AdafactorArgs a = {s->lr, (float)b2t, (float)(1.0 - b2t), 1e-30f, 1e-3f, h->clip, h->beta1, 0.0f, s->grad_scale, 0};
+    if (h->relative_step) { /* HF's relative step (warmup_init off) with scale_parameter: -l and -k unused */
+        double r = 1.0 / sqrt((double)s->t);
+        a.lr = (float)(r < 1e-2 ? r : 1e-2);
+        a.param_scale = 1;
+    }
+    for (int i = h->u0; i < h->u1; i++) {
+        const AdafactorUnit *u = &h->units[i];
+        a.weight_decay = u->decay ? s->weight_decay : 0.0f;
+        float *st = h->stats + (u->soff - h->slo), *m = h->m ? h->m + (u->off - h->plo) : NULL;
+        if (u->cols) adafactor_update_factored(params + u->off, grads + u->off, st, st + u->rows, m, u->rows, u->cols, &a);
+        else adafactor_update_vector(params + u->off, grads + u->off, st, m, u->numel, &a);
+    }
+    if (h->parts) {
+        DistRequest req;
+        dist_allgather_parts_begin(h->dist, params, h->parts, h->parts + h->dist->size, &req);
+        dist_wait_request(h->dist, &req, "Adafactor parameter all-gather");
+    }
+    if (be->hostopt.params_bucket_to_device) { /* a device backend's buckets, in the order the next forward needs them */
+        Optimizer shape = {0};
+        shape.specs = be->hostopt.param_specs, shape.num_specs = be->arch->arch->num_param_specs;
+        Bucket b;
+        for (int k = 0; k < optim_num_buckets(&shape); k++) optim_bucket(&shape, k, &b), be->hostopt.params_bucket_to_device(be->model, &b);
+    }
+    if (be->hostopt.params_from_host) be->hostopt.params_from_host(be->model);
+}
+
+/* Whole packed state on rank 0 (-z 1: on every rank, the all-gather's buffers). */
+static void af_state(void *p, OptimStateView *sv) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    memset(sv, 0, sizeof *sv);
+    sv->params = h->be->state.host_params;
+    sv->whole_params = 1;
+    if (!h->parts && h->dist->rank != 0) return; /* (-z 0: rank 0's copy is the checkpoint's) */
+    sv->m = (float *)callocCheck(h->n, sizeof(float), "Adafactor first moment (checkpoint)");
+    sv->v = (float *)callocCheck(h->n, sizeof(float), "Adafactor statistics (checkpoint)");
+    sv->copies = 1;
+    if (h->m) memcpy(sv->m + h->plo, h->m, (h->phi - h->plo) * sizeof(float));
+    memcpy(sv->v + h->slo, h->stats, (h->shi - h->slo) * sizeof(float));
+    if (!h->parts) return;
+    const int P = h->dist->size;
+    int *sc = (int *)mallocCheck(2 * (size_t)P * sizeof(int), "Adafactor state parts");
+    for (int r = 0; r < P; r++) {
+        int u0, u1;
+        size_t plo, phi, slo, shi;
+        units_of_rank(h->units, h->num_units, h->n, h->zero, P, r, &u0, &u1);
+        unit_range(h->units, h->num_units, u0, u1, &plo, &phi, &slo, &shi);
+        sc[r] = (int)(shi - slo), sc[P + r] = (int)slo;
+    }
+    DistRequest req;
+    if (h->m) {
+        dist_allgather_parts_begin(h->dist, sv->m, h->parts, h->parts + P, &req);
+        dist_wait_request(h->dist, &req, "Adafactor first moment gather");
+    }
+    dist_allgather_parts_begin(h->dist, sv->v, sc, sc + P, &req);
+    dist_wait_request(h->dist, &req, "Adafactor statistics gather");
+    free(sc);
+}
+
+static void af_state_release(void *p, OptimStateView *sv) {
+    (void)p;
+    if (sv->copies) free(sv->m), free(sv->v);
+    memset(sv, 0, sizeof *sv);
+}
+
+static void af_load_begin(void *p, float **m, float **v) {
+    size_t n = ((HostAdafactor *)p)->n;
+    *m = (float *)mallocCheck(n * sizeof(float), "Adafactor first moment (checkpoint)");
+    *v = (float *)mallocCheck(n * sizeof(float), "Adafactor statistics (checkpoint)");
+}
+
+static void af_load_end(void *p, float *m, float *v) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    if (h->m) memcpy(h->m, m + h->plo, (h->phi - h->plo) * sizeof(float));
+    memcpy(h->stats, v + h->slo, (h->shi - h->slo) * sizeof(float));
+    free(m);
+    free(v);
+}
+
+static void af_print_memory(void *p, FILE *out) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    const double MiB = 1048576.0;
+    int factored = 0;
+    for (int i = h->u0; i < h->u1; i++) factored += h->units[i].cols != 0;
+    size_t sb = (h->shi - h->slo) * sizeof(float), mb = h->m ? (h->phi - h->plo) * sizeof(float) : 0;
+    size_t adamw = 2 * (h->zero ? h->phi - h->plo : h->n) * sizeof(float);
+    fprintf(out, "optimizer (per rank, -z %d: %s, %d rank%s): Adafactor, %d of %d units (%d factored matrices): "
+                 "second-moment statistics %zu bytes (%.1f MiB), first moment %zu bytes (%.1f MiB)%s; AdamW's m + v "
+                 "for the same parameters: %zu bytes (%.1f MiB)\n",
+            h->zero, h->zero ? "state sharded by whole units" : "not sharded", h->dist->size, h->dist->size == 1 ? "" : "s",
+            h->u1 - h->u0, h->num_units, factored, sb, sb / MiB, mb, mb / MiB, h->m ? "" : " (no --adafactor-beta1)",
+            adamw, adamw / MiB);
+}
+
+static void af_free(void *p) {
+    HostAdafactor *h = (HostAdafactor *)p;
+    if (h->stats) mem_free(MEM_ADAM_V, h->stats, (h->shi - h->slo) * sizeof(float));
+    if (h->m) mem_free(MEM_ADAM_M, h->m, (h->phi - h->plo) * sizeof(float));
+    free(h->units);
+    free(h->parts);
+    memset(h, 0, sizeof *h);
+}
+
+void host_adafactor_open(TrainOptimizer *o, HostAdafactor *h, const TrainConfig *tc, TrainBackend *be, Dist *d) {
+    if (tc->zero_stage > 1)
+        llmc_die("-z %d: --optimizer adafactor shards its state at -z 1 (by whole matrices) at most; -z 2 and 3 are "
+                 "not built for it (use -z 0 or 1, or --optimizer adamw)", tc->zero_stage);
+    if (strcmp(tc->optim_state, "fp32") != 0)
+        llmc_die("--optim-state %s: --optimizer adafactor keeps its statistics in fp32 (--optim-state is AdamW's)",
+                 tc->optim_state);
+    memset(h, 0, sizeof *h);
+    h->dist = d, h->be = be, h->zero = tc->zero_stage, h->n = be->num_parameters;
+    h->beta1 = tc->adafactor_beta1, h->clip = tc->adafactor_clip, h->decay_rate = tc->adafactor_decay_rate;
+    h->relative_step = tc->adafactor_relative_step;
+    const TensorSpec *specs = be->hostopt.param_specs;
+    const int ns = be->arch->arch->num_param_specs;
+    h->num_units = adafactor_units(specs, ns, &be->cfg, NULL, &h->num_stats);
+    h->units = (AdafactorUnit *)mallocCheck((size_t)(h->num_units ? h->num_units : 1) * sizeof *h->units, "Adafactor units");
+    adafactor_units(specs, ns, &be->cfg, h->units, &h->num_stats);
+    if (h->num_stats > h->n) llmc_die("internal: Adafactor's %zu statistics exceed the %zu parameters", h->num_stats, h->n);
+    units_of_rank(h->units, h->num_units, h->n, h->zero, d->size, d->rank, &h->u0, &h->u1);
+    unit_range(h->units, h->num_units, h->u0, h->u1, &h->plo, &h->phi, &h->slo, &h->shi);
+    if (h->shi > h->slo) h->stats = (float *)mem_calloc(MEM_ADAM_V, (h->shi - h->slo) * sizeof(float), 1, "Adafactor statistics");
+    if (h->beta1 > 0.0f && h->phi > h->plo)
+        h->m = (float *)mem_calloc(MEM_ADAM_M, (h->phi - h->plo) * sizeof(float), 1, "Adafactor first moment");
+    if (h->zero == 1 && d->size > 1) {
+        if (h->n > (size_t)INT_MAX) llmc_die("-z 1 with --optimizer adafactor: %zu parameters exceed what one MPI call takes", h->n);
+        h->parts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "Adafactor parameter parts");
+        for (int r = 0; r < d->size; r++) {
+            int u0, u1;
+            size_t plo, phi, slo, shi;
+            units_of_rank(h->units, h->num_units, h->n, h->zero, d->size, r, &u0, &u1);
+            unit_range(h->units, h->num_units, u0, u1, &plo, &phi, &slo, &shi);
+            h->parts[r] = (int)(phi - plo), h->parts[d->size + r] = (int)plo;
+        }
+    }
+    static const TrainOptimizer ops = {NULL, 1, af_loss_weight, NULL, af_reduce, af_grad_norm, af_step, af_state,
+                                       af_state_release, af_load_begin, af_load_end, af_print_memory, af_free};
+    *o = ops;
+    o->ctx = h;
+}
