@@ -70,6 +70,15 @@ void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
     *cfg = *arch_config_base(&ac);
 }
 
+void train_plan_print_optimizer(const TrainConfig *tc, const MemPlan *p, int host_optimizer, FILE *out) {
+    if (!host_optimizer || !adafactor_selected(tc)) return;
+    size_t adamw = 2 * optim_moment_bytes(p->num_parameters, tc->zero_stage, tc->num_processes, tc->process_rank, OPTSTATE_FP32);
+    size_t mine = p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
+    fprintf(out, "optimizer: Adafactor: second-moment statistics %zu bytes (class adamw_v), first moment %zu bytes "
+                 "(class adamw_m): %.2f%% of AdamW's m + v (%zu bytes)\n",
+            p->host[MEM_ADAM_V], p->host[MEM_ADAM_M], 100.0 * (double)mine / (double)(adamw ? adamw : 1), adamw);
+}
+
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
     ModelConfig cfg;
     train_plan_model_config(tc, &cfg);
@@ -77,6 +86,7 @@ int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_op
     train_memory_plan(tc, &cfg, backend_plan, host_optimizer, device, &p);
     if (tc->json) mem_plan_print_json(&p, stdout);
     else mem_plan_print(&p, stdout);
+    if (!tc->json) train_plan_print_optimizer(tc, &p, host_optimizer, stdout);
     return 0;
 }
 
