@@ -152,7 +152,8 @@ def trajectories(tmp):
 
 def against_transformers():
     """The reference's Adafactor against transformers' on random tensors (a 2-D and a 1-D one, 5
-    steps, beta1 None and 0.9, weight decay), when transformers is importable."""
+    steps, beta1 None and 0.9, weight decay; relative step with parameter scale), when transformers
+    is importable (checked against transformers 4.36.2)."""
     try:
         import torch
         from transformers.optimization import Adafactor as HF
@@ -161,12 +162,13 @@ def against_transformers():
         return
     import adafactor as mine
     gen = torch.Generator().manual_seed(5)
-    for beta1 in (None, 0.9):
+    for beta1, relative in ((None, False), (0.9, False), (None, True)):
         ps = [torch.randn(12, 7, generator=gen), torch.randn(9, generator=gen)]
         hp = [torch.nn.Parameter(p.clone()) for p in ps]
-        hf = HF(hp, lr=1e-2, beta1=beta1, weight_decay=0.1, relative_step=False, scale_parameter=False,
+        lr = None if relative else 1e-2
+        hf = HF(hp, lr=lr, beta1=beta1, weight_decay=0.1, relative_step=relative, scale_parameter=relative,
                 warmup_init=False)
-        ours = mine.Adafactor(1e-2, beta1=beta1, weight_decay=0.1)
+        ours = mine.Adafactor(lr, beta1=beta1, weight_decay=0.1, relative_step=relative, scale_parameter=relative)
         op = [p.clone() for p in ps]
         for _ in range(5):
             gs = [torch.randn(p.shape, generator=gen) for p in ps]
@@ -175,7 +177,8 @@ def against_transformers():
             hf.step()
             ours.step([(p, g, True) for p, g in zip(op, gs)])
         diff = max(float((a - b.detach()).abs().max()) for a, b in zip(op, hp))
-        report(diff < 1e-6, f"the reference's Adafactor equals transformers' (beta1 {beta1})", f"difference {diff}")
+        report(diff < 1e-6, f"the reference's Adafactor equals transformers' (beta1 {beta1}, relative step {relative})",
+               f"difference {diff}")
 
 
 def resume(tmp, runs):
@@ -198,6 +201,9 @@ def resume(tmp, runs):
         state = open(os.path.join(out, "state_00000005_00000.bin"), "rb").read(1024)
         report(struct.unpack("<256i", state)[30] == 2, f"{name}: the state file says Adafactor (header [30] = 2)")
     # the other optimizer's state: a clear error either way, --allow-config-change or not
+    if not runs:
+        report(False, "resume checks: no trainer run to resume")
+        return
     name = next(iter(runs))
     model, shard, lr, tflags, out = runs[name]
     for allow in ([], ["--allow-config-change", "1"]):

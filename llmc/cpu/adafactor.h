@@ -16,6 +16,8 @@
 #define LLMC_CPU_ADAFACTOR_H
 #include <stddef.h>
 
+#include "llmc/core/tensor.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -33,6 +35,27 @@ typedef struct {
 void adafactor_update_factored(float *params, const float *grads, float *row, float *col, float *m, size_t rows,
                                size_t cols, const AdafactorArgs *a);
 void adafactor_update_vector(float *params, const float *grads, float *v, float *m, size_t n, const AdafactorArgs *a);
+
+/* ---- the units of a parameter table (llmc/train/adafactor.h says what they are) ---- */
+typedef struct {
+    size_t off, numel; /* its parameters [off, off + numel) */
+    size_t rows, cols; /* factored: rows x cols; cols 0: a vector */
+    size_t soff;       /* its statistics in the packed state: rows + cols floats, or numel */
+    int decay;         /* weight decay applies */
+} AdafactorUnit;
+/* The units of a parameter table (units may be NULL); returns their number, *num_stats the
+ * packed statistics' floats. */
+int adafactor_units(const TensorSpec *specs, int num_specs, const ModelConfig *cfg, AdafactorUnit *units,
+                    size_t *num_stats);
+/* The units rank owns at stage zero: [*u0, *u1) (the rank whose dist_shard range holds a unit's
+ * first element; every unit at -z 0), and their parameters [*plo, *phi) and statistics [*slo, *shi). */
+void adafactor_units_of_rank(const AdafactorUnit *u, int nu, size_t n, int zero, int ranks, int rank, int *u0, int *u1);
+void adafactor_unit_range(const AdafactorUnit *u, int nu, int u0, int u1, size_t *plo, size_t *phi, size_t *slo,
+                          size_t *shi);
+/* The plan's bytes of Adafactor on rank of ranks at stage zero for the model init names (-e: its
+ * header or descriptor only): the first moment (0 without one) and the statistics. */
+void adafactor_state_bytes(const char *init, int zero, int ranks, int rank, int first_moment, size_t *m_bytes,
+                           size_t *v_bytes);
 #ifdef __cplusplus
 }
 #endif

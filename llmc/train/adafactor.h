@@ -23,6 +23,7 @@
 #ifndef LLMC_TRAIN_ADAFACTOR_H
 #define LLMC_TRAIN_ADAFACTOR_H
 
+#include "llmc/cpu/adafactor.h"
 #include "llmc/dist/dist.h"
 #include "llmc/train/backend.h"
 #include "llmc/train/cli.h"
@@ -34,13 +35,6 @@ extern "C" {
 
 /* The state file's optimizer kinds (statefile.h header [30]). */
 enum { STATE_OPTIMIZER_ADAMW = 1, STATE_OPTIMIZER_ADAFACTOR = 2 };
-
-typedef struct {
-    size_t off, numel; /* its parameters [off, off + numel) */
-    size_t rows, cols; /* factored: rows x cols; cols 0: a vector */
-    size_t soff;       /* its statistics in the packed state: rows + cols floats, or numel */
-    int decay;         /* weight decay applies */
-} AdafactorUnit;
 
 typedef struct {
     Dist *dist;
@@ -60,13 +54,6 @@ typedef struct {
 /* 1 when tc selects Adafactor; the state file's kind for tc. */
 int adafactor_selected(const TrainConfig *tc);
 int train_state_optimizer(const TrainConfig *tc);
-/* The units of a parameter table (units may be NULL); returns their number, *num_stats the
- * packed statistics' floats. */
-int adafactor_units(const TensorSpec *specs, int num_specs, const ModelConfig *cfg, AdafactorUnit *units,
-                    size_t *num_stats);
-/* The plan's bytes for tc's Adafactor on rank of ranks (the model from tc's -e): first moment
- * (MEM_ADAM_M) and statistics (MEM_ADAM_V). */
-void adafactor_plan_bytes(const TrainConfig *tc, int ranks, int rank, size_t *m_bytes, size_t *v_bytes);
 /* Builds h for tc over be's parameter table (dies on what it does not build: -z 2/3,
  * --optim-state other than fp32) and fills o with its ops. */
 void host_adafactor_open(TrainOptimizer *o, HostAdafactor *h, const TrainConfig *tc, TrainBackend *be, Dist *d);

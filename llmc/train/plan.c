@@ -7,11 +7,14 @@
 #include "llmc/core/check.h"
 #include "llmc/core/optstate.h"
 #include "llmc/formats/arch.h"
-#include "llmc/train/adafactor.h"
+#include "llmc/cpu/adafactor.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* --optimizer adafactor (llmc/train/adafactor.h; this module is below it) */
+static int plan_adafactor(const TrainConfig *tc) { return strcmp(tc->optimizer, "adafactor") == 0; }
 
 void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int rank, int zero,
                        int host_optimizer, int checkpoints, int validation) {
@@ -54,8 +57,9 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
-    if (host_optimizer && adafactor_selected(tc)) { /* its first moment and statistics in AdamW's m and v classes */
-        adafactor_plan_bytes(tc, tc->num_processes, tc->process_rank, &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);
+    if (host_optimizer && plan_adafactor(tc)) { /* its first moment and statistics in AdamW's m and v classes */
+        adafactor_state_bytes(tc->init, tc->zero_stage, tc->num_processes, tc->process_rank, tc->adafactor_beta1 > 0.0f,
+                              &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);
         p->host[MEM_GRAD_SHARD] = 0;
         /* the whole packed state gathered (-z 0: on rank 0; -z 1: every rank's all-gather buffers) */
         p->transient[MEM_CHECKPOINT] =
@@ -71,7 +75,7 @@ void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
 }
 
 void train_plan_print_optimizer(const TrainConfig *tc, const MemPlan *p, int host_optimizer, FILE *out) {
-    if (!host_optimizer || !adafactor_selected(tc)) return;
+    if (!host_optimizer || !plan_adafactor(tc)) return;
     size_t adamw = 2 * optim_moment_bytes(p->num_parameters, tc->zero_stage, tc->num_processes, tc->process_rank, OPTSTATE_FP32);
     size_t mine = p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
     fprintf(out, "optimizer: Adafactor: second-moment statistics %zu bytes (class adamw_v), first moment %zu bytes "
