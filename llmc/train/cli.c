@@ -249,7 +249,8 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
             if (differs != (pass == 0)) continue;
             if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
-                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0)))
+                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0) ||
+                              (strncmp(f->long_name, "--adafactor-", 12) == 0 && strcmp(c->optimizer, "adafactor") != 0)))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {

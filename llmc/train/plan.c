@@ -51,6 +51,8 @@ size_t train_token_buffer_bytes(int B, int T, long long total_batch) {
 void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
                        const char *device, MemPlan *p) {
     if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
+    if (!host_optimizer && plan_adafactor(tc))
+        llmc_die("--optimizer adafactor on the device is not built yet; use --offload optimizer (Adafactor on the host)");
     mem_plan_init(p, device);
     p->optim_state = optstate_parse(tc->optim_state);
     p->offload = strcmp(tc->offload, "optimizer") == 0;
