@@ -78,7 +78,7 @@ static void af_state(void *p, OptimStateView *sv) {
     sv->v = (float *)callocCheck(h->n, sizeof(float), "Adafactor statistics (checkpoint)");
     sv->copies = 1;
     if (h->m) memcpy(sv->m + h->plo, h->m, (h->phi - h->plo) * sizeof(float));
-    memcpy(sv->v + h->slo, h->stats, (h->shi - h->slo) * sizeof(float));
+    if (h->stats) memcpy(sv->v + h->slo, h->stats, (h->shi - h->slo) * sizeof(float));
     if (!h->parts) return;
     const int P = h->dist->size;
     int *sc = (int *)mallocCheck(2 * (size_t)P * sizeof(int), "Adafactor state parts");
@@ -114,7 +114,7 @@ static void af_load_begin(void *p, float **m, float **v) {
 static void af_load_end(void *p, float *m, float *v) {
     HostAdafactor *h = (HostAdafactor *)p;
     if (h->m) memcpy(h->m, m + h->plo, (h->phi - h->plo) * sizeof(float));
-    memcpy(h->stats, v + h->slo, (h->shi - h->slo) * sizeof(float));
+    if (h->stats) memcpy(h->stats, v + h->slo, (h->shi - h->slo) * sizeof(float));
     free(m);
     free(v);
 }
