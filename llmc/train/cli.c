@@ -530,6 +530,9 @@ static void validate(const TrainConfig *c) {
         if (strcmp(c->optim_state, "fp32"))
             llmc_die("flag --optim-state %s is AdamW's: --optimizer adafactor keeps its statistics in fp32 (give "
                      "--optim-state fp32)", c->optim_state);
+        if (c->beta1 != 0.9f || c->beta2 != 0.95f || c->eps != 1e-8f)
+            llmc_die("flags --beta1/--beta2/--eps are AdamW's: --optimizer adafactor has --adafactor-beta1 (its first "
+                     "moment) and --adafactor-decay-rate (its second moments' decay) instead");
         if (c->memory_budget[0])
             llmc_die("flag --memory-budget with --optimizer adafactor is not built yet (its search would try -z 2/3); "
                      "give -b/-r/-z yourself (--plan shows Adafactor's bytes)");
