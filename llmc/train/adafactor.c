@@ -67,13 +67,30 @@ static void af_step(void *p, const AdamWStep *s) {
     if (be->hostopt.params_from_host) be->hostopt.params_from_host(be->model);
 }
 
-/* Whole packed state on rank 0 (-z 1: on every rank, the all-gather's buffers). */
+/* One rank holding the whole state (-z 0, or one rank): the state file's arrays a chunk at a time,
+ * straight from the state (zeros past the statistics, and for a missing first moment). */
+static const float *af_moment_chunk(void *p, int is_v, size_t offset, size_t count, float *scratch) {
+    const HostAdafactor *h = (const HostAdafactor *)p;
+    const float *src = is_v ? h->stats : h->m;
+    const size_t have = is_v ? h->num_stats : (h->m ? h->n : 0);
+    if (offset + count <= have) return src + offset;
+    size_t k = offset < have ? have - offset : 0;
+    if (k) memcpy(scratch, src + offset, k * sizeof(float));
+    memset(scratch + k, 0, (count - k) * sizeof(float));
+    return scratch;
+}
+
+/* The checkpoint's arrays: streamed from the whole state (-z 0, one rank) on rank 0, or (-z 1,
+ * several ranks) gathered into whole copies on every rank (the all-gather's buffers). */
 static void af_state(void *p, OptimStateView *sv) {
     HostAdafactor *h = (HostAdafactor *)p;
     memset(sv, 0, sizeof *sv);
     sv->params = h->be->state.host_params;
     sv->whole_params = 1;
-    if (!h->parts && h->dist->rank != 0) return; /* (-z 0: rank 0's copy is the checkpoint's) */
+    if (!h->parts) {
+        sv->moment = af_moment_chunk, sv->moment_ctx = h;
+        return;
+    }
     sv->m = (float *)callocCheck(h->n, sizeof(float), "Adafactor first moment (checkpoint)");
     sv->v = (float *)callocCheck(h->n, sizeof(float), "Adafactor statistics (checkpoint)");
     sv->copies = 1;

@@ -63,10 +63,12 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
         adafactor_state_bytes(tc->init, tc->zero_stage, tc->num_processes, tc->process_rank, tc->adafactor_beta1 > 0.0f,
                               &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);
         p->host[MEM_GRAD_SHARD] = 0;
-        /* the whole packed state gathered (-z 0: on rank 0; -z 1: every rank's all-gather buffers) */
-        p->transient[MEM_CHECKPOINT] =
-            tc->output_dir[0] && (tc->process_rank == 0 || (tc->zero_stage == 1 && tc->num_processes > 1))
-                ? 2 * p->num_parameters * sizeof(float) : 0;
+        /* -z 1 on several ranks: the whole packed state gathered on every rank (the all-gather's
+         * buffers); else written from the state a chunk at a time on rank 0 */
+        const int gathered = tc->zero_stage == 1 && tc->num_processes > 1;
+        p->transient[MEM_CHECKPOINT] = !tc->output_dir[0] ? 0
+                                       : gathered ? 2 * p->num_parameters * sizeof(float)
+                                       : tc->process_rank == 0 ? STATE_CHUNK * sizeof(float) : 0;
     }
 }
 
