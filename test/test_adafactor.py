@@ -330,6 +330,21 @@ def cudasim(tmp, runs):
         a, b = log_steps(out), log_steps(d)
         ok = all(abs(a[s]["train_loss"] - b[s]["train_loss"]) <= LOSS_ATOL for s in (1, 2, 3))
     report(ok, "./train_gpt (cudasim) --offload optimizer --optimizer adafactor: the CPU trainer's losses", (p.stdout + p.stderr)[-1500:])
+    if shutil.which("mpirun"):  # 2 ranks through cudasim's NCCL: -z 1 (whole units) writes -z 0's bytes
+        dirs = []
+        for z in ("0", "1"):
+            dirs.append(os.path.join(tmp, f"sim_ranks{z}"))
+            cmd = ["mpirun", "--oversubscribe", "-np", "2"] + train_cmd(
+                model, shard, lr, tflags + ["--offload", "optimizer", "--precision", "fp32", "-z", z], steps=2,
+                outdir=dirs[-1], trainer=SIM)
+            cmd[cmd.index("-b") + 1] = str(B // 2)
+            p = run(cmd)
+            if p.returncode != 0:
+                break
+        ok = p.returncode == 0 and all(same_bytes(os.path.join(dirs[0], f), os.path.join(dirs[1], f))
+                                       for f in ("model_00000002.bin", "state_00000002_00000.bin"))
+        report(ok, "./train_gpt (cudasim), 2 ranks --offload optimizer: -z 1 writes -z 0's model and state bytes",
+               (p.stdout + p.stderr)[-1500:])
     expect_error("./train_gpt (cudasim) --optimizer adafactor without --offload optimizer: a clear error",
                  run(train_cmd(model, shard, lr, ["--precision", "fp32"], steps=1, trainer=SIM)), "--offload optimizer")
 

@@ -149,6 +149,9 @@ static void af_print_memory(void *p, FILE *out) {
             h->zero, h->zero ? "state sharded by whole units" : "not sharded", h->dist->size, h->dist->size == 1 ? "" : "s",
             h->u1 - h->u0, h->num_units, factored, sb, sb / MiB, mb, mb / MiB, h->m ? "" : " (no --adafactor-beta1)",
             adamw, adamw / MiB);
+    if (h->relative_step)
+        fprintf(out, "optimizer: --adafactor-relative-step 1: each tensor's step size is min(1e-2, 1/sqrt(t)) x max(1e-3, "
+                     "RMS of the tensor); -l, its schedule and the step line's lr are not used\n");
 }
 
 static void af_free(void *p) {

@@ -17,8 +17,10 @@
  * Checkpoint (the state file's [30] = 2, statefile.h): its two numel-float arrays hold the first
  * moment in parameter order (zeros without --adafactor-beta1) and the packed second-moment
  * statistics (unit by unit in table order: rows then columns, or the vector; zeros after them),
- * whole and independent of the number of ranks; the step is the state file's. Resuming with
- * another --optimizer is an error.
+ * whole and independent of the number of ranks; the step is the state file's. A rank holding
+ * the whole state writes it a chunk at a time (no copy); at -z 1 with several ranks every rank
+ * gathers whole copies (2 x numel floats, the checkpoint's transient). Resuming with another
+ * --optimizer is an error.
  */
 #ifndef LLMC_TRAIN_ADAFACTOR_H
 #define LLMC_TRAIN_ADAFACTOR_H
