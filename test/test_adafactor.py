@@ -278,7 +278,8 @@ def bad_flags(tmp, shard):
             (["--optimizer", "adafactor", "-z", "2"], "-z 2"),
             (["--optimizer", "adafactor", "--optim-state", "int8"], "--optim-state"),
             (["--optimizer", "adafactor", "--memory-budget", "1G"], "--memory-budget"),
-            (["--optimizer", "adafactor", "--beta2", "0.99"], "--adafactor-decay-rate")]:
+            (["--optimizer", "adafactor", "--beta2", "0.99"], "--adafactor-decay-rate"),
+            (["--optimizer", "adafactor", "--lora-rank", "4"], "--lora-rank")]:
         expect_error(f"{' '.join(extra)}: a clear error naming the flag", run(base + extra), pattern)
 
 
