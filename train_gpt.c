@@ -309,7 +309,7 @@ int main(int argc, char **argv) {
         MemPlan p;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
-        else mem_plan_print(&p, stdout);
+        else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
         return 0;
     }
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */

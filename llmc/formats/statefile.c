@@ -30,7 +30,7 @@ static void state_header(int32_t h[256], const TrainState *st) {
     put64(h, 10, st->seed);
     for (int i = 0; i < 8; i++) put64(h, 12 + 2 * i, (uint64_t)st->loader[i]);
     put64(h, 28, st->sampler_rng);
-    h[30] = 1;
+    h[30] = st->optimizer ? st->optimizer : 1;
     for (int i = 0; i < 4; i++) put64(h, 32 + 2 * i, (uint64_t)st->backend[i]);
     h[40] = (int32_t)st->model_crc;
     h[41] = st->has_model_crc ? 1 : 0;
@@ -99,6 +99,10 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     st->seed = get64(h, 10);
     for (int i = 0; i < 8; i++) st->loader[i] = (int64_t)get64(h, 12 + 2 * i);
     st->sampler_rng = get64(h, 28);
+    st->optimizer = h[30];
+    if (st->optimizer != 1 && st->optimizer != 2)
+        llmc_die("training state '%s' holds optimizer state of unknown kind %d (1 AdamW, 2 Adafactor): the file is "
+                 "damaged or from a newer build", path, st->optimizer);
     for (int i = 0; i < 4; i++) st->backend[i] = (int64_t)get64(h, 32 + 2 * i);
     int checked = h[1] >= 2; /* version 1 files carry no checksums */
     if (checked) {

@@ -6,7 +6,8 @@
  *   [0] magic [1] version [2] step (optimizer steps done) [3..4] numel (int64, lo/hi)
  *   [5] B [6] T [7] processes [8] rank [9] shuffle [10..11] seed (uint64)
  *   [12..27] dataloader state (8 x int64: epoch, shard, batch, 5 fingerprint words)
- *   [28..29] sampler RNG state (uint64) [30] 1 (AdamW moments follow)
+ *   [28..29] sampler RNG state (uint64) [30] the optimizer state that follows: 1 AdamW's m and v,
+ *   2 Adafactor's (the same two numel-float arrays: llmc/train/adafactor.h says what they hold)
  *   [32..39] backend state (4 x int64, 0 = none; the CUDA trainer keeps its fp16 loss scaler here)
  *   (version 2) [40] CRC-32 of the model file of the same step, [41] 1 = [40] is set,
  *   [42] CRC-32 of this file (header with [42] = 0, then m and v)
@@ -43,6 +44,7 @@ typedef struct {
     uint32_t model_crc;  /* CRC-32 of the model file saved with this state */
     int has_model_crc;   /* 0: unknown (version 1 file) */
     int version;         /* as read */
+    int optimizer;       /* [30]: 1 AdamW (also 0 when saving), 2 Adafactor */
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);

@@ -11,6 +11,7 @@
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/train/lora.h"
+#include "llmc/train/adafactor.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -147,6 +148,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     _Static_assert(sizeof ds == sizeof st.loader, "the state file stores the whole DataLoaderState");
     memcpy(st.loader, &ds, sizeof ds);
     st.sampler_rng = sampler_rng->state;
+    st.optimizer = train_state_optimizer(tc);
     if (be->state.save_backend_state) be->state.save_backend_state(be->model, st.backend);
     if (sv.m) state_file_save(state, &st, sv.m, sv.v);
     else state_file_save_chunks(state, &st, sv.moment, sv.moment_ctx); /* compact moments, a chunk at a time */
@@ -171,6 +173,12 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
     float *m, *v;
     opt->load_begin(opt->ctx, &m, &v);
     state_file_load(state, &st, m, v, be->num_parameters);
+    if (st.optimizer != train_state_optimizer(tc)) {
+        static const char *const names[] = {"", "adamw", "adafactor"};
+        llmc_die("cannot resume from '%s': it holds the state of --optimizer %s, this run has --optimizer %s (an "
+                 "optimizer's state does not carry over to another; resume with --optimizer %s, or start a new run)",
+                 state, names[st.optimizer], tc->optimizer, names[st.optimizer]);
+    }
     if (opt->load_end) opt->load_end(opt->ctx, m, v);
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {

@@ -101,6 +101,12 @@ static const Flag flags[] = {
     {NULL, "--lora-targets", F_STRING, FIELD(lora_targets), "LoRA: comma-separated PEFT module names, suffix-matched (GPT-2: c_attn, c_proj, attn.c_proj, mlp.c_proj, c_fc; Llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) or all-linear; '' = PEFT's default (c_attn; q_proj,v_proj)"},
     {NULL, "--use-rslora", F_INT, FIELD(use_rslora), "LoRA: 1 = rank-stabilised scale alpha/sqrt(R)"},
     {NULL, "--adapter", F_STRING, FIELD(adapter), "LoRA: start from this PEFT adapter directory (adapter_config.json + adapter_model.safetensors); '' = new adapters"},
+    /* ---- the optimizer (llmc/train/adafactor.h) ---- */
+    {NULL, "--optimizer", F_STRING, FIELD(optimizer), "adamw | adafactor: factored second moments (row and column statistics) for 2-D weights, a fraction of AdamW's state; the -l schedule, -c and --grad-clip apply (./train_gpt: with --offload optimizer)"},
+    {NULL, "--adafactor-beta1", F_FLOAT, FIELD(adafactor_beta1), "Adafactor: first-moment decay in [0, 1); 0 = no first moment (HF's beta1=None)"},
+    {NULL, "--adafactor-clip", F_FLOAT, FIELD(adafactor_clip), "Adafactor: clip each tensor's update to this RMS (clip_threshold)"},
+    {NULL, "--adafactor-decay-rate", F_FLOAT, FIELD(adafactor_decay_rate), "Adafactor: the second moments' decay at step t is 1 - t^rate (rate < 0)"},
+    {NULL, "--adafactor-relative-step", F_INT, FIELD(adafactor_relative_step), "Adafactor: 1 = HF's relative step size min(1e-2, 1/sqrt(t)) times max(1e-3, RMS of the tensor) instead of -l and its schedule; 0 = off"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -141,6 +147,12 @@ void train_config_defaults(TrainConfig *c) {
     c->num_processes = 1;
     c->gpus_per_node = 8;
     c->dist_timeout = 300.0f;
+    /* the optimizer (llmc/train/adafactor.h) */
+    snprintf(c->optimizer, sizeof c->optimizer, "adamw");
+    c->adafactor_beta1 = 0.0f;
+    c->adafactor_clip = 1.0f;
+    c->adafactor_decay_rate = -0.8f;
+    c->adafactor_relative_step = 0;
     snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
     c->lora_alpha = 8.0f; /* PEFT's default */
 }
@@ -174,7 +186,8 @@ static const char *const math_flags[] = {
     "--shuffle", "--seed", "--lr-schedule", "--lr", "--warmup", "--final-lr-frac", "--weight-decay", "--beta1",
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
-    "--use-rslora", "--adapter", NULL};
+    "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
+    "--adafactor-relative-step", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -183,7 +196,8 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
  * writes them only when they differ from the default, so the DONE files of runs without them stay
  * as they were (a resume reads an absent line as the default). */
 static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
-                                          "--use-rslora", "--adapter", NULL};
+                                          "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
+                                          "--adafactor-decay-rate", "--adafactor-relative-step", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -235,7 +249,9 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
             if (differs != (pass == 0)) continue;
             if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
-                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0)))
+                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0) ||
+                              ((strncmp(f->long_name, "--adafactor-", 12) == 0 || strcmp(f->long_name, "--optimizer") == 0) &&
+                               strcmp(c->optimizer, "adafactor") != 0)))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {
@@ -498,6 +514,36 @@ static void validate(const TrainConfig *c) {
     else check_range("-pr (--process-rank)", c->process_rank, 0, c->num_processes - 1);
     check_positive("-pg (--gpus-per-node)", c->gpus_per_node);
     if (!(c->dist_timeout > 0.0f)) llmc_die("flag --dist-timeout must be a number of seconds > 0, got %g", (double)c->dist_timeout);
+    /* the optimizer (llmc/train/adafactor.h) */
+    if (strcmp(c->optimizer, "adamw") && strcmp(c->optimizer, "adafactor"))
+        llmc_die("flag --optimizer: unknown optimizer '%s' (adamw, adafactor)", c->optimizer);
+    if (!(c->adafactor_beta1 >= 0 && c->adafactor_beta1 < 1))
+        llmc_die("flag --adafactor-beta1 must be in [0, 1) (0 = no first moment), got %g", (double)c->adafactor_beta1);
+    if (!(c->adafactor_clip > 0) || !isfinite(c->adafactor_clip))
+        llmc_die("flag --adafactor-clip must be a positive RMS, got %g", (double)c->adafactor_clip);
+    if (!(c->adafactor_decay_rate < 0) || !isfinite(c->adafactor_decay_rate))
+        llmc_die("flag --adafactor-decay-rate must be negative (beta2 at step t = 1 - t^rate), got %g", (double)c->adafactor_decay_rate);
+    check_range("--adafactor-relative-step", c->adafactor_relative_step, 0, 1);
+    if (strcmp(c->optimizer, "adafactor") == 0) {
+        if (c->zero_stage > 1)
+            llmc_die("flag -z %d: --optimizer adafactor shards its state at -z 1 (by whole matrices) at most; -z 2 and 3 "
+                     "are not built for it (use -z 0 or 1, or --optimizer adamw)", c->zero_stage);
+        if (strcmp(c->optim_state, "fp32"))
+            llmc_die("flag --optim-state %s is AdamW's: --optimizer adafactor keeps its statistics in fp32 (give "
+                     "--optim-state fp32)", c->optim_state);
+        if (c->lora_rank > 0 || c->adapter[0])
+            llmc_die("flag %s with --optimizer adafactor is not built yet (the adapters' shapes are not factored); "
+                     "train LoRA adapters with --optimizer adamw", c->lora_rank > 0 ? "--lora-rank" : "--adapter");
+        if (c->beta1 != 0.9f || c->beta2 != 0.95f || c->eps != 1e-8f)
+            llmc_die("flags --beta1/--beta2/--eps are AdamW's: --optimizer adafactor has --adafactor-beta1 (its first "
+                     "moment) and --adafactor-decay-rate (its second moments' decay) instead");
+        if (c->memory_budget[0])
+            llmc_die("flag --memory-budget with --optimizer adafactor is not built yet (its search would try -z 2/3); "
+                     "give -b/-r/-z yourself (--plan shows Adafactor's bytes)");
+    } else if (c->adafactor_beta1 != 0.0f || c->adafactor_clip != 1.0f || c->adafactor_decay_rate != -0.8f ||
+               c->adafactor_relative_step != 0)
+        llmc_die("flags --adafactor-*: they set Adafactor, but the optimizer is --optimizer %s (give --optimizer adafactor)",
+                 c->optimizer);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

@@ -82,6 +82,12 @@ typedef struct {
     char lora_targets[256];     /* --lora-targets: PEFT's module names; '' = PEFT's default */
     int use_rslora;             /* --use-rslora: scale alpha/sqrt(R) instead of alpha/R */
     char adapter[1024];         /* --adapter DIR: start from a PEFT adapter directory ('' = new adapters) */
+    /* the optimizer (llmc/train/adafactor.h) */
+    char optimizer[16];         /* --optimizer: adamw | adafactor */
+    float adafactor_beta1;      /* --adafactor-beta1: 0 = no first moment */
+    float adafactor_clip;       /* --adafactor-clip: the update's RMS clip threshold */
+    float adafactor_decay_rate; /* --adafactor-decay-rate: beta2 at step t = 1 - t^rate */
+    int adafactor_relative_step; /* --adafactor-relative-step: 1 = HF's relative step and parameter scale */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

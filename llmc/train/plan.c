@@ -7,10 +7,14 @@
 #include "llmc/core/check.h"
 #include "llmc/core/optstate.h"
 #include "llmc/formats/arch.h"
+#include "llmc/cpu/adafactor.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+/* --optimizer adafactor (llmc/train/adafactor.h; this module is below it) */
+static int plan_adafactor(const TrainConfig *tc) { return strcmp(tc->optimizer, "adafactor") == 0; }
 
 void mem_plan_add_loop(MemPlan *p, int B, int T, long long total_batch, int ranks, int rank, int zero,
                        int host_optimizer, int checkpoints, int validation) {
@@ -47,18 +51,40 @@ size_t train_token_buffer_bytes(int B, int T, long long total_batch) {
 void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
                        const char *device, MemPlan *p) {
     if (tc->T > cfg->max_seq_len) llmc_die("-t %d exceeds the model's maximum sequence length %d (maxT)", tc->T, cfg->max_seq_len);
+    if (!host_optimizer && plan_adafactor(tc))
+        llmc_die("--optimizer adafactor on the device is not built yet; use --offload optimizer (Adafactor on the host)");
     mem_plan_init(p, device);
     p->optim_state = optstate_parse(tc->optim_state);
     p->offload = strcmp(tc->offload, "optimizer") == 0;
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
+    if (host_optimizer && plan_adafactor(tc)) { /* its first moment and statistics in AdamW's m and v classes */
+        adafactor_state_bytes(tc->init, tc->zero_stage, tc->num_processes, tc->process_rank, tc->adafactor_beta1 > 0.0f,
+                              &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);
+        p->host[MEM_GRAD_SHARD] = 0;
+        /* -z 1 on several ranks: the whole packed state gathered on every rank (the all-gather's
+         * buffers); else written from the state a chunk at a time on rank 0 */
+        const int gathered = tc->zero_stage == 1 && tc->num_processes > 1;
+        p->transient[MEM_CHECKPOINT] = !tc->output_dir[0] ? 0
+                                       : gathered ? 2 * p->num_parameters * sizeof(float)
+                                       : tc->process_rank == 0 ? STATE_CHUNK * sizeof(float) : 0;
+    }
 }
 
 void train_plan_model_config(const TrainConfig *tc, ModelConfig *cfg) {
     ArchConfig ac;
     model_arch_for_init(tc->init, &ac); /* the header only: no parameters read */
     *cfg = *arch_config_base(&ac);
+}
+
+void train_plan_print_optimizer(const TrainConfig *tc, const MemPlan *p, int host_optimizer, FILE *out) {
+    if (!host_optimizer || !plan_adafactor(tc)) return;
+    size_t adamw = 2 * optim_moment_bytes(p->num_parameters, tc->zero_stage, tc->num_processes, tc->process_rank, OPTSTATE_FP32);
+    size_t mine = p->host[MEM_ADAM_M] + p->host[MEM_ADAM_V];
+    fprintf(out, "optimizer: Adafactor: second-moment statistics %zu bytes (class adamw_v), first moment %zu bytes "
+                 "(class adamw_m): %.2f%% of AdamW's m + v (%zu bytes)\n",
+            p->host[MEM_ADAM_V], p->host[MEM_ADAM_M], 100.0 * (double)mine / (double)(adamw ? adamw : 1), adamw);
 }
 
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device) {
@@ -68,6 +94,7 @@ int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_op
     train_memory_plan(tc, &cfg, backend_plan, host_optimizer, device, &p);
     if (tc->json) mem_plan_print_json(&p, stdout);
     else mem_plan_print(&p, stdout);
+    if (!tc->json) train_plan_print_optimizer(tc, &p, host_optimizer, stdout);
     return 0;
 }
 

@@ -12,6 +12,7 @@
 #define LLMC_TRAIN_PLAN_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "llmc/core/logger.h"
 #include "llmc/core/mem.h"
@@ -34,6 +35,8 @@ size_t train_token_buffer_bytes(int B, int T, long long total_batch);
  * data, checkpoint buffers), for rank tc->process_rank of tc->num_processes. */
 void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanFn backend_plan, int host_optimizer,
                        const char *device, MemPlan *p);
+/* --optimizer adafactor: what the AdamW classes hold, against AdamW's m + v (nothing otherwise). */
+void train_plan_print_optimizer(const TrainConfig *tc, const MemPlan *p, int host_optimizer, FILE *out);
 /* --plan [--json]: the model's shape from tc->init (a dN descriptor, or only the header of a
  * checkpoint file), the plan printed; allocates no model, touches no run directory. Returns 0. */
 int train_plan_main(const TrainConfig *tc, TrainPlanFn backend_plan, int host_optimizer, const char *device);

@@ -11,6 +11,7 @@
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/train/eval.h"
+#include "llmc/train/adafactor.h"
 #include "llmc/train/hostopt.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/plan.h"
@@ -215,6 +216,7 @@ typedef struct {
     TrainBackend *be;
     TrainOptimizer opt;
     HostAdamW host; /* the loop's own optimizer, when the backend has none */
+    HostAdafactor adafactor; /* or, --optimizer adafactor, the loop's Adafactor */
     Dist *dist;
     int B, T, P, accum, max_steps, first_step, resume_step;
     long long micro_tokens, total_batch;
@@ -352,7 +354,10 @@ static void run_setup(Run *r) {
     check_ranks_agree(r->dist, &r->rc, be, r->train, r->val); /* (before -z 3 leaves each rank only its shard) */
     const int host_optimizer = be->optimizer.step == NULL;
     r->opt = be->optimizer;
-    if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->dist);
+    if (!host_optimizer && adafactor_selected(tc))
+        llmc_die("--optimizer adafactor on the device is not built yet; use --offload optimizer (Adafactor on the host)");
+    if (host_optimizer && adafactor_selected(tc)) host_adafactor_open(&r->opt, &r->adafactor, tc, be, r->dist);
+    else if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->dist);
     if (tc->zero_stage > r->opt.zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, r->opt.zero_max);
     /* what is allocated now must be this rank's plan, class by class */
