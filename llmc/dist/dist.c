@@ -357,14 +357,21 @@ static struct {
     Dist *d;
 } beat = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
+/* One heartbeat to every other rank (the caller holds beat.mu or is the only thread calling MPI). */
+static void beat_all(Dist *d) {
+    for (int r = 1; r < d->size; r++) {
+        MPI_Request req;
+        MPI_Isend(&beat.what, 1, MPI_INT, r, TAG_BUSY, MPI_COMM_WORLD, &req);
+        MPI_Request_free(&req); /* (eager: it completes by itself) */
+    }
+}
+
 static void *heartbeat_main(void *arg) {
     (void)arg;
     Dist *d = beat.d;
-    MPI_Request *req = (MPI_Request *)mallocCheck((size_t)d->size * sizeof *req, "heartbeat");
     pthread_mutex_lock(&beat.mu);
     while (!beat.stop) {
-        for (int r = 1; r < d->size; r++) MPI_Isend(&beat.what, 1, MPI_INT, r, TAG_BUSY, MPI_COMM_WORLD, &req[r]);
-        for (int r = 1; r < d->size; r++) MPI_Request_free(&req[r]); /* (eager: they complete by themselves) */
+        beat_all(d);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         double at = ts.tv_sec + ts.tv_nsec * 1e-9 + dist_heartbeat_s(d);
@@ -373,7 +380,6 @@ static void *heartbeat_main(void *arg) {
         while (!beat.stop && pthread_cond_timedwait(&beat.cv, &beat.mu, &ts) == 0) {}
     }
     pthread_mutex_unlock(&beat.mu);
-    free(req);
     return NULL;
 }
 
@@ -381,6 +387,7 @@ static void mpi_busy(Dist *d, int what) {
     if (!mpi_heartbeat_ok) return; /* (no thread support: the deadline runs as before) */
     if (what >= 0) {
         beat.d = d, beat.what = what, beat.stop = 0;
+        beat_all(d); /* the first one now, before the work starts (whatever the thread's start-up takes) */
         if (pthread_create(&beat.thread, NULL, heartbeat_main, NULL) != 0) llmc_die("rank 0: cannot start the heartbeat thread");
         return;
     }

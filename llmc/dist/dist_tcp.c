@@ -490,6 +490,11 @@ static void tcp_busy(Dist *d, int what) {
     Tcp *t = tcp_of(d);
     if (what >= 0) {
         t->what = what, t->stop = 0;
+        /* the first heartbeat now, before the work starts: the others hear that rank 0 is busy
+         * whatever the thread's start-up takes (the thread then beats every dist_heartbeat_s) */
+        pthread_mutex_lock(&t->mu);
+        for (int r = 1; r < d->size; r++) beat_once(d, r, 1);
+        pthread_mutex_unlock(&t->mu);
         if (pthread_create(&t->beat, NULL, heartbeat_main, d) != 0) llmc_die("rank 0: cannot start the heartbeat thread");
         return;
     }
