@@ -86,16 +86,28 @@ def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120, which=1):
     import signal
     import subprocess
     import time
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    # its own session: whatever goes wrong, the whole job (launcher and ranks) is killed at the end
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+
+    def kill_job():
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     ranks, log = [], os.path.join(outdir, "log.jsonl")
     deadline = time.time() + start_timeout
     while time.time() < deadline and proc.poll() is None:
         if os.path.exists(log) and '"train_loss"' in open(log).read():
-            ranks = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid="], capture_output=True, text=True).stdout.split()
+            # the launcher's children that are ranks (a launcher script also runs sleep, subshells, ...)
+            rows = subprocess.run(["ps", "--ppid", str(proc.pid), "-o", "pid=,comm="], capture_output=True,
+                                  text=True).stdout.split("\n")
+            ranks = [r.split()[0] for r in rows if len(r.split()) == 2 and r.split()[1] not in ("sleep", "bash", "sh", "tr")]
             break
         time.sleep(0.1)
     if len(ranks) != np:
-        proc.kill()
+        kill_job()
         text, _ = proc.communicate()
         return f"the job did not start {np} ranks training (ranks {ranks}): {text[-300:]}", proc.returncode, text, 0.0
     os.kill(int(ranks[which]), signal.SIGKILL)
@@ -103,9 +115,10 @@ def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120, which=1):
     try:
         text, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.kill()
+        kill_job()
         text, _ = proc.communicate()
         return f"still running {timeout} s after the kill", proc.returncode, text, time.time() - t0
+    kill_job()  # (anything of the job still left)
     return None, proc.returncode, text, time.time() - t0
 
 
