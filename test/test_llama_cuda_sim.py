@@ -33,7 +33,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import all_built, check_losses_match, failures, report, same_bytes, write_shard  # noqa: E402
+from testlib import log_losses as losses  # noqa: E402
 
 SIM = "build/cudasim/train_gpt"
 CPU = "./train_gpt_cpu"
@@ -66,18 +67,9 @@ def llama_file(path, seed=7):
             f.write(p.tobytes())
 
 
-def losses(outdir):
-    path = os.path.join(outdir, "log.jsonl")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return {r["step"]: r["train_loss"] for r in map(json.loads, f) if "train_loss" in r}
-
-
 def same_file(tmp, run_a, run_b, name):
     """Do both runs have the file, byte for byte the same?"""
-    a, b = os.path.join(tmp, run_a, name), os.path.join(tmp, run_b, name)
-    return os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
+    return same_bytes(os.path.join(tmp, run_a, name), os.path.join(tmp, run_b, name))
 
 
 def plan_json(args):
@@ -150,10 +142,8 @@ def check_budget(tmp, model, shard):
 
 
 def main():
-    for exe in (SIM, CPU):
-        if not os.access(exe, os.X_OK):
-            report(False, f"{exe} is built", "build it first")
-            return 1
+    if not all_built(SIM, CPU):
+        return 1
     tmp = tempfile.mkdtemp(prefix="llmc_llama_sim_")
     try:
         model, shard = os.path.join(tmp, "llama.bin"), os.path.join(tmp, "train.bin")
@@ -163,13 +153,11 @@ def main():
         common = ["-i", shard, "-b", "2", "-t", "32", "-v", "0", "-s", "0"]
 
         # fp32: the CUDA backend's losses are the CPU trainer's
-        p_sim = run([SIM, "-e", model, *common, "-x", "3", "--precision", "fp32", "-o", os.path.join(tmp, "sim32")])
-        p_cpu = run([CPU, "-e", model, *common, "-x", "3", "-o", os.path.join(tmp, "cpu32")])
-        a, b = losses(os.path.join(tmp, "sim32")), losses(os.path.join(tmp, "cpu32"))
-        ok = p_sim.returncode == 0 and p_cpu.returncode == 0 and sorted(a) == [1, 2, 3] and sorted(b) == [1, 2, 3]
-        ok = ok and all(abs(a[s] - b[s]) <= 1e-5 * abs(b[s]) for s in a) and "CUDA Llama 3 fp32" in p_sim.stdout
-        report(ok, "train_gpt (harness) -e <Llama file> fp32: the 3 losses equal train_gpt_cpu's to 1e-5 relative",
-               f"sim {a} vs cpu {b}: {(p_sim.stdout + p_sim.stderr)[-800:]}")
+        sim32, cpu32 = os.path.join(tmp, "sim32"), os.path.join(tmp, "cpu32")
+        p_sim = run([SIM, "-e", model, *common, "-x", "3", "--precision", "fp32", "-o", sim32])
+        p_cpu = run([CPU, "-e", model, *common, "-x", "3", "-o", cpu32])
+        check_losses_match("train_gpt (harness) -e <Llama file> fp32: the 3 losses equal train_gpt_cpu's to 1e-5 relative",
+                           [(p_sim, sim32), (p_cpu, cpu32)], [1, 2, 3], 1e-5, "CUDA Llama 3 fp32")
 
         # bf16 + checkpoint + HF directory, then resumes across the trainers
         out = os.path.join(tmp, "out")

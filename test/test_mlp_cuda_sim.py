@@ -14,7 +14,6 @@ CUDA runtime trains it through its table entry, mlp_cuda_arch, with no edit of t
   GELU); a run with -r 1 -ge 1 notes both and trains at -r 0.
 Exits non-zero on any failure.
 """
-import json
 import os
 import re
 import shutil
@@ -26,7 +25,8 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from testlib import failures, report, write_shard  # noqa: E402
+from testlib import all_built, check_losses_match, failures, report, write_shard  # noqa: E402
+from testlib import log_losses as losses, same_bytes as same_file  # noqa: E402
 
 SIM = "build/cudasim/train_gpt"
 CPU = "./train_gpt_cpu"
@@ -38,23 +38,9 @@ def run(cmd, **extra_env):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
-def losses(outdir):
-    path = os.path.join(outdir, "log.jsonl")
-    if not os.path.exists(path):
-        return {}
-    with open(path) as f:
-        return {r["step"]: r["train_loss"] for r in map(json.loads, f) if "train_loss" in r}
-
-
-def same_file(a, b):
-    return os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read()
-
-
 def main():
-    for exe in (SIM, CPU):
-        if not os.access(exe, os.X_OK):
-            report(False, f"{exe} is built", "build it first")
-            return 1
+    if not all_built(SIM, CPU):
+        return 1
     tmp = tempfile.mkdtemp(prefix="llmc_mlp_sim_")
     try:
         shard = os.path.join(tmp, "train.bin")
@@ -66,11 +52,8 @@ def main():
         sim32, cpu32 = os.path.join(tmp, "sim32"), os.path.join(tmp, "cpu32")
         p_sim = run([SIM, *common, "-x", "3", "-n", "3", "--precision", "fp32", "-o", sim32])
         p_cpu = run([CPU, *common, "-x", "3", "-o", cpu32])
-        a, b = losses(sim32), losses(cpu32)
-        ok = p_sim.returncode == 0 and p_cpu.returncode == 0 and sorted(a) == [1, 2, 3] and sorted(b) == [1, 2, 3]
-        ok = ok and all(abs(a[s] - b[s]) <= 1e-5 * abs(b[s]) for s in a) and "CUDA MLP fp32" in p_sim.stdout
-        report(ok, "train_gpt (harness) -e mlp:d2 fp32: the 3 losses equal train_gpt_cpu's to 1e-5 relative ('CUDA MLP fp32')",
-               f"sim {a} vs cpu {b}: {(p_sim.stdout + p_sim.stderr)[-800:]} {p_cpu.stderr[-300:]}")
+        check_losses_match("train_gpt (harness) -e mlp:d2 fp32: the 3 losses equal train_gpt_cpu's to 1e-5 relative "
+                           "('CUDA MLP fp32')", [(p_sim, sim32), (p_cpu, cpu32)], [1, 2, 3], 1e-5, "CUDA MLP fp32")
 
         # bf16 with a checkpoint, resumed by the CPU trainer
         out = os.path.join(tmp, "bf16")

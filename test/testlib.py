@@ -76,6 +76,47 @@ def first_diff(a, b):
     return next((i for i in range(n) if a[i] != b[i]), n)
 
 
+def log_losses(outdir, key="train_loss"):
+    """{step: value} of key in outdir/log.jsonl ({} when there is no log)."""
+    import json
+    import os
+    path = os.path.join(outdir, "log.jsonl")
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return {r["step"]: r[key] for r in map(json.loads, f) if key in r}
+
+
+def same_bytes(a, b):
+    """Do both files exist, byte for byte the same?"""
+    import os
+    if not (os.path.exists(a) and os.path.exists(b)):
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+def all_built(*exes):
+    """Reports a FAIL for each of exes that is not an executable file; True when all are."""
+    import os
+    missing = [e for e in exes if not os.access(e, os.X_OK)]
+    for e in missing:
+        report(False, f"{e} is built", "build it first")
+    return not missing
+
+
+def check_losses_match(name, runs, steps, rtol, marker=None):
+    """runs: two (CompletedProcess, run directory) pairs, the one checked first. Reports whether both
+    exited 0, both logged train losses for exactly steps, the first's within rtol (relative) of the
+    second's, and (marker given) the first printed marker; returns the two {step: loss}."""
+    (pa, da), (pb, db) = runs
+    a, b = log_losses(da), log_losses(db)
+    ok = pa.returncode == 0 and pb.returncode == 0 and sorted(a) == sorted(b) == list(steps)
+    ok = ok and all(abs(a[s] - b[s]) <= rtol * abs(b[s]) for s in a) and (marker is None or marker in pa.stdout)
+    report(ok, name, f"{a} vs {b}: {(pa.stdout + pa.stderr)[-800:]} {pb.stderr[-300:]}")
+    return a, b
+
+
 def kill_a_rank(cmd, np, outdir, env, timeout=60, start_timeout=120, which=1):
     """Starts cmd (mpirun with np ranks, training into outdir), waits until its first step is
     logged (outdir/log.jsonl), SIGKILLs one rank (the launcher's child number `which`, in the

@@ -61,7 +61,7 @@ static void attention_forward_cached(float *out, float *att, const float *qkv, c
 #define PARAM(name, l) tensor_layer(model->params_memory, &model->param_specs[GPT2_P_##name], l)
 /* LoRA adapters (unmerged) on a site's output, when the model has them */
 #define LORA_FWD(site, out, width, inp) \
-    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, n)
+    if (model->train.lora) lora_forward_site(model->train.lora, LORA_SITE_##site, l, out, width, inp, n)
 
 const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *tokens, int n) {
     const ModelConfig *cfg = &model->cfg;

@@ -23,7 +23,7 @@ void gpt2_build(GPT2 *model, const ModelConfig *cfg) {
     model->cfg = *cfg;
     model->num_parameters = gpt2_parameter_specs(cfg, model->param_specs);
     model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->num_parameters, sizeof(float), "parameters");
-    model->params_floats = model->num_parameters;
+    model->train.params_floats = model->num_parameters;
     gpt2_point_parameters(&model->params, model->params_memory, model->param_specs);
 }
 
@@ -71,15 +71,15 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
     size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) */
-    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
-    model->dresidual = model->scratch_memory;
-    model->dbuf_c = model->dresidual + N * C;
-    model->dbuf_f1 = model->dbuf_c + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * F1;
-    if (model->lora) return; /* a frozen base: no gradients (model->grads stays all NULL) */
-    model->grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
+    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
+    model->train.dresidual = model->train.scratch_memory;
+    model->train.dbuf_c = model->train.dresidual + N * C;
+    model->train.dbuf_f1 = model->train.dbuf_c + N * C;
+    model->train.dbuf_f2 = model->train.dbuf_f1 + N * F1;
+    if (model->train.lora) return; /* a frozen base: no gradients (model->grads stays all NULL) */
+    model->train.grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
     gpt2_point_parameters(&model->grads, model->grads_memory, model->param_specs);
 }
 
@@ -92,10 +92,10 @@ void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemP
 
 void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks) {
     if (zero < 2) return;
-    CpuZero *z = &model->zs;
+    CpuZero *z = &model->train.zs;
     cpu_zero_shard(z, model->param_specs, NUM_PARAMETER_TENSORS, model->cfg.num_layers, model->num_parameters, zero,
-                   ranks, rank, hooks, &model->params_memory, &model->params_floats, &model->grads_memory,
-                   &model->grads_floats);
+                   ranks, rank, hooks, &model->params_memory, &model->train.params_floats, &model->grads_memory,
+                   &model->train.grads_floats);
     float **g = gpt2_parameter_slots(&model->grads), **p = gpt2_parameter_slots(&model->params);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
         g[i] = model->param_specs[i].layer_numel ? NULL : model->grads_memory + z->pos[i];
@@ -107,13 +107,13 @@ void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks
 
 /* Layer l's view of a parameter, gradient or activation, derived from the tensor table (one
  * shared copy for every l when the table keeps a single layer; -z 2/3: the layer's bucket). */
-#define PARAM(name, l) cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->params_memory, model->zs.cur_params, NULL)
-#define GRAD(name, l) (model->grads_memory ? cpu_zero_view(&model->zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->zs.cur_grads, NULL) : NULL)
+#define PARAM(name, l) cpu_zero_view(&model->train.zs, model->param_specs, GPT2_P_##name, l, model->params_memory, model->train.zs.cur_params, NULL)
+#define GRAD(name, l) (model->grads_memory ? cpu_zero_view(&model->train.zs, model->param_specs, GPT2_P_##name, l, model->grads_memory, model->train.zs.cur_grads, NULL) : NULL)
 /* LoRA adapters on a site's output (lora.h), when the model has them */
 #define LORA_FWD(site, out, width, inp) \
-    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, N)
+    if (model->train.lora) lora_forward_site(model->train.lora, LORA_SITE_##site, l, out, width, inp, N)
 #define LORA_BWD(site, dinp, dout, width, inp) \
-    if (model->lora) lora_backward_site(model->lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
+    if (model->train.lora) lora_backward_site(model->train.lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[GPT2_A_##name], l)
 /* the residual stream entering block l */
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
@@ -133,11 +133,11 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     ActivationTensors *a = &model->acts;
 
     const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
-    cpu_zero_gather_outer(&model->zs);
-    cpu_zero_prefetch_layer(&model->zs, 0);
+    cpu_zero_gather_outer(&model->train.zs);
+    cpu_zero_prefetch_layer(&model->train.zs, 0);
     encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
-        cpu_zero_use_layer(&model->zs, l, l + 1);
+        cpu_zero_use_layer(&model->train.zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         float *residual3 = ACT(residual3, l);
@@ -156,96 +156,96 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         LORA_FWD(FCPROJ, residual3, C, fch_gelu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     const float *top = ACT(residual3, L - 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
     matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
-    if (!targets) return model->mean_loss = 0.0f;
+    if (!targets) return model->train.mean_loss = 0.0f;
     fused_classifier(a->logits, a->losses, targets, dloss, N, V, Vp, dloss != 0.0f);
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += a->losses[i];
-    return model->mean_loss = sum / N;
+    return model->train.mean_loss = sum / N;
 }
 
 void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     const ModelConfig *cfg = &model->cfg;
-    if (!model->grads_memory && !model->lora) llmc_die("gpt2_backward: the model was allocated without training buffers");
+    if (!model->grads_memory && !model->train.lora) llmc_die("gpt2_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
     const int Vp = cfg->padded_vocab_size, N = B * T;
     const size_t NC = (size_t)N * C, NF = (size_t)N * F;
     const ParameterTensors *p = &model->params;
     ParameterTensors *g = &model->grads;
     ActivationTensors *a = &model->acts;
-    float *dres = model->dresidual;
-    cpu_zero_backward_begin(&model->zs, model->grads_memory);
+    float *dres = model->train.dresidual;
+    cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
 
     /* logits = lnf @ wte^T (dlogits already in a->logits) */
-    matmul_backward(model->dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
+    matmul_backward(model->train.dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
     /* lnf = layernorm(residual3[L-1]) */
     zero(dres, NC);
     const float *top = ACT(residual3, L - 1);
-    layernorm_backward(dres, g->lnfw, g->lnfb, model->dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
+    layernorm_backward(dres, g->lnfw, g->lnfb, model->train.dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
 
     const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     for (int l = L - 1; l >= 0; l--) {
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
-        cpu_zero_use_layer(&model->zs, l, l - 1);
-        cpu_zero_layer_grads(&model->zs, model->grads_memory);
+        cpu_zero_use_layer(&model->train.zs, l, l - 1);
+        cpu_zero_layer_grads(&model->train.zs, model->grads_memory);
         /* recompute what the forward did not keep, with the forward's own code */
         if (model->recompute >= 1) gelu_forward(fch_gelu, fch, NF);
         if (model->recompute >= 2)
             layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
-        float *dfch_gelu = model->dbuf_f1, *dfch = model->dbuf_f2;
+        float *dfch_gelu = model->train.dbuf_f1, *dfch = model->train.dbuf_f2;
         matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
         LORA_BWD(FCPROJ, dfch_gelu, dres, C, fch_gelu);
         /* fch_gelu = gelu(fch) */
         gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
-        float *dln2 = model->dbuf_c;
+        float *dln2 = model->train.dbuf_c;
         matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
         LORA_BWD(FC, dln2, dfch, F, ln2);
         /* ln2 = layernorm(residual2) */
         layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
                            ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
-        float *datty = model->dbuf_c;
+        float *datty = model->train.dbuf_c;
         matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
         LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(qkv) */
-        float *dqkv = model->dbuf_f1;
+        float *dqkv = model->train.dbuf_f1;
         attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
         /* qkv = ln1 @ qkvw^T + qkvb */
         if (model->recompute >= 2)
             layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
-        float *dln1 = model->dbuf_c;
+        float *dln1 = model->train.dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
                            ACT(ln1_rstd, l), N, C);
-        cpu_zero_reduce_layer(&model->zs, l);
+        cpu_zero_reduce_layer(&model->train.zs, l);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     /* encoded = wte[inputs] + wpe */
     if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
-    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
+    cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
 }
 
 void gpt2_zero_grad(GPT2 *model) {
-    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
+    if (model->train.zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) zero(model->grads_memory, model->num_parameters);
 }
 
 float gpt2_grad_norm(const GPT2 *model) {
-    if (model->zs.zero >= 2) llmc_die("internal: gpt2_grad_norm on a sharded model (the optimizer has the gradients)");
+    if (model->train.zs.zero >= 2) llmc_die("internal: gpt2_grad_norm on a sharded model (the optimizer has the gradients)");
     return (float)sqrt(global_norm_squared(model->grads_memory, model->num_parameters));
 }
 
 void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
-    if (model->zs.zero >= 2) llmc_die("internal: gpt2_update on a sharded model (the optimizer updates it)");
+    if (model->train.zs.zero >= 2) llmc_die("internal: gpt2_update on a sharded model (the optimizer updates it)");
     if (!model->m_memory) { /* allocated on first use: a trainer's optimizer (llmc/train/optim.c) keeps its own */
         model->m_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW m");
         model->v_memory = (float *)callocCheck(model->num_parameters, sizeof(float), "AdamW v");
@@ -259,33 +259,33 @@ void gpt2_update(GPT2 *model, float lr, float beta1, float beta2, float eps, flo
 }
 
 void gpt2_free(GPT2 *model) {
-    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
-    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    cpu_zero_free(&model->zs);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
+    cpu_zero_free(&model->train.zs);
     free(model->m_memory);
     free(model->v_memory);
     mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
-    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
 }
 
 void gpt2_print_memory(const GPT2 *model, FILE *out) {
     const double MiB = 1048576.0;
-    double pbytes = model->num_parameters * sizeof(float), shard = model->params_floats * sizeof(float);
-    double gbytes = model->grads_floats * sizeof(float), gather = model->zs.gather_floats * sizeof(float);
+    double pbytes = model->num_parameters * sizeof(float), shard = model->train.params_floats * sizeof(float);
+    double gbytes = model->train.grads_floats * sizeof(float), gather = model->train.zs.gather_floats * sizeof(float);
     double kinds[ACT_NUM_KINDS] = {0};
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
     int training = model->grads_memory != NULL;
     int moments = model->m_memory != NULL;
-    double total = shard + gather + gbytes * training + pbytes * 2 * moments + model->num_activations * sizeof(float) + model->num_scratch * sizeof(float);
+    double total = shard + gather + gbytes * training + pbytes * 2 * moments + model->num_activations * sizeof(float) + model->train.num_scratch * sizeof(float);
     fprintf(out, "+-------------------------------------+------------+\n");
     fprintf(out, "| memory (CPU, fp32)                  |        MiB |\n");
     fprintf(out, "+-------------------------------------+------------+\n");
-    fprintf(out, "| parameters (%12zu)%-13s| %10.1f |\n", model->num_parameters, model->zs.zero == 3 ? " this shard" : "",
+    fprintf(out, "| parameters (%12zu)%-13s| %10.1f |\n", model->num_parameters, model->train.zs.zero == 3 ? " this shard" : "",
             shard / MiB);
-    if (model->zs.zero == 3) fprintf(out, "| parameters gathered (3 buckets)     | %10.1f |\n", gather / MiB);
-    if (training) fprintf(out, "| gradients%-27s| %10.1f |\n", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "", gbytes / MiB);
+    if (model->train.zs.zero == 3) fprintf(out, "| parameters gathered (3 buckets)     | %10.1f |\n", gather / MiB);
+    if (training) fprintf(out, "| gradients%-27s| %10.1f |\n", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "", gbytes / MiB);
     if (moments) {
         fprintf(out, "| AdamW m                             | %10.1f |\n", pbytes / MiB);
         fprintf(out, "| AdamW v                             | %10.1f |\n", pbytes / MiB);
@@ -293,7 +293,7 @@ void gpt2_print_memory(const GPT2 *model, FILE *out) {
     for (int k = 0; k < ACT_NUM_KINDS; k++)
         fprintf(out, "| activations: %-22s | %10.1f |\n", activation_kind_names[k], kinds[k] / MiB);
     if (training)
-        fprintf(out, "| backward scratch (one layer)        | %10.1f |\n", model->num_scratch * sizeof(float) / MiB);
+        fprintf(out, "| backward scratch (one layer)        | %10.1f |\n", model->train.num_scratch * sizeof(float) / MiB);
     fprintf(out, "| total                               | %10.1f |\n", total / MiB);
     fprintf(out, "+-------------------------------------+------------+\n");
 }

@@ -14,7 +14,7 @@
 #include "llmc/dist/dist.h"
 #include "llmc/models/gpt2.h"
 #include "llmc/core/mem.h"
-#include "llmc/cpu/zero.h"
+#include "llmc/cpu/training.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,21 +35,10 @@ typedef struct {
     size_t num_activations;
     ActivationTensors acts;
     float *acts_memory;
-    /* backward scratch, one layer's worth, reused by every layer:
-     * dresidual (B,T,C): gradient of the residual stream, flows from the top down;
-     * dbuf_c (B,T,C): dln2, then datty, then dln1 (each dead before the next is written);
-     * dbuf_f1 (B,T,max(F,QKV)): dfch_gelu, later reused as dqkv (B,T,QKV);
-     * dbuf_f2 (B,T,F): dfch. */
-    float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
-    size_t num_scratch;
-    float mean_loss;
-    /* ZeRO-2/3 (gpt2_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
-     * gathers over this model's table; params_floats / grads_floats: as allocated. */
-    CpuZero zs;
-    /* LoRA adapters (llmc/cpu/lora.h; NULL: none), set before allocate: the base is then frozen (no
-     * gradient arena; the backward computes the adapters' gradients and the inputs' only). */
-    struct LoraRun *lora;
-    size_t params_floats, grads_floats;
+    /* backward scratch: dbuf_c (B,T,C): dln2, then datty, then dln1 (each dead before the next is
+     * written); dbuf_f1 (B,T,max(F,QKV)): dfch_gelu, later reused as dqkv (B,T,QKV); dbuf_f2
+     * (B,T,F): dfch. ZeRO: gpt2_shard. */
+    CpuTraining train;
 } GPT2;
 
 /* gpt2_build: the model for cfg with its parameter arena allocated (zero; the caller fills it, e.g.

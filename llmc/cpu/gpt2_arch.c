@@ -36,7 +36,7 @@ static void arch_kvcache_free(void *c) { kvcache_free(c); }
 static const float *arch_forward_cached(const void *m, void *c, const int *tokens, int n) {
     return gpt2_forward_cached(m, c, tokens, n);
 }
-static void arch_set_lora(void *m, struct LoraRun *lora) { ((GPT2 *)m)->lora = lora; }
+static void arch_set_lora(void *m, struct LoraRun *lora) { ((GPT2 *)m)->train.lora = lora; }
 static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
     (void)cfg;
     snprintf(out, len, "%s", "");

@@ -22,8 +22,8 @@ void llama_build(LlamaModel *model, const LlamaConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = llama_parameter_specs(cfg, model->param_specs);
-    model->params_floats = model->num_parameters;
-    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->params_floats, sizeof(float), "parameters");
+    model->train.params_floats = model->num_parameters;
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->train.params_floats, sizeof(float), "parameters");
 }
 
 /* backward scratch: dresidual, dbuf_c (N, C each), dbuf_f1 (N, max(2F, QKV)), dbuf_f2 (N, F) */
@@ -74,15 +74,15 @@ void llama_allocate_for(LlamaModel *model, int B, int T, int training) {
     rope_freqs(model->freqs, T, HS, &rc);
     if (!training) return;
     size_t N = (size_t)B * T, C = (size_t)c->channels;
-    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
-    model->dresidual = model->scratch_memory;
-    model->dbuf_c = model->dresidual + N * C;
-    model->dbuf_f1 = model->dbuf_c + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * llama_scratch_f1(c);
-    if (model->lora) return; /* a frozen base: no gradients */
-    model->grads_floats = model->num_parameters;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
+    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
+    model->train.dresidual = model->train.scratch_memory;
+    model->train.dbuf_c = model->train.dresidual + N * C;
+    model->train.dbuf_f1 = model->train.dbuf_c + N * C;
+    model->train.dbuf_f2 = model->train.dbuf_f1 + N * llama_scratch_f1(c);
+    if (model->train.lora) return; /* a frozen base: no gradients */
+    model->train.grads_floats = model->num_parameters;
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
 }
 
 void llama_plan_shard(const LlamaConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -92,27 +92,27 @@ void llama_plan_shard(const LlamaConfig *cfg, int zero, int ranks, int rank, Mem
 }
 
 void llama_shard(LlamaModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
-    cpu_zero_shard(&model->zs, model->param_specs, LLAMA3_NUM_PARAMETERS, model->cfg.base.num_layers,
-                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->params_floats,
-                   &model->grads_memory, &model->grads_floats);
+    cpu_zero_shard(&model->train.zs, model->param_specs, LLAMA3_NUM_PARAMETERS, model->cfg.base.num_layers,
+                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->train.params_floats,
+                   &model->grads_memory, &model->train.grads_floats);
 }
 
 /* Layer l's view of a parameter, gradient or activation, derived from the tables (-z 2/3: in
  * the layer's bucket or the outer bucket, zero.h). */
 #define PARAM(name, l)                                                                                   \
-    cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->params_memory,              \
-                  model->zs.cur_params, model->zs.zero == 3 ? model->zs.gather_memory : NULL)
+    cpu_zero_view(&model->train.zs, model->param_specs, LLAMA3_P_##name, l, model->params_memory,              \
+                  model->train.zs.cur_params, model->train.zs.zero == 3 ? model->train.zs.gather_memory : NULL)
 #define GRAD(name, l)                                                                                    \
-    (model->grads_memory ? cpu_zero_view(&model->zs, model->param_specs, LLAMA3_P_##name, l, model->grads_memory,   \
-                                         model->zs.cur_grads, model->zs.zero >= 2 ? model->grads_memory : NULL)   \
+    (model->grads_memory ? cpu_zero_view(&model->train.zs, model->param_specs, LLAMA3_P_##name, l, model->grads_memory,   \
+                                         model->train.zs.cur_grads, model->train.zs.zero >= 2 ? model->grads_memory : NULL)   \
                          : NULL)
 /* LoRA adapters on a site's output (lora.h), when the model has them */
 #define LORA_FWD(site, out, width, inp) \
-    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, N)
+    if (model->train.lora) lora_forward_site(model->train.lora, LORA_SITE_##site, l, out, width, inp, N)
 #define LORA_FWD_N(site, out, width, inp) /* (the decode's n rows) */ \
-    if (model->lora) lora_forward_site(model->lora, LORA_SITE_##site, l, out, width, inp, n)
+    if (model->train.lora) lora_forward_site(model->train.lora, LORA_SITE_##site, l, out, width, inp, n)
 #define LORA_BWD(site, dinp, dout, width, inp) \
-    if (model->lora) lora_backward_site(model->lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
+    if (model->train.lora) lora_backward_site(model->train.lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[LLAMA3_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
 /* the output head: lm_head, or wte when tied (lm_head then has no elements) */
@@ -127,15 +127,15 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
     const float eps = model->cfg.norm_eps;
-    cpu_zero_gather_outer(&model->zs);
-    cpu_zero_prefetch_layer(&model->zs, 0);
+    cpu_zero_gather_outer(&model->train.zs);
+    cpu_zero_prefetch_layer(&model->train.zs, 0);
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
     for (int l = 0; l < L; l++) {
-        cpu_zero_use_layer(&model->zs, l, l + 1);
+        cpu_zero_use_layer(&model->train.zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         float *residual3 = ACT(residual3, l);
@@ -155,15 +155,15 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
         LORA_FWD(FCPROJ, residual3, C, fch_swiglu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual3, L - 1), PARAM(lnfw, 0), N, C, eps);
     matmul_forward(ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), NULL, N, C, Vp);
-    if (!targets) return model->mean_loss = 0.0f;
+    if (!targets) return model->train.mean_loss = 0.0f;
     float *losses = ACT(losses, 0);
     fused_classifier(ACT(logits, 0), losses, targets, dloss, N, V, Vp, dloss != 0.0f);
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += losses[i];
-    return model->mean_loss = sum / N;
+    return model->train.mean_loss = sum / N;
 }
 
 void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
@@ -171,59 +171,59 @@ void llama_backward(LlamaModel *model, const int *inputs, int B, int T) {
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int Vp = cfg->padded_vocab_size, N = B * T;
-    float *dres = model->dresidual;
-    cpu_zero_backward_begin(&model->zs, model->grads_memory);
+    float *dres = model->train.dresidual;
+    cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
     /* logits = lnf @ head^T (dlogits already in the logits activation) */
-    matmul_backward(model->dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
+    matmul_backward(model->train.dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
     memset(dres, 0, (size_t)N * C * sizeof(float));
-    rmsnorm_backward(dres, GRAD(lnfw, 0), model->dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
+    rmsnorm_backward(dres, GRAD(lnfw, 0), model->train.dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
     for (int l = L - 1; l >= 0; l--) {
-        cpu_zero_use_layer(&model->zs, l, l - 1);
-        cpu_zero_layer_grads(&model->zs, model->grads_memory);
+        cpu_zero_use_layer(&model->train.zs, l, l - 1);
+        cpu_zero_layer_grads(&model->train.zs, model->grads_memory);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
         /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
-        float *dfch_swiglu = model->dbuf_f2, *dfch = model->dbuf_f1;
+        float *dfch_swiglu = model->train.dbuf_f2, *dfch = model->train.dbuf_f1;
         matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
         LORA_BWD(FCPROJ, dfch_swiglu, dres, C, fch_swiglu);
         swiglu_backward(dfch, fch, dfch_swiglu, N, F);
-        float *dln2 = model->dbuf_c;
+        float *dln2 = model->train.dbuf_c;
         matmul_backward(dln2, GRAD(fcw, l), NULL, dfch, ln2, PARAM(fcw, l), N, C, 2 * F);
         LORA_BWD(FC, dln2, dfch, 2 * F, ln2);
         rmsnorm_backward(dres, GRAD(ln2w, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T */
-        float *datty = model->dbuf_c;
+        float *datty = model->train.dbuf_c;
         matmul_backward(datty, GRAD(attprojw, l), NULL, dres, atty, PARAM(attprojw, l), N, C, C);
         LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(rope(qkv)): the saved qkv holds the rotated q and k */
-        float *dqkv = model->dbuf_f1;
+        float *dqkv = model->train.dbuf_f1;
         attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
         rope_backward(dqkv, model->freqs, B, T, NH, NKV, HS);
-        float *dln1 = model->dbuf_c;
+        float *dln1 = model->train.dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), NULL, dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
         rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_rstd, l), N, C);
-        cpu_zero_reduce_layer(&model->zs, l);
+        cpu_zero_reduce_layer(&model->train.zs, l);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     if (model->grads_memory) embedding_backward(GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
-    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
+    cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
 }
 
 void llama_zero_grad(LlamaModel *model) {
-    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
+    if (model->train.zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
 void llama_free(LlamaModel *model) {
     const ModelConfig *c = &model->cfg.base;
-    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
-    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    cpu_zero_free(&model->zs);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
+    cpu_zero_free(&model->train.zs);
     if (model->acts_memory)
         mem_free(MEM_ACTIVATIONS, model->acts_memory,
                  (model->num_activations + (size_t)model->T * (c->channels / c->num_heads)) * sizeof(float));
-    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
 }
 
@@ -233,12 +233,12 @@ void llama_print_memory(const LlamaModel *model, FILE *out) {
     for (int i = 0; i < LLAMA3_NUM_ACTIVATIONS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
     fprintf(out, "memory (CPU, fp32, Llama): parameters %zu (%.1f MiB%s), ", model->num_parameters,
-            model->params_floats * sizeof(float) / MiB, model->zs.zero == 3 ? " this shard" : "");
-    if (model->zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->zs.gather_floats * sizeof(float) / MiB);
-    fprintf(out, "gradients%s %.1f MiB, activations", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
-            model->grads_floats * sizeof(float) / MiB);
+            model->train.params_floats * sizeof(float) / MiB, model->train.zs.zero == 3 ? " this shard" : "");
+    if (model->train.zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->train.zs.gather_floats * sizeof(float) / MiB);
+    fprintf(out, "gradients%s %.1f MiB, activations", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
+            model->train.grads_floats * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
-    fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
+    fprintf(out, ", backward scratch %.1f MiB\n", model->train.num_scratch * sizeof(float) / MiB);
 }
 
 /* ---- decode with a key/value cache (./generate) -------------------------------------------- */
@@ -324,7 +324,7 @@ static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     snprintf(out, len, "Llama 3 (NKV %d, F %d), ", b->num_kv_heads, b->ffn_hidden);
 }
 
-static void llama_cpu_set_lora(void *m, struct LoraRun *lora) { ((LlamaModel *)m)->lora = lora; }
+static void llama_cpu_set_lora(void *m, struct LoraRun *lora) { ((LlamaModel *)m)->train.lora = lora; }
 
 const CpuArch llama3_cpu_arch = {
     .arch = &llama3_arch,

@@ -11,7 +11,7 @@
 
 #include "llmc/models/llama.h"
 #include "llmc/core/mem.h"
-#include "llmc/cpu/zero.h"
+#include "llmc/cpu/training.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,19 +27,9 @@ typedef struct {
     size_t num_activations;
     float *acts_memory;
     float *freqs; /* RoPE cos/sin (T, HS/2, 2) for the allocated T, after the activations */
-    /* backward scratch, one layer's worth: dresidual (B,T,C) flows from the top down; dbuf_c
-     * (B,T,C): dln2, then datty, then dln1; dbuf_f1 (B,T,max(2F,QKV)): dfch, later dqkv;
-     * dbuf_f2 (B,T,F): dfch_swiglu. */
-    float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
-    size_t num_scratch;
-    float mean_loss;
-    /* ZeRO-2/3 (llama_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
-     * gathers over this model's table; params_floats / grads_floats: as allocated. */
-    CpuZero zs;
-    /* LoRA adapters (llmc/cpu/lora.h; NULL: none), set before allocate: the base is then frozen (no
-     * gradient arena; the backward computes the adapters' gradients and the inputs' only). */
-    struct LoraRun *lora;
-    size_t params_floats, grads_floats;
+    /* backward scratch: dbuf_c (B,T,C): dln2, then datty, then dln1; dbuf_f1 (B,T,max(2F,QKV)):
+     * dfch, later dqkv; dbuf_f2 (B,T,F): dfch_swiglu. ZeRO: llama_shard. */
+    CpuTraining train;
 } LlamaModel;
 
 /* cfg must pass llama_config_validate; params random (seeded) or loaded by the caller. Every

@@ -19,8 +19,8 @@ void mlp_build(MlpModel *model, const MlpConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = mlp_parameter_specs(cfg, model->param_specs);
-    model->params_floats = model->num_parameters;
-    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->params_floats, sizeof(float), "parameters");
+    model->train.params_floats = model->num_parameters;
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->train.params_floats, sizeof(float), "parameters");
 }
 
 /* backward scratch floats per position: dresidual, dbuf_c (C each), dbuf_f1 (2F), dbuf_f2 (F) */
@@ -62,14 +62,14 @@ void mlp_allocate_for(MlpModel *model, int B, int T, int training) {
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
     if (!training) return;
     const size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
-    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
-    model->dresidual = model->scratch_memory;
-    model->dbuf_c = model->dresidual + N * C;
-    model->dbuf_f1 = model->dbuf_c + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * 2 * F;
-    model->grads_floats = model->num_parameters;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
+    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
+    model->train.dresidual = model->train.scratch_memory;
+    model->train.dbuf_c = model->train.dresidual + N * C;
+    model->train.dbuf_f1 = model->train.dbuf_c + N * C;
+    model->train.dbuf_f2 = model->train.dbuf_f1 + N * 2 * F;
+    model->train.grads_floats = model->num_parameters;
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
 }
 
 void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -80,19 +80,19 @@ void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan
 
 void mlp_shard(MlpModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
     if (!model->grads_memory) llmc_die("mlp_shard: allocate the model for training first");
-    cpu_zero_shard(&model->zs, model->param_specs, MLP_NUM_PARAMETERS, model->cfg.base.num_layers, model->num_parameters,
-                   zero, ranks, rank, hooks, &model->params_memory, &model->params_floats, &model->grads_memory,
-                   &model->grads_floats);
+    cpu_zero_shard(&model->train.zs, model->param_specs, MLP_NUM_PARAMETERS, model->cfg.base.num_layers, model->num_parameters,
+                   zero, ranks, rank, hooks, &model->params_memory, &model->train.params_floats, &model->grads_memory,
+                   &model->train.grads_floats);
 }
 
 /* Layer l's view of a parameter, gradient or activation, from the tables (-z 2/3: in the
  * layer's bucket or the outer bucket, zero.h). */
 #define PARAM(name, l)                                                                                 \
-    cpu_zero_view(&model->zs, model->param_specs, MLP_P_##name, l, model->params_memory, model->zs.cur_params, \
-                  model->zs.zero == 3 ? model->zs.gather_memory : NULL)
+    cpu_zero_view(&model->train.zs, model->param_specs, MLP_P_##name, l, model->params_memory, model->train.zs.cur_params, \
+                  model->train.zs.zero == 3 ? model->train.zs.gather_memory : NULL)
 #define GRAD(name, l)                                                                                  \
-    cpu_zero_view(&model->zs, model->param_specs, MLP_P_##name, l, model->grads_memory, model->zs.cur_grads, \
-                  model->zs.zero >= 2 ? model->grads_memory : NULL)
+    cpu_zero_view(&model->train.zs, model->param_specs, MLP_P_##name, l, model->grads_memory, model->train.zs.cur_grads, \
+                  model->train.zs.zero >= 2 ? model->grads_memory : NULL)
 /* (ACT: in the activations `acts` laid out by `aspecs`, the model's own or a decode cache's) */
 #define ACT(name, l) tensor_layer(acts, &aspecs[MLP_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual, (l) - 1))
@@ -133,53 +133,53 @@ float mlp_forward(MlpModel *model, const int *inputs, const int *targets, int B,
     const int N = B * T;
     float *acts = model->acts_memory;
     const TensorSpec *aspecs = model->act_specs;
-    forward_trunk(model, &model->zs, acts, aspecs, inputs, targets, N);
-    if (!targets) return model->mean_loss = 0.0f;
+    forward_trunk(model, &model->train.zs, acts, aspecs, inputs, targets, N);
+    if (!targets) return model->train.mean_loss = 0.0f;
     float *losses = ACT(losses, 0);
     fused_classifier(ACT(logits, 0), losses, targets, dloss, N, cfg->vocab_size, cfg->padded_vocab_size, dloss != 0.0f);
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += losses[i];
-    return model->mean_loss = sum / N;
+    return model->train.mean_loss = sum / N;
 }
 
 void mlp_backward(MlpModel *model, const int *inputs, int B, int T) {
     const ModelConfig *cfg = &model->cfg.base;
     if (!model->grads_memory) llmc_die("mlp_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, F = cfg->ffn_hidden, Vp = cfg->padded_vocab_size, N = B * T;
-    float *dres = model->dresidual, *acts = model->acts_memory;
+    float *dres = model->train.dresidual, *acts = model->acts_memory;
     const TensorSpec *aspecs = model->act_specs;
-    cpu_zero_backward_begin(&model->zs, model->grads_memory);
+    cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
     /* logits = lnf @ wte^T (dlogits already in the logits activation) */
-    matmul_backward(model->dbuf_c, GRAD(wte, 0), NULL, ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), N, C, Vp);
+    matmul_backward(model->train.dbuf_c, GRAD(wte, 0), NULL, ACT(logits, 0), ACT(lnf, 0), PARAM(wte, 0), N, C, Vp);
     memset(dres, 0, (size_t)N * C * sizeof(float));
-    rmsnorm_backward(dres, GRAD(lnfw, 0), model->dbuf_c, ACT(residual, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
+    rmsnorm_backward(dres, GRAD(lnfw, 0), model->train.dbuf_c, ACT(residual, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
     for (int l = L - 1; l >= 0; l--) { /* dres: the gradient of residual_l, and (identity) of its input */
-        cpu_zero_use_layer(&model->zs, l, l - 1);
-        cpu_zero_layer_grads(&model->zs, model->grads_memory);
+        cpu_zero_use_layer(&model->train.zs, l, l - 1);
+        cpu_zero_layer_grads(&model->train.zs, model->grads_memory);
         float *input = BLOCK_INPUT(l), *ln = ACT(ln, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l);
-        float *dfch_swiglu = model->dbuf_f2, *dfch = model->dbuf_f1, *dln = model->dbuf_c;
+        float *dfch_swiglu = model->train.dbuf_f2, *dfch = model->train.dbuf_f1, *dln = model->train.dbuf_c;
         matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
         swiglu_backward(dfch, fch, dfch_swiglu, N, F);
         matmul_backward(dln, GRAD(fcw, l), NULL, dfch, ln, PARAM(fcw, l), N, C, 2 * F);
         rmsnorm_backward(dres, GRAD(lnw, l), dln, input, PARAM(lnw, l), ACT(ln_rstd, l), N, C);
-        cpu_zero_reduce_layer(&model->zs, l);
+        cpu_zero_reduce_layer(&model->train.zs, l);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     embedding_backward(GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
-    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
+    cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
 }
 
 void mlp_zero_grad(MlpModel *model) {
-    if (model->zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
+    if (model->train.zs.zero >= 2) return; /* the buckets are cleared as the backward fills them */
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
 void mlp_free(MlpModel *model) {
-    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
-    if (model->grads_memory) mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    cpu_zero_free(&model->zs);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    if (model->grads_memory) mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
+    cpu_zero_free(&model->train.zs);
     if (model->acts_memory) mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
-    if (model->scratch_memory) mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
+    if (model->train.scratch_memory) mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
 }
 
@@ -188,12 +188,12 @@ void mlp_print_memory(const MlpModel *model, FILE *out) {
     double kinds[ACT_NUM_KINDS] = {0};
     for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
     fprintf(out, "memory (CPU, fp32, MLP): parameters %zu (%.1f MiB%s), ", model->num_parameters,
-            model->params_floats * sizeof(float) / MiB, model->zs.zero == 3 ? " this shard" : "");
-    if (model->zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->zs.gather_floats * sizeof(float) / MiB);
-    fprintf(out, "gradients%s %.1f MiB, activations", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
-            (model->grads_memory ? model->grads_floats : 0) * sizeof(float) / MiB);
+            model->train.params_floats * sizeof(float) / MiB, model->train.zs.zero == 3 ? " this shard" : "");
+    if (model->train.zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->train.zs.gather_floats * sizeof(float) / MiB);
+    fprintf(out, "gradients%s %.1f MiB, activations", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
+            (model->grads_memory ? model->train.grads_floats : 0) * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
-    fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
+    fprintf(out, ", backward scratch %.1f MiB\n", model->train.num_scratch * sizeof(float) / MiB);
 }
 
 /* ---- decode (./generate): no keys or values to keep, only the position count --------------- */

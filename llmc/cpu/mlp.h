@@ -12,7 +12,7 @@
 
 #include "llmc/models/mlp.h"
 #include "llmc/core/mem.h"
-#include "llmc/cpu/zero.h"
+#include "llmc/cpu/training.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,15 +27,9 @@ typedef struct {
     TensorSpec act_specs[MLP_NUM_ACTIVATIONS];
     size_t num_activations;
     float *acts_memory;
-    /* backward scratch, one layer's worth: dresidual (B,T,C) flows from the top down; dbuf_c
-     * (B,T,C): dlnf, then each layer's dln; dbuf_f1 (B,T,2F): dfch; dbuf_f2 (B,T,F): dfch_swiglu */
-    float *dresidual, *dbuf_c, *dbuf_f1, *dbuf_f2, *scratch_memory;
-    size_t num_scratch;
-    float mean_loss;
-    /* ZeRO-2/3 (mlp_shard; zs.zero 0: whole gradients and parameters): zero.h's buckets and
-     * gathers over this model's table; params_floats / grads_floats: as allocated. */
-    CpuZero zs;
-    size_t params_floats, grads_floats;
+    /* backward scratch: dbuf_c (B,T,C): dlnf, then each layer's dln; dbuf_f1 (B,T,2F): dfch;
+     * dbuf_f2 (B,T,F): dfch_swiglu. ZeRO: mlp_shard; no LoRA (train.lora stays NULL). */
+    CpuTraining train;
 } MlpModel;
 
 /* cfg must pass mlp_config_validate (dies naming the problem); the parameters are allocated

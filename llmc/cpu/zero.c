@@ -26,12 +26,7 @@ void cpu_zero_shard(CpuZero *z, const TensorSpec *specs, int num_specs, int num_
     MemPlan plan;
     mem_plan_init(&plan, "CPU");
     cpu_zero_plan(specs, num_specs, num_parameters, zero, ranks, rank, &plan);
-    memset(z, 0, sizeof *z);
-    z->zero = zero;
-    z->hooks = hooks;
-    z->specs = specs;
-    z->num_specs = num_specs;
-    z->num_layers = num_layers;
+    *z = (CpuZero){.zero = zero, .hooks = hooks, .specs = specs, .num_specs = num_specs, .num_layers = num_layers};
     bucket_packing(specs, num_specs, &z->outer_numel, &z->layer_numel, z->pos);
     mem_free(MEM_GRADIENTS, *grads, *grads_floats * sizeof(float));
     *grads_floats = plan.host[MEM_GRADIENTS] / sizeof(float);

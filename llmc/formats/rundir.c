@@ -142,30 +142,61 @@ static int right_type(const char *path, RunFileKind kind, const char **what) {
     return is_dir_kind(kind) ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode);
 }
 
+/* The run files of a directory, one at a time: temporary files are never a run's result (a dead
+ * process's were removed at start by rundir_remove_stale, and a live one's cannot be a trainer's:
+ * the lock), so they are skipped. run_files_open: 0 when dir cannot be read; run_files_next: 1
+ * with the next entry's kind, step, name and path, 0 (and closed) at the end; run_files_close when
+ * leaving early. */
+typedef struct {
+    DIR *d;
+    const char *dir, *name;
+    RunFileKind kind;
+    int step;
+    char path[4400];
+} RunFiles;
+
+static int run_files_open(RunFiles *it, const char *dir) {
+    it->dir = dir;
+    it->d = opendir(dir);
+    return it->d != NULL;
+}
+
+static void run_files_close(RunFiles *it) {
+    if (it->d) closedir(it->d);
+    it->d = NULL;
+}
+
+static int run_files_next(RunFiles *it) {
+    struct dirent *e;
+    while (it->d && (e = readdir(it->d))) {
+        int temp;
+        it->kind = rundir_file_kind(e->d_name, &it->step, &temp);
+        if (!it->kind || temp) continue;
+        it->name = e->d_name;
+        snprintf(it->path, sizeof it->path, "%s/%s", it->dir, e->d_name);
+        return 1;
+    }
+    run_files_close(it);
+    return 0;
+}
+
 int rundir_run_files(const char *dir, char *names, size_t len) {
     if (len) names[0] = '\0';
-    DIR *d = opendir(dir);
-    if (!d) return 0;
+    RunFiles it;
+    if (!run_files_open(&it, dir)) return 0;
     int count = 0;
     size_t used = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int temp;
-        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
-        /* temporary files are never a run's result: a dead process's were removed at start
-         * (rundir_remove_stale), and a live one's cannot be a trainer's (the lock) */
-        if (!kind || temp) continue;
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        const char *what;
+    while (run_files_next(&it)) {
+        const char *what, *path = it.path;
+        RunFileKind kind = it.kind;
         if (!right_type(path, kind, &what)) {
-            closedir(d);
+            run_files_close(&it);
             llmc_die("output directory '%s' holds '%s', which has the name of a run file but is %s (a run writes %s "
                      "there): no run wrote it, so none will replace or delete it; move it out of '%s' or give another -o",
                      dir, path, what, is_dir_kind(kind) ? "a directory" : "a regular file", dir);
         }
         if (count < 4 && used < len) {
-            int k = snprintf(names + used, len - used, "%s%s", count ? ", " : "", e->d_name);
+            int k = snprintf(names + used, len - used, "%s%s", count ? ", " : "", it.name);
             if (k > 0) used += (size_t)k;
         } else if (count == 4 && used < len) {
             int k = snprintf(names + used, len - used, ", ...");
@@ -173,7 +204,6 @@ int rundir_run_files(const char *dir, char *names, size_t len) {
         }
         count++;
     }
-    closedir(d);
     return count;
 }
 
@@ -182,43 +212,35 @@ void rundir_check_removable(const char *dir, const char *keep, const char *why) 
     rundir_run_files(dir, names, sizeof names); /* (dies on a run file's name of the wrong kind) */
     char keep_real[PATH_MAX];
     if (!keep || !keep[0] || !realpath(keep, keep_real)) return; /* a name (d4), or nothing there */
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int temp;
-        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
-        if (!kind || temp) continue;
-        char path[4400], real[PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    RunFiles it;
+    if (!run_files_open(&it, dir)) return;
+    while (run_files_next(&it)) {
+        char real[PATH_MAX];
+        const char *path = it.path;
         if (!realpath(path, real)) continue;
         size_t n = strlen(real);
-        if (strcmp(real, keep_real) == 0 || (is_dir_kind(kind) && strncmp(keep_real, real, n) == 0 && keep_real[n] == '/')) {
-            closedir(d);
+        if (strcmp(real, keep_real) == 0 || (is_dir_kind(it.kind) && strncmp(keep_real, real, n) == 0 && keep_real[n] == '/')) {
+            run_files_close(&it);
             llmc_die("%s would delete the run in '%s', and -e %s is %s '%s': the model this run starts from. Nothing "
                      "was deleted; copy it out of '%s' and give the copy as -e, or continue that run with -y 1",
                      why, dir, keep, strcmp(real, keep_real) == 0 ? "its file" : "inside its directory", path, dir);
         }
     }
-    closedir(d);
 }
 
 static void remove_matching(const char *dir, int done_markers) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int temp;
-        RunFileKind kind = rundir_file_kind(e->d_name, NULL, &temp);
-        if (!kind || temp || (kind == RUN_FILE_DONE) != done_markers) continue;
-        char path[4400];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    RunFiles it;
+    if (!run_files_open(&it, dir)) return;
+    while (run_files_next(&it)) {
+        if ((it.kind == RUN_FILE_DONE) != done_markers) continue;
         const char *what;
-        if (!right_type(path, kind, &what)) continue; /* (rundir_check_removable refused it; gone since) */
-        if (is_dir_kind(kind) ? remove_tree(path) == 0 : unlink(path) == 0) continue;
-        if (errno != ENOENT) llmc_die("--overwrite: cannot delete '%s': %s", path, strerror(errno));
+        if (!right_type(it.path, it.kind, &what)) continue; /* (rundir_check_removable refused it; gone since) */
+        if (is_dir_kind(it.kind) ? remove_tree(it.path) == 0 : unlink(it.path) == 0) continue;
+        if (errno != ENOENT) {
+            run_files_close(&it);
+            llmc_die("--overwrite: cannot delete '%s': %s", it.path, strerror(errno));
+        }
     }
-    closedir(d);
 }
 
 void rundir_remove_run(const char *dir, const char *keep, const char *why) {
@@ -265,15 +287,11 @@ void checkpoint_paths(const char *dir, int step, int rank, char *model, char *st
 }
 
 int checkpoint_latest_step(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
+    RunFiles it;
+    if (!run_files_open(&it, dir)) return -1;
     int best = -1;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        int step, temp;
-        if (rundir_file_kind(e->d_name, &step, &temp) == RUN_FILE_DONE && !temp && step > best) best = step;
-    }
-    closedir(d);
+    while (run_files_next(&it))
+        if (it.kind == RUN_FILE_DONE && it.step > best) best = it.step;
     return best;
 }
 
@@ -308,15 +326,11 @@ char *checkpoint_read_done(const char *dir, int step) {
 
 void checkpoint_prune(const char *dir, int keep, int major, int rank, int protect) {
     if (keep <= 0) return;
-    DIR *d = opendir(dir);
-    if (!d) return;
+    RunFiles it;
+    if (!run_files_open(&it, dir)) return;
     int steps[4096], n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < 4096) {
-        int step, temp;
-        if (rundir_file_kind(e->d_name, &step, &temp) == RUN_FILE_DONE && !temp) steps[n++] = step;
-    }
-    closedir(d);
+    while (run_files_next(&it))
+        if (it.kind == RUN_FILE_DONE && n < 4096) steps[n++] = it.step;
     /* sort descending */
     for (int i = 1; i < n; i++)
         for (int j = i; j > 0 && steps[j] > steps[j - 1]; j--) {

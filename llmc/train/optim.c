@@ -14,15 +14,8 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
 }
 
 void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state) {
-    memset(o, 0, sizeof *o);
-    o->dist = d;
-    o->zero = zero;
-    o->n = n;
-    o->specs = specs;
-    o->state = state;
-    o->num_specs = num_specs;
-    o->lo = 0;
-    o->hi = n;
+    *o = (Optimizer){.dist = d, .zero = zero, .n = n, .specs = specs, .num_specs = num_specs, .state = state,
+                     .lo = 0, .hi = n};
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
     size_t k = dist_shard_floats(n, zero, d->size, d->rank);
     size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
