@@ -76,6 +76,7 @@ static void usage(FILE *out) {
             "     Llama 3 file) or hf (HF directory); default: hf for a file, llmc for a directory\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
             "  --adapter DIR       merge this PEFT LoRA adapter (trained on IN) into the weights first: W += s B A\n"
+            "                      (DoRA: W = m / ||W + s B A|| (W + s B A), per output row)\n"
             "                      in fp32 (the product summed in double), rounded once to OUT's precision\n"
             "OUT must not exist.\n");
 }
