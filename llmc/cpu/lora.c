@@ -16,6 +16,8 @@ void lora_run_init(LoraRun *r, const LoraConfig *cfg, unsigned long long seed) {
     lora_init_parameters(cfg, r->params, seed);
 }
 
+static float *gain_of(LoraRun *r, int m, int l);
+
 /* DoRA: the sum and the largest of the modules' out */
 static size_t dora_outs(const LoraConfig *cfg, size_t *most) {
     size_t sum = 0;
@@ -50,6 +52,9 @@ void lora_run_allocate(LoraRun *r, int B, int T, int training) {
     if (c->dora) {
         r->gain = next, next += 2 * outs * (size_t)c->num_layers;
         if (training) r->v = next, next += (size_t)r->N * outs * c->num_layers, r->dg = next;
+        else /* inference: the adapter is fixed, each (module, layer)'s gains are computed once (1 / n < 0: not yet) */
+            for (int m = 0; m < c->num_modules; m++)
+                for (int l = 0; l < c->num_layers; l++) gain_of(r, m, l)[c->modules[m].out] = -1.0f;
     }
 }
 
@@ -98,10 +103,12 @@ static void dora_forward(LoraRun *r, int m, int l, const float *A, const float *
     const float *mag = tensor_layer(r->params, lora_magnitude_spec(&r->cfg, m), l);
     float *g = gain_of(r, m, l), *inv = g + mod->out, *v = v_of(r, m, l);
     const int out = mod->out;
-    lora_dora_norms(&r->cfg, m, A, B, W, inv); /* (detached: a constant of the backward) */
-    for (int o = 0; o < out; o++) {
-        g[o] = lora_dora_gain(mag[o], inv[o]);
-        inv[o] = inv[o] > 0.0f ? 1.0f / inv[o] : 0.0f;
+    if (r->grads || inv[0] < 0.0f) { /* training: this step's A and B; inference: the first forward only */
+        lora_dora_norms(&r->cfg, m, A, B, W, inv); /* (detached: a constant of the backward) */
+        for (int o = 0; o < out; o++) {
+            g[o] = lora_dora_gain(mag[o], inv[o]);
+            inv[o] = inv[o] > 0.0f ? 1.0f / inv[o] : 0.0f;
+        }
     }
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {

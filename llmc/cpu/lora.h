@@ -30,7 +30,8 @@ typedef struct LoraRun {
     float *params, *grads; /* cfg.num_parameters each (grads: when training) */
     float *xa;             /* (module, layer): N x R each, the forward's A x */
     float *dxa;            /* N x R backward scratch */
-    float *gain;           /* DoRA, (module, layer): out floats each, g = m / n, then out floats 1 / n (0 where n = 0) */
+    float *gain;           /* DoRA, (module, layer): out floats each, g = m / n, then out floats 1 / n (0 where n = 0);
+                            * without gradients (inference) computed at the first forward only */
     float *v;              /* DoRA training, (module, layer): N x out each, the forward's v */
     float *dg;             /* DoRA training: N x max(out) backward scratch */
     size_t xa_floats;
