@@ -7,7 +7,8 @@ from the same PEFT DoRA adapter directory (written by PEFT with init_lora_weight
 the magnitudes differ from ||W||), fp32, with test_lora.py's checks: step 1's loss and every trainable
 gradient (A, B and the magnitudes), a 10-step AdamW trajectory (weight decay on the magnitudes too), the
 trained adapter, PEFT loading ours, the frozen base, a bit-exact resume, and ./hf_convert --adapter's
-merged model against the unmerged one (fp32 relative 1e-5, bf16 2e-2).
+merged model against the unmerged one (fp32 relative 1e-5, bf16 2e-2); GPT-2's -r 0/1/2 and 2 ranks at
+-z 0 / -z 1 write the same adapter bytes.
 Zero rows: a GPT-2 whose c_attn has output rows that are all zero, and a Llama whose o_proj has, with
 an adapter whose B rows there are zero too (so W + s B A = 0 there, m = 0): PEFT 0.13.2 gives NaN;
 llmc's rule (gain 0 where the norm is 0) is finite and equals PEFT with that rule patched in (loss,
@@ -256,6 +257,8 @@ def main():
             except Exception as e:  # noqa: BLE001 (a crashed step is a failed check, the others still run)
                 import traceback
                 report(False, f"d{name}_runs", (str(e) + traceback.format_exc())[-2500:])
+        tl.check_recompute(w, data, "dgpt2")  # -r 0, 1, 2: the same adapter bytes
+        tl.check_ranks(w, data, "dgpt2")  # 2 ranks at -z 0 and -z 1: the same bytes; one process's losses
         check_plan(w, data)
         check_generate(w)
         check_errors(w, data)
