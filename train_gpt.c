@@ -87,7 +87,7 @@ static void lora_print_memory(void *r, FILE *out) {
     size_t mags = 0;
     for (int i = 2 * c->num_modules; i < c->num_specs; i++) mags += c->specs[i].numel;
     char dora[96] = "";
-    if (c->dora) snprintf(dora, sizeof dora, " (DoRA: %zu of them magnitudes)", mags);
+    if (c->dora) snprintf(dora, sizeof dora, ", %zu of them magnitudes", mags);
     fprintf(out, "%s: r %d, alpha %g, scale %g%s, targets %s: %zu adapter parameters%s (%.2f MiB) trained, gradients %.2f "
                  "MiB, saved activations %.2f MiB; the base's %zu parameters frozen (no gradients, no AdamW state, no master copy)\n",
             c->dora ? "DoRA" : "LoRA", c->rank, (double)c->alpha, (double)c->scale, c->rslora ? " (rsLoRA)" : "", names,
