@@ -42,7 +42,7 @@ static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
     adapter_read_config(g->adapter, &fc);
     LoraConfig lc;
     char err[512];
-    if (lora_config_build(&lc, cg->a->lora_family, arch_config_base(&cg->ac), fc.rank, fc.alpha, fc.rslora, fc.targets, err,
+    if (lora_config_build(&lc, cg->a->lora_family, arch_config_base(&cg->ac), fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,
                           sizeof err) != 0)
         llmc_die("%s/adapter_config.json: %s", g->adapter, err);
     CpuModelParts parts = cg->a->parts(cg->model);
@@ -53,6 +53,7 @@ static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
     if (has_crc && crc != base)
         llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, -e %s has %08x", g->adapter,
                  (unsigned)crc, g->init, (unsigned)base);
+    lora_run_set_base(&cg->lora, *parts.params, parts.specs, cg->ac.arch->num_param_specs, 0); /* (DoRA reads W, b) */
     lora_run_allocate(&cg->lora, 1, GENERATE_CHUNK, 0);
     cg->a->set_lora(cg->model, &cg->lora);
 }

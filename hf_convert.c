@@ -45,7 +45,8 @@ static void merge_adapter(const ArchConfig *ac, float *params, size_t n) {
     adapter_read_config(adapter_dir, &fc);
     LoraConfig lc;
     char err[512];
-    if (lora_config_build(&lc, family, arch_config_cbase(ac), fc.rank, fc.alpha, fc.rslora, fc.targets, err, sizeof err))
+    if (lora_config_build(&lc, family, arch_config_cbase(ac), fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,
+                          sizeof err))
         llmc_die("%s/adapter_config.json: %s", adapter_dir, err);
     float *adapter = (float *)mallocCheck(lc.num_parameters * sizeof(float), "adapter");
     int has_crc;
@@ -58,7 +59,8 @@ static void merge_adapter(const ArchConfig *ac, float *params, size_t n) {
     if (ac->arch->num_param_specs > 64) llmc_die("internal: parameter table too large");
     ac->arch->parameter_specs(ac, specs);
     size_t changed = lora_merge(&lc, adapter, specs, ac->arch->num_param_specs, params);
-    printf("merged LoRA adapter '%s' (r %d, scale %g): %zu weights changed\n", adapter_dir, lc.rank, (double)lc.scale, changed);
+    printf("merged %s adapter '%s' (r %d, scale %g): %zu weights changed\n", lc.dora ? "DoRA" : "LoRA", adapter_dir, lc.rank,
+           (double)lc.scale, changed);
     free(adapter);
 }
 
@@ -74,6 +76,7 @@ static void usage(FILE *out) {
             "     Llama 3 file) or hf (HF directory); default: hf for a file, llmc for a directory\n"
             "  --dtype fp32|bf16   the output's precision (default: the input's)\n"
             "  --adapter DIR       merge this PEFT LoRA adapter (trained on IN) into the weights first: W += s B A\n"
+            "                      (DoRA: W = m / ||W + s B A|| (W + s B A), per output row)\n"
             "                      in fp32 (the product summed in double), rounded once to OUT's precision\n"
             "OUT must not exist.\n");
 }

@@ -84,9 +84,14 @@ static void lora_print_memory(void *r, FILE *out) {
     char names[512];
     lora_target_names(c, names, sizeof names);
     const double MiB = 1048576.0, bytes = (double)c->num_parameters * sizeof(float);
-    fprintf(out, "LoRA: r %d, alpha %g, scale %g%s, targets %s: %zu adapter parameters (%.2f MiB) trained, gradients %.2f "
-                 "MiB, saved A x %.2f MiB; the base's %zu parameters frozen (no gradients, no AdamW state, no master copy)\n",
-            c->rank, (double)c->alpha, (double)c->scale, c->rslora ? " (rsLoRA)" : "", names, c->num_parameters, bytes / MiB,
+    size_t mags = 0;
+    for (int i = 2 * c->num_modules; i < c->num_specs; i++) mags += c->specs[i].numel;
+    char dora[96] = "";
+    if (c->dora) snprintf(dora, sizeof dora, ", %zu of them magnitudes", mags);
+    fprintf(out, "%s: r %d, alpha %g, scale %g%s, targets %s: %zu adapter parameters%s (%.2f MiB) trained, gradients %.2f "
+                 "MiB, saved activations %.2f MiB; the base's %zu parameters frozen (no gradients, no AdamW state, no master copy)\n",
+            c->dora ? "DoRA" : "LoRA", c->rank, (double)c->alpha, (double)c->scale, c->rslora ? " (rsLoRA)" : "", names,
+            c->num_parameters, dora, bytes / MiB,
             run_lora.grads ? bytes / MiB : 0.0, run_lora.xa_floats * sizeof(float) / MiB,
             ((CpuRun *)r)->a->parts(((CpuRun *)r)->model).num_parameters);
 }
@@ -137,6 +142,8 @@ static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     snprintf(run_base_name, sizeof run_base_name, "%s", tc->init);
     lora_run_init(&run_lora, &run_lora_cfg, tc->seed);
     if (from[0]) lora_load_start(from, &run_lora_cfg, run_lora.params, run_base_crc, tc->init);
+    CpuModelParts parts = run->a->parts(run->model); /* DoRA reads W and b; fresh magnitudes are W's row norms */
+    lora_run_set_base(&run_lora, *parts.params, parts.specs, run_arch.arch->num_param_specs, !from[0]);
     run->a->set_lora(run->model, &run_lora);
     use_lora = 1;
 }
@@ -232,7 +239,7 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
         be->state.host_params = run_lora.params;
         be->hostopt.host_grads = run_lora.grads;
         be->hostopt.param_specs = run_lora_cfg.specs;
-        be->hostopt.num_param_specs = 2 * run_lora_cfg.num_modules;
+        be->hostopt.num_param_specs = run_lora_cfg.num_specs;
         be->state.save_model = cpu_lora_save;
         be->state.model_path = cpu_lora_model_path;
     }

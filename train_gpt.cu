@@ -391,7 +391,8 @@ int main(int argc, char **argv) {
     train_config_defaults(&tc);
     train_config_parse(&tc, argc, argv, "train_gpt");
     if (tc.lora_rank || tc.adapter[0]) /* LoRA: the CPU trainer's for now (llmc/cpu/lora.h) */
-        llmc_die("--lora-rank / --adapter: LoRA fine-tuning is not built yet on CUDA; use ./train_gpt_cpu");
+        llmc_die("--lora-rank / --adapter%s: LoRA%s fine-tuning is not built yet on CUDA; use ./train_gpt_cpu",
+                 tc.use_dora ? " / --use-dora" : "", tc.use_dora ? " and DoRA" : "");
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

@@ -294,39 +294,40 @@ def check_generate(w, data):
            other.stderr[-300:])
 
 
-def check_recompute(w, data):
+def check_recompute(w, data, name="gpt2"):
     """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter."""
-    g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter")
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
     files = []
     for r in (0, 1, 2):
-        out = os.path.join(w, f"recompute_{r}")
+        out = os.path.join(w, f"{name}_recompute_{r}")
         run(train_args(g, ga, data, out, 3, ["-r", str(r)]))
         files.append(open(os.path.join(out, "adapter_00000003", "adapter_model.safetensors"), "rb").read())
-    report(files[0] == files[1] == files[2], "gpt2_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
+    report(files[0] == files[1] == files[2], f"{name}_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
 
 
-def check_ranks(w, data):
+def check_ranks(w, data, name="gpt2"):
     """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
     losses of one process accumulating the same -d."""
-    g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter")
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
+    tag = "" if name == "gpt2" else f"{name}_"
     outs = {}
-    for name, launch in [("z0", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]),
+    for run_name, launch in [("z0", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]),
                          ("z1", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]), ("one", [CPU])]:
-        out = os.path.join(w, f"ranks_{name}")
+        out = os.path.join(w, f"{tag}ranks_{run_name}")
         args = train_args(g, ga, data, out, 4, ["-d", str(2 * B * T), "--threads", "1"])
         del args[args.index("-a"):args.index("-a") + 2]
-        if name == "z1":
+        if run_name == "z1":
             args += ["-z", "1"]
         p = subprocess.run(launch + args, capture_output=True, text=True, cwd=ROOT, timeout=300)
         if p.returncode != 0:
-            report(False, f"ranks_{name}_runs", (p.stdout + p.stderr)[-1500:])
+            report(False, f"{tag}ranks_{run_name}_runs", (p.stdout + p.stderr)[-1500:])
             return
-        outs[name] = out
+        outs[run_name] = out
     key = os.path.join("adapter_00000004", "adapter_model.safetensors")
     same = open(os.path.join(outs["z0"], key), "rb").read() == open(os.path.join(outs["z1"], key), "rb").read()
-    report(same, "ranks_2_z0_equals_z1", "the adapters of -z 0 and -z 1 differ")
+    report(same, f"{tag}ranks_2_z0_equals_z1", "the adapters of -z 0 and -z 1 differ")
     ok, err = close(log_losses(outs["z0"]), log_losses(outs["one"]), 1e-5, 1e-6)
-    report(ok and len(log_losses(outs["z0"])) == 4, "ranks_2_match_one_process", f"max |diff| {err:.3g}")
+    report(ok and len(log_losses(outs["z0"])) == 4, f"{tag}ranks_2_match_one_process", f"max |diff| {err:.3g}")
 
 
 def check_rundir(w, data):

@@ -1,4 +1,5 @@
-"""lora.py - the PyTorch reference for LoRA fine-tuning (issue 23): Hugging Face PEFT's LoRA on a
+"""lora.py - the PyTorch reference for LoRA fine-tuning (issue 23): Hugging Face PEFT's LoRA (and DoRA,
+when the adapter's config has use_dora) on a
 transformers model, trained the way ./train_gpt_cpu --lora-rank / --adapter trains it, in fp32.
 
 The model is a Hugging Face directory (GPT-2 or Llama), the adapter a PEFT adapter directory; the
@@ -29,8 +30,22 @@ from train_gpt2 import load_batch_from_shard  # noqa: E402
 
 
 def peft_key(name):
-    """A PeftModel parameter name -> the key PEFT saves ("....lora_A.default.weight" -> "....lora_A.weight")."""
-    return name.replace(".default.", ".")
+    """A PeftModel parameter name -> the key PEFT saves ("....lora_A.default.weight" -> "....lora_A.weight";
+    DoRA's "....lora_magnitude_vector.default.weight" -> "....lora_magnitude_vector")."""
+    name = name.replace(".default.", ".")
+    return name[:-len(".weight")] if name.endswith("lora_magnitude_vector.weight") else name
+
+
+def dora_zero_norm_gain0():
+    """DoRA rows whose W + s B A is all zero: gain m / n = 0 (llmc's rule, llmc/models/lora.h) where
+    PEFT 0.13.2 computes 0 / 0 = NaN. Applied after loading (the magnitudes come from the adapter)."""
+    from peft.tuners.lora.dora import DoraLinearLayer
+    plain = DoraLinearLayer.get_weight_norm
+
+    def norm(self, weight, lora_weight, scaling):
+        n = plain(self, weight, lora_weight, scaling)
+        return torch.where(n > 0, n, torch.full_like(n, float("inf")))  # m / inf = 0, d/dm 0
+    DoraLinearLayer.get_weight_norm = norm
 
 
 def load(model_dir, adapter_dir, trainable=True):
@@ -85,11 +100,14 @@ def main():
     ap.add_argument("--beta2", type=float, default=0.95)
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--eval", action="store_true", help="only the loss of the batch (no training): losses.json [loss]")
+    ap.add_argument("--dora-zero-rows", action="store_true", help="DoRA: zero-norm rows get gain 0 (llmc's rule) instead of NaN")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     model = load(a.model, a.adapter, trainable=not a.eval)
+    if a.dora_zero_rows:
+        dora_zero_norm_gain0()
     V = model.config.vocab_size
     x, y = load_batch_from_shard(a.data, a.b, a.t, V)
     os.makedirs(a.out, exist_ok=True)

@@ -7,6 +7,12 @@
  *   backward: d(xa) = scale * dout B; dB += scale * dout^T xa; dA += d(xa)^T x; dx += d(xa) A
  *             (after the base matmul's backward, which overwrites dx)
  * The base stays frozen: the block sequence allocates no gradient arena for it (model->lora set).
+ * DoRA (cfg.dora; llmc/models/lora.h): the site's slice y = W x + b (the base matmul's) becomes
+ *   forward:  n = ||W + scale B A|| per row (this forward's A, B), g = m / n, v = y - b + scale (x A^T) B^T,
+ *             y = g v + b (training keeps v and g)
+ *   backward: dm += (dout . v) / n summed over the rows of the batch; the LoRA backward above with
+ *             g dout for dout; dx += ((g - 1) dout) W (the base matmul's backward gave dout W)
+ * which needs the base weights and biases (lora_run_set_base).
  */
 #ifndef LLMC_CPU_LORA_H
 #define LLMC_CPU_LORA_H
@@ -24,12 +30,22 @@ typedef struct LoraRun {
     float *params, *grads; /* cfg.num_parameters each (grads: when training) */
     float *xa;             /* (module, layer): N x R each, the forward's A x */
     float *dxa;            /* N x R backward scratch */
+    float *gain;           /* DoRA, (module, layer): out floats each, g = m / n, then out floats 1 / n (0 where n = 0);
+                            * without gradients (inference) computed at the first forward only */
+    float *v;              /* DoRA training, (module, layer): N x out each, the forward's v */
+    float *dg;             /* DoRA training: N x max(out) backward scratch */
     size_t xa_floats;
     int N;                 /* the allocated B * T */
+    const float *base;     /* DoRA: the frozen base's parameters and their table (lora_run_set_base) */
+    const TensorSpec *base_specs;
+    int num_base_specs;
 } LoraRun;
 
 /* The adapter's parameters (MEM_PARAMETERS), initialised from seed as PEFT does. */
 void lora_run_init(LoraRun *r, const LoraConfig *cfg, unsigned long long seed);
+/* DoRA: the base model's parameters (base, its table specs, n entries) the sites read W and b from;
+ * with fresh adapters (no adapter directory) also sets the magnitudes to W's row norms (init 1). */
+void lora_run_set_base(LoraRun *r, const float *base, const TensorSpec *specs, int n, int init);
 /* Activations for B * T rows (MEM_ACTIVATIONS) and, training, the gradients (MEM_GRADIENTS) and scratch. */
 void lora_run_allocate(LoraRun *r, int B, int T, int training);
 void lora_run_free(LoraRun *r);

@@ -74,8 +74,7 @@ void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     if (!(dropout >= 0.0 && dropout < 1.0)) llmc_die("PEFT adapter config '%s': lora_dropout must be in [0, 1)", path);
     out->dropout = (float)dropout;
     out->rslora = bool_field(j, "use_rslora", path);
-    if (bool_field(j, "use_dora", path))
-        llmc_die("PEFT adapter config '%s': use_dora is true; DoRA adapters are not built yet", path);
+    out->dora = bool_field(j, "use_dora", path);
     v = cJSON_GetObjectItemCaseSensitive(j, "bias");
     if (cJSON_IsString(v) && strcmp(v->valuestring, "none") != 0)
         llmc_die("PEFT adapter config '%s': bias is \"%s\"; only \"none\" is supported (no trained biases)", path, v->valuestring);
@@ -171,16 +170,39 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
             free(tmp);
         }
     }
+    for (int m = 0; lc->dora && m < lc->num_modules; m++) { /* DoRA's magnitudes [out], rows in PEFT's order */
+        const LoraModule *mod = &lc->modules[m];
+        float *tmp = (float *)mallocCheck((size_t)mod->out * sizeof(float), "adapter tensor");
+        for (int l = 0; l < lc->num_layers; l++) {
+            lora_peft_key(lc, m, l, 2, key, sizeof key);
+            const StTensor *t = safetensors_find(st, key);
+            if (!t)
+                llmc_die("adapter '%s' has no tensor %s: its adapter_config.json has use_dora true, and DoRA needs each "
+                         "module's magnitude vector", path, key);
+            if (t->ndim != 1 || t->shape[0] != mod->out)
+                llmc_die("adapter '%s': DoRA magnitude %s has %d dimension%s [%lld%s], this base model needs [%d] (one per "
+                         "output row of %s)", path, key, t->ndim, t->ndim == 1 ? "" : "s",
+                         (long long)(t->ndim > 0 ? t->shape[0] : 0), t->ndim > 1 ? ", ..." : "", mod->out, mod->path);
+            safetensors_read_f32(st, t, tmp);
+            float *dst = tensor_layer(params, lora_magnitude_spec(lc, m), l);
+            for (int r = 0; r < mod->out; r++) dst[lora_peft_row(lc, m, (size_t)r)] = tmp[r];
+            used++;
+        }
+        free(tmp);
+    }
     if (st->num_tensors != used) {
         /* more tensors than the targets need: name one */
         for (int i = 0; i < st->num_tensors; i++) {
             int ours = 0;
             for (int m = 0; m < lc->num_modules && !ours; m++)
                 for (int l = 0; l < lc->num_layers && !ours; l++)
-                    for (int w = 0; w < 2 && !ours; w++) {
+                    for (int w = 0; w < (lc->dora ? 3 : 2) && !ours; w++) {
                         lora_peft_key(lc, m, l, w, key, sizeof key);
                         ours = strcmp(key, st->tensors[i].name) == 0;
                     }
+            if (!ours && !lc->dora && strstr(st->tensors[i].name, "lora_magnitude_vector"))
+                llmc_die("adapter '%s' holds the DoRA magnitude %s, but its adapter_config.json has use_dora false", path,
+                         st->tensors[i].name);
             if (!ours)
                 llmc_die("adapter '%s' holds tensor %s, which is no module this base model has for its targets: the "
                          "adapter belongs to another base model", path, st->tensors[i].name);
@@ -217,7 +239,7 @@ uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params
     for (char *save = NULL, *t = strtok_r(names, ",", &save); t; t = strtok_r(NULL, ",", &save))
         cJSON_AddItemToArray(targets, cJSON_CreateString(t));
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
-    cJSON_AddBoolToObject(j, "use_dora", 0);
+    cJSON_AddBoolToObject(j, "use_dora", lc->dora);
     cJSON_AddBoolToObject(j, "use_rslora", lc->rslora);
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
@@ -229,7 +251,7 @@ uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params
     atomic_commit(&af);
     free(text);
     /* adapter_model.safetensors: F32, PEFT's keys, B rows in PEFT's order */
-    const int n = 2 * lc->num_modules * lc->num_layers;
+    const int n = (lc->dora ? 3 : 2) * lc->num_modules * lc->num_layers;
     StWriteTensor *w = (StWriteTensor *)callocCheck((size_t)n, sizeof *w, "adapter tensors");
     char(*keys)[256] = callocCheck((size_t)n, 256, "adapter keys");
     float *permuted = (float *)mallocCheck(lc->num_parameters * sizeof(float), "adapter (PEFT row order)");
@@ -247,6 +269,16 @@ uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params
                 lora_peft_key(lc, m, l, b, keys[k], sizeof keys[k]);
                 w[k] = (StWriteTensor){keys[k], 2, {(int64_t)rows, (int64_t)cols}, dst, 0};
             }
+    for (int l = 0; lc->dora && l < lc->num_layers; l++) /* DoRA: the magnitudes [out], after every A and B */
+        for (int m = 0; m < lc->num_modules; m++, k++) {
+            const LoraModule *mod = &lc->modules[m];
+            const TensorSpec *s = lora_magnitude_spec(lc, m);
+            const float *src = tensor_layer((float *)params, s, l);
+            float *dst = tensor_layer(permuted, s, l);
+            for (int r = 0; r < mod->out; r++) dst[r] = src[lora_peft_row(lc, m, (size_t)r)];
+            lora_peft_key(lc, m, l, 2, keys[k], sizeof keys[k]);
+            w[k] = (StWriteTensor){keys[k], 1, {(int64_t)mod->out}, dst, 0};
+        }
     char crc_text[16];
     snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)base_crc);
     const char *meta[] = {"llmc_base_crc32", crc_text, NULL};

@@ -5,11 +5,12 @@
  *                              [...], "lora_dropout": 0.0, "bias": "none", "fan_in_fan_out": (GPT-2's Conv1D: true),
  *                              "base_model_name_or_path": -e, "task_type": "CAUSAL_LM", ...}
  *   adapter_model.safetensors  per targeted module and layer, F32: "<PEFT key>.lora_A.weight" [R, in] and
- *                              "....lora_B.weight" [out, R] (llmc/models/lora.h's lora_peft_key); its
+ *                              "....lora_B.weight" [out, R] (llmc/models/lora.h's lora_peft_key), with
+ *                              "use_dora": true also "....lora_magnitude_vector" [out]; its
  *                              "__metadata__" also holds "llmc_base_crc32": the CRC-32 of the base model's fp32
  *                              parameters the adapter was trained on (written by llmc; PEFT ignores it).
  * Directories are written atomically (atomicfile.h's atomic_dir_*). Reading checks everything and dies
- * naming the file: a config PEFT would not load as plain LoRA on these modules (DoRA, per-layer rank or
+ * naming the file: a config PEFT would not load as LoRA / DoRA on these modules (per-layer rank or
  * alpha patterns, layers_to_transform, a regular-expression target), a missing, misshapen or extra tensor.
  */
 #ifndef LLMC_FORMATS_ADAPTER_H
@@ -29,6 +30,7 @@ typedef struct {
     int rank;
     float alpha;
     int rslora;
+    int dora;          /* use_dora */
     float dropout;
     char targets[512]; /* target_modules joined with commas ("all-linear" as given) */
 } AdapterFileConfig;
@@ -38,7 +40,7 @@ void adapter_model_path(const char *dir, char *out, size_t len);
 /* Reads and checks dir/adapter_config.json; dies naming it. */
 void adapter_read_config(const char *dir, AdapterFileConfig *out);
 /* Loads dir's tensors for lc into params (lc->num_parameters floats, our row order); every key lc needs
- * must be there with PEFT's shape and no other lora tensor. *has_crc: the file records the base's CRC
+ * (DoRA: the magnitudes too) must be there with PEFT's shape and no other lora tensor. *has_crc: the file records the base's CRC
  * (llmc wrote it), in *base_crc. Dies naming the file and tensor. */
 void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has_crc, uint32_t *base_crc);
 /* Writes dir (atomically; an existing adapter directory there is replaced). Returns the CRC-32 of its

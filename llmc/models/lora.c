@@ -6,8 +6,10 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "llmc/core/check.h"
 #include "llmc/core/rng.h"
 
 /* A family's modules, in block order; in/out/offset from the shape (lora_config_build). */
@@ -79,7 +81,7 @@ static void module_shape(int family, const ModuleRow *r, const ModelConfig *cfg,
     }
 }
 
-int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora,
+int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora, int dora,
                       const char *targets, char *err, size_t errlen) {
     memset(lc, 0, sizeof *lc);
     int n;
@@ -106,7 +108,7 @@ int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int ra
             return snprintf(err, errlen, "--lora-targets: '%s' matches no module of this model (its modules: %s; "
                                          "or all-linear)", t, names), -1;
     }
-    lc->family = family, lc->rank = rank, lc->alpha = alpha, lc->rslora = rslora;
+    lc->family = family, lc->rank = rank, lc->alpha = alpha, lc->rslora = rslora, lc->dora = dora;
     lc->scale = rslora ? alpha / sqrtf((float)rank) : alpha / (float)rank;
     lc->num_layers = cfg->num_layers, lc->head_size = cfg->channels / cfg->num_heads;
     for (int i = 0; i < n; i++) {
@@ -136,6 +138,19 @@ int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int ra
             off += s->numel;
         }
     }
+    lc->num_specs = 2 * lc->num_modules;
+    for (int i = 0; dora && i < lc->num_modules; i++) { /* after every A and B: LoRA's layout unchanged */
+        TensorSpec *s = &lc->specs[lc->num_specs++];
+        memset(s, 0, sizeof *s);
+        s->name = "lora_magnitude_vector";
+        s->shape = "(L, out)";
+        s->layer_numel = (size_t)lc->modules[i].out;
+        s->numel = L * s->layer_numel;
+        s->offset = off;
+        s->decay = 1; /* HF Trainer's rule: the magnitude is no bias or norm weight, it decays */
+        s->init = INIT_ONES; /* (lora_dora_init sets it from the base) */
+        off += s->numel;
+    }
     lc->num_parameters = off;
     return 0;
 }
@@ -154,7 +169,55 @@ void lora_target_names(const LoraConfig *lc, char *out, size_t len) {
 
 void lora_peft_key(const LoraConfig *lc, int m, int l, int which, char *out, size_t len) {
     const char *prefix = lc->family == LORA_FAMILY_GPT2 ? "base_model.model.transformer.h" : "base_model.model.model.layers";
-    snprintf(out, len, "%s.%d.%s.lora_%c.weight", prefix, l, lc->modules[m].path, which ? 'B' : 'A');
+    if (which == 2) snprintf(out, len, "%s.%d.%s.lora_magnitude_vector", prefix, l, lc->modules[m].path);
+    else snprintf(out, len, "%s.%d.%s.lora_%c.weight", prefix, l, lc->modules[m].path, which ? 'B' : 'A');
+}
+
+const TensorSpec *lora_magnitude_spec(const LoraConfig *lc, int m) { return &lc->specs[2 * lc->num_modules + m]; }
+
+static const TensorSpec *spec_named(const TensorSpec *specs, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(specs[i].name, name) == 0) return &specs[i];
+    return NULL;
+}
+
+const TensorSpec *lora_site_weight(const TensorSpec *specs, int n, int site) {
+    static const char *const names[LORA_NUM_SITES] = {"qkvw", "attprojw", "fcw", "fcprojw"};
+    return spec_named(specs, n, names[site]);
+}
+
+const TensorSpec *lora_site_bias(const TensorSpec *specs, int n, int site) {
+    static const char *const names[LORA_NUM_SITES] = {"qkvb", "attprojb", "fcb", "fcprojb"};
+    return spec_named(specs, n, names[site]);
+}
+
+void lora_dora_norms(const LoraConfig *lc, int m, const float *A, const float *B, const float *W, float *norms) {
+    const LoraModule *mod = &lc->modules[m];
+    const int R = lc->rank, in = mod->in;
+    const double s = lc->scale;
+#pragma omp parallel for
+    for (int r = 0; r < mod->out; r++) {
+        const float *w = W + (size_t)r * in, *b = B + (size_t)r * R;
+        double sum = 0.0;
+        for (int c = 0; c < in; c++) {
+            double d = 0.0;
+            for (int k = 0; k < R; k++) d += (double)b[k] * A[(size_t)k * in + c];
+            const double x = (double)w[c] + s * d;
+            sum += x * x;
+        }
+        norms[r] = (float)sqrt(sum);
+    }
+}
+
+void lora_dora_init(const LoraConfig *lc, float *adapter, const TensorSpec *specs, int n, const float *base) {
+    for (int m = 0; lc->dora && m < lc->num_modules; m++) {
+        const LoraModule *mod = &lc->modules[m];
+        const TensorSpec *w = lora_site_weight(specs, n, mod->site);
+        for (int l = 0; w && l < lc->num_layers; l++)
+            lora_dora_norms(lc, m, tensor_layer(adapter, &lc->specs[2 * m], l), tensor_layer(adapter, &lc->specs[2 * m + 1], l),
+                            tensor_layer((float *)base, w, l) + (size_t)mod->out_offset * mod->in,
+                            tensor_layer(adapter, lora_magnitude_spec(lc, m), l));
+    }
 }
 
 size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row) {
@@ -165,28 +228,37 @@ size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row) {
 }
 
 size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *specs, int n, float *params) {
-    static const char *const site_weight[LORA_NUM_SITES] = {"qkvw", "attprojw", "fcw", "fcprojw"};
     size_t changed = 0;
     const int R = lc->rank;
     for (int m = 0; m < lc->num_modules; m++) {
         const LoraModule *mod = &lc->modules[m];
-        const TensorSpec *w = NULL;
-        for (int i = 0; i < n && !w; i++)
-            if (strcmp(specs[i].name, site_weight[mod->site]) == 0) w = &specs[i];
+        const TensorSpec *w = lora_site_weight(specs, n, mod->site);
         if (!w) continue; /* (lora_config_build's families all have the four) */
+        double *row = lc->dora ? (double *)malloc((size_t)mod->in * sizeof(double)) : NULL;
+        if (lc->dora && !row) llmc_die("out of memory merging the DoRA adapter");
         for (int l = 0; l < lc->num_layers; l++) {
             const float *A = tensor_layer((float *)adapter, &lc->specs[2 * m], l);
             const float *Bm = tensor_layer((float *)adapter, &lc->specs[2 * m + 1], l);
+            const float *mag = lc->dora ? tensor_layer((float *)adapter, lora_magnitude_spec(lc, m), l) : NULL;
             float *W = tensor_layer(params, w, l) + (size_t)mod->out_offset * mod->in;
-            for (int r = 0; r < mod->out; r++)
+            for (int r = 0; r < mod->out; r++) {
+                double sum = 0.0;
                 for (int c = 0; c < mod->in; c++) {
                     double d = 0.0;
                     for (int k = 0; k < R; k++) d += (double)Bm[(size_t)r * R + k] * A[(size_t)k * mod->in + c];
                     float *x = &W[(size_t)r * mod->in + c];
-                    *x = (float)((double)*x + (double)lc->scale * d);
+                    const double v = (double)*x + (double)lc->scale * d;
+                    if (row) row[c] = v, sum += v * v;
+                    else *x = (float)v;
                     changed++;
                 }
+                if (!row) continue;
+                /* DoRA: g (W + s B A), g = m / ||W + s B A|| (lora_dora_gain: 0 where the norm is 0) */
+                const double norm = sqrt(sum), g = norm > 0.0 ? (double)mag[r] / norm : 0.0;
+                for (int c = 0; c < mod->in; c++) W[(size_t)r * mod->in + c] = (float)(g * row[c]);
+            }
         }
+        free(row);
     }
     return changed;
 }

@@ -15,6 +15,13 @@
  * Our Llama's q and k rows are interleaved per head (RoPE pairs, llmc/formats/hf.c), HF's are in
  * rotate-half order: a q_proj / k_proj adapter's B rows are kept in our order and permuted on the
  * way to and from PEFT's files (lora_peft_row).
+ *
+ * DoRA (Liu et al.; PEFT's use_dora): each targeted module also has a magnitude vector m [out]
+ * (initialised to the row norms of W), and its output is g * (W x + scale * B (A x)) + bias with
+ * g = m / n per output row, n = ||W + scale B A|| per output row over the input features, taken as a
+ * constant in the backward (detached, as PEFT does). A row where W + scale B A is all zero (n = 0:
+ * PEFT 0.13.2 computes 0/0 = NaN there) gets g = 0 and no gradient: it outputs its bias only, as its
+ * merged weight g (W + scale B A) = 0 does (lora_dora_gain).
  */
 #ifndef LLMC_MODELS_LORA_H
 #define LLMC_MODELS_LORA_H
@@ -49,11 +56,15 @@ typedef struct {
     int rank;          /* R */
     float alpha;       /* lora_alpha */
     int rslora;        /* use_rslora */
+    int dora;          /* use_dora: a magnitude vector per module */
     float scale;       /* alpha / R, or alpha / sqrt(R) */
     int num_layers, head_size; /* L; HS for the RoPE row order */
     int num_modules;   /* the targeted modules, in the family's order */
     LoraModule modules[LORA_MAX_MODULES];
-    TensorSpec specs[2 * LORA_MAX_MODULES]; /* A then B per module, stacked over L, every one decays */
+    /* A then B per module (specs[2 m], specs[2 m + 1]), stacked over L, then with DoRA the magnitudes
+     * (specs[2 num_modules + m], (L, out)); every one decays */
+    TensorSpec specs[3 * LORA_MAX_MODULES];
+    int num_specs;
     size_t num_parameters;
 } LoraConfig;
 
@@ -68,21 +79,38 @@ void lora_module_names(int family, char *out, size_t len);
  * both of GPT-2's), or "all-linear" (every linear layer but the output head); "" takes PEFT's
  * default. Returns 0, or -1 with a message naming the flag in err: rank outside 1..min(in, out)
  * of a targeted module, a target that matches no module, alpha not positive. */
-int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora,
+int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora, int dora,
                       const char *targets, char *err, size_t errlen);
 /* The targets as PEFT's adapter_config.json lists them: module names, comma-separated. */
 void lora_target_names(const LoraConfig *lc, char *out, size_t len);
 
-/* PEFT's key of module m's A (which 0) or B (which 1) in layer l:
+/* PEFT's key of module m's A (which 0), B (which 1) or DoRA magnitude (which 2) in layer l:
  * "base_model.model.transformer.h.0.attn.c_attn.lora_A.weight" (GPT-2),
- * "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight" (Llama). */
+ * "base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight" (Llama),
+ * "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector" (no ".weight": PEFT's file). */
 void lora_peft_key(const LoraConfig *lc, int m, int l, int which, char *out, size_t len);
 /* Row r of module m's output in PEFT's (HF's) order -> the row in ours (identity but for rope_rows). */
 size_t lora_peft_row(const LoraConfig *lc, int m, size_t hf_row);
 
+/* The DoRA magnitude table of module m (lc->dora). */
+const TensorSpec *lora_magnitude_spec(const LoraConfig *lc, int m);
+/* The base table's (specs, n) weight of a site (qkvw, attprojw, fcw, fcprojw) and its bias (qkvb, ...;
+ * NULL where the model has none). */
+const TensorSpec *lora_site_weight(const TensorSpec *specs, int n, int site);
+const TensorSpec *lora_site_bias(const TensorSpec *specs, int n, int site);
+/* DoRA: norms[r] = ||W[r] + scale * B[r] A|| over the input features, for each of module m's output rows
+ * (W: the module's rows of its site's weight, (out, in); A (R, in), B (out, R)), summed in double. */
+void lora_dora_norms(const LoraConfig *lc, int m, const float *A, const float *B, const float *W, float *norms);
+/* g = m / n, and 0 where n = 0 (the direction W + scale B A is all zero: no NaN, no gradient). */
+static inline float lora_dora_gain(float magnitude, float norm) { return norm > 0.0f ? magnitude / norm : 0.0f; }
+/* DoRA's initial magnitudes (PEFT's): each module's row norms of W + scale B A (with B = 0: of W),
+ * the base (base, specs, n) given as for lora_merge. */
+void lora_dora_init(const LoraConfig *lc, float *adapter, const TensorSpec *specs, int n, const float *base);
+
 /* Merges the adapter into the base: each targeted module's rows of its site's weight (the base table
- * specs, n rows, looked up by name: qkvw, attprojw, fcw, fcprojw) get W += scale * B A, the product
- * summed in double and added with one rounding to fp32. Returns the number of weights changed. */
+ * specs, n rows, looked up by name: qkvw, attprojw, fcw, fcprojw) get W += scale * B A (DoRA:
+ * W = g (W + scale B A), g = m / ||W + scale B A|| per row), in double and rounded once to fp32.
+ * Returns the number of weights changed. */
 size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *specs, int n, float *params);
 
 /* The initial adapter: A Kaiming-uniform from seed (one stream per tensor), B zero. */

@@ -100,6 +100,7 @@ static const Flag flags[] = {
     {NULL, "--lora-alpha", F_FLOAT, FIELD(lora_alpha), "LoRA: alpha; the adapter's output is scaled by alpha/R"},
     {NULL, "--lora-targets", F_STRING, FIELD(lora_targets), "LoRA: comma-separated PEFT module names, suffix-matched (GPT-2: c_attn, c_proj, attn.c_proj, mlp.c_proj, c_fc; Llama: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) or all-linear; '' = PEFT's default (c_attn; q_proj,v_proj)"},
     {NULL, "--use-rslora", F_INT, FIELD(use_rslora), "LoRA: 1 = rank-stabilised scale alpha/sqrt(R)"},
+    {NULL, "--use-dora", F_INT, FIELD(use_dora), "LoRA: 1 = DoRA, a trained magnitude per output row times the normalised W + sBA"},
     {NULL, "--adapter", F_STRING, FIELD(adapter), "LoRA: start from this PEFT adapter directory (adapter_config.json + adapter_model.safetensors); '' = new adapters"},
     /* ---- the optimizer (llmc/train/adafactor.h) ---- */
     {NULL, "--optimizer", F_STRING, FIELD(optimizer), "adamw | adafactor: factored second moments (row and column statistics) for 2-D weights, a fraction of AdamW's state; the -l schedule, -c and --grad-clip apply (./train_gpt: with --offload optimizer)"},
@@ -187,7 +188,7 @@ static const char *const math_flags[] = {
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
-    "--adafactor-relative-step", NULL};
+    "--adafactor-relative-step", "--use-dora", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -197,7 +198,7 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
  * as they were (a resume reads an absent line as the default). */
 static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
-                                          "--adafactor-decay-rate", "--adafactor-relative-step", NULL};
+                                          "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -501,8 +502,9 @@ static void validate(const TrainConfig *c) {
     if (c->lora_rank < 0) llmc_die("flag --lora-rank must be >= 1 (0 = no adapters), got %d", c->lora_rank);
     if (!(c->lora_alpha > 0.0f)) llmc_die("flag --lora-alpha must be positive, got %g", (double)c->lora_alpha);
     check_range("--use-rslora", c->use_rslora, 0, 1);
-    if (!c->lora_rank && !c->adapter[0] && (c->lora_targets[0] || c->use_rslora))
-        llmc_die("flags --lora-targets and --use-rslora need --lora-rank R (or --adapter DIR): LoRA adapters");
+    check_range("--use-dora", c->use_dora, 0, 1);
+    if (!c->lora_rank && !c->adapter[0] && (c->lora_targets[0] || c->use_rslora || c->use_dora))
+        llmc_die("flags --lora-targets, --use-rslora and --use-dora need --lora-rank R (or --adapter DIR): LoRA adapters");
     check_range("-z (--zero-stage)", c->zero_stage, 0, 3);
     if (c->gpu_log_every < -1)
         llmc_die("flag -lg (--gpu-log-every) must be a step count >= 1, or 0 or -1 (off), got %d", c->gpu_log_every);

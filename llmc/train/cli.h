@@ -81,6 +81,7 @@ typedef struct {
     float lora_alpha;           /* --lora-alpha */
     char lora_targets[256];     /* --lora-targets: PEFT's module names; '' = PEFT's default */
     int use_rslora;             /* --use-rslora: scale alpha/sqrt(R) instead of alpha/R */
+    int use_dora;               /* --use-dora: DoRA, a trained magnitude per output row (llmc/models/lora.h) */
     char adapter[1024];         /* --adapter DIR: start from a PEFT adapter directory ('' = new adapters) */
     /* the optimizer (llmc/train/adafactor.h) */
     char optimizer[16];         /* --optimizer: adamw | adafactor */

@@ -52,8 +52,8 @@ void lora_start_dir(const TrainConfig *tc, int resume_step, char *dir, size_t le
 static int same_targets(int family, const ModelConfig *cfg, const char *a, const char *b, int rank) {
     LoraConfig x, y;
     char err[512];
-    if (lora_config_build(&x, family, cfg, rank, 8.0f, 0, a, err, sizeof err) ||
-        lora_config_build(&y, family, cfg, rank, 8.0f, 0, b, err, sizeof err) || x.num_modules != y.num_modules)
+    if (lora_config_build(&x, family, cfg, rank, 8.0f, 0, 0, a, err, sizeof err) ||
+        lora_config_build(&y, family, cfg, rank, 8.0f, 0, 0, b, err, sizeof err) || x.num_modules != y.num_modules)
         return 0;
     for (int i = 0; i < x.num_modules; i++)
         if (strcmp(x.modules[i].path, y.modules[i].path) != 0) return 0;
@@ -63,7 +63,7 @@ static int same_targets(int family, const ModelConfig *cfg, const char *a, const
 void lora_resolve_config(const TrainConfig *tc, int family, const char *model_name, const ModelConfig *cfg,
                          const char *from_dir, LoraConfig *out) {
     if (!family) llmc_die("--lora-rank: no LoRA sites for %s models (GPT-2 and Llama have them)", model_name);
-    int rank = tc->lora_rank, rslora = tc->use_rslora;
+    int rank = tc->lora_rank, rslora = tc->use_rslora, dora = tc->use_dora;
     float alpha = tc->lora_alpha;
     char targets[512];
     snprintf(targets, sizeof targets, "%s", tc->lora_targets);
@@ -77,17 +77,20 @@ void lora_resolve_config(const TrainConfig *tc, int family, const char *model_na
                      (double)fc.alpha, from_dir);
         if (rslora && !fc.rslora)
             llmc_die("--use-rslora 1 differs from the adapter's use_rslora false (%s/adapter_config.json)", from_dir);
+        if (dora && !fc.dora)
+            llmc_die("--use-dora 1 differs from the adapter's use_dora false (%s/adapter_config.json): it has no magnitude "
+                     "vectors", from_dir);
         if (targets[0] && !same_targets(family, cfg, targets, fc.targets, fc.rank))
             llmc_die("--lora-targets %s selects other modules than the adapter's target_modules %s (%s/adapter_config.json)",
                      targets, fc.targets, from_dir);
         if (fc.dropout != 0.0f && tc->max_steps != 0)
             llmc_die("%s/adapter_config.json: lora_dropout %g: dropout is not supported when training (evaluate with -x 0, "
                      "or set it to 0)", from_dir, (double)fc.dropout);
-        rank = fc.rank, alpha = fc.alpha, rslora = fc.rslora;
+        rank = fc.rank, alpha = fc.alpha, rslora = fc.rslora, dora = fc.dora;
         snprintf(targets, sizeof targets, "%s", fc.targets);
     }
     char err[512];
-    if (lora_config_build(out, family, cfg, rank, alpha, rslora, targets, err, sizeof err) != 0) {
+    if (lora_config_build(out, family, cfg, rank, alpha, rslora, dora, targets, err, sizeof err) != 0) {
         if (from_dir[0]) llmc_die("%s/adapter_config.json: %s", from_dir, err);
         llmc_die("%s", err);
     }
