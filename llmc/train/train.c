@@ -250,6 +250,8 @@ typedef struct {
     int step;
     long long tokens; /* the step's batch */
     float loss, lr, norm;
+    int has_parts;
+    double ce, kd; /* (has_parts: the backend's loss_parts, the distillation's terms) */
     double step_ms, tok_s, wait_ms, comm_ms;
     long long comm_bytes;
     const char *skip; /* why the update was skipped, or NULL */
@@ -449,6 +451,12 @@ static float run_gradients(Run *r, StepResult *s) {
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
     dist_allreduce_f64(r->dist, &loss_sum, 1);
+    if (be->ops.loss_parts) {
+        double parts[2];
+        be->ops.loss_parts(be->model, parts);
+        dist_allreduce_f64(r->dist, parts, 2);
+        s->has_parts = 1, s->ce = parts[0] / accum / r->P, s->kd = parts[1] / accum / r->P;
+    }
     return (float)(loss_sum / accum / r->P);
 }
 
@@ -515,6 +523,10 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_begin(lg);
     log_int(lg, "step", s->step);
     log_float(lg, "train_loss", s->loss);
+    if (s->has_parts) {
+        log_float(lg, "train_ce", (float)s->ce);
+        log_float(lg, "train_kd", (float)s->kd);
+    }
     if (r->ramp_tokens) log_int(lg, "step_tokens", s->tokens); /* (only with the ramp: other logs stay as they were) */
     log_float(lg, "lr", s->lr);
     log_float(lg, "grad_norm", s->norm);
