@@ -422,6 +422,8 @@ int main(int argc, char **argv) {
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&tc, stdout);
         return 0;
     }
+    /* a bad --teacher (missing, another vocabulary) stops here, before any run directory exists */
+    if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_resolve(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
