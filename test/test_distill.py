@@ -208,7 +208,7 @@ def check_alpha0_and_resume(w):
     moved = os.path.join(w, "moved")
     shutil.copytree(res, moved)
     for f in os.listdir(moved):
-        if f.endswith(f"{STEPS:08d}") or f.startswith(f"state_{STEPS:08d}") or f.endswith(f"{STEPS:08d}.bin"):
+        if f"{STEPS:08d}" in f:
             os.remove(os.path.join(moved, f))
     keep = os.path.join(w, "teacher_kept.bin")
     shutil.copy(os.path.join(w, "teacher.bin"), keep)
@@ -220,6 +220,9 @@ def check_alpha0_and_resume(w):
         other = list(args)
         other[other.index("--teacher") + 1] = os.path.join(w, "teacher_other.bin")
         testlib.expect_error("resume_other_teacher", run(other + ["-y", "1"], expect_ok=False), "--teacher")
+        t = args.index("--teacher")
+        testlib.expect_error("resume_without_teacher", run(args[:t] + args[t + 6:] + ["-y", "1"], expect_ok=False),
+                             "--teacher")
         report(sorted(os.listdir(moved)) == before, "refused_resume_leaves_the_run", f"{before} -> {os.listdir(moved)}")
     finally:
         shutil.copy(keep, os.path.join(w, "teacher.bin"))
@@ -251,6 +254,7 @@ def check_errors(w):
     def expect(name, a, pattern, prog=CPU):
         testlib.expect_error(name, run(a, expect_ok=False, prog=prog), pattern)
         report(not os.path.exists(os.path.join(w, "never")), f"{name}_leaves_no_run_directory", "")
+        shutil.rmtree(os.path.join(w, "never"), ignore_errors=True)
 
     def with_flag(flag, value):
         a = list(args)
