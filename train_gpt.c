@@ -277,11 +277,11 @@ static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) 
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (lora_wanted(tc)) lora_plan(tc, p);
-    if (teacher_wanted(tc)) {
+    if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+    if (teacher_wanted(tc)) { /* (after the shard's classes: the teacher is whole on every rank) */
         MemPlan tp;
         teacher_plan(tc, p, &tp);
     }
-    if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
 }
 
 /* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer; params: the model's

@@ -15,6 +15,7 @@ the distillation term matters), one batch (-a 1), a 0.7, t 2:
   - a run resumed from step 5 (-y 1) writes the model file of a run that never stopped; a resume
     with another teacher (other weights under the same name: its CRC; another name) is refused;
   - a Llama teacher (an HF directory of the same vocabulary) teaches a GPT-2 student;
+  - gradient accumulation and 2 ranks at -z 3 give one process's losses and terms;
   - --plan and the startup print show the teacher (its parameters and activations in the plan).
 Bad inputs are clear errors that leave no run directory: --distill-alpha outside [0, 1], a
 temperature <= 0 or NaN, a teacher of another vocabulary (naming both files and sizes), a missing
@@ -247,6 +248,26 @@ def check_llama_teacher_and_plan(w):
     report("teacher: " in p.stdout and "forward only" in p.stdout, "plan_prints_teacher", p.stdout[-600:])
 
 
+def check_composes(w):
+    """Gradient accumulation and 2 ranks (-pi tcp, -z 3: the student's parameters sharded; each rank runs
+    the whole teacher on its rows): the same -d's losses and both terms as one process without accumulation."""
+    outs = {}
+    for name, launch, more in [("one", [CPU], ["-b", str(2 * B)]), ("accum", [CPU], ["-b", str(B // 2)]),
+                               ("ranks_z3", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"], ["-z", "3"])]:
+        out = os.path.join(w, f"compose_{name}")
+        args = train_args(w, out, 4, "-d", str(2 * B * T), *more)
+        del args[args.index("-a"):args.index("-a") + 2]
+        p = subprocess.run(launch + args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+        if p.returncode != 0:
+            report(False, f"compose_{name}_runs", (p.stdout + p.stderr)[-1500:])
+            return
+        outs[name] = out
+    for name in ("accum", "ranks_z3"):
+        for k in ("train_loss", "train_ce", "train_kd"):
+            ok, err = close(series(outs[name], k), series(outs["one"], k), 1e-5, 1e-7)
+            report(ok and len(series(outs[name], k)) == 4, f"compose_{name}_{k}", f"max |diff| {err:.3g}")
+
+
 def check_errors(w):
     args = train_args(w, os.path.join(w, "never"), 2)
     t = args.index("--teacher")
@@ -288,7 +309,8 @@ def main():
         import random
         rng = random.Random(7)
         testlib.write_shard(os.path.join(w, "data.bin"), [rng.randrange(V) for _ in range(4096)])
-        for check in (check_full, check_lora, check_alpha0_and_resume, check_llama_teacher_and_plan, check_errors):
+        for check in (check_full, check_lora, check_alpha0_and_resume, check_llama_teacher_and_plan, check_composes,
+                      check_errors):
             try:
                 check(w)
             except Exception as e:  # noqa: BLE001 (a crashed check is a failed one, the others still run)
