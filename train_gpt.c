@@ -60,7 +60,9 @@ static double distill_ce, distill_kd;
  * the CPU has no block sequence for it, or its vocabulary is not the student's. */
 static void teacher_resolve(const TrainConfig *tc) {
     ArchConfig probe;
-    if (!model_arch_explicit(tc->teacher, &probe) && access(tc->teacher, F_OK) != 0)
+    ModelConfig desc;
+    if (!model_arch_explicit(tc->teacher, &probe) && model_config_from_descriptor(&desc, tc->teacher) != 0 &&
+        access(tc->teacher, F_OK) != 0)
         llmc_die("--teacher %s: no such file or directory (a model file, an HF directory or a descriptor such as d2, as -e "
                  "takes)", tc->teacher);
     const ModelArch *arch = model_arch_for_init(tc->teacher, &teacher_arch);

@@ -18,7 +18,7 @@ the distillation term matters), one batch (-a 1), a 0.7, t 2:
   - gradient accumulation and 2 ranks at -z 3 give one process's losses and terms;
   - --plan and the startup print show the teacher (its parameters and activations in the plan).
 Bad inputs are clear errors that leave no run directory: --distill-alpha outside [0, 1], a
-temperature <= 0 or NaN, a teacher of another vocabulary (naming both files and sizes), a missing
+temperature <= 0, NaN or beyond [0.001, 1000], a teacher of another vocabulary (naming both files and sizes), a missing
 teacher file, --distill-alpha without --teacher, --teacher-quantize, and --teacher on ./train_gpt
 (the CUDA trainer, when built).
 """
@@ -285,10 +285,12 @@ def check_errors(w):
     expect("alpha_negative", with_flag("--distill-alpha", "-0.1"), "--distill-alpha must be in [0, 1]")
     expect("temperature_zero", with_flag("--distill-temperature", "0"), "--distill-temperature must be positive")
     expect("temperature_negative", with_flag("--distill-temperature", "-1"), "--distill-temperature must be positive")
+    expect("temperature_huge", with_flag("--distill-temperature", "1e30"), "--distill-temperature must be positive")
     expect("temperature_nan", with_flag("--distill-temperature", "nan"), "--distill-temperature")
     v80 = os.path.join(w, "teacher_v80.bin")
     expect("vocabulary_mismatch", with_flag("--teacher", v80), f"--teacher {v80} has a vocabulary of 80 tokens, the "
            f"student -e {os.path.join(w, 'student.bin')} has 96")
+    expect("descriptor_vocabulary_mismatch", with_flag("--teacher", "d1"), "--teacher d1 has a vocabulary of 50257 tokens")
     expect("missing_teacher", with_flag("--teacher", os.path.join(w, "nope.bin")), "nope.bin: no such file")
     expect("alpha_without_teacher", args[:t] + args[t + 2:], "need --teacher")
     expect("teacher_quantize_not_built", args + ["--teacher-quantize", "nf4"], "not built yet")

@@ -569,8 +569,9 @@ static void validate(const TrainConfig *c) {
     /* distillation: the teacher's file and vocabulary are checked at setup */
     if (!(c->distill_alpha >= 0.0f && c->distill_alpha <= 1.0f))
         llmc_die("flag --distill-alpha must be in [0, 1] (the distillation term's weight), got %g", (double)c->distill_alpha);
-    if (!(c->distill_temperature > 0.0f))
-        llmc_die("flag --distill-temperature must be positive, got %g", (double)c->distill_temperature);
+    /* (beyond these the tempered logits or t^2 overflow fp32 for ordinary logits) */
+    if (!(c->distill_temperature >= 1e-3f && c->distill_temperature <= 1e3f))
+        llmc_die("flag --distill-temperature must be positive (from 0.001 to 1000), got %g", (double)c->distill_temperature);
     if (!c->teacher[0] && (c->distill_alpha != 0.5f || c->distill_temperature != 2.0f || c->teacher_quantize[0]))
         llmc_die("flags --distill-alpha, --distill-temperature and --teacher-quantize need --teacher MODEL (distillation)");
     if (c->teacher_quantize[0] && strcmp(c->teacher_quantize, "bf16") && strcmp(c->teacher_quantize, "nf4"))
