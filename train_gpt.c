@@ -360,8 +360,8 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     run_tc = tc;
-    if (teacher_wanted(tc)) teacher_load(tc);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
+    if (teacher_wanted(tc)) teacher_load(tc); /* (after the budget's -b: its activations are for the run's B) */
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
     if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);

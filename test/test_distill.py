@@ -14,8 +14,10 @@ the distillation term matters), one batch (-a 1), a 0.7, t 2:
   - --distill-alpha 0 trains bit for bit as plain training does (losses, norms, the model file);
   - a run resumed from step 5 (-y 1) writes the model file of a run that never stopped; a resume
     with another teacher (other weights under the same name: its CRC; another name) is refused;
-  - a Llama teacher (an HF directory of the same vocabulary) teaches a GPT-2 student;
+  - a Llama teacher (an HF directory of the same vocabulary) teaches a GPT-2 student, and a GPT-2 teacher a
+    Llama student (alpha 0: its plain training bit for bit);
   - gradient accumulation and 2 ranks at -z 3 give one process's losses and terms;
+  - --memory-budget prices the teacher (its activations for the -b it chooses);
   - --plan and the startup print show the teacher (its parameters and activations in the plan).
 Bad inputs are clear errors that leave no run directory: --distill-alpha outside [0, 1], a
 temperature <= 0, NaN or beyond [0.001, 1000], a teacher of another vocabulary (naming both files and sizes), a missing
@@ -234,6 +236,16 @@ def check_llama_teacher_and_plan(w):
     run(train_args(w, out, 2, teacher="llama_teacher"))
     kd = series(out, "train_kd")
     report(len(kd) == 2 and all(np.isfinite(kd)) and kd[0] > 0, "llama_teacher_gpt2_student", f"train_kd {kd}")
+    # a Llama student (its logits through the same classifier): alpha 0 is its plain training bit for bit
+    lstudent = ["-e", os.path.join(w, "llama_teacher")]
+    lp, lz, lk = (os.path.join(w, n) for n in ("llama_plain", "llama_alpha0", "llama_taught_by_gpt2"))
+    run(train_args(w, lp, 3, *lstudent, teacher=""))
+    run(train_args(w, lz, 3, *lstudent, "--teacher", os.path.join(w, "student.bin"), "--distill-alpha", "0", teacher=""))
+    run(train_args(w, lk, 3, *lstudent, "--teacher", os.path.join(w, "student.bin"), teacher=""))
+    same = all(series(lp, k) == series(lz, k) and series(lp, k) for k in ("train_loss", "grad_norm"))
+    kd = series(lk, "train_kd")
+    report(same and len(kd) == 3 and all(np.isfinite(kd)) and series(lk, "train_loss") != series(lp, "train_loss"),
+           "llama_student", f"plain {series(lp, 'train_loss')}, alpha 0 {series(lz, 'train_loss')}, taught kd {kd}")
     base = ["-e", os.path.join(w, "student.bin"), "-b", str(B), "-t", str(T), "--plan", "--json"]
     plain = json.loads(run(base).stdout)
     taught = json.loads(run(base + ["--teacher", os.path.join(w, "teacher.bin")]).stdout)
@@ -266,6 +278,23 @@ def check_composes(w):
         for k in ("train_loss", "train_ce", "train_kd"):
             ok, err = close(series(outs[name], k), series(outs["one"], k), 1e-5, 1e-7)
             report(ok and len(series(outs[name], k)) == 4, f"compose_{name}_{k}", f"max |diff| {err:.3g}")
+
+
+def check_budget(w):
+    """--memory-budget between -b 16's peak and -b 8's: the search chooses -b 8 (2 accumulation steps) with the
+    teacher in its prices, and the run's allocation (the teacher's activations for the chosen -b) is the plan."""
+    base = ["-e", os.path.join(w, "student.bin"), "--teacher", os.path.join(w, "teacher.bin"), "-t", "64", "-d", "1024"]
+    peak = {b: json.loads(run(base + ["-b", str(b), "--plan", "--json"]).stdout)["peak_bytes"] for b in (8, 16)}
+    p = run(base + ["-b", "16", "--plan", "--memory-budget", "1G"])  # "fits (peak X GiB)": with the process's start
+    fits = [l for l in p.stdout.splitlines() if "fits (peak" in l]
+    whole16 = float(fits[0].split("fits (peak ")[1].split()[0]) * 2 ** 30 if fits else 0.0
+    budget = int(whole16 - (peak[16] - peak[8]) / 2)
+    out = os.path.join(w, "budget")
+    args = train_args(w, out, 2, "-t", "64", "-d", "1024", "-b", "16", "--memory-budget", str(budget))
+    del args[args.index("-a"):args.index("-a") + 2]
+    p = run(args, expect_ok=False)
+    report(p.returncode == 0 and "-b 8," in p.stdout and "accounted = the plan" in p.stdout and len(series(out, "train_kd")) == 2,
+           "memory_budget_with_teacher", f"budget {budget}: {(p.stdout + p.stderr)[-1200:]}")
 
 
 def check_errors(w):
@@ -312,7 +341,7 @@ def main():
         rng = random.Random(7)
         testlib.write_shard(os.path.join(w, "data.bin"), [rng.randrange(V) for _ in range(4096)])
         for check in (check_full, check_lora, check_alpha0_and_resume, check_llama_teacher_and_plan, check_composes,
-                      check_errors):
+                      check_budget, check_errors):
             try:
                 check(w)
             except Exception as e:  # noqa: BLE001 (a crashed check is a failed one, the others still run)
