@@ -7,14 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "llmc/train/budget.h"
 #include "llmc/core/check.h"
 #include "llmc/train/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
-#include "llmc/cpu/classifier.h"
+#include "llmc/cpu/teacher.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/adapter.h"
@@ -46,104 +45,29 @@ typedef struct {
 
 static void lora_dump_grads(void); /* (LoRA, below) */
 
-/* ---- knowledge distillation (--teacher): a frozen teacher run forward only, in this process ---- */
-/* The teacher's architecture and config (resolved from --teacher as -e is), its CPU entry, the
- * built model (training: its parameters and activations for (B, T), no gradients) and the step's
- * sums of the micro-steps' mean cross-entropy and KL terms (train_ce, train_kd). */
-static ArchConfig teacher_arch;
-static const CpuArch *teacher_cpu;
-static CpuRun teacher_run;
-static int use_teacher;
-static double distill_ce, distill_kd;
+/* ---- knowledge distillation (--teacher, llmc/cpu/teacher.h): a frozen teacher run forward only ---- */
+static Teacher run_teacher;
+static int use_teacher; /* (the teacher is loaded: the run trains with it) */
 
-/* teacher_arch and teacher_cpu for tc->teacher; dies naming the flag when there is no such model,
- * the CPU has no block sequence for it, or its vocabulary is not the student's. */
-static void teacher_resolve(const TrainConfig *tc) {
-    ArchConfig probe;
-    ModelConfig desc;
-    if (!model_arch_explicit(tc->teacher, &probe) && model_config_from_descriptor(&desc, tc->teacher) != 0 &&
-        access(tc->teacher, F_OK) != 0)
-        llmc_die("--teacher %s: no such file or directory (a model file, an HF directory or a descriptor such as d2, as -e "
-                 "takes)", tc->teacher);
-    const ModelArch *arch = model_arch_for_init(tc->teacher, &teacher_arch);
-    teacher_cpu = cpu_arch_for(arch);
-    if (!teacher_cpu) llmc_die("--teacher %s is a %s model: the CPU trainer has no block sequence for it", tc->teacher, arch->display);
-    const ModelConfig *t = arch_config_base(&teacher_arch), *s = arch_config_base(&run_arch);
-    if (t->vocab_size != s->vocab_size)
-        llmc_die("--teacher %s has a vocabulary of %d tokens, the student -e %s has %d: distillation compares the two "
-                 "distributions token by token and needs the same vocabulary", tc->teacher, t->vocab_size, tc->init,
-                 s->vocab_size);
-}
+/* the teacher runs when the run trains (-x 0 evaluates the student's cross-entropy alone) */
+static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->max_steps != 0; }
 
-/* The teacher built, its parameters loaded (descriptors from --seed) and its activations for (B, T);
- * tc->teacher_crc records its parameters (saved with each checkpoint, compared on resume). */
-static void teacher_load(TrainConfig *tc) {
-    teacher_run = (CpuRun){teacher_cpu, callocCheck(1, teacher_cpu->model_size, "teacher model")};
-    teacher_cpu->build(teacher_run.model, &teacher_arch);
-    CpuModelParts parts = teacher_cpu->parts(teacher_run.model);
-    teacher_arch.arch->load_init(tc->teacher, &teacher_arch, *parts.params, parts.num_parameters, tc->seed);
-    tc->teacher_crc = sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float));
-    tc->has_teacher_crc = 1;
-    teacher_cpu->allocate(teacher_run.model, tc->B, tc->T, 0, 0);
-    use_teacher = 1;
-}
-
-/* The teacher's part of the plan: its parameters and its forward's activations (no gradients). */
-static void teacher_plan(const TrainConfig *tc, MemPlan *p, MemPlan *tp) {
-    mem_plan_init(tp, "CPU");
-    teacher_cpu->plan(&teacher_arch, tc->B, tc->T, 0, 0, tp);
-    p->host[MEM_PARAMETERS] += tp->host[MEM_PARAMETERS];
-    p->host[MEM_ACTIVATIONS] += tp->host[MEM_ACTIVATIONS];
-    if (tp->host[MEM_BLAS_PACKING] > p->host[MEM_BLAS_PACKING]) p->host[MEM_BLAS_PACKING] = tp->host[MEM_BLAS_PACKING];
-}
-
-/* The teacher's line under the memory table (the startup print and --plan). */
-static void teacher_print(const TrainConfig *tc, FILE *out) {
-    MemPlan p, tp;
-    mem_plan_init(&p, "CPU");
-    teacher_plan(tc, &p, &tp);
-    const double MiB = 1048576.0;
-    fprintf(out, "teacher: %s (%s, %zu parameters, frozen, forward only): parameters %.2f MiB, activations %.2f MiB "
-                 "beside the student's (in the plan's classes); distillation alpha %g, temperature %g\n",
-            tc->teacher, teacher_arch.arch->display, tp.num_parameters, tp.host[MEM_PARAMETERS] / MiB,
-            tp.host[MEM_ACTIVATIONS] / MiB, (double)tc->distill_alpha, (double)tc->distill_temperature);
-}
-
-static const TrainConfig *run_tc; /* (the flags the micro-step's distillation reads) */
-
-/* The student's logits and the teacher's, the combined loss and its gradient into the student's
- * dlogits (distill_classifier), then the student's backward. */
-static float distill_micro_step(CpuRun *run, const int *inputs, const int *targets, int B, int T, float dloss) {
-    const int N = B * T;
-    const ModelConfig *cfg = run->a->parts(run->model).cfg;
-    for (int i = 0; i < N; i++)
-        if (targets[i] < 0 || targets[i] >= cfg->vocab_size)
-            llmc_die("token id %d at position %d is outside the vocabulary [0, %d)", targets[i], i, cfg->vocab_size);
-    teacher_cpu->forward(teacher_run.model, inputs, NULL, B, T, 0.0f);
-    run->a->forward(run->model, inputs, NULL, B, T, 0.0f);
-    /* the logits activation becomes dlogits, as the forward with targets leaves it for backward */
-    float *logits = (float *)run->a->logits(run->model), *losses = (float *)run->a->losses(run->model);
-    double ce, kd;
-    distill_classifier(logits, losses, targets, teacher_cpu->logits(teacher_run.model),
-                       teacher_cpu->parts(teacher_run.model).cfg->padded_vocab_size, run_tc->distill_alpha,
-                       run_tc->distill_temperature, dloss, N, cfg->vocab_size, cfg->padded_vocab_size, &ce, &kd);
-    distill_ce += ce / N;
-    distill_kd += kd / N;
-    float sum = 0.0f; /* (as the forward sums its losses) */
-    for (int i = 0; i < N; i++) sum += losses[i];
-    return sum / N;
+/* run_teacher for tc, checked against the student run_arch (-e tc->init) */
+static void teacher_for(const TrainConfig *tc) {
+    teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init);
 }
 
 static void cpu_loss_parts(void *r, double parts[2]) {
     (void)r;
-    parts[0] = distill_ce;
-    parts[1] = distill_kd;
+    parts[0] = run_teacher.ce_sum;
+    parts[1] = run_teacher.kd_sum;
 }
 
 static float cpu_train_micro_step(void *r, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CpuRun *run = (CpuRun *)r;
-    float loss = use_teacher ? distill_micro_step(run, inputs, targets, B, T, dloss_scale / (float)(B * T))
-                             : run->a->forward(run->model, inputs, targets, B, T, dloss_scale / (float)(B * T));
+    const float dloss = dloss_scale / (float)(B * T);
+    float loss = use_teacher ? teacher_distill_forward(&run_teacher, run->a, run->model, inputs, targets, B, T, dloss)
+                             : run->a->forward(run->model, inputs, targets, B, T, dloss);
     run->a->backward(run->model, inputs, B, T);
     lora_dump_grads();
     return loss;
@@ -251,7 +175,7 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
 
 static void cpu_zero_grad(void *r) {
     ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model);
-    distill_ce = distill_kd = 0.0;
+    teacher_clear_sums(&run_teacher);
     if (use_lora && run_lora.grads) memset(run_lora.grads, 0, run_lora_cfg.num_parameters * sizeof(float));
 }
 
@@ -266,24 +190,19 @@ static void lora_print_memory(void *r, FILE *out);
 static void cpu_print_memory(void *r, FILE *out) {
     ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out);
     lora_print_memory(r, out);
-    if (use_teacher) teacher_print(run_tc, out);
+    if (use_teacher) teacher_print(&run_teacher, run_teacher.B, run_teacher.T, out);
 }
 
 /* -z 2/3 shard the model's gradients (and parameters) when it trains (-x 0 only evaluates) */
 static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc->max_steps != 0 ? tc->zero_stage : 0; }
-
-/* the teacher runs when the run trains (-x 0 evaluates the student's cross-entropy alone) */
-static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->max_steps != 0; }
 
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (lora_wanted(tc)) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
-    if (teacher_wanted(tc)) { /* (after the shard's classes: the teacher is whole on every rank) */
-        MemPlan tp;
-        teacher_plan(tc, p, &tp);
-    }
+    /* (after the shard's classes: the teacher is whole on every rank) */
+    if (teacher_wanted(tc)) teacher_plan(&run_teacher, tc->B, tc->T, p, NULL);
 }
 
 /* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer; params: the model's
@@ -359,15 +278,18 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
-    run_tc = tc;
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
-    if (teacher_wanted(tc)) teacher_load(tc); /* (after the budget's -b: its activations are for the run's B) */
+    if (teacher_wanted(tc)) { /* (after the budget's -b: its activations are for the run's B) */
+        teacher_load(&run_teacher, tc->seed, tc->B, tc->T);
+        tc->teacher_crc = run_teacher.crc, tc->has_teacher_crc = 1; /* (saved with each checkpoint) */
+        use_teacher = 1;
+    }
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
     if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);
-    if (use_teacher) teacher_cpu->free(teacher_run.model), free(teacher_run.model);
+    if (use_teacher) teacher_free(&run_teacher);
     run_cpu->free(run.model);
     free(run.model);
     return status;
@@ -385,7 +307,7 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, lora_wanted(tc) ? 1 : OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
                            a->no_recompute};
     run_cpu = a;
-    if (teacher_wanted(tc)) teacher_resolve(tc);
+    if (teacher_wanted(tc)) teacher_for(tc);
 }
 
 int main(int argc, char **argv) {
@@ -421,11 +343,11 @@ int main(int argc, char **argv) {
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
-        if (teacher_wanted(&tc) && !tc.json) teacher_print(&tc, stdout);
+        if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
     /* a bad --teacher (missing, another vocabulary) stops here, before any run directory exists */
-    if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_resolve(&tc);
+    if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_for(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
