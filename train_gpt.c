@@ -346,6 +346,8 @@ int main(int argc, char **argv) {
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
+    if (tc.teacher[0] && tc.max_steps == 0)
+        printf("note: -x 0 evaluates the student's cross-entropy: --teacher %s is not loaded\n", tc.teacher);
     /* a bad --teacher (missing, another vocabulary) stops here, before any run directory exists */
     if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_for(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */

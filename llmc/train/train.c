@@ -505,9 +505,11 @@ static void run_print_step(const Run *r, const StepResult *s) {
     double now = report_wall_s();
     report_duration(elapsed, sizeof elapsed, now - r->run_start);
     report_duration(eta, sizeof eta, (now - r->loop_start) / (s->step - r->first_step + 1) * (r->max_steps - s->step));
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
+    char parts[64] = ""; /* (distillation: the loss's two terms) */
+    if (s->has_parts) snprintf(parts, sizeof parts, " (ce %.4f, kd %.4g)", s->ce, s->kd);
+    printf("step %5d/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
            " | epoch %.2f | %s, ETA %s%s%s%s%s\n",
-           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s,
+           s->step, r->max_steps, s->loss, parts, s->lr, s->norm, s->step_ms, s->tok_s,
            r->flops_per_step * ((double)s->tokens / r->total_batch) / (s->step_ms * 1e6),
            s->wait_ms,
            r->ramp_tokens ? (double)r->seen_tokens / ((double)r->ramp_start * r->batches_per_epoch) : (double)s->step / r->batches_per_epoch,
