@@ -54,7 +54,7 @@ static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->
 
 /* run_teacher for tc, checked against the student run_arch (-e tc->init) */
 static void teacher_for(const TrainConfig *tc) {
-    teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init);
+    teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init, tc->T);
 }
 
 static void cpu_loss_parts(void *r, double parts[2]) {

@@ -21,7 +21,7 @@ the distillation term matters), one batch (-a 1), a 0.7, t 2:
   - --plan and the startup print show the teacher (its parameters and activations in the plan).
 Bad inputs are clear errors that leave no run directory: --distill-alpha outside [0, 1], a
 temperature <= 0, NaN or beyond [0.001, 1000], a teacher of another vocabulary (naming both files and sizes), a missing
-teacher file, --distill-alpha without --teacher, --teacher-quantize, and --teacher on ./train_gpt
+teacher file, a teacher whose maxT is below -t, --distill-alpha without --teacher, --teacher-quantize, and --teacher on ./train_gpt
 (the CUDA trainer, when built).
 """
 import json
@@ -50,9 +50,10 @@ def make_models(w):
     import torch
     import train_gpt2 as g
     import hf_tiny
-    for name, L, C, seed, vocab in [("student", 2, 32, 1, V), ("teacher", 3, 48, 2, V), ("teacher_other", 3, 48, 3, V),
-                                    ("teacher_v80", 2, 32, 4, 80)]:
-        cfg = g.Config(64, vocab, g.padded_vocab_size(vocab), L, 4, C)
+    for name, L, C, seed, vocab, maxT in [("student", 2, 32, 1, V, 64), ("teacher", 3, 48, 2, V, 64),
+                                          ("teacher_other", 3, 48, 3, V, 64), ("teacher_v80", 2, 32, 4, 80, 64),
+                                          ("teacher_short", 2, 32, 6, V, 16)]:
+        cfg = g.Config(maxT, vocab, g.padded_vocab_size(vocab), L, 4, C)
         t = g.init_tensors(cfg, seed)
         if name.startswith("teacher"):
             t["lnfw"] = t["lnfw"] * 40.0  # (a confident teacher: logits far from the student's)
@@ -320,6 +321,8 @@ def check_errors(w):
     expect("vocabulary_mismatch", with_flag("--teacher", v80), f"--teacher {v80} has a vocabulary of 80 tokens, the "
            f"student -e {os.path.join(w, 'student.bin')} has 96")
     expect("descriptor_vocabulary_mismatch", with_flag("--teacher", "d1"), "--teacher d1 has a vocabulary of 50257 tokens")
+    expect("teacher_maxT_below_T", with_flag("--teacher", os.path.join(w, "teacher_short.bin")),
+           "its maximum sequence length is 16, below -t 32")
     expect("missing_teacher", with_flag("--teacher", os.path.join(w, "nope.bin")), "nope.bin: no such file")
     expect("alpha_without_teacher", args[:t] + args[t + 2:], "need --teacher")
     expect("teacher_quantize_not_built", args + ["--teacher-quantize", "nf4"], "not built yet")

@@ -13,7 +13,7 @@
 #include "llmc/models/gpt2.h"
 
 void teacher_resolve(Teacher *t, const char *name, float alpha, float temperature, const ArchConfig *student,
-                     const char *student_name) {
+                     const char *student_name, int T) {
     memset(t, 0, sizeof *t);
     t->name = name, t->alpha = alpha, t->temperature = temperature;
     ArchConfig probe;
@@ -29,6 +29,9 @@ void teacher_resolve(Teacher *t, const char *name, float alpha, float temperatur
         llmc_die("--teacher %s has a vocabulary of %d tokens, the student -e %s has %d: distillation compares the two "
                  "distributions token by token and needs the same vocabulary", name, tc->vocab_size, student_name,
                  sc->vocab_size);
+    if (T > tc->max_seq_len)
+        llmc_die("--teacher %s: its maximum sequence length is %d, below -t %d (the teacher reads every position the "
+                 "student does)", name, tc->max_seq_len, T);
 }
 
 void teacher_load(Teacher *t, unsigned long long seed, int B, int T) {

@@ -33,10 +33,10 @@ typedef struct {
 } Teacher;
 
 /* t for name (alpha, temperature: the loss's); dies naming --teacher when there is no such model,
- * the CPU has no block sequence for it, or its vocabulary is not the student's (named student_name,
- * of config student). Allocates nothing. */
+ * the CPU has no block sequence for it, its vocabulary is not the student's (named student_name, of
+ * config student) or its maximum sequence length is below T. Allocates nothing. */
 void teacher_resolve(Teacher *t, const char *name, float alpha, float temperature, const ArchConfig *student,
-                     const char *student_name);
+                     const char *student_name, int T);
 /* Builds the teacher, loads its parameters (a descriptor's from seed), records their CRC and
  * allocates its forward's activations for (B, T). */
 void teacher_load(Teacher *t, unsigned long long seed, int B, int T);
