@@ -13,16 +13,17 @@ the distillation term matters), one batch (-a 1), a 0.7, t 2:
     (LLMC_LORA_DUMP_GRADS), the 10-step trajectory and the trained adapter;
   - --distill-alpha 0 trains bit for bit as plain training does (losses, norms, the model file);
   - a run resumed from step 5 (-y 1) writes the model file of a run that never stopped; a resume
-    with another teacher (other weights under the same name: its CRC; another name) is refused;
-  - a Llama teacher (an HF directory of the same vocabulary) teaches a GPT-2 student, and a GPT-2 teacher a
-    Llama student (alpha 0: its plain training bit for bit);
+    with another teacher (other weights under the same name: its CRC; another name; none) is refused;
+  - a Llama teacher (an HF directory of the same vocabulary) teaches a GPT-2 student, and a GPT-2
+    teacher a Llama student (alpha 0: its plain training bit for bit);
   - gradient accumulation and 2 ranks at -z 3 give one process's losses and terms;
   - --memory-budget prices the teacher (its activations for the -b it chooses);
   - --plan and the startup print show the teacher (its parameters and activations in the plan).
 Bad inputs are clear errors that leave no run directory: --distill-alpha outside [0, 1], a
-temperature <= 0, NaN or beyond [0.001, 1000], a teacher of another vocabulary (naming both files and sizes), a missing
-teacher file, a teacher whose maxT is below -t, --distill-alpha without --teacher, --teacher-quantize, and --teacher on ./train_gpt
-(the CUDA trainer, when built).
+temperature <= 0, NaN or beyond [0.001, 1000], a teacher of another vocabulary (a file or a
+descriptor; naming both models and sizes), a missing teacher file, a teacher whose maxT is below -t,
+--distill-alpha without --teacher, --teacher-quantize, and --teacher on ./train_gpt (the CUDA
+trainer, when built).
 """
 import json
 import os
