@@ -13,6 +13,7 @@
 #include "llmc/train/cli.h"
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
+#include "llmc/cpu/teacher.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/adapter.h"
@@ -44,9 +45,29 @@ typedef struct {
 
 static void lora_dump_grads(void); /* (LoRA, below) */
 
+/* ---- knowledge distillation (--teacher, llmc/cpu/teacher.h): a frozen teacher run forward only ---- */
+static Teacher run_teacher;
+static int use_teacher; /* (the teacher is loaded: the run trains with it) */
+
+/* the teacher runs when the run trains (-x 0 evaluates the student's cross-entropy alone) */
+static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->max_steps != 0; }
+
+/* run_teacher for tc, checked against the student run_arch (-e tc->init) */
+static void teacher_for(const TrainConfig *tc) {
+    teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init, tc->T);
+}
+
+static void cpu_loss_parts(void *r, double parts[2]) {
+    (void)r;
+    parts[0] = run_teacher.ce_sum;
+    parts[1] = run_teacher.kd_sum;
+}
+
 static float cpu_train_micro_step(void *r, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CpuRun *run = (CpuRun *)r;
-    float loss = run->a->forward(run->model, inputs, targets, B, T, dloss_scale / (float)(B * T));
+    const float dloss = dloss_scale / (float)(B * T);
+    float loss = use_teacher ? teacher_distill_forward(&run_teacher, run->a, run->model, inputs, targets, B, T, dloss)
+                             : run->a->forward(run->model, inputs, targets, B, T, dloss);
     run->a->backward(run->model, inputs, B, T);
     lora_dump_grads();
     return loss;
@@ -161,6 +182,7 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
 
 static void cpu_zero_grad(void *r) {
     ((CpuRun *)r)->a->zero_grad(((CpuRun *)r)->model);
+    teacher_clear_sums(&run_teacher);
     if (use_lora && run_lora.grads) memset(run_lora.grads, 0, run_lora_cfg.num_parameters * sizeof(float));
 }
 
@@ -175,6 +197,7 @@ static void lora_print_memory(void *r, FILE *out);
 static void cpu_print_memory(void *r, FILE *out) {
     ((CpuRun *)r)->a->print_memory(((CpuRun *)r)->model, out);
     lora_print_memory(r, out);
+    if (use_teacher) teacher_print(&run_teacher, run_teacher.B, run_teacher.T, out);
 }
 
 /* -z 2/3 shard the model's gradients (and parameters) when it trains (-x 0 only evaluates) */
@@ -185,6 +208,8 @@ static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) 
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (lora_wanted(tc)) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+    /* (after the shard's classes: the teacher is whole on every rank) */
+    if (teacher_wanted(tc)) teacher_plan(&run_teacher, tc->B, tc->T, p, NULL);
 }
 
 /* ZeRO-2/3: the model's buckets go to (and come from) the loop's optimizer; params: the model's
@@ -244,6 +269,7 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
         be->state.model_path = cpu_lora_model_path;
     }
     be->ops.plan = cpu_plan;
+    if (use_teacher) be->ops.loss_parts = cpu_loss_parts;
 }
 
 static void budget_fit_run(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *space, Dist *dist) {
@@ -260,11 +286,17 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
+    if (teacher_wanted(tc)) { /* (after the budget's -b: its activations are for the run's B) */
+        teacher_load(&run_teacher, tc->seed, tc->B, tc->T);
+        tc->teacher_crc = run_teacher.crc, tc->has_teacher_crc = 1; /* (saved with each checkpoint) */
+        use_teacher = 1;
+    }
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
     if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);
+    if (use_teacher) teacher_free(&run_teacher);
     run_cpu->free(run.model);
     free(run.model);
     return status;
@@ -282,6 +314,7 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     *space = (BudgetSpace){cpu_plan, 1, "CPU", a->max_recompute, lora_wanted(tc) ? 1 : OPTIM_MAX_ZERO, 0, mem_process_start_rss(),
                            a->no_recompute};
     run_cpu = a;
+    if (teacher_wanted(tc)) teacher_for(tc);
 }
 
 int main(int argc, char **argv) {
@@ -317,8 +350,13 @@ int main(int argc, char **argv) {
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
+        if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
+    if (tc.teacher[0] && tc.max_steps == 0)
+        printf("note: -x 0 evaluates the student's cross-entropy: --teacher %s is not loaded\n", tc.teacher);
+    /* a bad --teacher (missing, another vocabulary) stops here, before any run directory exists */
+    if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_for(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);

@@ -393,6 +393,8 @@ int main(int argc, char **argv) {
     if (tc.lora_rank || tc.adapter[0]) /* LoRA: the CPU trainer's for now (llmc/cpu/lora.h) */
         llmc_die("--lora-rank / --adapter%s: LoRA%s fine-tuning is not built yet on CUDA; use ./train_gpt_cpu",
                  tc.use_dora ? " / --use-dora" : "", tc.use_dora ? " and DoRA" : "");
+    if (tc.teacher[0]) /* distillation: the CPU trainer's for now */
+        llmc_die("--teacher is not built for ./train_gpt yet (knowledge distillation runs on ./train_gpt_cpu)");
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

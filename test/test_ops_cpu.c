@@ -689,6 +689,80 @@ static void test_classifier(uint64_t seed) {
     free(logits), free(targets), free(logits_in), free(losses), free(losses2), free(cr.logits), free(cr.losses), free(g);
 }
 
+/* ---- the distillation classifier (--teacher) ------------------------------------------------ */
+
+typedef struct {
+    ClassifierRef c;        /* the student's logits (N, Vp), targets, dloss; losses: the combined per row */
+    const double *teacher;  /* (N, TS) */
+    int TS;
+    double alpha, t, ce, kd; /* ce, kd: the sums over the rows */
+} DistillRef;
+
+/* L = dloss * sum_i [(1 - a) ce_i + a t^2 KL(softmax(r_i / t) || softmax(z_i / t))], in double */
+static double distill_ref_loss(void *ctx) {
+    DistillRef *d = (DistillRef *)ctx;
+    const ClassifierRef *c = &d->c;
+    double total = 0.0;
+    d->ce = d->kd = 0.0;
+    for (int i = 0; i < c->N; i++) {
+        const double *z = c->logits + (size_t)i * c->Vp, *r = d->teacher + (size_t)i * d->TS;
+        double mx = -INFINITY, mq = -INFINITY, mr = -INFINITY, sum = 0.0, sq = 0.0, sr = 0.0, kd = 0.0;
+        for (int v = 0; v < c->V; v++) mx = fmax(mx, z[v]), mq = fmax(mq, z[v] / d->t), mr = fmax(mr, r[v] / d->t);
+        for (int v = 0; v < c->V; v++) sum += exp(z[v] - mx), sq += exp(z[v] / d->t - mq), sr += exp(r[v] / d->t - mr);
+        for (int v = 0; v < c->V; v++) {
+            const double lr = r[v] / d->t - mr - log(sr), lq = z[v] / d->t - mq - log(sq);
+            kd += exp(lr) * (lr - lq);
+        }
+        const double ce = -(z[c->targets[i]] - mx - log(sum));
+        c->losses[i] = (1.0 - d->alpha) * ce + d->alpha * d->t * d->t * kd;
+        d->ce += ce, d->kd += kd;
+        total += c->losses[i];
+    }
+    return c->dloss * total;
+}
+
+static void test_distill_classifier(uint64_t seed) {
+    const int N = 9, V = 13, Vp = 16, TS = 20;
+    const float dloss = 1.0f / 9.0f * 0.5f, alpha = 0.7f, t = 2.5f;
+    printf("distill_classifier: N=%d V=%d Vp=%d teacher stride %d alpha %g t %g dloss=%g\n", N, V, Vp, TS, (double)alpha,
+           (double)t, dloss);
+    Rng r = rng_make("distill_classifier", seed);
+    const size_t n = (size_t)N * Vp;
+    float *logits = frand(&r, n, -4, 4), *teacher = frand(&r, (size_t)N * TS, -6, 6);
+    int *targets = (int *)malloc((size_t)N * sizeof(int));
+    for (int i = 0; i < N; i++) targets[i] = rng_int(&r, V);
+    for (int v = 0; v < V; v++) logits[2 * Vp + v] += 100.0f, teacher[4 * TS + v] -= 80.0f; /* (the max shifts) */
+    DistillRef dr = {{N, V, Vp, targets, dloss, to_double(logits, n), dalloc(N)}, to_double(teacher, (size_t)N * TS), TS,
+                     alpha, t, 0.0, 0.0};
+    for (int i = 0; i < N; i++) {
+        for (int v = V; v < Vp; v++) logits[(size_t)i * Vp + v] = NAN; /* padding must not be read */
+        for (int v = V; v < TS; v++) teacher[(size_t)i * TS + v] = NAN;
+    }
+    distill_ref_loss(&dr);
+    const double ce_ref = dr.ce, kd_ref = dr.kd;
+    float *in = fcopy(logits, n), *losses = fnan(N);
+    double ce, kd;
+    distill_classifier(logits, losses, targets, teacher, TS, alpha, t, dloss, N, V, Vp, &ce, &kd);
+    check_close_d("distill_classifier losses vs double (1-a) CE + a t^2 KL", losses, dr.c.losses, N, 2e-5, 1e-6);
+    test_report(fabs(ce - ce_ref) <= 1e-5 * fabs(ce_ref) && fabs(kd - kd_ref) <= 1e-5 * fabs(kd_ref) + 1e-7 && kd_ref > 0.1,
+                "distill_classifier CE and KL sums vs double", "ce %g vs %g, kd %g vs %g", ce, ce_ref, kd, kd_ref);
+    double *g = dalloc(n);
+    fd_gradient(g, dr.c.logits, n, distill_ref_loss, &dr);
+    check_close_d("distill_classifier dlogits in place vs FD of dloss*losses (the a t (q - p) term)", logits, g, n, 1e-7, 1e-5);
+    int zeros = 1;
+    for (int i = 0; i < N; i++)
+        for (int v = V; v < Vp; v++) zeros &= logits[(size_t)i * Vp + v] == 0.0f && !signbit(logits[(size_t)i * Vp + v]);
+    test_report(zeros, "distill_classifier padded columns V..Vp-1 are exactly +0", "a padded column is not 0");
+    /* alpha 0: fused_classifier's losses and dlogits bit for bit */
+    float *a0 = fcopy(in, n), *f0 = fcopy(in, n), *la = fnan(N), *lf = fnan(N);
+    distill_classifier(a0, la, targets, teacher, TS, 0.0f, t, dloss, N, V, Vp, &ce, &kd);
+    fused_classifier(f0, lf, targets, dloss, N, V, Vp, 1);
+    test_report(memcmp(a0, f0, n * sizeof(float)) == 0 && memcmp(la, lf, (size_t)N * sizeof(float)) == 0,
+                "distill_classifier with alpha 0 is fused_classifier bit for bit", "dlogits or losses differ");
+    free(logits), free(teacher), free(targets), free(dr.c.logits), free(dr.c.losses), free((void *)dr.teacher), free(in);
+    free(losses), free(g), free(a0), free(f0), free(la), free(lf);
+}
+
 /* ---- residual ------------------------------------------------------------------------------- */
 
 static void test_residual(uint64_t seed) {
@@ -856,6 +930,7 @@ int main(int argc, char **argv) {
     test_rope_case(seed + 13, 1);
     test_gelu(seed + 6);
     test_classifier(seed + 7);
+    test_distill_classifier(seed + 7);
     test_residual(seed + 8);
     test_adamw(seed + 9, 1);
     test_adamw(seed + 10, 5);

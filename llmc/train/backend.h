@@ -33,6 +33,10 @@ typedef struct {
      * last micro-step; then train_micro_step need not wait for its loss (its return value is not
      * used). NULL: the loop sums train_micro_step's returns (the CPU backends). */
     double (*step_loss)(void *model);
+    /* Optional (distillation): the sums since zero_grad of the micro-steps' mean cross-entropy
+     * (parts[0]) and mean distillation term KL(teacher_t || student_t) (parts[1]), unscaled; the
+     * loop logs their step means as train_ce and train_kd. NULL: the loss has no parts. */
+    void (*loss_parts)(void *model, double parts[2]);
     float (*eval_loss)(void *model, const int *inputs, const int *targets, int B, int T);
     /* Each position's loss (losses: B*T floats, host memory) of a forward without gradients
      * (multiple-choice evaluation, -h 1: llmc/train/eval.h). NULL: -h 1 is refused. */

@@ -108,6 +108,11 @@ static const Flag flags[] = {
     {NULL, "--adafactor-clip", F_FLOAT, FIELD(adafactor_clip), "Adafactor: clip each tensor's update to this RMS (clip_threshold)"},
     {NULL, "--adafactor-decay-rate", F_FLOAT, FIELD(adafactor_decay_rate), "Adafactor: the second moments' decay at step t is 1 - t^rate (rate < 0)"},
     {NULL, "--adafactor-relative-step", F_INT, FIELD(adafactor_relative_step), "Adafactor: 1 = HF's relative step size min(1e-2, 1/sqrt(t)) times max(1e-3, RMS of the tensor) instead of -l and its schedule; 0 = off"},
+    /* ---- knowledge distillation (the CPU trainer) ---- */
+    {NULL, "--teacher", F_STRING, FIELD(teacher), "distillation: the teacher model (anything -e takes; the same vocabulary as the student), run forward only beside it; the loss is (1-a) CE + a t^2 KL(teacher_t || student_t) per token (CPU trainer); '' = none"},
+    {NULL, "--distill-alpha", F_FLOAT, FIELD(distill_alpha), "distillation: a in [0, 1], the weight of the distillation term (0 = plain cross-entropy)"},
+    {NULL, "--distill-temperature", F_FLOAT, FIELD(distill_temperature), "distillation: the softmax temperature t > 0 of both distributions"},
+    {NULL, "--teacher-quantize", F_STRING, FIELD(teacher_quantize), "distillation: the teacher's storage; '' = fp32 (bf16 and nf4 are not built yet)"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -156,6 +161,8 @@ void train_config_defaults(TrainConfig *c) {
     c->adafactor_relative_step = 0;
     snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
     c->lora_alpha = 8.0f; /* PEFT's default */
+    c->distill_alpha = 0.5f;
+    c->distill_temperature = 2.0f;
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -188,7 +195,8 @@ static const char *const math_flags[] = {
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
-    "--adafactor-relative-step", "--use-dora", NULL};
+    "--adafactor-relative-step", "--use-dora", "--teacher", "--distill-alpha", "--distill-temperature",
+    "--teacher-quantize", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -198,7 +206,8 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
  * as they were (a resume reads an absent line as the default). */
 static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
-                                          "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", NULL};
+                                          "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", "--teacher",
+                                          "--distill-alpha", "--distill-temperature", "--teacher-quantize", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -252,7 +261,9 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
                               ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0) ||
                               ((strncmp(f->long_name, "--adafactor-", 12) == 0 || strcmp(f->long_name, "--optimizer") == 0) &&
-                               strcmp(c->optimizer, "adafactor") != 0)))
+                               strcmp(c->optimizer, "adafactor") != 0) ||
+                              ((strncmp(f->long_name, "--distill-", 10) == 0 || strncmp(f->long_name, "--teacher", 9) == 0) &&
+                               !c->teacher[0])))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {
@@ -283,6 +294,10 @@ size_t train_config_to_text(const TrainConfig *c, char *buf, size_t len) {
         int k = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, "%s %s\n", flags[i].long_name, val);
         if (k > 0) n += (size_t)k;
     }
+    if (c->teacher[0] && c->has_teacher_crc) { /* (distillation: the teacher's weights, which --teacher only names) */
+        int k = snprintf(n < len ? buf + n : NULL, n < len ? len - n : 0, "--teacher-crc32 %08x\n", c->teacher_crc);
+        if (k > 0) n += (size_t)k;
+    }
     return n;
 }
 
@@ -302,6 +317,9 @@ void train_config_from_text(TrainConfig *c, const char *text) {
             if (f) {
                 *sp = '\0';
                 set_value(f, c, line, sp + 1);
+            } else if (sp && strncmp(line, "--teacher-crc32 ", 16) == 0) {
+                c->teacher_crc = (unsigned)strtoul(sp + 1, NULL, 16);
+                c->has_teacher_crc = 1;
             }
         }
         text += n + (eol ? 1 : 0);
@@ -328,6 +346,11 @@ void train_config_compare(const TrainConfig *saved, const TrainConfig *now, cons
             if (k > 0) nb += (size_t)k;
         }
     }
+    if (saved->has_teacher_crc && now->has_teacher_crc && saved->teacher_crc != now->teacher_crc &&
+        strcmp(saved->teacher, now->teacher) == 0 && !now->allow_config_change)
+        llmc_die("cannot resume from %s: its run distilled from --teacher %s with parameters of crc32 %08x, this run's "
+                 "teacher under that name has crc32 %08x (other weights: the distillation term changes). Resume with the "
+                 "saved teacher, or pass --allow-config-change 1", where, now->teacher, saved->teacher_crc, now->teacher_crc);
     if (!shown) fprintf(out, "resume: the configuration equals the one saved with %s\n", where);
     fflush(out);
     if (nb && !now->allow_config_change)
@@ -546,6 +569,19 @@ static void validate(const TrainConfig *c) {
                c->adafactor_relative_step != 0)
         llmc_die("flags --adafactor-*: they set Adafactor, but the optimizer is --optimizer %s (give --optimizer adafactor)",
                  c->optimizer);
+    /* distillation: the teacher's file and vocabulary are checked at setup */
+    if (!(c->distill_alpha >= 0.0f && c->distill_alpha <= 1.0f))
+        llmc_die("flag --distill-alpha must be in [0, 1] (the distillation term's weight), got %g", (double)c->distill_alpha);
+    /* (beyond these the tempered logits or t^2 overflow fp32 for ordinary logits) */
+    if (!(c->distill_temperature >= 1e-3f && c->distill_temperature <= 1e3f))
+        llmc_die("flag --distill-temperature must be positive (from 0.001 to 1000), got %g", (double)c->distill_temperature);
+    if (!c->teacher[0] && (c->distill_alpha != 0.5f || c->distill_temperature != 2.0f || c->teacher_quantize[0]))
+        llmc_die("flags --distill-alpha, --distill-temperature and --teacher-quantize need --teacher MODEL (distillation)");
+    if (c->teacher_quantize[0] && strcmp(c->teacher_quantize, "bf16") && strcmp(c->teacher_quantize, "nf4"))
+        llmc_die("flag --teacher-quantize: unknown value '%s' ('' = fp32; bf16 and nf4 are not built yet)", c->teacher_quantize);
+    if (c->teacher_quantize[0])
+        llmc_die("flag --teacher-quantize %s is not built yet: the teacher runs in fp32 (leave --teacher-quantize out)",
+                 c->teacher_quantize);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

@@ -89,6 +89,14 @@ typedef struct {
     float adafactor_clip;       /* --adafactor-clip: the update's RMS clip threshold */
     float adafactor_decay_rate; /* --adafactor-decay-rate: beta2 at step t = 1 - t^rate */
     int adafactor_relative_step; /* --adafactor-relative-step: 1 = HF's relative step and parameter scale */
+    /* knowledge distillation (the CPU trainer): loss = (1-a) CE + a t^2 KL(teacher_t || student_t) */
+    char teacher[1024];         /* --teacher MODEL ('' = none): anything -e takes, forward only */
+    float distill_alpha;        /* --distill-alpha a in [0, 1] */
+    float distill_temperature;  /* --distill-temperature t > 0 */
+    char teacher_quantize[16];  /* --teacher-quantize: '' (fp32) only, for now */
+    unsigned teacher_crc;       /* not a flag: the CRC-32 of the teacher's fp32 parameters as loaded (set by the
+                                 * trainer; saved with each checkpoint as "--teacher-crc32", compared on resume) */
+    int has_teacher_crc;
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

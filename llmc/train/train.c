@@ -250,6 +250,8 @@ typedef struct {
     int step;
     long long tokens; /* the step's batch */
     float loss, lr, norm;
+    int has_parts;
+    double ce, kd; /* (has_parts: the backend's loss_parts, the distillation's terms) */
     double step_ms, tok_s, wait_ms, comm_ms;
     long long comm_bytes;
     const char *skip; /* why the update was skipped, or NULL */
@@ -449,6 +451,12 @@ static float run_gradients(Run *r, StepResult *s) {
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
     dist_allreduce_f64(r->dist, &loss_sum, 1);
+    if (be->ops.loss_parts) {
+        double parts[2];
+        be->ops.loss_parts(be->model, parts);
+        dist_allreduce_f64(r->dist, parts, 2);
+        s->has_parts = 1, s->ce = parts[0] / accum / r->P, s->kd = parts[1] / accum / r->P;
+    }
     return (float)(loss_sum / accum / r->P);
 }
 
@@ -497,9 +505,11 @@ static void run_print_step(const Run *r, const StepResult *s) {
     double now = report_wall_s();
     report_duration(elapsed, sizeof elapsed, now - r->run_start);
     report_duration(eta, sizeof eta, (now - r->loop_start) / (s->step - r->first_step + 1) * (r->max_steps - s->step));
-    printf("step %5d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
+    char parts[64] = ""; /* (distillation: the loss's two terms) */
+    if (s->has_parts) snprintf(parts, sizeof parts, " (ce %.4f, kd %.4g)", s->ce, s->kd);
+    printf("step %5d/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s | %.2f GFLOP/s | data wait %.2f ms"
            " | epoch %.2f | %s, ETA %s%s%s%s%s\n",
-           s->step, r->max_steps, s->loss, s->lr, s->norm, s->step_ms, s->tok_s,
+           s->step, r->max_steps, s->loss, parts, s->lr, s->norm, s->step_ms, s->tok_s,
            r->flops_per_step * ((double)s->tokens / r->total_batch) / (s->step_ms * 1e6),
            s->wait_ms,
            r->ramp_tokens ? (double)r->seen_tokens / ((double)r->ramp_start * r->batches_per_epoch) : (double)s->step / r->batches_per_epoch,
@@ -515,6 +525,10 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_begin(lg);
     log_int(lg, "step", s->step);
     log_float(lg, "train_loss", s->loss);
+    if (s->has_parts) {
+        log_float(lg, "train_ce", (float)s->ce);
+        log_float(lg, "train_kd", (float)s->kd);
+    }
     if (r->ramp_tokens) log_int(lg, "step_tokens", s->tokens); /* (only with the ramp: other logs stay as they were) */
     log_float(lg, "lr", s->lr);
     log_float(lg, "grad_norm", s->norm);
