@@ -266,7 +266,7 @@ def check_errors(tmp, hf, shard, files):
     e("config.json sliding_window below the context: a clear error", ["./train_gpt_cpu", "-e", d] + base,
       "sliding_window 16 is less than max_position_embeddings 64")
     e("-ep 2: expert parallelism is refused (not built yet)", ["./train_gpt_cpu", "-e", hf, "-ep", "2"] + base,
-      "flag -ep 2 (--expert-parallel): expert parallelism is not built yet")
+      "flag -ep (--expert-parallel): expert parallelism is not built yet")
     e("./generate -e <Mixtral>: refused (no KV-cache decode yet)",
       ["./generate", "-e", files["model.bin"], "-g", "2"], "Mixtral models have no KV-cache decode yet (not built yet)")
     for b, want in (("build/cudasim/train_gpt", "is a Mixtral model: the CUDA trainer has no block sequence for it yet"),
