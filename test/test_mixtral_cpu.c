@@ -7,7 +7,8 @@
  *          the checkpoint saved back byte for byte; the first forward's CE, aux and tokens per
  *          expert (every layer) against STATS; logits, the objective, every gradient (router and
  *          experts included); the 10-step AdamW trajectory and the parameters after it; the same
- *          bits on a second run; -z 2 and -z 3 (one rank) bit for bit as -z 0.
+ *          bits on a second run; -z 2 and -z 3 (one rank) bit for bit as -z 0; ./generate's cached
+ *          decode in chunks of 1..8 tokens gives the full forward's logits.
  *        test_mixtral_cpu --tie MODEL.bin DEBUG_STATE.bin STATS.bin   (an all-zero router: every
  *          router row ties) every token's experts are 0..K-1 in order, the routing, CE and aux
  *          on the reference's batch the reference's (a tie broken another way fails).
@@ -205,7 +206,6 @@ static void test_tie(const char *path, const char *state_path, const char *stats
 }
 
 int main(int argc, char **argv) {
-    (void)check_cached_decode; /* ./generate has no Mixtral decode yet */
     if (argc == 5 && strcmp(argv[1], "--tie") == 0) {
         test_tie(argv[2], argv[3], argv[4]);
         return test_exit_code();
@@ -240,6 +240,14 @@ int main(int argc, char **argv) {
     mixtral_free(&model);
     test_trajectory(argv[1], &d);
     test_determinism_and_zero(argv[1], &d, n);
+    /* ./generate's cached forward (chunks of 1..8 tokens) against the full forward's logits */
+    load_for(&model, argv[1], 1, d.T, 0);
+    MixtralKVCache *cache = (MixtralKVCache *)check_cached_decode(&mixtral_cpu_arch, &model, d.x, d.T,
+                                                                  "cached decode (chunks of 1..8 tokens) equals the full forward's logits");
+    test_report(cache->len == d.T, "the cache counts the positions fed", "");
+    mixtral_cpu_arch.kvcache_free(cache);
+    free(cache);
+    mixtral_free(&model);
     free((void *)stats);
     return test_exit_code();
 }

@@ -224,6 +224,7 @@ def main(argv=None):
     p.add_argument("--debug-state", help="the debug state (logits, loss, gradients, --steps trajectory)")
     p.add_argument("--moe-stats", help="float32: CE, aux, each layer's tokens per expert (first forward)")
     p.add_argument("--hf-dir", help="also write the model as an HF MixtralForCausalLM directory")
+    p.add_argument("--greedy", type=int, default=0, help="print the greedy continuation of [V-1] (N tokens)")
     a = p.parse_args(argv)
     torch.set_num_threads(os.cpu_count())
     torch.use_deterministic_algorithms(True)
@@ -246,6 +247,10 @@ def main(argv=None):
             model(x, y)
         vals = [float(model.ce), float(model.aux)] + [c for layer in model.expert_tokens for c in layer]
         ref.atomic_write(a.moe_stats, lambda fh: fh.write(np.array(vals, dtype="<f4").tobytes()))
+    if a.greedy:
+        out, _ = ref.greedy_generate(Mixtral(cfg, {k: t.clone() for k, t in tensors.items()}), [cfg.vocab_size - 1],
+                                     a.greedy, cfg.vocab_size - 1)
+        print("GREEDY " + " ".join(str(t) for t in out))
     if a.debug_state:
         model = Mixtral(cfg, {k: t.clone() for k, t in tensors.items()})
         out = ref.run_reference(model, x, y, hp, a.steps)

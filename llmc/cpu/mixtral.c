@@ -119,15 +119,39 @@ static void expert_offsets(const float *count, int E, int *offset) {
     for (int e = 0; e < E; e++) offset[e + 1] = offset[e] + (int)count[e];
 }
 
+/* The routed experts of layer l for the n rows of x (rmsnorm'd): out (n, C) (=); the routing
+ * and grouped buffers as the activation table's (probs (n, E), rexp/rw/rrow (n, K), count (E),
+ * mx/my (n K, C), mh (n K, 2F), ms (n K, F)). */
+static void moe_forward(const MixtralModel *model, int l, const float *x, int n, float *out, float *probs, float *rexp,
+                        float *rw, float *rrow, float *count, float *mx, float *mh, float *ms, float *my) {
+    const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden;
+    const int E = model->cfg.num_experts, K = model->cfg.top_k;
+    int offset[MIXTRAL_MAX_EXPERTS + 1];
+    matmul_forward(probs, x, PARAM(gatew, l), NULL, n, C, E);
+    moe_router_forward(probs, rexp, rw, n, E, K);
+    moe_permute(rrow, count, offset, rexp, n, E, K);
+    moe_gather(mx, x, rrow, n, K, C);
+    const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
+    for (int e = 0; e < E; e++) {
+        const int rows = offset[e + 1] - offset[e];
+        const size_t r = (size_t)offset[e];
+        if (rows == 0) continue;
+        matmul_forward(mh + r * 2 * F, mx + r * C, w13 + (size_t)e * 2 * F * C, NULL, rows, C, 2 * F);
+        swiglu_forward(ms + r * F, mh + r * 2 * F, rows, F);
+        matmul_forward(my + r * C, ms + r * F, w2 + (size_t)e * C * F, NULL, rows, F, C);
+    }
+    moe_combine_forward(out, my, rw, rrow, n, K, C);
+}
+
 float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {
     const ModelConfig *cfg = &model->cfg.base;
     if (!model->acts_memory) llmc_die("mixtral_forward: call mixtral_allocate_for first");
     if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
         llmc_die("mixtral_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
+    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
-    const int E = model->cfg.num_experts, K = model->cfg.top_k;
+    const int E = model->cfg.num_experts;
     const float eps = model->cfg.llama.norm_eps;
     cpu_zero_gather_outer(&model->zs);
     cpu_zero_prefetch_layer(&model->zs, 0);
@@ -136,7 +160,6 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
-    int offset[MIXTRAL_MAX_EXPERTS + 1];
     for (int l = 0; l < L; l++) {
         cpu_zero_use_layer(&model->zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
@@ -150,23 +173,9 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         /* the routed experts */
         rmsnorm_forward(ln2, ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), N, C, eps);
-        float *probs = ACT(router_probs, l), *rexp = ACT(route_expert, l), *rw = ACT(route_weight, l);
-        float *rrow = ACT(route_row, l), *count = ACT(expert_count, l);
-        float *mx = ACT(moe_x, l), *mh = ACT(moe_h, l), *ms = ACT(moe_swiglu, l), *my = ACT(moe_y, l);
-        matmul_forward(probs, ln2, PARAM(gatew, l), NULL, N, C, E);
-        moe_router_forward(probs, rexp, rw, N, E, K);
-        moe_permute(rrow, count, offset, rexp, N, E, K);
-        moe_gather(mx, ln2, rrow, N, K, C);
-        const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
-        for (int e = 0; e < E; e++) {
-            const int n = offset[e + 1] - offset[e];
-            const size_t r = (size_t)offset[e];
-            if (n == 0) continue;
-            matmul_forward(mh + r * 2 * F, mx + r * C, w13 + (size_t)e * 2 * F * C, NULL, n, C, 2 * F);
-            swiglu_forward(ms + r * F, mh + r * 2 * F, n, F);
-            matmul_forward(my + r * C, ms + r * F, w2 + (size_t)e * C * F, NULL, n, F, C);
-        }
-        moe_combine_forward(residual3, my, rw, rrow, N, K, C);
+        moe_forward(model, l, ln2, N, residual3, ACT(router_probs, l), ACT(route_expert, l), ACT(route_weight, l),
+                    ACT(route_row, l), ACT(expert_count, l), ACT(moe_x, l), ACT(moe_h, l), ACT(moe_swiglu, l),
+                    ACT(moe_y, l));
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
     cpu_zero_end_layers(&model->zs);
@@ -315,15 +324,76 @@ void mixtral_print_memory(const MixtralModel *model, FILE *out) {
     fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
 }
 
-/* ---- ./generate: not built yet ------------------------------------------------------------- */
+/* ---- decode with a key/value cache (./generate): the Llama's cache, the routed experts ------ */
+
 void mixtral_kvcache_init(MixtralKVCache *c, const MixtralModel *model, int max_chunk) {
-    (void)c, (void)model, (void)max_chunk;
-    llmc_die("./generate: Mixtral models have no KV-cache decode yet (not built yet)");
+    const ModelConfig *cfg = &model->cfg.base;
+    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, Vp = (size_t)cfg->padded_vocab_size;
+    const size_t L = (size_t)cfg->num_layers, T = (size_t)cfg->max_seq_len, NH = (size_t)cfg->num_heads;
+    const size_t HS = C / NH, KV = 2 * (size_t)cfg->num_kv_heads * HS, QKV = NH * HS + KV, n = (size_t)max_chunk;
+    const size_t E = (size_t)model->cfg.num_experts, K = (size_t)model->cfg.top_k;
+    memset(c, 0, sizeof *c);
+    c->max_len = cfg->max_seq_len;
+    c->max_chunk = max_chunk;
+    size_t sizes[] = {L * T * KV, T * HS, n * C, n * C, n * QKV, n * C, n * C, n * Vp, n, NH * T,
+                      n * E, n * K, n * K, n * K, E, n * K * C, n * K * 2 * F, n * K * F, n * K * C};
+    float **ptrs[] = {&c->kv, &c->freqs, &c->residual, &c->ln, &c->qkv, &c->atty, &c->proj, &c->logits, &c->rstd,
+                      &c->att, &c->probs, &c->rexp, &c->rw, &c->rrow, &c->count, &c->mx, &c->mh, &c->ms, &c->my};
+    _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
+    c->memory = (float *)mallocCheck(total * sizeof(float), "Mixtral KV cache");
+    float *p = c->memory;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) *ptrs[i] = p, p += sizes[i];
+    const LlamaConfig *lc = &model->cfg.llama;
+    RopeConfig rc = {lc->rope_theta, lc->rope_factor, lc->rope_low_freq_factor, lc->rope_high_freq_factor,
+                     lc->rope_original_max_pos};
+    rope_freqs(c->freqs, (int)T, (int)HS, &rc);
 }
-void mixtral_kvcache_free(MixtralKVCache *c) { memset(c, 0, sizeof *c); }
+
+void mixtral_kvcache_free(MixtralKVCache *c) {
+    free(c->memory);
+    memset(c, 0, sizeof *c);
+}
+
 const float *mixtral_forward_cached(const MixtralModel *model, MixtralKVCache *c, const int *tokens, int n) {
-    (void)model, (void)c, (void)tokens, (void)n;
-    llmc_die("./generate: Mixtral models have no KV-cache decode yet (not built yet)");
+    const ModelConfig *cfg = &model->cfg.base;
+    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int HS = C / NH, KV = 2 * NKV * HS, QKV = NH * HS + KV;
+    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, pos = c->len;
+    const float eps = model->cfg.llama.norm_eps, scale = 1.0f / sqrtf((float)HS);
+    if (n < 1 || n > c->max_chunk) llmc_die("mixtral_forward_cached: %d tokens, expected 1..%d", n, c->max_chunk);
+    if (pos + n > c->max_len)
+        llmc_die("the sequence would reach %d tokens, beyond the model's context of %d (maxT)", pos + n, c->max_len);
+    for (int i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= V) llmc_die("token id %d is outside the vocabulary [0, %d)", tokens[i], V);
+        memcpy(c->residual + (size_t)i * C, PARAM(wte, 0) + (size_t)tokens[i] * C, (size_t)C * sizeof(float));
+    }
+    for (int l = 0; l < L; l++) {
+        float *kv = c->kv + (size_t)l * c->max_len * KV;
+        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln1w, l), n, C, eps);
+        matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), NULL, n, C, QKV);
+        rope_forward(c->qkv, c->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
+        for (int i = 0; i < n; i++)
+            memcpy(kv + (size_t)(pos + i) * KV, c->qkv + (size_t)i * QKV + NH * HS, (size_t)KV * sizeof(float));
+        for (int i = 0; i < n; i++) {
+#pragma omp parallel for schedule(static)
+            for (int h = 0; h < NH; h++) {
+                const float *k = kv + (size_t)(h / (NH / NKV)) * HS;
+                attention_row(c->atty + (size_t)i * C + h * HS, c->att + (size_t)h * (pos + n),
+                              c->qkv + (size_t)i * QKV + h * HS, k, k + NKV * HS, (size_t)KV, pos + i, HS, scale);
+            }
+        }
+        matmul_forward(c->proj, c->atty, PARAM(attprojw, l), NULL, n, C, C);
+        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
+        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln2w, l), n, C, eps);
+        moe_forward(model, l, c->ln, n, c->proj, c->probs, c->rexp, c->rw, c->rrow, c->count, c->mx, c->mh, c->ms, c->my);
+        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
+    }
+    rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(lnfw, 0), n, C, eps);
+    matmul_forward(c->logits, c->ln, HEAD(PARAM), NULL, n, C, Vp);
+    c->len = pos + n;
+    return c->logits;
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */

@@ -66,9 +66,14 @@ void mixtral_free(MixtralModel *model);
  * (lg) or as step-line text. */
 void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger *lg);
 
-/* ./generate: not built yet for Mixtral (the calls stop with an error saying so). */
+/* Inference with a key/value cache (./generate), as llama.h's: kv (L, maxT, 2 NKV HS); each chunk's
+ * MLP is the routed experts (the same routing and grouping as training, for the chunk's rows). */
 typedef struct {
-    int len, max_len;
+    int len, max_len, max_chunk;
+    float *kv, *freqs;
+    float *residual, *ln, *qkv, *atty, *proj, *logits, *rstd, *att;
+    float *probs, *rexp, *rw, *rrow, *count, *mx, *mh, *ms, *my;
+    float *memory;
 } MixtralKVCache;
 void mixtral_kvcache_init(MixtralKVCache *c, const MixtralModel *model, int max_chunk);
 void mixtral_kvcache_free(MixtralKVCache *c);
