@@ -17,6 +17,8 @@ it. Then end to end:
   reference's safetensors tensor for tensor; a sharded directory (index.json) reads the same;
 - transformers' MixtralForCausalLM logits and CE on that directory, where transformers is
   installed (its 4.36 aux loss is the broken one: not compared);
+- resume (-y 1) byte-identical; 2 ranks over -pi fs at -z 0 and -z 3 give the same model, with the
+  losses of one process accumulating the same batch;
 - mixtral:dN-eE-kK descriptors train; bad inputs are clear errors naming the flag or file: top-k
   above E or below 1, a missing or mis-shaped expert tensor, a negative or NaN aux coefficient;
   -ep refused (not built yet); ./generate's greedy tokens (KV-cache decode) are the reference's; the
@@ -321,11 +323,52 @@ def check_errors(tmp, hf, shard, files):
         e(f"{b} -e <Mixtral checkpoint>: refused naming the architecture", [b, "-e", files["model.bin"]] + base, want)
 
 
+def check_runs(tmp, hf, shard):
+    """resume byte-identical; 2 ranks over -pi fs at -z 0 and -z 3 as one process accumulating"""
+    args = ["-e", hf, "-i", shard, "-j", shard, "-b", "2", "-t", str(T), "-v", "0", "-s", "0", "--threads", "1",
+            "-l", "1e-3", "-k", "constant"]
+    full, part = os.path.join(tmp, "res_full"), os.path.join(tmp, "res_part")
+    p1 = run(["./train_gpt_cpu"] + args + ["-x", "3", "-n", "1", "-o", full])
+    ok = p1.returncode == 0
+    if ok:
+        shutil.copytree(full, part)
+        for f in os.listdir(part):
+            if "00000003" in f:
+                path = os.path.join(part, f)
+                shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+    p2 = run(["./train_gpt_cpu"] + args + ["-x", "3", "-n", "1", "-o", part, "-y", "1"]) if ok else p1
+    same = lambda a, b: open(a, "rb").read() == open(b, "rb").read()  # noqa: E731
+    report(ok and p2.returncode == 0 and "resumed from step 2" in p2.stdout and
+           same(os.path.join(full, "model_00000003.bin"), os.path.join(part, "model_00000003.bin")) and
+           same(os.path.join(full, "state_00000003_00000.bin"), os.path.join(part, "state_00000003_00000.bin")),
+           "-y 1 from step 2 writes step 3's model and state byte-identical to the uninterrupted run",
+           (p1.stderr + p2.stdout + p2.stderr)[-800:])
+    env = {"TRAINER": "./train_gpt_cpu"}
+    outs = {}
+    for z in ("0", "3"):
+        outs[z] = os.path.join(tmp, f"two{z}")
+        q = subprocess.run(["scripts/run_dist.sh", "local", "2", "--pi", "fs"] + args + ["-x", "2", "-n", "2", "-z", z,
+                           "-o", outs[z]], capture_output=True, text=True, timeout=600, env={**ENV, **env})
+        if q.returncode != 0:
+            print(q.stdout[-800:], q.stderr[-800:])
+    one = os.path.join(tmp, "one")
+    q1 = run(["./train_gpt_cpu"] + args + ["-x", "2", "-n", "2", "-d", str(4 * T), "-o", one])
+    m = lambda d: os.path.join(d, "model_00000002.bin")  # noqa: E731
+    okz = all(os.path.exists(m(d)) for d in outs.values()) and same(m(outs["0"]), m(outs["3"]))
+    report(okz, "2 ranks over -pi fs: -z 3 (parameter shards, expert tensors in the layer buckets) gives -z 0's "
+           "model byte for byte", "")
+    a = losses_of(one) if q1.returncode == 0 else []
+    b = losses_of(outs["0"]) if okz else []
+    report(len(a) == 2 and len(b) == 2 and all(abs(x - y) <= 1e-5 * x for x, y in zip(a, b)),
+           "2 ranks over -pi fs: the losses of one process accumulating the same batch (-d)", f"{b} vs {a}")
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="llmc_moe_")
     try:
         check_cpu_vs_reference(tmp)
         hf, shard, files = check_hf(tmp)
+        check_runs(tmp, hf, shard)
         check_errors(tmp, hf, shard, files)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
