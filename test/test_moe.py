@@ -320,7 +320,10 @@ def check_errors(tmp, hf, shard, files):
         if not os.path.exists(b):
             print(f"SKIP: {b} not built")
             continue
-        e(f"{b} -e <Mixtral checkpoint>: refused naming the architecture", [b, "-e", files["model.bin"]] + base, want)
+        for init in (files["model.bin"], "mixtral:d1", hf):
+            flags = ["-g", "1"] if b.endswith("generate") else base
+            e(f"{b} -e {os.path.basename(init.rstrip('/'))}: refused naming the architecture", [b, "-e", init] + flags,
+              f"-e {init} {want}")
 
 
 def check_runs(tmp, hf, shard):
