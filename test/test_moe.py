@@ -19,7 +19,7 @@ it. Then end to end:
   installed (its 4.36 aux loss is the broken one: not compared);
 - resume (-y 1) byte-identical; 2 ranks over -pi fs at -z 0 and -z 3 give the same model, with the
   losses of one process accumulating the same batch;
-- mixtral:dN-eE-kK descriptors train; bad inputs are clear errors naming the flag or file: top-k
+- mixtral:dN-eE-kK descriptors train; --plan counts total and active parameters; bad inputs are clear errors naming the flag or file: top-k
   above E or below 1, a missing or mis-shaped expert tensor, a negative or NaN aux coefficient;
   -ep refused (not built yet); ./generate's greedy tokens (KV-cache decode) are the reference's; the
   CUDA trainer and generator (cudasim build, when present) refuse naming the architecture.
@@ -245,6 +245,20 @@ def check_errors(tmp, hf, shard, files):
     recs = [r for r in records(os.path.join(tmp, "run_desc")) if "train_loss" in r] if p.returncode == 0 else []
     report(len(recs) == 2 and all("train_aux" in r and r["expert_tokens_max"] >= r["expert_tokens_min"] for r in recs),
            "-e mixtral:d1-e4-k1 (random init) trains 2 steps", (p.stdout + p.stderr)[-800:])
+    # --plan: total and active parameters (K of E experts per token), the grouped buffers B T K rows
+    p = run(["./train_gpt_cpu", "--plan", "-e", "mixtral:d2-e8-k2", "-b", "2", "-t", "64"])
+    C2, L2, F2, E2, K2 = 128, 2, 512, 8, 2  # llama3:d2's C and F (multiplier 1, multiple of 256)
+    line = next((x for x in p.stdout.splitlines() if x.startswith("memory plan (CPU")), "")
+    try:
+        total = int(line.split("): ")[1].split(" parameters")[0])
+        active = int(line.split("top-2: ")[1].split(" active")[0])
+    except (IndexError, ValueError):
+        total = active = -1
+    experts = L2 * E2 * 3 * F2 * C2
+    report(p.returncode == 0 and active == total - experts + experts * K2 // E2 and "grouped expert rows B*T*K = 256" in line
+           and "moe_h      (L, NK, 2F)" in p.stdout,
+           "--plan -e mixtral:d2-e8-k2: total and active parameters, the grouped expert buffers (B T K rows)",
+           (p.stdout + p.stderr)[:600])
     e("-e mixtral:d1-e2-k3 (top-k > E): a clear error", ["./train_gpt_cpu", "-e", "mixtral:d1-e2-k3"] + base,
       "top-k 3 must be in [1, experts 2]")
     e("-e mixtral:d1-e4-k0 (top-k < 1): a clear error", ["./train_gpt_cpu", "-e", "mixtral:d1-e4-k0"] + base,

@@ -50,6 +50,12 @@ void mixtral_plan(const MixtralConfig *cfg, int B, int T, int training, MemPlan 
     memset(p->act_bytes, 0, sizeof p->act_bytes);
     for (int i = 0; i < MIXTRAL_NUM_ACTIVATIONS; i++) p->act[i] = act[i], p->act_bytes[i] = act[i].numel * sizeof(float);
     p->host[MEM_ACTIVATIONS] = (acts + (size_t)T * (c->channels / c->num_heads)) * sizeof(float);
+    /* the plan's header line: total and active parameters; the grouped (permutation) buffers hold
+     * B T K rows whatever the routing (dropless: an expert's rows are a slice of them, so no
+     * per-expert worst case is needed) */
+    snprintf(p->config, sizeof p->config, "Mixtral E %d top-%d: %zu active parameters per token of %zu, "
+             "grouped expert rows B*T*K = %zu", cfg->num_experts, cfg->top_k, mixtral_active_parameters(cfg),
+             p->num_parameters, (size_t)B * T * cfg->top_k);
     if (!training) return;
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     p->host[MEM_BWD_SCRATCH] = (size_t)B * T * scratch_per_token(cfg) * sizeof(float);
