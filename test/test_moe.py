@@ -157,6 +157,11 @@ def check_hf(tmp):
         same = x.keys() == y.keys() and all(np.array_equal(x[k], y[k]) for k in x)
     report(same, "./hf_convert <reference's Mixtral file>: the reference's HF tensors, key for key, bit for bit",
            c.stdout[-500:] + c.stderr[-500:])
+    back = os.path.join(tmp, "back.bin")
+    c2 = run(["./hf_convert", hf, back])
+    report(c2.returncode == 0 and os.path.exists(back) and open(back, "rb").read() == open(files["model.bin"], "rb").read(),
+           "./hf_convert <reference's HF Mixtral dir> model.bin: the reference's llmc file byte for byte",
+           c2.stdout[-500:] + c2.stderr[-500:])
     # sharded: the same tensors in two files with an index
     sharded = os.path.join(tmp, "hf_sharded")
     os.makedirs(sharded)
