@@ -192,7 +192,8 @@ const ModelArch llama3_arch = {
 
 /* ---- the registry ------------------------------------------------------------------------- */
 /* mlp before the Llama: they share the file magic, and the Llama reader refuses the MLP's id */
-const ModelArch *const model_archs[] = {&mlp_arch, &llama3_arch, &gpt2_arch, NULL};
+/* mixtral before the Llama too: its file shares the magic (architecture 3), its HF directory is not a Llama's */
+const ModelArch *const model_archs[] = {&mlp_arch, &mixtral_arch, &llama3_arch, &gpt2_arch, NULL};
 
 const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg) {
     for (int i = 0; model_archs[i]; i++)

@@ -108,6 +108,7 @@ const ModelArch *model_arch_by_name(const char *name);
 extern const ModelArch gpt2_arch;
 extern const ModelArch llama3_arch;
 extern const ModelArch mlp_arch;
+extern const ModelArch mixtral_arch;
 
 #ifdef __cplusplus
 }
