@@ -22,8 +22,8 @@ void mixtral_build(MixtralModel *model, const MixtralConfig *cfg) {
     memset(model, 0, sizeof *model);
     model->cfg = *cfg;
     model->num_parameters = mixtral_parameter_specs(cfg, model->param_specs);
-    model->params_floats = model->num_parameters;
-    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->params_floats, sizeof(float), "parameters");
+    model->train.params_floats = model->num_parameters;
+    model->params_memory = (float *)mem_calloc(MEM_PARAMETERS, model->train.params_floats, sizeof(float), "parameters");
 }
 
 /* the scratch widths per token (see MixtralModel) */
@@ -83,18 +83,18 @@ void mixtral_allocate_for(MixtralModel *model, int B, int T, int training) {
     rope_freqs(model->freqs, T, HS, &rc);
     if (!training) return;
     const size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden, K = (size_t)model->cfg.top_k;
-    model->num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->num_scratch, sizeof(float), "backward scratch");
-    model->dresidual = model->scratch_memory;
-    model->dbuf_c = model->dresidual + N * C;
-    model->dbuf_r = model->dbuf_c + N * C;
-    model->dbuf_f1 = model->dbuf_r + N * C;
-    model->dbuf_f2 = model->dbuf_f1 + N * scratch_f1(&model->cfg);
-    model->dbuf_y = model->dbuf_f2 + N * K * F;
+    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
+    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
+    model->train.dresidual = model->train.scratch_memory;
+    model->train.dbuf_c = model->train.dresidual + N * C;
+    model->dbuf_r = model->train.dbuf_c + N * C;
+    model->train.dbuf_f1 = model->dbuf_r + N * C;
+    model->train.dbuf_f2 = model->train.dbuf_f1 + N * scratch_f1(&model->cfg);
+    model->dbuf_y = model->train.dbuf_f2 + N * K * F;
     model->dbuf_w = model->dbuf_y + N * K * C;
     model->dbuf_z = model->dbuf_w + N * K;
-    model->grads_floats = model->num_parameters;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->grads_floats, sizeof(float), "gradients");
+    model->train.grads_floats = model->num_parameters;
+    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
 }
 
 void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -104,17 +104,17 @@ void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank,
 }
 
 void mixtral_shard(MixtralModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
-    cpu_zero_shard(&model->zs, model->param_specs, MIXTRAL_NUM_PARAMETERS, model->cfg.base.num_layers,
-                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->params_floats,
-                   &model->grads_memory, &model->grads_floats);
+    cpu_zero_shard(&model->train.zs, model->param_specs, MIXTRAL_NUM_PARAMETERS, model->cfg.base.num_layers,
+                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->train.params_floats,
+                   &model->grads_memory, &model->train.grads_floats);
 }
 
 #define PARAM(name, l)                                                                                   \
-    cpu_zero_view(&model->zs, model->param_specs, MIXTRAL_P_##name, l, model->params_memory,             \
-                  model->zs.cur_params, model->zs.zero == 3 ? model->zs.gather_memory : NULL)
+    cpu_zero_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->params_memory,             \
+                  model->train.zs.cur_params, model->train.zs.zero == 3 ? model->train.zs.gather_memory : NULL)
 #define GRAD(name, l)                                                                                    \
-    cpu_zero_view(&model->zs, model->param_specs, MIXTRAL_P_##name, l, model->grads_memory, model->zs.cur_grads, \
-                  model->zs.zero >= 2 ? model->grads_memory : NULL)
+    cpu_zero_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->grads_memory, model->train.zs.cur_grads, \
+                  model->train.zs.zero >= 2 ? model->grads_memory : NULL)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[MIXTRAL_A_##name], l)
 #define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
 #define HEAD(which) (model->cfg.llama.tied ? which(wte, 0) : which(lm_head, 0))
@@ -159,15 +159,15 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
     const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
     const int E = model->cfg.num_experts;
     const float eps = model->cfg.llama.norm_eps;
-    cpu_zero_gather_outer(&model->zs);
-    cpu_zero_prefetch_layer(&model->zs, 0);
+    cpu_zero_gather_outer(&model->train.zs);
+    cpu_zero_prefetch_layer(&model->train.zs, 0);
     for (int i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
             llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
         memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
     }
     for (int l = 0; l < L; l++) {
-        cpu_zero_use_layer(&model->zs, l, l + 1);
+        cpu_zero_use_layer(&model->train.zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *residual3 = ACT(residual3, l);
         /* attention: the Llama's */
@@ -184,10 +184,10 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
                     ACT(moe_y, l));
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual3, L - 1), PARAM(lnfw, 0), N, C, eps);
     matmul_forward(ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), NULL, N, C, Vp);
-    if (!targets) return model->mean_loss = 0.0f;
+    if (!targets) return model->train.mean_loss = 0.0f;
     float *losses = ACT(losses, 0);
     fused_classifier(ACT(logits, 0), losses, targets, dloss, N, V, Vp, dloss != 0.0f);
     float sum = 0.0f;
@@ -218,11 +218,11 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
     const int with_aux = model->cfg.output_router_logits;
     if (!with_aux) memset(model->aux_dprob, 0, sizeof model->aux_dprob);
     model->last_ce = ce, model->last_aux = (float)aux, model->dloss = dloss, model->last_N = N;
-    if (dloss == 0.0f) return model->mean_loss = ce; /* evaluation: the cross-entropy */
+    if (dloss == 0.0f) return model->train.mean_loss = ce; /* evaluation: the cross-entropy */
     const float objective = with_aux ? ce + model->cfg.aux_coef * (float)aux : ce;
     model->step_ce += ce, model->step_aux += aux, model->step_micro++;
     model->step_min_tokens += min_sum, model->step_max_tokens += max_sum;
-    return model->mean_loss = objective;
+    return model->train.mean_loss = objective;
 }
 
 void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
@@ -231,15 +231,15 @@ void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
     const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
     const int Vp = cfg->padded_vocab_size, N = B * T;
     const int E = model->cfg.num_experts, K = model->cfg.top_k;
-    float *dres = model->dresidual;
+    float *dres = model->train.dresidual;
     int offset[MIXTRAL_MAX_EXPERTS + 1];
-    cpu_zero_backward_begin(&model->zs, model->grads_memory);
-    matmul_backward(model->dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
+    cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
+    matmul_backward(model->train.dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
     memset(dres, 0, (size_t)N * C * sizeof(float));
-    rmsnorm_backward(dres, GRAD(lnfw, 0), model->dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
+    rmsnorm_backward(dres, GRAD(lnfw, 0), model->train.dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
     for (int l = L - 1; l >= 0; l--) {
-        cpu_zero_use_layer(&model->zs, l, l - 1);
-        cpu_zero_layer_grads(&model->zs, model->grads_memory);
+        cpu_zero_use_layer(&model->train.zs, l, l - 1);
+        cpu_zero_layer_grads(&model->train.zs, model->grads_memory);
         float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
         float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l);
         float *probs = ACT(router_probs, l), *rexp = ACT(route_expert, l), *rw = ACT(route_weight, l);
@@ -247,7 +247,7 @@ void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
         float *mx = ACT(moe_x, l), *mh = ACT(moe_h, l), *ms = ACT(moe_swiglu, l), *my = ACT(moe_y, l);
         expert_offsets(ACT(expert_count, l), E, offset);
         /* residual3 = residual2 + combine(experts(gather(ln2))) */
-        float *dy = model->dbuf_y, *dw = model->dbuf_w, *dsw = model->dbuf_f2, *dh = model->dbuf_f1;
+        float *dy = model->dbuf_y, *dw = model->dbuf_w, *dsw = model->train.dbuf_f2, *dh = model->train.dbuf_f1;
         moe_combine_backward(dy, dw, dres, my, rw, rrow, N, K, C);
         const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
         float *dw13 = GRAD(expfcw, l), *dw2 = GRAD(expprojw, l);
@@ -262,32 +262,32 @@ void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
             matmul_backward(dy + r * C, dw13 + (size_t)e * 2 * F * C, NULL, dh + r * 2 * F, mx + r * C,
                             w13 + (size_t)e * 2 * F * C, n, C, 2 * F);
         }
-        float *dln2 = model->dbuf_c, *dln2_router = model->dbuf_r, *dz = model->dbuf_z;
+        float *dln2 = model->train.dbuf_c, *dln2_router = model->dbuf_r, *dz = model->dbuf_z;
         moe_gather_backward(dln2, dy, rrow, N, K, C);
         moe_router_backward(dz, dw, probs, rexp, rw, model->aux_dprob, N, E, K);
         matmul_backward(dln2_router, GRAD(gatew, l), NULL, dz, ln2, PARAM(gatew, l), N, C, E);
         residual_forward(dln2, dln2, dln2_router, (size_t)N * C);
         rmsnorm_backward(dres, GRAD(ln2w, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_rstd, l), N, C);
         /* attention: the Llama's */
-        float *datty = model->dbuf_c;
+        float *datty = model->train.dbuf_c;
         matmul_backward(datty, GRAD(attprojw, l), NULL, dres, atty, PARAM(attprojw, l), N, C, C);
-        float *dqkv = model->dbuf_f1;
+        float *dqkv = model->train.dbuf_f1;
         attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
         rope_backward(dqkv, model->freqs, B, T, NH, NKV, HS);
-        float *dln1 = model->dbuf_c;
+        float *dln1 = model->train.dbuf_c;
         matmul_backward(dln1, GRAD(qkvw, l), NULL, dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_rstd, l), N, C);
-        cpu_zero_reduce_layer(&model->zs, l);
+        cpu_zero_reduce_layer(&model->train.zs, l);
     }
-    cpu_zero_end_layers(&model->zs);
+    cpu_zero_end_layers(&model->train.zs);
     embedding_backward(GRAD(wte, 0), dres, inputs, N, C);
-    cpu_zero_reduce_outer(&model->zs, model->grads_memory);
+    cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
 }
 
 void mixtral_zero_grad(MixtralModel *model) {
     model->step_ce = model->step_aux = 0.0;
     model->step_micro = model->step_min_tokens = model->step_max_tokens = 0;
-    if (model->zs.zero >= 2) return;
+    if (model->train.zs.zero >= 2) return;
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
@@ -306,13 +306,13 @@ void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger 
 
 void mixtral_free(MixtralModel *model) {
     const ModelConfig *c = &model->cfg.base;
-    mem_free(MEM_PARAMETERS, model->params_memory, model->params_floats * sizeof(float));
-    mem_free(MEM_GRADIENTS, model->grads_memory, model->grads_floats * sizeof(float));
-    cpu_zero_free(&model->zs);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
+    cpu_zero_free(&model->train.zs);
     if (model->acts_memory)
         mem_free(MEM_ACTIVATIONS, model->acts_memory,
                  (model->num_activations + (size_t)model->T * (c->channels / c->num_heads)) * sizeof(float));
-    mem_free(MEM_BWD_SCRATCH, model->scratch_memory, model->num_scratch * sizeof(float));
+    mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
     memset(model, 0, sizeof *model);
 }
 
@@ -322,12 +322,12 @@ void mixtral_print_memory(const MixtralModel *model, FILE *out) {
     for (int i = 0; i < MIXTRAL_NUM_ACTIVATIONS; i++)
         kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
     fprintf(out, "memory (CPU, fp32, Mixtral): parameters %zu (%zu active per token; %.1f MiB%s), ",
-            model->num_parameters, mixtral_active_parameters(&model->cfg), model->params_floats * sizeof(float) / MiB,
-            model->zs.zero == 3 ? " this shard" : "");
-    fprintf(out, "gradients%s %.1f MiB, activations", model->zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
-            model->grads_floats * sizeof(float) / MiB);
+            model->num_parameters, mixtral_active_parameters(&model->cfg), model->train.params_floats * sizeof(float) / MiB,
+            model->train.zs.zero == 3 ? " this shard" : "");
+    fprintf(out, "gradients%s %.1f MiB, activations", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
+            model->train.grads_floats * sizeof(float) / MiB);
     for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
-    fprintf(out, ", backward scratch %.1f MiB\n", model->num_scratch * sizeof(float) / MiB);
+    fprintf(out, ", backward scratch %.1f MiB\n", model->train.num_scratch * sizeof(float) / MiB);
 }
 
 /* ---- decode with a key/value cache (./generate): the Llama's cache, the routed experts ------ */

@@ -18,7 +18,7 @@
 
 #include "llmc/core/logger.h"
 #include "llmc/core/mem.h"
-#include "llmc/cpu/zero.h"
+#include "llmc/cpu/training.h"
 #include "llmc/models/mixtral.h"
 
 #ifdef __cplusplus
@@ -35,12 +35,13 @@ typedef struct {
     size_t num_activations;
     float *acts_memory;
     float *freqs; /* RoPE cos/sin (T, HS/2, 2), after the activations */
-    /* backward scratch: dresidual, dbuf_c, dbuf_r (N, C each: dln2 of the experts, of the router),
-     * dbuf_f1 (max(N QKV, NK 2F)), dbuf_f2 (NK F), dbuf_y (NK C: the grouped dy, then dx),
-     * dbuf_w (NK: the combine weights' gradient), dbuf_z (N E: the router logits'). */
-    float *dresidual, *dbuf_c, *dbuf_r, *dbuf_f1, *dbuf_f2, *dbuf_y, *dbuf_w, *dbuf_z, *scratch_memory;
-    size_t num_scratch;
-    float mean_loss, last_ce, last_aux, dloss;
+    /* backward scratch: train.dresidual, train.dbuf_c and dbuf_r (N, C each: dln2 of the experts,
+     * of the router), train.dbuf_f1 (max(N QKV, NK 2F)), train.dbuf_f2 (NK F), dbuf_y (NK C: the
+     * grouped dy, then dx), dbuf_w (NK: the combine weights' gradient), dbuf_z (N E: the router
+     * logits'). ZeRO: mixtral_shard; no LoRA (train.lora stays NULL). */
+    CpuTraining train;
+    float *dbuf_r, *dbuf_y, *dbuf_w, *dbuf_z;
+    float last_ce, last_aux, dloss;
     int last_N;
     /* the auxiliary loss's gradient weights, dL/dp_e for every router row (set by the forward) */
     float aux_dprob[MIXTRAL_MAX_EXPERTS];
@@ -48,8 +49,6 @@ typedef struct {
      * micro-steps, and per layer the min / max tokens per expert, summed over layers and micro-steps */
     double step_ce, step_aux;
     long long step_micro, step_min_tokens, step_max_tokens;
-    CpuZero zs;
-    size_t params_floats, grads_floats;
 } MixtralModel;
 
 void mixtral_build(MixtralModel *model, const MixtralConfig *cfg);
