@@ -244,7 +244,7 @@ int main(int argc, char **argv) {
     load_for(&model, argv[1], 1, d.T, 0);
     MixtralKVCache *cache = (MixtralKVCache *)check_cached_decode(&mixtral_cpu_arch, &model, d.x, d.T,
                                                                   "cached decode (chunks of 1..8 tokens) equals the full forward's logits");
-    test_report(cache->len == d.T, "the cache counts the positions fed", "");
+    test_report(cache->d.len == d.T, "the cache counts the positions fed", "");
     mixtral_cpu_arch.kvcache_free(cache);
     free(cache);
     mixtral_free(&model);

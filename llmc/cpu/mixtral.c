@@ -6,14 +6,9 @@
 
 #include "llmc/core/check.h"
 #include "llmc/cpu/arch.h"
-#include "llmc/cpu/attention.h"
-#include "llmc/cpu/classifier.h"
-#include "llmc/cpu/encoder.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/moe.h"
 #include "llmc/cpu/residual.h"
-#include "llmc/cpu/rmsnorm.h"
-#include "llmc/cpu/rope.h"
 #include "llmc/cpu/swiglu.h"
 
 void mixtral_build(MixtralModel *model, const MixtralConfig *cfg) {
@@ -40,16 +35,11 @@ static size_t scratch_per_token(const MixtralConfig *cfg) {
 
 void mixtral_plan(const MixtralConfig *cfg, int B, int T, int training, MemPlan *p) {
     const ModelConfig *c = &cfg->base;
-    p->num_parameters = mixtral_parameter_specs(cfg, NULL);
-    p->recompute = 0;
-    p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
     TensorSpec act[MIXTRAL_NUM_ACTIVATIONS];
     size_t acts = mixtral_activation_specs(cfg, B, T, act);
-    _Static_assert((int)MIXTRAL_NUM_ACTIVATIONS <= (int)MODEL_MAX_ACTIVATIONS, "MemPlan.act holds the Mixtral table");
-    memset(p->act, 0, sizeof p->act);
-    memset(p->act_bytes, 0, sizeof p->act_bytes);
-    for (int i = 0; i < MIXTRAL_NUM_ACTIVATIONS; i++) p->act[i] = act[i], p->act_bytes[i] = act[i].numel * sizeof(float);
-    p->host[MEM_ACTIVATIONS] = (acts + (size_t)T * (c->channels / c->num_heads)) * sizeof(float);
+    /* the activation arena plus RoPE's cos/sin table (T, HS), as the Llama's */
+    mem_plan_tables(p, mixtral_parameter_specs(cfg, NULL), act, MIXTRAL_NUM_ACTIVATIONS,
+                    acts + (size_t)T * (c->channels / c->num_heads), training);
     /* the plan's header line: total and active parameters; the grouped (permutation) buffers hold
      * B T K rows whatever the routing (dropless: an expert's rows are a slice of them, so no
      * per-expert worst case is needed) */
@@ -57,7 +47,6 @@ void mixtral_plan(const MixtralConfig *cfg, int B, int T, int training, MemPlan 
              "grouped expert rows B*T*K = %zu", cfg->num_experts, cfg->top_k, mixtral_active_parameters(cfg),
              p->num_parameters, (size_t)B * T * cfg->top_k);
     if (!training) return;
-    p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     p->host[MEM_BWD_SCRATCH] = (size_t)B * T * scratch_per_token(cfg) * sizeof(float);
     p->host[MEM_BLAS_PACKING] = (size_t)B * T * (size_t)c->padded_vocab_size * sizeof(float);
 }
@@ -73,28 +62,20 @@ void mixtral_allocate_for(MixtralModel *model, int B, int T, int training) {
     mem_plan_init(&plan, "CPU");
     mixtral_plan(&model->cfg, B, T, training, &plan);
     model->num_activations = mixtral_activation_specs(&model->cfg, B, T, model->act_specs);
-    const int HS = c->channels / c->num_heads;
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, plan.host[MEM_ACTIVATIONS] / sizeof(float), sizeof(float),
                                              "activations");
     model->freqs = model->acts_memory + model->num_activations;
-    const LlamaConfig *lc = &model->cfg.llama;
-    RopeConfig rc = {lc->rope_theta, lc->rope_factor, lc->rope_low_freq_factor, lc->rope_high_freq_factor,
-                     lc->rope_original_max_pos};
-    rope_freqs(model->freqs, T, HS, &rc);
+    llama_rope_table(model->freqs, T, &model->cfg.llama);
     if (!training) return;
     const size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden, K = (size_t)model->cfg.top_k;
-    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
-    model->train.dresidual = model->train.scratch_memory;
-    model->train.dbuf_c = model->train.dresidual + N * C;
-    model->dbuf_r = model->train.dbuf_c + N * C;
+    float *next = cpu_training_alloc_scratch(&model->train, &plan, N, C);
+    model->dbuf_r = next;
     model->train.dbuf_f1 = model->dbuf_r + N * C;
     model->train.dbuf_f2 = model->train.dbuf_f1 + N * scratch_f1(&model->cfg);
     model->dbuf_y = model->train.dbuf_f2 + N * K * F;
     model->dbuf_w = model->dbuf_y + N * K * C;
     model->dbuf_z = model->dbuf_w + N * K;
-    model->train.grads_floats = model->num_parameters;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
+    model->grads_memory = cpu_training_alloc_grads(&model->train, model->num_parameters);
 }
 
 void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -104,20 +85,20 @@ void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank,
 }
 
 void mixtral_shard(MixtralModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
-    cpu_zero_shard(&model->train.zs, model->param_specs, MIXTRAL_NUM_PARAMETERS, model->cfg.base.num_layers,
-                   model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->train.params_floats,
-                   &model->grads_memory, &model->train.grads_floats);
+    cpu_training_shard(&model->train, model->param_specs, MIXTRAL_NUM_PARAMETERS, model->cfg.base.num_layers, model->num_parameters, zero,
+                       ranks, rank, hooks, &model->params_memory, &model->grads_memory);
 }
 
-#define PARAM(name, l)                                                                                   \
-    cpu_zero_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->params_memory,             \
-                  model->train.zs.cur_params, model->train.zs.zero == 3 ? model->train.zs.gather_memory : NULL)
-#define GRAD(name, l)                                                                                    \
-    cpu_zero_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->grads_memory, model->train.zs.cur_grads, \
-                  model->train.zs.zero >= 2 ? model->grads_memory : NULL)
+/* the family's shared pieces see the trunk rows at the Llama's indices (llmc/cpu/llama.h) */
+#define SAME_ROW(p, name) _Static_assert((int)MIXTRAL_##p##_##name == (int)LLAMA3_##p##_##name, "trunk row " #name)
+SAME_ROW(P, wte); SAME_ROW(P, ln1w); SAME_ROW(P, qkvw); SAME_ROW(P, attprojw); SAME_ROW(P, ln2w);
+SAME_ROW(A, encoded); SAME_ROW(A, ln1); SAME_ROW(A, ln1_rstd); SAME_ROW(A, qkv); SAME_ROW(A, atty); SAME_ROW(A, att);
+SAME_ROW(A, residual2); SAME_ROW(A, ln2); SAME_ROW(A, ln2_rstd);
+#undef SAME_ROW
+
+#define PARAM(name, l) cpu_zero_param_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->params_memory)
+#define GRAD(name, l) cpu_zero_grad_view(&model->train.zs, model->param_specs, MIXTRAL_P_##name, l, model->grads_memory)
 #define ACT(name, l) tensor_layer(model->acts_memory, &model->act_specs[MIXTRAL_A_##name], l)
-#define BLOCK_INPUT(l) ((l) == 0 ? ACT(encoded, 0) : ACT(residual3, (l) - 1))
-#define HEAD(which) (model->cfg.llama.tied ? which(wte, 0) : which(lm_head, 0))
 
 /* each expert's first grouped row (offset[E] = N K), from the per-expert counts */
 static void expert_offsets(const float *count, int E, int *offset) {
@@ -149,50 +130,74 @@ static void moe_forward(const MixtralModel *model, int l, const float *x, int n,
     moe_combine_forward(out, my, rw, rrow, n, K, C);
 }
 
+/* the family's MLP hooks (llmc/cpu/llama.h): residual3 = residual2 + the routed experts of ln2 */
+static void moe_mlp_forward(void *m, int l, int B, int T) {
+    const MixtralModel *model = (const MixtralModel *)m;
+    const int C = model->cfg.base.channels, N = B * T;
+    float *residual3 = ACT(residual3, l);
+    moe_forward(model, l, ACT(ln2, l), N, residual3, ACT(router_probs, l), ACT(route_expert, l), ACT(route_weight, l),
+                ACT(route_row, l), ACT(expert_count, l), ACT(moe_x, l), ACT(moe_h, l), ACT(moe_swiglu, l),
+                ACT(moe_y, l));
+    residual_forward(residual3, residual3, ACT(residual2, l), (size_t)N * C);
+}
+
+static void moe_mlp_backward(void *m, int l, int B, int T) {
+    MixtralModel *model = (MixtralModel *)m;
+    const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
+    const int E = model->cfg.num_experts, K = model->cfg.top_k;
+    int offset[MIXTRAL_MAX_EXPERTS + 1];
+    float *ln2 = ACT(ln2, l), *dres = model->train.dresidual;
+    float *probs = ACT(router_probs, l), *rexp = ACT(route_expert, l), *rw = ACT(route_weight, l);
+    float *rrow = ACT(route_row, l);
+    float *mx = ACT(moe_x, l), *mh = ACT(moe_h, l), *ms = ACT(moe_swiglu, l), *my = ACT(moe_y, l);
+    expert_offsets(ACT(expert_count, l), E, offset);
+    /* residual3 = residual2 + combine(experts(gather(ln2))) */
+    float *dy = model->dbuf_y, *dw = model->dbuf_w, *dsw = model->train.dbuf_f2, *dh = model->train.dbuf_f1;
+    moe_combine_backward(dy, dw, dres, my, rw, rrow, N, K, C);
+    const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
+    float *dw13 = GRAD(expfcw, l), *dw2 = GRAD(expprojw, l);
+    for (int e = 0; e < E; e++) {
+        const int n = offset[e + 1] - offset[e];
+        const size_t r = (size_t)offset[e];
+        if (n == 0) continue;
+        matmul_backward(dsw + r * F, dw2 + (size_t)e * C * F, NULL, dy + r * C, ms + r * F, w2 + (size_t)e * C * F, n,
+                        F, C);
+        swiglu_backward(dh + r * 2 * F, mh + r * 2 * F, dsw + r * F, n, F);
+        /* dx of these rows replaces their dy (consumed above) */
+        matmul_backward(dy + r * C, dw13 + (size_t)e * 2 * F * C, NULL, dh + r * 2 * F, mx + r * C,
+                        w13 + (size_t)e * 2 * F * C, n, C, 2 * F);
+    }
+    /* dln2: the experts' inputs and the router's */
+    float *dln2 = model->train.dbuf_c, *dln2_router = model->dbuf_r, *dz = model->dbuf_z;
+    moe_gather_backward(dln2, dy, rrow, N, K, C);
+    moe_router_backward(dz, dw, probs, rexp, rw, model->aux_dprob, N, E, K);
+    matmul_backward(dln2_router, GRAD(gatew, l), NULL, dz, ln2, PARAM(gatew, l), N, C, E);
+    residual_forward(dln2, dln2, dln2_router, (size_t)N * C);
+}
+
+static void moe_mlp_decode(void *m, LlamaDecode *d, int l, int n) {
+    const MixtralModel *model = (const MixtralModel *)m;
+    MixtralKVCache *c = (MixtralKVCache *)d; /* d is the cache's first member */
+    moe_forward(model, l, d->ln, n, d->proj, c->probs, c->rexp, c->rw, c->rrow, c->count, c->mx, c->mh, c->ms, c->my);
+}
+
+static LlamaTrunk trunk_of(const MixtralModel *model) {
+    return (LlamaTrunk){&model->cfg.llama, model->param_specs, model->act_specs, model->params_memory,
+                        model->grads_memory, model->acts_memory, model->freqs, (CpuTraining *)&model->train,
+                        MIXTRAL_P_lnfw, MIXTRAL_A_residual3, (void *)model, moe_mlp_forward, moe_mlp_backward,
+                        moe_mlp_decode};
+}
+
 float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {
     const ModelConfig *cfg = &model->cfg.base;
     if (!model->acts_memory) llmc_die("mixtral_forward: call mixtral_allocate_for first");
     if (T > model->T || (size_t)B * T > (size_t)model->B * model->T)
         llmc_die("mixtral_forward: batch (%d, %d) exceeds the allocated (%d, %d)", B, T, model->B, model->T);
-    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    const int HS = C / NH, QKV = (NH + 2 * NKV) * HS;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, N = B * T;
+    const int L = cfg->num_layers, N = B * T;
     const int E = model->cfg.num_experts;
-    const float eps = model->cfg.llama.norm_eps;
-    cpu_zero_gather_outer(&model->train.zs);
-    cpu_zero_prefetch_layer(&model->train.zs, 0);
-    for (int i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
-            llmc_die("token id at position %d is outside the vocabulary [0, %d)", i, V);
-        memcpy(ACT(encoded, 0) + (size_t)i * C, PARAM(wte, 0) + (size_t)inputs[i] * C, (size_t)C * sizeof(float));
-    }
-    for (int l = 0; l < L; l++) {
-        cpu_zero_use_layer(&model->train.zs, l, l + 1);
-        float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
-        float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l), *residual3 = ACT(residual3, l);
-        /* attention: the Llama's */
-        rmsnorm_forward(ln1, ACT(ln1_rstd, l), residual, PARAM(ln1w, l), N, C, eps);
-        matmul_forward(qkv, ln1, PARAM(qkvw, l), NULL, N, C, QKV);
-        rope_forward(qkv, model->freqs, B, T, NH, NKV, HS);
-        attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
-        matmul_forward(residual2, atty, PARAM(attprojw, l), NULL, N, C, C);
-        residual_forward(residual2, residual2, residual, (size_t)N * C);
-        /* the routed experts */
-        rmsnorm_forward(ln2, ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), N, C, eps);
-        moe_forward(model, l, ln2, N, residual3, ACT(router_probs, l), ACT(route_expert, l), ACT(route_weight, l),
-                    ACT(route_row, l), ACT(expert_count, l), ACT(moe_x, l), ACT(moe_h, l), ACT(moe_swiglu, l),
-                    ACT(moe_y, l));
-        residual_forward(residual3, residual3, residual2, (size_t)N * C);
-    }
-    cpu_zero_end_layers(&model->train.zs);
-    rmsnorm_forward(ACT(lnf, 0), ACT(lnf_rstd, 0), ACT(residual3, L - 1), PARAM(lnfw, 0), N, C, eps);
-    matmul_forward(ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), NULL, N, C, Vp);
+    const LlamaTrunk t = trunk_of(model);
+    const float ce = llama_family_forward(&t, inputs, targets, B, T, dloss);
     if (!targets) return model->train.mean_loss = 0.0f;
-    float *losses = ACT(losses, 0);
-    fused_classifier(ACT(logits, 0), losses, targets, dloss, N, V, Vp, dloss != 0.0f);
-    float sum = 0.0f;
-    for (int i = 0; i < N; i++) sum += losses[i];
-    const float ce = sum / N;
     /* aux = E sum_e f_e P_e over the L N pooled router rows; its gradient through P only:
      * d aux / d p(row, e) = E f_e / M */
     const double M = (double)L * N;
@@ -226,62 +231,8 @@ float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets
 }
 
 void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
-    const ModelConfig *cfg = &model->cfg.base;
-    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    const int F = cfg->ffn_hidden, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
-    const int Vp = cfg->padded_vocab_size, N = B * T;
-    const int E = model->cfg.num_experts, K = model->cfg.top_k;
-    float *dres = model->train.dresidual;
-    int offset[MIXTRAL_MAX_EXPERTS + 1];
-    cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
-    matmul_backward(model->train.dbuf_c, HEAD(GRAD), NULL, ACT(logits, 0), ACT(lnf, 0), HEAD(PARAM), N, C, Vp);
-    memset(dres, 0, (size_t)N * C * sizeof(float));
-    rmsnorm_backward(dres, GRAD(lnfw, 0), model->train.dbuf_c, ACT(residual3, L - 1), PARAM(lnfw, 0), ACT(lnf_rstd, 0), N, C);
-    for (int l = L - 1; l >= 0; l--) {
-        cpu_zero_use_layer(&model->train.zs, l, l - 1);
-        cpu_zero_layer_grads(&model->train.zs, model->grads_memory);
-        float *residual = BLOCK_INPUT(l), *ln1 = ACT(ln1, l), *qkv = ACT(qkv, l), *atty = ACT(atty, l);
-        float *residual2 = ACT(residual2, l), *ln2 = ACT(ln2, l);
-        float *probs = ACT(router_probs, l), *rexp = ACT(route_expert, l), *rw = ACT(route_weight, l);
-        float *rrow = ACT(route_row, l);
-        float *mx = ACT(moe_x, l), *mh = ACT(moe_h, l), *ms = ACT(moe_swiglu, l), *my = ACT(moe_y, l);
-        expert_offsets(ACT(expert_count, l), E, offset);
-        /* residual3 = residual2 + combine(experts(gather(ln2))) */
-        float *dy = model->dbuf_y, *dw = model->dbuf_w, *dsw = model->train.dbuf_f2, *dh = model->train.dbuf_f1;
-        moe_combine_backward(dy, dw, dres, my, rw, rrow, N, K, C);
-        const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
-        float *dw13 = GRAD(expfcw, l), *dw2 = GRAD(expprojw, l);
-        for (int e = 0; e < E; e++) {
-            const int n = offset[e + 1] - offset[e];
-            const size_t r = (size_t)offset[e];
-            if (n == 0) continue;
-            matmul_backward(dsw + r * F, dw2 + (size_t)e * C * F, NULL, dy + r * C, ms + r * F, w2 + (size_t)e * C * F, n,
-                            F, C);
-            swiglu_backward(dh + r * 2 * F, mh + r * 2 * F, dsw + r * F, n, F);
-            /* dx of these rows replaces their dy (consumed above) */
-            matmul_backward(dy + r * C, dw13 + (size_t)e * 2 * F * C, NULL, dh + r * 2 * F, mx + r * C,
-                            w13 + (size_t)e * 2 * F * C, n, C, 2 * F);
-        }
-        float *dln2 = model->train.dbuf_c, *dln2_router = model->dbuf_r, *dz = model->dbuf_z;
-        moe_gather_backward(dln2, dy, rrow, N, K, C);
-        moe_router_backward(dz, dw, probs, rexp, rw, model->aux_dprob, N, E, K);
-        matmul_backward(dln2_router, GRAD(gatew, l), NULL, dz, ln2, PARAM(gatew, l), N, C, E);
-        residual_forward(dln2, dln2, dln2_router, (size_t)N * C);
-        rmsnorm_backward(dres, GRAD(ln2w, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_rstd, l), N, C);
-        /* attention: the Llama's */
-        float *datty = model->train.dbuf_c;
-        matmul_backward(datty, GRAD(attprojw, l), NULL, dres, atty, PARAM(attprojw, l), N, C, C);
-        float *dqkv = model->train.dbuf_f1;
-        attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
-        rope_backward(dqkv, model->freqs, B, T, NH, NKV, HS);
-        float *dln1 = model->train.dbuf_c;
-        matmul_backward(dln1, GRAD(qkvw, l), NULL, dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
-        rmsnorm_backward(dres, GRAD(ln1w, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_rstd, l), N, C);
-        cpu_zero_reduce_layer(&model->train.zs, l);
-    }
-    cpu_zero_end_layers(&model->train.zs);
-    embedding_backward(GRAD(wte, 0), dres, inputs, N, C);
-    cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
+    const LlamaTrunk t = trunk_of(model);
+    llama_family_backward(&t, inputs, B, T);
 }
 
 void mixtral_zero_grad(MixtralModel *model) {
@@ -306,55 +257,34 @@ void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger 
 
 void mixtral_free(MixtralModel *model) {
     const ModelConfig *c = &model->cfg.base;
-    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
-    mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
-    cpu_zero_free(&model->train.zs);
-    if (model->acts_memory)
-        mem_free(MEM_ACTIVATIONS, model->acts_memory,
-                 (model->num_activations + (size_t)model->T * (c->channels / c->num_heads)) * sizeof(float));
-    mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
+    cpu_training_free(&model->train, model->params_memory, model->grads_memory, model->acts_memory,
+                      model->num_activations + (size_t)model->T * (c->channels / c->num_heads));
     memset(model, 0, sizeof *model);
 }
 
 void mixtral_print_memory(const MixtralModel *model, FILE *out) {
-    const double MiB = 1048576.0;
-    double kinds[ACT_NUM_KINDS] = {0};
-    for (int i = 0; i < MIXTRAL_NUM_ACTIVATIONS; i++)
-        kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
-    fprintf(out, "memory (CPU, fp32, Mixtral): parameters %zu (%zu active per token; %.1f MiB%s), ",
-            model->num_parameters, mixtral_active_parameters(&model->cfg), model->train.params_floats * sizeof(float) / MiB,
-            model->train.zs.zero == 3 ? " this shard" : "");
-    fprintf(out, "gradients%s %.1f MiB, activations", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
-            model->train.grads_floats * sizeof(float) / MiB);
-    for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
-    fprintf(out, ", backward scratch %.1f MiB\n", model->train.num_scratch * sizeof(float) / MiB);
+    char note[64];
+    snprintf(note, sizeof note, "%zu active per token; ", mixtral_active_parameters(&model->cfg));
+    cpu_training_print_memory(out, "Mixtral", model->num_parameters, note, model->act_specs, MIXTRAL_NUM_ACTIVATIONS,
+                              &model->train, model->grads_memory != NULL);
 }
 
 /* ---- decode with a key/value cache (./generate): the Llama's cache, the routed experts ------ */
 
 void mixtral_kvcache_init(MixtralKVCache *c, const MixtralModel *model, int max_chunk) {
-    const ModelConfig *cfg = &model->cfg.base;
-    const size_t C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden, Vp = (size_t)cfg->padded_vocab_size;
-    const size_t L = (size_t)cfg->num_layers, T = (size_t)cfg->max_seq_len, NH = (size_t)cfg->num_heads;
-    const size_t HS = C / NH, KV = 2 * (size_t)cfg->num_kv_heads * HS, QKV = NH * HS + KV, n = (size_t)max_chunk;
+    const size_t C = (size_t)model->cfg.base.channels, F = (size_t)model->cfg.base.ffn_hidden, n = (size_t)max_chunk;
     const size_t E = (size_t)model->cfg.num_experts, K = (size_t)model->cfg.top_k;
     memset(c, 0, sizeof *c);
-    c->max_len = cfg->max_seq_len;
-    c->max_chunk = max_chunk;
-    size_t sizes[] = {L * T * KV, T * HS, n * C, n * C, n * QKV, n * C, n * C, n * Vp, n, NH * T,
-                      n * E, n * K, n * K, n * K, E, n * K * C, n * K * 2 * F, n * K * F, n * K * C};
-    float **ptrs[] = {&c->kv, &c->freqs, &c->residual, &c->ln, &c->qkv, &c->atty, &c->proj, &c->logits, &c->rstd,
-                      &c->att, &c->probs, &c->rexp, &c->rw, &c->rrow, &c->count, &c->mx, &c->mh, &c->ms, &c->my};
+    const size_t shared = llama_decode_layout(&c->d, &model->cfg.llama, max_chunk, NULL);
+    const size_t sizes[] = {n * E, n * K, n * K, n * K, E, n * K * C, n * K * 2 * F, n * K * F, n * K * C};
+    float **ptrs[] = {&c->probs, &c->rexp, &c->rw, &c->rrow, &c->count, &c->mx, &c->mh, &c->ms, &c->my};
     _Static_assert(sizeof sizes / sizeof sizes[0] == sizeof ptrs / sizeof ptrs[0], "one size per buffer");
-    size_t total = 0;
+    size_t total = shared;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += sizes[i];
     c->memory = (float *)mallocCheck(total * sizeof(float), "Mixtral KV cache");
-    float *p = c->memory;
+    llama_decode_layout(&c->d, &model->cfg.llama, max_chunk, c->memory);
+    float *p = c->memory + shared;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) *ptrs[i] = p, p += sizes[i];
-    const LlamaConfig *lc = &model->cfg.llama;
-    RopeConfig rc = {lc->rope_theta, lc->rope_factor, lc->rope_low_freq_factor, lc->rope_high_freq_factor,
-                     lc->rope_original_max_pos};
-    rope_freqs(c->freqs, (int)T, (int)HS, &rc);
 }
 
 void mixtral_kvcache_free(MixtralKVCache *c) {
@@ -363,43 +293,8 @@ void mixtral_kvcache_free(MixtralKVCache *c) {
 }
 
 const float *mixtral_forward_cached(const MixtralModel *model, MixtralKVCache *c, const int *tokens, int n) {
-    const ModelConfig *cfg = &model->cfg.base;
-    const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
-    const int HS = C / NH, KV = 2 * NKV * HS, QKV = NH * HS + KV;
-    const int V = cfg->vocab_size, Vp = cfg->padded_vocab_size, pos = c->len;
-    const float eps = model->cfg.llama.norm_eps, scale = 1.0f / sqrtf((float)HS);
-    if (n < 1 || n > c->max_chunk) llmc_die("mixtral_forward_cached: %d tokens, expected 1..%d", n, c->max_chunk);
-    if (pos + n > c->max_len)
-        llmc_die("the sequence would reach %d tokens, beyond the model's context of %d (maxT)", pos + n, c->max_len);
-    for (int i = 0; i < n; i++) {
-        if (tokens[i] < 0 || tokens[i] >= V) llmc_die("token id %d is outside the vocabulary [0, %d)", tokens[i], V);
-        memcpy(c->residual + (size_t)i * C, PARAM(wte, 0) + (size_t)tokens[i] * C, (size_t)C * sizeof(float));
-    }
-    for (int l = 0; l < L; l++) {
-        float *kv = c->kv + (size_t)l * c->max_len * KV;
-        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln1w, l), n, C, eps);
-        matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), NULL, n, C, QKV);
-        rope_forward(c->qkv, c->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
-        for (int i = 0; i < n; i++)
-            memcpy(kv + (size_t)(pos + i) * KV, c->qkv + (size_t)i * QKV + NH * HS, (size_t)KV * sizeof(float));
-        for (int i = 0; i < n; i++) {
-#pragma omp parallel for schedule(static)
-            for (int h = 0; h < NH; h++) {
-                const float *k = kv + (size_t)(h / (NH / NKV)) * HS;
-                attention_row(c->atty + (size_t)i * C + h * HS, c->att + (size_t)h * (pos + n),
-                              c->qkv + (size_t)i * QKV + h * HS, k, k + NKV * HS, (size_t)KV, pos + i, HS, scale);
-            }
-        }
-        matmul_forward(c->proj, c->atty, PARAM(attprojw, l), NULL, n, C, C);
-        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
-        rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(ln2w, l), n, C, eps);
-        moe_forward(model, l, c->ln, n, c->proj, c->probs, c->rexp, c->rw, c->rrow, c->count, c->mx, c->mh, c->ms, c->my);
-        residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
-    }
-    rmsnorm_forward(c->ln, c->rstd, c->residual, PARAM(lnfw, 0), n, C, eps);
-    matmul_forward(c->logits, c->ln, HEAD(PARAM), NULL, n, C, Vp);
-    c->len = pos + n;
-    return c->logits;
+    const LlamaTrunk t = trunk_of(model);
+    return llama_family_decode(&t, &c->d, tokens, n, "mixtral_forward_cached");
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */

@@ -18,6 +18,7 @@
 
 #include "llmc/core/logger.h"
 #include "llmc/core/mem.h"
+#include "llmc/cpu/llama.h"
 #include "llmc/cpu/training.h"
 #include "llmc/models/mixtral.h"
 
@@ -68,9 +69,7 @@ void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger 
 /* Inference with a key/value cache (./generate), as llama.h's: kv (L, maxT, 2 NKV HS); each chunk's
  * MLP is the routed experts (the same routing and grouping as training, for the chunk's rows). */
 typedef struct {
-    int len, max_len, max_chunk;
-    float *kv, *freqs;
-    float *residual, *ln, *qkv, *atty, *proj, *logits, *rstd, *att;
+    LlamaDecode d; /* the family's cache and attention buffers (llmc/cpu/llama.h) */
     float *probs, *rexp, *rw, *rrow, *count, *mx, *mh, *ms, *my;
     float *memory;
 } MixtralKVCache;

@@ -45,43 +45,28 @@ const char *mixtral_config_validate(const MixtralConfig *cfg) {
     return NULL;
 }
 
-#define MIXTRAL_SHAPE_NAMES(cfg)                                                                \
-    const size_t Vp = (size_t)(cfg)->base.padded_vocab_size, C = (size_t)(cfg)->base.channels, \
-                 L = (size_t)(cfg)->base.num_layers, F = (size_t)(cfg)->base.ffn_hidden,       \
-                 NH = (size_t)(cfg)->base.num_heads, E = (size_t)(cfg)->num_experts,           \
-                 K = (size_t)(cfg)->top_k,                                                     \
-                 QKV = ((size_t)(cfg)->base.num_heads + 2 * (size_t)(cfg)->base.num_kv_heads) * (C / NH); \
-    const int TIED = (cfg)->llama.tied;                                                        \
-    (void)Vp, (void)C, (void)L, (void)F, (void)NH, (void)E, (void)K, (void)QKV, (void)TIED
+#define MIXTRAL_SHAPE_NAMES(cfg)                                                      \
+    LLAMA_SHAPE_NAMES(&(cfg)->llama);                                                \
+    const size_t E = (size_t)(cfg)->num_experts, K = (size_t)(cfg)->top_k;         \
+    (void)E, (void)K
 
 size_t mixtral_parameter_specs(const MixtralConfig *cfg, TensorSpec specs[MIXTRAL_NUM_PARAMETERS]) {
     MIXTRAL_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {
-        MIXTRAL_PARAMETERS(TENSOR_PARAM_ROW)
-    };
-    size_t total = tensor_table_place_params(table, MIXTRAL_NUM_PARAMETERS, L);
-    if (specs) memcpy(specs, table, sizeof table);
-    return total;
+    TensorSpec table[] = {MIXTRAL_PARAMETERS(TENSOR_PARAM_ROW)};
+    return tensor_table_params(specs, table, MIXTRAL_NUM_PARAMETERS, L);
 }
 
 size_t mixtral_activation_specs(const MixtralConfig *cfg, int Bi, int Ti, TensorSpec specs[MIXTRAL_NUM_ACTIVATIONS]) {
     MIXTRAL_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {
-        MIXTRAL_ACTIVATIONS(TENSOR_ACT_ROW)
-    };
-    size_t offset = tensor_table_place_acts(table, MIXTRAL_NUM_ACTIVATIONS, L, 0);
-    if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    TensorSpec table[] = {MIXTRAL_ACTIVATIONS(TENSOR_ACT_ROW)};
+    return tensor_table_acts(specs, table, MIXTRAL_NUM_ACTIVATIONS, L, 0);
 }
 
 void mixtral_init_parameters(const MixtralConfig *cfg, const TensorSpec specs[MIXTRAL_NUM_PARAMETERS], float *params,
                              unsigned long long seed) {
     tensor_table_init(specs, MIXTRAL_NUM_PARAMETERS, params, cfg->base.num_layers, seed);
-    const size_t C = (size_t)cfg->base.channels, pad = (size_t)(cfg->base.padded_vocab_size - cfg->base.vocab_size);
-    memset(params + specs[MIXTRAL_P_wte].offset + (size_t)cfg->base.vocab_size * C, 0, pad * C * sizeof(float));
-    if (!cfg->llama.tied)
-        memset(params + specs[MIXTRAL_P_lm_head].offset + (size_t)cfg->base.vocab_size * C, 0, pad * C * sizeof(float));
+    llama_zero_vocab_padding(&cfg->llama, params + specs[MIXTRAL_P_wte].offset, params + specs[MIXTRAL_P_lm_head].offset);
 }
 
 size_t mixtral_active_parameters(const MixtralConfig *cfg) {

@@ -49,16 +49,11 @@ const char *mixtral_config_validate(const MixtralConfig *cfg);
 
 /* X(name, shape, numel, weight decay?, init rule, stacked over L?); names as in llama.h plus E, K. */
 #define MIXTRAL_PARAMETERS(X)                                                          \
-    X(wte,      "(Vp, C)",        (size_t)Vp * C,            1, INIT_NORMAL, 0)          \
-    X(ln1w,     "(L, C)",         (size_t)L * C,             0, INIT_ONES, 1)            \
-    X(qkvw,     "(L, QKV, C)",    (size_t)L * QKV * C,       1, INIT_NORMAL, 1)          \
-    X(attprojw, "(L, C, C)",      (size_t)L * C * C,         1, INIT_NORMAL_RESIDUAL, 1) \
-    X(ln2w,     "(L, C)",         (size_t)L * C,             0, INIT_ONES, 1)            \
+    LLAMA3_TRUNK_PARAMETERS(X)                                                           \
     X(gatew,    "(L, E, C)",      (size_t)L * E * C,         1, INIT_NORMAL, 1)          \
     X(expfcw,   "(L, E, 2F, C)",  (size_t)L * E * 2 * F * C, 1, INIT_NORMAL, 1)          \
     X(expprojw, "(L, E, C, F)",   (size_t)L * E * C * F,     1, INIT_NORMAL_RESIDUAL, 1) \
-    X(lnfw,     "(C)",            (size_t)C,                 0, INIT_ONES, 0)            \
-    X(lm_head,  "(Vp, C) or ()",  TIED ? 0 : (size_t)Vp * C, 1, INIT_NORMAL, 0)
+    LLAMA3_HEAD_PARAMETERS(X)
 
 #define LLMC_MIXTRAL_INDEX(name, ...) MIXTRAL_P_##name,
 enum { MIXTRAL_PARAMETERS(LLMC_MIXTRAL_INDEX) MIXTRAL_NUM_PARAMETERS };
@@ -68,15 +63,7 @@ enum { MIXTRAL_PARAMETERS(LLMC_MIXTRAL_INDEX) MIXTRAL_NUM_PARAMETERS };
  * route_* hold each (token, slot)'s expert (an integer in a float), weight and row of the grouped
  * buffers; moe_* are the grouped (permuted) rows, expert by expert, tokens in position order. */
 #define MIXTRAL_ACTIVATIONS(X)                                                   \
-    X(encoded,   "(B, T, C)",        (size_t)B * T * C,      ACT_RESIDUAL, 0)     \
-    X(ln1,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
-    X(ln1_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
-    X(qkv,       "(L, B, T, QKV)",   (size_t)B * T * QKV,    ACT_ATTENTION, 1)    \
-    X(atty,      "(L, B, T, C)",     (size_t)B * T * C,      ACT_ATTENTION, 1)    \
-    X(att,       "(L, B, NH, T, T)", (size_t)B * NH * T * T, ACT_ATTENTION, 1)    \
-    X(residual2, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
-    X(ln2,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
-    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
+    LLAMA3_TRUNK_ACTIVATIONS(X)                                                 \
     X(router_probs, "(L, B, T, E)",  (size_t)B * T * E,      ACT_STATS, 1)        \
     X(route_expert, "(L, B, T, K)",  (size_t)B * T * K,      ACT_STATS, 1)        \
     X(route_weight, "(L, B, T, K)",  (size_t)B * T * K,      ACT_STATS, 1)        \
@@ -86,11 +73,7 @@ enum { MIXTRAL_PARAMETERS(LLMC_MIXTRAL_INDEX) MIXTRAL_NUM_PARAMETERS };
     X(moe_h,     "(L, NK, 2F)",      (size_t)B * T * K * 2 * F, ACT_MLP, 1)       \
     X(moe_swiglu, "(L, NK, F)",      (size_t)B * T * K * F,  ACT_GELU, 1)         \
     X(moe_y,     "(L, NK, C)",       (size_t)B * T * K * C,  ACT_MLP, 1)          \
-    X(residual3, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
-    X(lnf,       "(B, T, C)",        (size_t)B * T * C,      ACT_LAYERNORM, 0)    \
-    X(lnf_rstd,  "(B, T)",           (size_t)B * T,          ACT_STATS, 0)        \
-    X(logits,    "(B, T, Vp)",       (size_t)B * T * Vp,     ACT_LOGITS, 0)       \
-    X(losses,    "(B, T)",           (size_t)B * T,          ACT_STATS, 0)
+    LLAMA3_HEAD_ACTIVATIONS(X)
 
 #define LLMC_MIXTRAL_AINDEX(name, ...) MIXTRAL_A_##name,
 enum { MIXTRAL_ACTIVATIONS(LLMC_MIXTRAL_AINDEX) MIXTRAL_NUM_ACTIVATIONS };
