@@ -19,43 +19,16 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
-#include "llmc/core/sumfile.h"
-#include "llmc/cpu/adamw.h"
 #include "llmc/cpu/mixtral.h"
 #include "llmc/formats/mixtralfile.h"
 #include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
-static void load(MixtralModel *m, ArchConfig *ac, const char *init) {
-    if (!mixtral_arch.config_from_init(init, ac) || ac->arch != &mixtral_arch) llmc_die("'%s' is not taken by mixtral_arch", init);
-    const char *bad = mixtral_arch.config_validate(ac);
-    if (bad) llmc_die("'%s': %s", init, bad);
-    mixtral_build(m, arch_config_as(ac, MixtralConfig));
-    mixtral_arch.load_init(init, ac, m->params_memory, m->num_parameters, 0);
-}
+static void load(MixtralModel *m, ArchConfig *ac, const char *init) { cpu_arch_load(&mixtral_cpu_arch, m, ac, init, 0); }
 
 static void load_for(MixtralModel *m, const char *path, int B, int T, int training) {
-    ArchConfig ac;
-    load(m, &ac, path);
-    mixtral_allocate_for(m, B, T, training);
-}
-
-static int same_bytes(const char *pa, const char *pb) {
-    FILE *a = fopenCheck(pa, "rb"), *b = fopenCheck(pb, "rb");
-    int same = 1, ca, cb;
-    do {
-        ca = fgetc(a), cb = fgetc(b);
-        same &= ca == cb;
-    } while (ca != EOF && cb != EOF);
-    fclose(a), fclose(b);
-    return same;
-}
-
-static void remove_with_sum(const char *path) {
-    char sum[4300];
-    sumfile_path(path, sum, sizeof sum);
-    remove(path), remove(sum);
+    cpu_arch_load_for(&mixtral_cpu_arch, m, path, B, T, training);
 }
 
 /* STATS: float32 CE, aux, then L x E tokens per expert */
@@ -86,34 +59,12 @@ static void check_stats(MixtralModel *m, const DebugState *d, const float *stats
     test_report(same, name, "");
 }
 
-static float train_step(MixtralModel *model, const DebugState *d, float *m, float *v, int t, float *norm) {
-    const size_t n = model->num_parameters;
-    mixtral_zero_grad(model);
-    const float loss = mixtral_forward(model, d->x, d->y, d->B, d->T, 1.0f / (d->B * d->T));
-    mixtral_backward(model, d->x, d->B, d->T);
-    *norm = (float)sqrt(global_norm_squared(model->grads_memory, n));
-    const float scale = d->grad_clip > 0 && *norm > d->grad_clip ? d->grad_clip / *norm : 1.0f;
-    for (int i = 0; i < MIXTRAL_NUM_PARAMETERS; i++) {
-        const TensorSpec *s = &model->param_specs[i];
-        if (!s->numel) continue;
-        adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, m + s->offset, v + s->offset,
-                     s->numel, d->lr, d->beta1, d->beta2, d->eps, s->decay ? d->weight_decay : 0.0f, t, scale);
-    }
-    return loss;
-}
-
 static void test_trajectory(const char *path, const DebugState *d) {
     MixtralModel model;
     load_for(&model, path, d->B, d->T, 1);
     const size_t n = model.num_parameters;
     float *m = (float *)callocCheck(n, sizeof(float), "m"), *v = (float *)callocCheck(n, sizeof(float), "v");
-    int ok = 1;
-    for (int step = 0; step < d->nsteps; step++) {
-        float norm;
-        const float l = train_step(&model, d, m, v, step + 1, &norm);
-        ok &= check_debug_step(d, step, l, norm);
-    }
-    test_report(ok, "10-step AdamW trajectory (objective and grad norm)", "see the steps above");
+    check_trajectory(&mixtral_cpu_arch, &model, d, m, v, "10-step AdamW trajectory (objective and grad norm)");
     /* dense tensors at the Llama's tolerance; an expert that sees a handful of tokens gets gradients
      * whose fp32 rounding AdamW's normalisation carries into its weights: a looser absolute bound */
     for (int i = 0; i < MIXTRAL_NUM_PARAMETERS; i++) {
@@ -141,21 +92,6 @@ static float step_grads(const char *path, const DebugState *d, float *grads) {
     return loss;
 }
 
-typedef struct {
-    float *grads;
-    const float *params;
-} ZeroCtx;
-static void zero_reduce(void *ctx, float *packed, const Bucket *b) {
-    for (int i = 0; i < b->n; packed += b->len[i], i++)
-        memcpy(((ZeroCtx *)ctx)->grads + b->off[i], packed, b->len[i] * sizeof(float));
-}
-static void zero_gather_begin(void *ctx, float *packed, const Bucket *b, int slot) {
-    (void)slot;
-    for (int i = 0; i < b->n; packed += b->len[i], i++)
-        memcpy(packed, ((ZeroCtx *)ctx)->params + b->off[i], b->len[i] * sizeof(float));
-}
-static void zero_gather_end(void *ctx, int slot) { (void)ctx, (void)slot; }
-
 static void test_determinism_and_zero(const char *path, const DebugState *d, size_t n) {
     float *g0 = (float *)mallocCheck(n * sizeof(float), "g0"), *g1 = (float *)mallocCheck(n * sizeof(float), "g1");
     const float l0 = step_grads(path, d, g0), l1 = step_grads(path, d, g1);
@@ -166,10 +102,7 @@ static void test_determinism_and_zero(const char *path, const DebugState *d, siz
         float *params = (float *)mallocCheck(n * sizeof(float), "params");
         memcpy(params, model.params_memory, n * sizeof(float));
         ZeroCtx zc = {(float *)callocCheck(n, sizeof(float), "whole grads"), params};
-        mixtral_shard(&model, zero, 1, 0, (CpuShardHooks){&zc, zero_reduce, zero_gather_begin, zero_gather_end});
-        mixtral_zero_grad(&model);
-        const float loss = mixtral_forward(&model, d->x, d->y, d->B, d->T, 1.0f / (d->B * d->T));
-        mixtral_backward(&model, d->x, d->B, d->T);
+        const float loss = cpu_arch_zero_step(&mixtral_cpu_arch, &model, d, zero, &zc);
         char name[96];
         snprintf(name, sizeof name, "-z %d: the loss and every gradient equal -z 0's bit for bit", zero);
         test_report(loss == l0 && memcmp(zc.grads, g0, n * sizeof(float)) == 0, name, "loss %.9g vs %.9g", loss, l0);

@@ -239,23 +239,19 @@ def main(argv=None):
     save_model(a.save_model, cfg, tensors)
     if a.hf_dir:
         write_hf_dir(a.hf_dir, cfg, tensors)
-    x, y = ref.random_batch(a.batch_size, a.seq_len, cfg.vocab_size, a.seed)
-    hp = ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
+    x, y, hp = ll.batch_and_hp(a, cfg)
     if a.moe_stats:
-        model = Mixtral(cfg, {k: t.clone() for k, t in tensors.items()})
+        model = Mixtral(cfg, ll.clone_tensors(tensors))
         with torch.no_grad():
             model(x, y)
         vals = [float(model.ce), float(model.aux)] + [c for layer in model.expert_tokens for c in layer]
         ref.atomic_write(a.moe_stats, lambda fh: fh.write(np.array(vals, dtype="<f4").tobytes()))
     if a.greedy:
-        out, _ = ref.greedy_generate(Mixtral(cfg, {k: t.clone() for k, t in tensors.items()}), [cfg.vocab_size - 1],
+        out, _ = ref.greedy_generate(Mixtral(cfg, ll.clone_tensors(tensors)), [cfg.vocab_size - 1],
                                      a.greedy, cfg.vocab_size - 1)
         print("GREEDY " + " ".join(str(t) for t in out))
     if a.debug_state:
-        model = Mixtral(cfg, {k: t.clone() for k, t in tensors.items()})
-        out = ref.run_reference(model, x, y, hp, a.steps)
-        ll.write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
-        print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses " + " ".join(f"{v:.6f}" for v in out["losses"]))
+        ll.write_reference_run(a.debug_state, Mixtral(cfg, ll.clone_tensors(tensors)), cfg, x, y, hp, a.steps)
     return 0
 
 

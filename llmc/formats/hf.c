@@ -208,19 +208,25 @@ static void gpt2_write_config(cJSON *json, const HfConfig *hc, int bf16) {
 static size_t gpt2_specs(const HfConfig *cfg, TensorSpec *specs) { return gpt2_parameter_specs(&cfg->base, specs); }
 
 /* ---- LlamaForCausalLM ---- */
+/* the Llama family's rows around the feed-forward ones (MixtralForCausalLM's too): the embedding and
+ * each layer's attention, then the final norm and the head */
+#define LLAMA_FAMILY_ATTENTION_ROWS                                                                                 \
+    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},                           \
+    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},           \
+    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0, 0},              \
+    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0, 0},               \
+    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0, 0},                \
+    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},        \
+    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0}
+#define LLAMA_FAMILY_HEAD_ROWS                                                                                      \
+    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},                                \
+    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1, 0} /* untied only */
 static const HfTensor llama_tensors[] = {
-    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0, 0},
-    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0, 0},
-    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0, 0},
-    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    LLAMA_FAMILY_ATTENTION_ROWS,
     {"fcw", "layers.%d.mlp.gate_proj.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
     {"fcw", "layers.%d.mlp.up_proj.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0, 0},
     {"fcprojw", "layers.%d.mlp.down_proj.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1, 0}, /* untied only */
+    LLAMA_FAMILY_HEAD_ROWS,
 };
 static const char *const llama_buffers[] = {"layers.%d.self_attn.rotary_emb.inv_freq", NULL};
 
@@ -341,19 +347,12 @@ static size_t llama_specs(const HfConfig *cfg, TensorSpec *specs) { return llama
 
 /* ---- MixtralForCausalLM: the Llama's config and tensors, the MLP replaced by routed experts ---- */
 static const HfTensor mixtral_tensors[] = {
-    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0, 0},
-    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0, 0},
-    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0, 0},
-    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    LLAMA_FAMILY_ATTENTION_ROWS,
     {"gatew", "layers.%d.block_sparse_moe.gate.weight", DIM_E, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
     {"expfcw", "layers.%d.block_sparse_moe.experts.%d.w1.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 1},
     {"expfcw", "layers.%d.block_sparse_moe.experts.%d.w3.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0, 1},
     {"expprojw", "layers.%d.block_sparse_moe.experts.%d.w2.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 1},
-    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
-    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1, 0}, /* untied only */
+    LLAMA_FAMILY_HEAD_ROWS,
 };
 
 static int mixtral_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t errlen) {
@@ -568,21 +567,19 @@ void hf_read_config(const char *dir, ModelConfig *cfg) {
     *cfg = hc.base;
 }
 
+/* 1 when dir is a Hugging Face directory of architecture a (its config in *hc) */
+static int read_config_of(const char *dir, const HfArchitecture *a, HfConfig *hc) {
+    return hf_is_model_dir(dir) && read_config(dir, hc) == a;
+}
+
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
-    if (!hf_is_model_dir(dir)) return 0;
     HfConfig hc;
-    if (!is_llama(read_config(dir, &hc))) return 0;
+    if (!read_config_of(dir, &architectures[1], &hc)) return 0;
     *cfg = hc.llama;
     return 1;
 }
 
-int hf_read_mixtral_config(const char *dir, MixtralConfig *cfg) {
-    if (!hf_is_model_dir(dir)) return 0;
-    HfConfig hc;
-    if (!is_mixtral(read_config(dir, &hc))) return 0;
-    *cfg = hc;
-    return 1;
-}
+int hf_read_mixtral_config(const char *dir, MixtralConfig *cfg) { return read_config_of(dir, &architectures[2], cfg); }
 
 /* ---- loading ------------------------------------------------------------------------------------- */
 static void verify_checksums(const char *dir, const Safetensors *st) {
@@ -784,19 +781,31 @@ int hf_load(const char *dir, float *params, size_t numel) {
     return load_dir(dir, a, &hc, params, numel);
 }
 
-int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
+/* a Llama's config as the HfConfig (no experts) */
+static HfConfig llama_hf(const LlamaConfig *cfg) {
     HfConfig hc;
-    const HfArchitecture *a = read_config(dir, &hc);
-    llmcCheck(is_llama(a) && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0, "hf_llama_load: the directory's config");
+    memset(&hc, 0, sizeof hc);
+    hc.llama = *cfg;
+    return hc;
+}
+
+/* dir's parameters for the model cfg describes, read from dir as architecture a (the caller read cfg
+ * from dir: another shape or expert count is a bug, who names the caller) */
+static int load_as(const char *dir, const HfArchitecture *a, const HfConfig *cfg, float *params, size_t numel,
+                   const char *who) {
+    HfConfig hc;
+    llmcCheck(read_config(dir, &hc) == a && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0 &&
+                  hc.num_experts == cfg->num_experts, who);
     return load_dir(dir, a, &hc, params, numel);
 }
 
+int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
+    HfConfig hc = llama_hf(cfg);
+    return load_as(dir, &architectures[1], &hc, params, numel, "hf_llama_load: the directory's config");
+}
+
 int hf_mixtral_load(const char *dir, const MixtralConfig *cfg, float *params, size_t numel) {
-    HfConfig hc;
-    const HfArchitecture *a = read_config(dir, &hc);
-    llmcCheck(is_mixtral(a) && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0 && hc.num_experts == cfg->num_experts,
-              "hf_mixtral_load: the directory's config");
-    return load_dir(dir, a, &hc, params, numel);
+    return load_as(dir, &architectures[2], cfg, params, numel, "hf_mixtral_load: the directory's config");
 }
 
 /* ---- writing ------------------------------------------------------------------------------------- */
@@ -1012,6 +1021,9 @@ static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     return copied;
 }
 
+/* source (a run's -e) when it is a Hugging Face directory, whose tokenizer files and fields a save carries; else NULL */
+static const char *hf_source(const char *source) { return source && source[0] && hf_is_model_dir(source) ? source : NULL; }
+
 void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
     HfConfig hc;
     memset(&hc, 0, sizeof hc);
@@ -1028,16 +1040,7 @@ void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, c
     memset(&hc, 0, sizeof hc);
     hc.base = *cfg;
     hc.llama.tied = 1;
-    save_dir(dir, &architectures[0], &hc, params, numel, bf16, source && source[0] && hf_is_model_dir(source) ? source : NULL,
-             0);
-}
-
-/* a Llama's config as the HfConfig (no experts) */
-static HfConfig llama_hf(const LlamaConfig *cfg) {
-    HfConfig hc;
-    memset(&hc, 0, sizeof hc);
-    hc.llama = *cfg;
-    return hc;
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16, hf_source(source), 0);
 }
 
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
@@ -1055,14 +1058,14 @@ void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *
                               int bf16, const char *source) {
     char dir[4400];
     rundir_hf_dir(run_dir, step, dir, sizeof dir);
-    const int from_hf = source && source[0] && hf_is_model_dir(source);
+    const char *from = hf_source(source);
     static int told; /* the note, once per run */
     HfConfig hc = llama_hf(cfg);
-    if (save_dir(dir, &architectures[1], &hc, params, numel, bf16, from_hf ? source : NULL, 1) == 0 && !told++)
+    if (save_dir(dir, &architectures[1], &hc, params, numel, bf16, from, 1) == 0 && !told++)
         printf("note: --save-hf: %s holds no tokenizer files (%s); to load it in transformers without a separate "
                "tokenizer, copy the model's tokenizer.json, tokenizer_config.json and special_tokens_map.json (and "
                "generation_config.json) from its Hugging Face release into each model_NNNNNNNN_hf directory\n",
-               dir, from_hf ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
+               dir, from ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
 }
 
 void hf_mixtral_save(const char *dir, const MixtralConfig *cfg, const float *params, size_t numel, int bf16) {
@@ -1073,8 +1076,7 @@ void hf_mixtral_save_checkpoint(const char *run_dir, int step, const MixtralConf
                                 size_t numel, int bf16, const char *source) {
     char dir[4400];
     rundir_hf_dir(run_dir, step, dir, sizeof dir);
-    const int from_hf = source && source[0] && hf_is_model_dir(source);
-    save_dir(dir, &architectures[2], cfg, params, numel, bf16, from_hf ? source : NULL, 1);
+    save_dir(dir, &architectures[2], cfg, params, numel, bf16, hf_source(source), 1);
 }
 
 void hf_check_save_source(const char *source) {

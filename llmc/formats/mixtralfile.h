@@ -20,18 +20,9 @@
 extern "C" {
 #endif
 
-#define MIXTRAL_FILE_MAGIC 20261130
-#define MIXTRAL_FILE_VERSION 1
-#define MIXTRAL_FILE_ARCH 3
-
-/* 1 when path is a regular file with the Mixtral magic and architecture. */
-int mixtral_file_is_mine(const char *path);
-/* The header into cfg (dies naming the file on a bad field); returns 1 when the parameters are bf16. */
-int mixtral_file_read_header(const char *path, MixtralConfig *cfg);
-/* The parameters (n = the table's total), verified (size, "<path>.sum", finite); returns bf16. */
-int mixtral_file_load(const char *path, float *params, size_t n);
-/* Writes the checkpoint atomically with "<path>.sum"; returns its CRC-32. */
-uint32_t mixtral_file_write(const char *path, const MixtralConfig *cfg, const float *params, size_t n, int bf16);
+#define MIXTRAL_FILE_ARCH 3 /* magic and version: modelfile.h's LLMC_FILE_MAGIC, LLMC_FILE_VERSION */
+/* Read and written through llmcfile.h's llmc_file_* (mixtralfile.c's LlmcFileKind): the
+ * parameters verified (size, "<path>.sum", finite), written atomically with "<path>.sum". */
 
 #ifdef __cplusplus
 }

@@ -15,12 +15,13 @@ import struct
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from hardening_util import TRAINER, clean_outcome, run
-from hostile_common import base_args, leftovers
+import hf_tiny
+from hardening_util import run
+from hostile_common import base_args, run_judged
 
 TIMEOUT = 30
-V, C, L, NH, NKV, F, E, K, MAXT = 256, 32, 1, 2, 1, 64, 4, 2, 64
-HS = C // NH
+V, C, L, NH, NKV, F, MAXT = hf_tiny.V, hf_tiny.C, hf_tiny.L, hf_tiny.NH, hf_tiny.NKV, hf_tiny.F, hf_tiny.MAXT
+E, K = 4, 2
 
 
 def mixtral_config():
@@ -31,23 +32,17 @@ def mixtral_config():
             "router_aux_loss_coef": 0.02, "output_router_logits": True, "torch_dtype": "float32"}
 
 
-def mixtral_tensors(seed=3):
-    rng = np.random.default_rng(seed)
-    g = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
-    t = {"model.embed_tokens.weight": g(V, C), "model.norm.weight": np.ones(C, np.float32), "lm_head.weight": g(V, C)}
-    for layer in range(L):
-        p = f"model.layers.{layer}."
-        t[p + "input_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "post_attention_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "self_attn.q_proj.weight"] = g(C, C)
-        t[p + "self_attn.k_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.v_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.o_proj.weight"] = g(C, C)
-        t[p + "block_sparse_moe.gate.weight"] = g(E, C)
-        for e in range(E):
-            q = p + f"block_sparse_moe.experts.{e}."
-            t[q + "w1.weight"], t[q + "w3.weight"], t[q + "w2.weight"] = g(F, C), g(F, C), g(C, F)
+def experts(p, g):
+    """a layer's router and experts (w1 gate, w3 up, w2 down), named as transformers' Mixtral"""
+    t = {p + "block_sparse_moe.gate.weight": g(E, C)}
+    for e in range(E):
+        q = p + f"block_sparse_moe.experts.{e}."
+        t[q + "w1.weight"], t[q + "w3.weight"], t[q + "w2.weight"] = g(F, C), g(F, C), g(C, F)
     return t
+
+
+def mixtral_tensors(seed=3):
+    return hf_tiny.decoder_tensors(seed, experts)
 
 
 def setup(ctx):
@@ -71,21 +66,10 @@ def digest(path):
 def judge(ctx, init, what, must_fail):
     out_dir = ctx.fresh("moe_run")
     before = digest(init)
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", init, "-x", "2", "-n", "2", "-o", out_dir, "--threads", "1"],
-                       timeout=TIMEOUT)
-    o = clean_outcome(rc, err)
-    if o == "hang":
-        return o, f"{what}: no exit in {TIMEOUT} s"
-    if digest(init) != before:
-        return "lost", f"{what}: the -e input changed"
-    if leftovers(out_dir):
-        return "silent", f"{what}: temporary files left {leftovers(out_dir)}"
-    if o == "error" and "step " in out:
-        return "unclean", f"{what}: a late failure (after steps ran): {err.strip()[-200:]}"
-    if o != "ok":
-        return o, f"{what}: {err.strip()[-160:]}"
-    if must_fail:
-        return "silent", f"{what}: exit 0"
+    args = base_args(ctx) + ["-e", init, "-x", "2", "-n", "2", "-o", out_dir, "--threads", "1"]
+    settled = run_judged(args, out_dir, what, must_fail, lambda: digest(init) == before, "input")
+    if settled:
+        return settled
     if not os.path.exists(os.path.join(out_dir, "model_00000002.bin")):
         return "silent", f"{what}: exit 0 without its checkpoint"
     return "ok", what
