@@ -74,7 +74,7 @@ endif
 # mk/*.mk fragments add to CORE_SRCS, BINS, TEST_BINS and define their own targets.
 CORE_SRCS := llmc/core/check.c llmc/core/tensor.c llmc/core/sumfile.c llmc/core/atomicfile.c llmc/core/logger.c llmc/core/rng.c \
              llmc/core/optstate.c llmc/core/mem.c llmc/data/shard.c llmc/models/gpt2.c llmc/models/llama.c \
-             llmc/formats/modelfile.c llmc/formats/statefile.c llmc/formats/rundir.c llmc/dist/dist.c llmc/generate/sampler.c \
+             llmc/formats/modelfile.c llmc/formats/llmcfile.c llmc/formats/statefile.c llmc/formats/rundir.c llmc/dist/dist.c llmc/generate/sampler.c \
              llmc/train/cli.c llmc/train/schedule.c llmc/train/train.c llmc/train/checkpoint.c llmc/train/report.c \
              llmc/train/optim.c llmc/train/hostopt.c llmc/train/plan.c llmc/cpu/adamw.c llmc/data/evalfile.c \
              llmc/train/eval.c llmc/train/adafactor.c llmc/cpu/adafactor.c

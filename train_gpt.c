@@ -54,6 +54,11 @@ static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->
 
 /* run_teacher for tc, checked against the student run_arch (-e tc->init) */
 static void teacher_for(const TrainConfig *tc) {
+    /* (a Mixtral student's objective adds the load-balancing loss, whose gradient its forward with
+     * targets prepares: the distillation forward has none yet) */
+    if (run_arch.arch == &mixtral_arch)
+        llmc_die("--teacher with a Mixtral student (-e %s) is not built yet: its load-balancing loss is not part "
+                 "of the distillation objective; distill into a dense student", tc->init);
     teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init, tc->T);
 }
 
@@ -192,6 +197,19 @@ static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     return run->a->logits(run->model) + (size_t)(n - 1) * run->a->parts(run->model).cfg->padded_vocab_size;
 }
 
+/* the architecture's own parts of a step (CpuArch.step_log: Mixtral's train_ce, train_aux and
+ * routing statistics), after the loop's memory figures on the step line */
+static void cpu_step_extras(void *r, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg) {
+    (void)step_ms, (void)tokens_per_s;
+    CpuRun *run = (CpuRun *)r;
+    if (text) {
+        int n = snprintf(text, len, " | mem %.2f GiB (peak %.2f)", mem_live_total(0) / 1073741824.0,
+                         mem_peak_total(0) / 1073741824.0);
+        if (n > 0 && (size_t)n < len) run->a->step_log(run->model, text + n, len - (size_t)n, NULL);
+    }
+    if (lg) run->a->step_log(run->model, NULL, 0, lg);
+}
+
 static void cpu_sync_noop(void *r) { (void)r; }
 static void lora_print_memory(void *r, FILE *out);
 static void cpu_print_memory(void *r, FILE *out) {
@@ -270,6 +288,7 @@ static void host_backend(TrainBackend *be, CpuRun *run, const TrainConfig *tc) {
     }
     be->ops.plan = cpu_plan;
     if (use_teacher) be->ops.loss_parts = cpu_loss_parts;
+    if (run->a->step_log) be->report.step_extras = cpu_step_extras;
 }
 
 static void budget_fit_run(TrainConfig *tc, const ModelConfig *cfg, const BudgetSpace *space, Dist *dist) {

@@ -25,7 +25,9 @@ def llama_config(**extra):
     return c
 
 
-def llama_tensors(seed=1):
+def decoder_tensors(seed, ffn):
+    """A Llama-family decoder's tensors (these sizes, untied head) with N(0, 0.02) weights and unit norms
+    drawn from seed; ffn(prefix, g) gives each layer's feed-forward tensors (g(*shape) draws one)."""
     rng = np.random.default_rng(seed)
     g = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
     t = {"model.embed_tokens.weight": g(V, C), "model.norm.weight": np.ones(C, np.float32),
@@ -38,10 +40,13 @@ def llama_tensors(seed=1):
         t[p + "self_attn.k_proj.weight"] = g(NKV * HS, C)
         t[p + "self_attn.v_proj.weight"] = g(NKV * HS, C)
         t[p + "self_attn.o_proj.weight"] = g(C, C)
-        t[p + "mlp.gate_proj.weight"] = g(F, C)
-        t[p + "mlp.up_proj.weight"] = g(F, C)
-        t[p + "mlp.down_proj.weight"] = g(C, F)
+        t.update(ffn(p, g))
     return t
+
+
+def llama_tensors(seed=1):
+    return decoder_tensors(seed, lambda p, g: {p + "mlp.gate_proj.weight": g(F, C), p + "mlp.up_proj.weight": g(F, C),
+                                               p + "mlp.down_proj.weight": g(C, F)})
 
 
 TOKENIZER_JSON = '{"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}\n'

@@ -5,7 +5,7 @@ import os
 import shutil
 import struct
 
-from hardening_util import numel
+from hardening_util import TRAINER, clean_outcome, numel, run
 
 TIMEOUT = 30
 MODEL_BYTES = 1024 + 4 * numel(64, 256, 1, 32, 256)
@@ -55,3 +55,25 @@ def resume_copy(ctx, name):
     for f in glob.glob(os.path.join(d, "*00000003*")):
         os.remove(f)
     return d
+
+
+def run_judged(args, out_dir, what, must_fail, unchanged, input_name, timeout=TIMEOUT):
+    """Runs the trainer with args (its output directory out_dir) and judges what every hostile input must
+    hold: an exit within timeout seconds, unchanged() still true (else lost: "the -e <input_name> changed"), no
+    temporary file left, no failure after steps ran, an error when must_fail. Returns (outcome, note) when
+    that settles the case, else None: a clean exit 0, for the caller's own checks of what it wrote."""
+    rc, out, err = run(TRAINER, args, timeout=timeout)
+    o = clean_outcome(rc, err)
+    if o == "hang":
+        return o, f"{what}: no exit in {timeout} s"
+    if not unchanged():
+        return "lost", f"{what}: the -e {input_name} changed"
+    if leftovers(out_dir):
+        return "silent", f"{what}: temporary files left {leftovers(out_dir)}"
+    if o == "error" and "step " in out:
+        return "unclean", f"{what}: a late failure (after steps ran): {err.strip()[-200:]}"
+    if o != "ok":
+        return o, f"{what}: {err.strip()[-160:]}"
+    if must_fail:
+        return "silent", f"{what}: exit 0"
+    return None

@@ -19,23 +19,17 @@
 #include <string.h>
 
 #include "llmc/core/check.h"
-#include "llmc/cpu/adamw.h"
 #include "llmc/cpu/mlp.h"
 #include "llmc/formats/mlpfile.h"
 #include "llmc/formats/modelfile.h"
-#include "llmc/core/sumfile.h"
 #include "test/cpu_arch_checks.h"
 #include "test/debug_state.h"
 #include "test/testing.h"
 
 /* the model -e init names, built and loaded through the table (seed for descriptors) */
 static void load(MlpModel *m, ArchConfig *ac, const char *init, unsigned long long seed) {
-    if (!mlp_arch.config_from_init(init, ac) || ac->arch != &mlp_arch) llmc_die("'%s' is not taken by mlp_arch", init);
-    const char *bad = mlp_arch.config_validate(ac);
-    if (bad) llmc_die("'%s': %s", init, bad);
-    mlp_build(m, arch_config_as(ac, MlpConfig));
+    cpu_arch_load(&mlp_cpu_arch, m, ac, init, seed);
     test_report(mlp_arch.parameter_specs(ac, NULL) == m->num_parameters, "the table's size is the model's", "");
-    mlp_arch.load_init(init, ac, m->params_memory, m->num_parameters, seed);
 }
 
 /* the file at path, loaded through the table and allocated for (B, T) */
@@ -43,23 +37,6 @@ static void load_for(MlpModel *m, const char *path, int B, int T, int training) 
     ArchConfig ac;
     load(m, &ac, path, 0);
     mlp_allocate_for(m, B, T, training);
-}
-
-static int same_bytes(const char *pa, const char *pb) {
-    FILE *a = fopenCheck(pa, "rb"), *b = fopenCheck(pb, "rb");
-    int same = 1, ca, cb;
-    do {
-        ca = fgetc(a), cb = fgetc(b);
-        same &= ca == cb;
-    } while (ca != EOF && cb != EOF);
-    fclose(a), fclose(b);
-    return same;
-}
-
-static void remove_with_sum(const char *path) {
-    char sum[4300];
-    sumfile_path(path, sum, sizeof sum);
-    remove(path), remove(sum);
 }
 
 /* mlp:dN's shape, the seeded init's rules, a header that is the Llama's, bf16 files */
@@ -127,23 +104,6 @@ static void test_descriptors(const char *dir) {
     free(p1), free(p2);
 }
 
-/* -z 2/3 with one rank: the hooks stand in for the optimizer (reduce: a bucket's gradients into
- * whole ones; gather: a bucket's parameters from a whole copy) */
-typedef struct {
-    float *grads;
-    const float *params;
-} ZeroCtx;
-static void zero_reduce(void *ctx, float *packed, const Bucket *b) {
-    for (int i = 0; i < b->n; packed += b->len[i], i++)
-        memcpy(((ZeroCtx *)ctx)->grads + b->off[i], packed, b->len[i] * sizeof(float));
-}
-static void zero_gather_begin(void *ctx, float *packed, const Bucket *b, int slot) {
-    (void)slot;
-    for (int i = 0; i < b->n; packed += b->len[i], i++)
-        memcpy(packed, ((ZeroCtx *)ctx)->params + b->off[i], b->len[i] * sizeof(float));
-}
-static void zero_gather_end(void *ctx, int slot) { (void)ctx, (void)slot; }
-
 static void test_zero(const char *path, const DebugState *d) {
     MlpModel model;
     load_for(&model, path, d->B, d->T, 1);
@@ -159,10 +119,7 @@ static void test_zero(const char *path, const DebugState *d) {
     for (int zero = 2; zero <= 3; zero++) {
         ZeroCtx zc = {(float *)callocCheck(n, sizeof(float), "whole grads"), params};
         load_for(&model, path, d->B, d->T, 1);
-        mlp_shard(&model, zero, 1, 0, (CpuShardHooks){&zc, zero_reduce, zero_gather_begin, zero_gather_end});
-        mlp_zero_grad(&model);
-        const float loss = mlp_forward(&model, d->x, d->y, d->B, d->T, dloss);
-        mlp_backward(&model, d->x, d->B, d->T);
+        const float loss = cpu_arch_zero_step(&mlp_cpu_arch, &model, d, zero, &zc);
         char name[96];
         snprintf(name, sizeof name, "-z %d: the loss and every gradient equal -z 0's bit for bit", zero);
         test_report(loss == loss0 && memcmp(zc.grads, grads0, n * sizeof(float)) == 0, name, "loss %.9g vs %.9g", loss,
@@ -186,23 +143,6 @@ static void test_decode(const char *path, const int *tokens, int T) {
     mlp_free(&model);
 }
 
-/* One AdamW step on the reference's batch with its settings (step t from 1); returns the loss and
- * the gradient norm in *norm. */
-static float train_step(MlpModel *model, const DebugState *d, float *m, float *v, int t, float *norm) {
-    const size_t n = model->num_parameters;
-    mlp_zero_grad(model);
-    const float loss = mlp_forward(model, d->x, d->y, d->B, d->T, 1.0f / (d->B * d->T));
-    mlp_backward(model, d->x, d->B, d->T);
-    *norm = (float)sqrt(global_norm_squared(model->grads_memory, n));
-    const float scale = d->grad_clip > 0 && *norm > d->grad_clip ? d->grad_clip / *norm : 1.0f;
-    for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
-        const TensorSpec *s = &model->param_specs[i];
-        adamw_update(model->params_memory + s->offset, model->grads_memory + s->offset, m + s->offset, v + s->offset,
-                     s->numel, d->lr, d->beta1, d->beta2, d->eps, s->decay ? d->weight_decay : 0.0f, t, scale);
-    }
-    return loss;
-}
-
 /* the N-step trajectory on the reference's batch under its AdamW settings; then save (through
  * the table) -> reload -> 3 more steps, bit-identical to 3 more steps of the model in memory */
 static void test_trajectory(const char *path, const DebugState *d) {
@@ -210,13 +150,7 @@ static void test_trajectory(const char *path, const DebugState *d) {
     load_for(&model, path, d->B, d->T, 1);
     const size_t n = model.num_parameters;
     float *m = (float *)callocCheck(n, sizeof(float), "m"), *v = (float *)callocCheck(n, sizeof(float), "v");
-    int traj_ok = 1;
-    for (int step = 0; step < d->nsteps; step++) {
-        float norm;
-        const float l = train_step(&model, d, m, v, step + 1, &norm);
-        traj_ok &= check_debug_step(d, step, l, norm);
-    }
-    test_report(traj_ok, "10-step loss and grad-norm trajectory", "see the steps above");
+    check_trajectory(&mlp_cpu_arch, &model, d, m, v, "10-step loss and grad-norm trajectory");
     test_close("parameters after the trajectory", model.params_memory, d->params_after, n, 1e-5, 1e-4);
     char saved[4200];
     snprintf(saved, sizeof saved, "%s.trained", path);
@@ -229,7 +163,8 @@ static void test_trajectory(const char *path, const DebugState *d) {
     int same = 1;
     for (int t = d->nsteps + 1; t <= d->nsteps + 3; t++) {
         float na, nb;
-        const float la = train_step(&model, d, m, v, t, &na), lb = train_step(&back, d, m2, v2, t, &nb);
+        const float la = cpu_arch_train_step(&mlp_cpu_arch, &model, d, m, v, t, &na);
+        const float lb = cpu_arch_train_step(&mlp_cpu_arch, &back, d, m2, v2, t, &nb);
         same &= la == lb && na == nb;
     }
     same &= memcmp(model.params_memory, back.params_memory, n * sizeof(float)) == 0;

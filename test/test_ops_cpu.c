@@ -24,6 +24,7 @@
 #include "llmc/cpu/gelu.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/moe.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/rmsnorm.h"
 #include "llmc/cpu/rope.h"
@@ -900,6 +901,119 @@ static void test_sgemm(uint64_t seed) {
 
 /* ---- main --------------------------------------------------------------------------------- */
 
+/* ---- moe routing (Mixtral) ------------------------------------------------------------------ */
+
+typedef struct {
+    int N, E, K;
+    const float *expert;       /* (N, K): the selection, fixed (the objective is smooth around it) */
+    double *z, *dw, *extra;    /* logits (N, E); weights of the renormalised top-k (N, K); of p (E) */
+} RouterRef;
+
+/* L = sum_t [sum_j dw(t, j) w(t, j) + sum_e extra(e) p(t, e)], p = softmax(z), w = p_sel / sum p_sel */
+static double router_ref_loss(void *ctx) {
+    RouterRef *r = (RouterRef *)ctx;
+    double L = 0.0;
+    for (int t = 0; t < r->N; t++) {
+        const double *z = r->z + (size_t)t * r->E;
+        double m = z[0], s = 0.0, p[64], S = 0.0;
+        for (int e = 1; e < r->E; e++) m = fmax(m, z[e]);
+        for (int e = 0; e < r->E; e++) s += exp(z[e] - m);
+        for (int e = 0; e < r->E; e++) p[e] = exp(z[e] - m) / s, L += r->extra[e] * p[e];
+        for (int j = 0; j < r->K; j++) S += p[(int)r->expert[t * r->K + j]];
+        for (int j = 0; j < r->K; j++) L += r->dw[t * r->K + j] * p[(int)r->expert[t * r->K + j]] / S;
+    }
+    return L;
+}
+
+static void test_moe_case(uint64_t seed, int E, int K) {
+    const int N = 9, C = 5;
+    printf("moe routing: N=%d E=%d top-%d C=%d (row 0 all tied, row 1 two tied maxima)\n", N, E, K, C);
+    Rng r = rng_make("moe", seed);
+    float *z = frand(&r, (size_t)N * E, -3, 3);
+    for (int e = 0; e < E; e++) z[e] = 0.25f;     /* a tie of every expert */
+    z[E + 1] = z[E + E - 1] = 3.5f;                /* experts 1 and E-1 tie for the top */
+    double *zd = to_double(z, (size_t)N * E);
+    float *probs = fcopy(z, (size_t)N * E), *ex = fnan((size_t)N * K), *w = fnan((size_t)N * K);
+    moe_router_forward(probs, ex, w, N, E, K);
+    /* the double softmax and the stable descending order (ties: the lower index first) */
+    double *pd = dalloc((size_t)N * E), *wd = dalloc((size_t)N * K);
+    int order_ok = 1;
+    for (int t = 0; t < N; t++) {
+        double m = zd[t * E], s = 0.0;
+        for (int e = 1; e < E; e++) m = fmax(m, zd[t * E + e]);
+        for (int e = 0; e < E; e++) s += exp(zd[t * E + e] - m);
+        for (int e = 0; e < E; e++) pd[t * E + e] = exp(zd[t * E + e] - m) / s;
+        int taken[64] = {0};
+        double S = 0.0;
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (best < 0 || z[t * E + e] > z[t * E + best])) best = e;
+            taken[best] = 1;
+            order_ok &= ex[t * K + j] == (float)best;
+            S += pd[t * E + best];
+        }
+        for (int j = 0; j < K; j++) wd[t * K + j] = pd[t * E + (int)ex[t * K + j]] / S;
+    }
+    order_ok &= ex[0] == 0.0f && (K < 2 || ex[1] == 1.0f) && ex[K] == 1.0f && (K < 2 || ex[K + 1] == (float)(E - 1));
+    test_report(order_ok, "moe_router_forward top-k: by probability, ties to the lower expert index", "");
+    check_close_d("moe_router_forward softmax probabilities", probs, pd, (size_t)N * E, 1e-7, 1e-6);
+    check_close_d("moe_router_forward renormalised top-k weights", w, wd, (size_t)N * K, 1e-7, 1e-6);
+    /* grouping: every (token, slot) once, experts in index order, tokens in position order */
+    float *row = fnan((size_t)N * K), *count = fnan((size_t)E);
+    int offset[65];
+    moe_permute(row, count, offset, ex, N, E, K);
+    int seen[64 * 8] = {0}, group_ok = offset[0] == 0 && offset[E] == N * K;
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < K; j++) {
+            const int e = (int)ex[t * K + j], rr = (int)row[t * K + j];
+            group_ok &= rr >= offset[e] && rr < offset[e + 1] && !seen[rr]++;
+            for (int u = 0; u < t; u++) /* an earlier token of the same expert has an earlier row */
+                for (int i = 0; i < K; i++)
+                    if ((int)ex[u * K + i] == e) group_ok &= (int)row[u * K + i] < rr;
+        }
+    for (int e = 0; e < E; e++) group_ok &= count[e] == (float)(offset[e + 1] - offset[e]);
+    test_report(group_ok, "moe_permute: grouped by expert, tokens in position order, each pair once, counts", "");
+    /* gather / combine forward and backward vs double */
+    const size_t NK = (size_t)N * K;
+    float *x = frand(&r, (size_t)N * C, -1, 1), *xg = fnan(NK * C), *yg = frand(&r, NK * C, -1, 1);
+    float *out = fnan((size_t)N * C), *dout = frand(&r, (size_t)N * C, -1, 1);
+    moe_gather(xg, x, row, N, K, C);
+    moe_combine_forward(out, yg, w, row, N, K, C);
+    float *dyg = fnan(NK * C), *dwt = fnan(NK), *dx = fnan((size_t)N * C);
+    moe_combine_backward(dyg, dwt, dout, yg, w, row, N, K, C);
+    moe_gather_backward(dx, yg, row, N, K, C);
+    double *xg_d = dalloc(NK * C), *out_d = dalloc((size_t)N * C), *dyg_d = dalloc(NK * C), *dw_d = dalloc(NK);
+    double *dx_d = dalloc((size_t)N * C);
+    for (int t = 0; t < N; t++)
+        for (int j = 0; j < K; j++) {
+            const size_t rr = (size_t)row[t * K + j];
+            for (int c = 0; c < C; c++) {
+                xg_d[rr * C + c] = x[t * C + c];
+                out_d[t * C + c] += (double)w[t * K + j] * yg[rr * C + c];
+                dyg_d[rr * C + c] = (double)w[t * K + j] * dout[t * C + c];
+                dw_d[t * K + j] += (double)dout[t * C + c] * yg[rr * C + c];
+                dx_d[t * C + c] += yg[rr * C + c];
+            }
+        }
+    check_close_d("moe_gather rows (=)", xg, xg_d, NK * C, 0, 0);
+    check_close_d("moe_combine_forward (=, over NaN prefill)", out, out_d, (size_t)N * C, 1e-6, 1e-6);
+    check_close_d("moe_combine_backward dyg (=)", dyg, dyg_d, NK * C, 1e-7, 1e-6);
+    check_close_d("moe_combine_backward dweight (=)", dwt, dw_d, NK, 1e-6, 1e-6);
+    check_close_d("moe_gather_backward (=)", dx, dx_d, (size_t)N * C, 1e-6, 1e-6);
+    /* router backward vs finite differences of the double objective */
+    float *dwr = frand(&r, NK, -1, 1), *extra = frand(&r, (size_t)E, -1, 1), *dz = fnan((size_t)N * E);
+    moe_router_backward(dz, dwr, probs, ex, w, extra, N, E, K);
+    RouterRef ref = {N, E, K, ex, zd, to_double(dwr, NK), to_double(extra, (size_t)E)};
+    double *g = dalloc((size_t)N * E);
+    fd_gradient(g, zd, (size_t)N * E, router_ref_loss, &ref);
+    check_close_d("moe_router_backward dlogits through the renormalisation and the softmax (=, FD)", dz, g,
+                  (size_t)N * E, 1e-6, 1e-5);
+    free(z), free(zd), free(probs), free(ex), free(w), free(pd), free(wd), free(row), free(count), free(x), free(xg);
+    free(yg), free(out), free(dout), free(dyg), free(dwt), free(dx), free(xg_d), free(out_d), free(dyg_d), free(dw_d);
+    free(dx_d), free(dwr), free(extra), free(dz), free(ref.dw), free(ref.extra), free(g);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = DEFAULT_SEED;
     for (int i = 1; i < argc; i++) {
@@ -936,5 +1050,8 @@ int main(int argc, char **argv) {
     test_adamw(seed + 10, 5);
     test_global_norm(seed + 11);
     test_sgemm(seed + 12);
+    test_moe_case(seed + 14, 6, 2);
+    test_moe_case(seed + 15, 4, 1);
+    test_moe_case(seed + 16, 8, 3);
     return test_exit_code();
 }

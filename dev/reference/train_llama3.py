@@ -208,6 +208,24 @@ def write_debug_state(path, cfg, x, y, hp, nsteps, out):
     ref.atomic_write(path, lambda fh: ref.write_debug_state_body(fh, ref.header_bytes(fields), x, y, out))
 
 
+def batch_and_hp(a, cfg):
+    """The one batch and the AdamW settings the table references train on (--batch-size, --seq-len,
+    --seed, --lr; the project's betas 0.9/0.95, eps 1e-8, weight decay 0.1, clip 1), as float32."""
+    x, y = ref.random_batch(a.batch_size, a.seq_len, cfg.vocab_size, a.seed)
+    return x, y, ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
+
+
+def clone_tensors(tensors):
+    return {k: t.clone() for k, t in tensors.items()}
+
+
+def write_reference_run(path, model, cfg, x, y, hp, nsteps):
+    """Trains model nsteps on (x, y) (ref.run_reference) and writes the debug state at path, saying so."""
+    out = ref.run_reference(model, x, y, hp, nsteps)
+    write_debug_state(path, cfg, x, y, hp, nsteps, out)
+    print(f"wrote {path}: loss {out['loss']:.6f}; losses " + " ".join(f"{v:.6f}" for v in out["losses"]))
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description="PyTorch reference Llama 3 (llmc/models/llama.h layout)")
     for flag, default in (("--depth", 2), ("--channels", 64), ("--heads", 4), ("--kv-heads", 2),
@@ -233,16 +251,11 @@ def main(argv=None):
                       low=ref.f32(a.rope_low), high=ref.f32(a.rope_high), original=a.rope_original)
     tensors = init_tensors(cfg, a.seed)
     save_model(a.save_model, cfg, tensors)
-    x, y = ref.random_batch(a.batch_size, a.seq_len, cfg.vocab_size, a.seed)
-    hp = ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
+    x, y, hp = batch_and_hp(a, cfg)
     if a.debug_state:
-        model = Llama(cfg, {k: t.clone() for k, t in tensors.items()})
-        out = ref.run_reference(model, x, y, hp, a.steps)
-        write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
-        print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses "
-              + " ".join(f"{v:.6f}" for v in out["losses"]))
+        write_reference_run(a.debug_state, Llama(cfg, clone_tensors(tensors)), cfg, x, y, hp, a.steps)
     if a.bench_steps:  # as train_gpt2.py --bench-steps: the same AdamW steps, timed
-        model = Llama(cfg, {k: t.clone() for k, t in tensors.items()})
+        model = Llama(cfg, clone_tensors(tensors))
         ms, loss = ref.bench(model, x, y, hp, a.bench_steps, "float32", False)
         B, T = x.shape
         print(f"BENCH pytorch ms_per_step={ms:.2f} tokens_per_s={B * T / (ms / 1000.0):.0f} "

@@ -100,12 +100,8 @@ def main(argv=None):
     cfg = MlpConfig(a.max_seq_len, a.vocab, a.depth, a.channels, F, eps=ref.f32(a.norm_eps))
     tensors = init_tensors(cfg, a.seed)
     save_model(a.save_model, cfg, tensors)
-    x, y = ref.random_batch(a.batch_size, a.seq_len, cfg.vocab_size, a.seed)
-    hp = ref.HyperParams(*(ref.f32(v) for v in (a.lr, 0.9, 0.95, 1e-8, 0.1, 1.0)))
-    model = Mlp(cfg, {k: t.clone() for k, t in tensors.items()})
-    out = ref.run_reference(model, x, y, hp, a.steps)
-    train_llama3.write_debug_state(a.debug_state, cfg, x, y, hp, a.steps, out)
-    print(f"wrote {a.debug_state}: loss {out['loss']:.6f}; losses " + " ".join(f"{v:.6f}" for v in out["losses"]))
+    x, y, hp = train_llama3.batch_and_hp(a, cfg)
+    train_llama3.write_reference_run(a.debug_state, Mlp(cfg, train_llama3.clone_tensors(tensors)), cfg, x, y, hp, a.steps)
     return 0
 
 

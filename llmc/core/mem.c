@@ -15,6 +15,19 @@ const char *const mem_class_names[MEM_NUM_CLASSES] = {
     "cudnn_workspace", "test_leak"};
 const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
 
+void mem_plan_tables(MemPlan *p, size_t num_parameters, const TensorSpec *act, int n_acts, size_t act_floats,
+                     int training) {
+    if (n_acts > MODEL_MAX_ACTIVATIONS) llmc_die("internal: %d activation rows, MemPlan holds %d", n_acts, MODEL_MAX_ACTIVATIONS);
+    p->num_parameters = num_parameters;
+    p->recompute = 0;
+    p->host[MEM_PARAMETERS] = num_parameters * sizeof(float);
+    memset(p->act, 0, sizeof p->act);
+    memset(p->act_bytes, 0, sizeof p->act_bytes);
+    for (int i = 0; i < n_acts; i++) p->act[i] = act[i], p->act_bytes[i] = act[i].numel * sizeof(float);
+    p->host[MEM_ACTIVATIONS] = act_floats * sizeof(float);
+    if (training) p->host[MEM_GRADIENTS] = num_parameters * sizeof(float);
+}
+
 void mem_plan_init(MemPlan *p, const char *device) {
     memset(p, 0, sizeof *p);
     p->device = device;

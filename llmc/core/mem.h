@@ -67,6 +67,11 @@ typedef struct {
 } MemPlan;
 
 void mem_plan_init(MemPlan *p, const char *device);
+/* A model's tables into its plan (every activation stored, -r 0): num_parameters fp32 parameters
+ * (and gradients when training), the n_acts activation rows, and an activation arena of
+ * act_floats (the table's total plus any extra the model keeps there, e.g. the RoPE table). */
+void mem_plan_tables(MemPlan *p, size_t num_parameters, const TensorSpec *act, int n_acts, size_t act_floats,
+                     int training);
 /* The planned peak: of the process (host) for the CPU, of the device for the GPU; phase names
  * the phase that reaches it. step_only leaves out the checkpoint phase. */
 size_t mem_plan_peak(const MemPlan *p, int step_only, const char **phase);

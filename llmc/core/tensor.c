@@ -83,6 +83,18 @@ size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute) {
     return offset;
 }
 
+size_t tensor_table_params(TensorSpec *specs, TensorSpec *table, int n, size_t L) {
+    size_t total = tensor_table_place_params(table, n, L);
+    if (specs) memcpy(specs, table, (size_t)n * sizeof *table);
+    return total;
+}
+
+size_t tensor_table_acts(TensorSpec *specs, TensorSpec *table, int n, size_t L, int recompute) {
+    size_t total = tensor_table_place_acts(table, n, L, recompute);
+    if (specs) memcpy(specs, table, (size_t)n * sizeof *table);
+    return total;
+}
+
 double model_flops_per_token(size_t n, const ModelConfig *cfg, int T) {
     return 6.0 * (double)n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
 }

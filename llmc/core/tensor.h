@@ -77,6 +77,10 @@ size_t tensor_table_place_params(TensorSpec *t, int n, size_t L);
 /* Offsets back to back; an activation whose level is above recompute is stored for each of the L
  * layers (numel *= L, layer_numel = one layer's, per_layer = 1), else once (per_layer = 0). */
 size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute);
+/* An architecture's *_parameter_specs / *_activation_specs in one call: place table (its rows as
+ * written by the X-macros) and copy it to specs (NULL: only the total is wanted); returns the total. */
+size_t tensor_table_params(TensorSpec *specs, TensorSpec *table, int n, size_t L);
+size_t tensor_table_acts(TensorSpec *specs, TensorSpec *table, int n, size_t L, int recompute);
 
 /* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
  * never from hand-written shape products. */

@@ -7,6 +7,7 @@ const CpuArch *const cpu_archs[] = {
     &gpt2_cpu_arch,
     &llama3_cpu_arch,
     &mlp_cpu_arch,
+    &mixtral_cpu_arch,
     NULL,
 };
 

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "llmc/core/logger.h"
 #include "llmc/core/mem.h"
 #include "llmc/cpu/zero.h"
 #include "llmc/formats/arch.h"
@@ -86,6 +87,10 @@ typedef struct CpuArch {
      * then frozen). NULL / 0 where the block sequence has no LoRA sites. */
     int lora_family;
     void (*set_lora)(void *model, struct LoraRun *lora);
+
+    /* Optional (NULL: none): the architecture's own parts of a training step since zero_grad,
+     * as log fields (lg) or step-line text (Mixtral: train_ce, train_aux, tokens per expert). */
+    void (*step_log)(const void *model, char *text, size_t len, Logger *lg);
 } CpuArch;
 
 /* The uniform wrappers over a block sequence with llmc/cpu/llama.h's function shapes (P_build(Model *,
@@ -167,6 +172,7 @@ const CpuArch *cpu_arch_for(const struct ModelArch *arch);
 extern const CpuArch gpt2_cpu_arch;
 extern const CpuArch llama3_cpu_arch;
 extern const CpuArch mlp_cpu_arch;
+extern const CpuArch mixtral_cpu_arch;
 
 #ifdef __cplusplus
 }

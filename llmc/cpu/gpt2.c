@@ -93,9 +93,8 @@ void gpt2_plan_shard(const ModelConfig *cfg, int zero, int ranks, int rank, MemP
 void gpt2_shard(GPT2 *model, int zero, int ranks, int rank, GPT2ShardHooks hooks) {
     if (zero < 2) return;
     CpuZero *z = &model->train.zs;
-    cpu_zero_shard(z, model->param_specs, NUM_PARAMETER_TENSORS, model->cfg.num_layers, model->num_parameters, zero,
-                   ranks, rank, hooks, &model->params_memory, &model->train.params_floats, &model->grads_memory,
-                   &model->train.grads_floats);
+    cpu_training_shard(&model->train, model->param_specs, NUM_PARAMETER_TENSORS, model->cfg.num_layers,
+                       model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->grads_memory);
     float **g = gpt2_parameter_slots(&model->grads), **p = gpt2_parameter_slots(&model->params);
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
         g[i] = model->param_specs[i].layer_numel ? NULL : model->grads_memory + z->pos[i];

@@ -53,12 +53,69 @@ float llama_forward(LlamaModel *model, const int *inputs, const int *targets, in
 void llama_backward(LlamaModel *model, const int *inputs, int B, int T);
 void llama_free(LlamaModel *model);
 
-/* Inference with a key/value cache, as decode.h does for GPT-2: kv (L, maxT, 2 NKV HS) holds each
- * position's NKV keys then NKV values (after RoPE); query head h reads group h / (NH / NKV). */
+/* ---- the family's shared pieces: llama.c's block sequence and the Mixtral's (llmc/cpu/mixtral.c)
+ * run the same embedding, attention half (LLAMA3_TRUNK_* rows: they have the same indices in every
+ * family table) and head (LLAMA3_HEAD_* rows, from head_param / head_act on); only the MLP differs.
+ * A LlamaTrunk is a model's tables and arenas as these pieces see them. */
+struct LlamaDecode;
 typedef struct {
+    const LlamaConfig *cfg;
+    const TensorSpec *param_specs, *act_specs;
+    float *params, *grads, *acts, *freqs; /* grads NULL: a frozen base (no weight gradients) */
+    CpuTraining *train;                   /* ZeRO state, LoRA (NULL: none), backward scratch */
+    int head_param, head_act;             /* the table's lnfw and residual3 rows */
+    /* the architecture's MLP of layer l, on model: residual3 = residual2 + mlp(ln2) (forward);
+     * from dres at residual3 to dln2 in train->dbuf_c (backward, accumulating its weights'
+     * gradients); the decode's: d->proj = mlp(d->ln) for n positions */
+    void *model;
+    void (*mlp_forward)(void *model, int l, int B, int T);
+    void (*mlp_backward)(void *model, int l, int B, int T);
+    void (*mlp_decode)(void *model, struct LlamaDecode *d, int l, int n);
+} LlamaTrunk;
+/* The whole block sequence over t (the ZeRO hooks, embedding, each layer's trunk and MLP, the
+ * head): the forward returns the mean loss (0 without targets); the backward follows it. */
+float llama_family_forward(const LlamaTrunk *t, const int *inputs, const int *targets, int B, int T, float dloss);
+void llama_family_backward(const LlamaTrunk *t, const int *inputs, int B, int T);
+/* RoPE's cos/sin (T, HS/2, 2) for cfg's theta and scaling */
+void llama_rope_table(float *freqs, int T, const LlamaConfig *cfg);
+/* encoded = wte[inputs] (dies on a token id, or a target, outside the vocabulary) */
+void llama_trunk_embed(const LlamaTrunk *t, const int *inputs, const int *targets, int N);
+/* layer l from its input x to ln2: residual2 = x + attention(rope(qkv(rmsnorm(x)))), ln2 = rmsnorm(residual2) */
+void llama_trunk_forward(const LlamaTrunk *t, int l, const float *x, int B, int T);
+/* its backward, given dln2 in dbuf_c (the MLP's): dres += the gradient at residual2 and, through the
+ * attention, at x; dbuf_c and dbuf_f1 ((B, T, QKV) at least) are scratch */
+void llama_trunk_backward(const LlamaTrunk *t, int l, const float *x, int B, int T, float *dres, float *dbuf_c,
+                          float *dbuf_f1);
+/* lnf, logits from the last layer's residual3; with targets, the losses and (dloss != 0) dlogits in
+ * the logits activation; returns the mean loss (0 without targets) */
+float llama_head_forward(const LlamaTrunk *t, const int *targets, float dloss, int N);
+/* from dlogits to dres (cleared first) at the last layer's residual3; dbuf_c (B, T, C) is scratch */
+void llama_head_backward(const LlamaTrunk *t, int N, float *dres, float *dbuf_c);
+
+/* Inference with a key/value cache, as decode.h does for GPT-2: kv (L, maxT, 2 NKV HS) holds each
+ * position's NKV keys then NKV values (after RoPE); query head h reads group h / (NH / NKV). The
+ * family's shared part (the MLP's buffers are the model's own, after it in memory). */
+typedef struct LlamaDecode {
     int len, max_len, max_chunk;
     float *kv, *freqs; /* freqs: RoPE cos/sin for positions [0, maxT) */
-    float *residual, *ln, *qkv, *atty, *proj, *fch, *fch_swiglu, *logits, *rstd, *att;
+    float *residual, *ln, *qkv, *atty, *proj, *logits, *rstd, *att;
+} LlamaDecode;
+/* The floats d needs for max_chunk positions; memory non-NULL: points d's buffers into it (the
+ * first that many floats) and fills the RoPE table. */
+size_t llama_decode_layout(LlamaDecode *d, const LlamaConfig *cfg, int max_chunk, float *memory);
+/* tokens[0..n) at positions [len, len + n) into d->residual (checks n and the context) */
+void llama_decode_embed(const LlamaTrunk *t, LlamaDecode *d, const int *tokens, int n, const char *who);
+/* layer l of the n positions: attention over the cache (and appends their keys and values), its
+ * residual, then d->ln = rmsnorm(d->residual) for the MLP, whose output the caller adds */
+void llama_decode_attention(const LlamaTrunk *t, LlamaDecode *d, int l, int n);
+/* the logits (n, Vp) of the n positions; advances len */
+const float *llama_decode_head(const LlamaTrunk *t, LlamaDecode *d, int n);
+/* tokens[0..n) through embed, every layer's attention and t->mlp_decode, and the head */
+const float *llama_family_decode(const LlamaTrunk *t, LlamaDecode *d, const int *tokens, int n, const char *who);
+
+typedef struct {
+    LlamaDecode d;
+    float *fch, *fch_swiglu;
     float *memory;
 } LlamaKVCache;
 void llama_kvcache_init(LlamaKVCache *c, const LlamaModel *model, int max_chunk);

@@ -28,19 +28,11 @@ static size_t scratch_per_row(const ModelConfig *c) { return 2 * (size_t)c->chan
 
 void mlp_plan(const MlpConfig *cfg, int B, int T, int training, MemPlan *p) {
     const ModelConfig *c = &cfg->base;
-    p->num_parameters = mlp_parameter_specs(cfg, NULL);
-    p->recompute = 0;
-    p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
     TensorSpec act[MLP_NUM_ACTIVATIONS];
     size_t acts = mlp_activation_specs(cfg, B, T, act);
-    _Static_assert((int)MLP_NUM_ACTIVATIONS <= (int)NUM_ACTIVATION_TENSORS, "MemPlan.act holds the MLP table");
-    memset(p->act, 0, sizeof p->act);
-    memset(p->act_bytes, 0, sizeof p->act_bytes);
-    for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) p->act[i] = act[i], p->act_bytes[i] = act[i].numel * sizeof(float);
-    p->host[MEM_ACTIVATIONS] = acts * sizeof(float);
+    mem_plan_tables(p, mlp_parameter_specs(cfg, NULL), act, MLP_NUM_ACTIVATIONS, acts, training);
     if (!training) return;
     const size_t N = (size_t)B * T;
-    p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
     p->host[MEM_BWD_SCRATCH] = N * scratch_per_row(c) * sizeof(float);
     /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
     const size_t C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
@@ -62,14 +54,10 @@ void mlp_allocate_for(MlpModel *model, int B, int T, int training) {
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
     if (!training) return;
     const size_t N = (size_t)B * T, C = (size_t)c->channels, F = (size_t)c->ffn_hidden;
-    model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
-    model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
-    model->train.dresidual = model->train.scratch_memory;
-    model->train.dbuf_c = model->train.dresidual + N * C;
-    model->train.dbuf_f1 = model->train.dbuf_c + N * C;
+    float *next = cpu_training_alloc_scratch(&model->train, &plan, N, C);
+    model->train.dbuf_f1 = next;
     model->train.dbuf_f2 = model->train.dbuf_f1 + N * 2 * F;
-    model->train.grads_floats = model->num_parameters;
-    model->grads_memory = (float *)mem_calloc(MEM_GRADIENTS, model->train.grads_floats, sizeof(float), "gradients");
+    model->grads_memory = cpu_training_alloc_grads(&model->train, model->num_parameters);
 }
 
 void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -80,9 +68,8 @@ void mlp_plan_shard(const MlpConfig *cfg, int zero, int ranks, int rank, MemPlan
 
 void mlp_shard(MlpModel *model, int zero, int ranks, int rank, CpuShardHooks hooks) {
     if (!model->grads_memory) llmc_die("mlp_shard: allocate the model for training first");
-    cpu_zero_shard(&model->train.zs, model->param_specs, MLP_NUM_PARAMETERS, model->cfg.base.num_layers, model->num_parameters,
-                   zero, ranks, rank, hooks, &model->params_memory, &model->train.params_floats, &model->grads_memory,
-                   &model->train.grads_floats);
+    cpu_training_shard(&model->train, model->param_specs, MLP_NUM_PARAMETERS, model->cfg.base.num_layers,
+                       model->num_parameters, zero, ranks, rank, hooks, &model->params_memory, &model->grads_memory);
 }
 
 /* Layer l's view of a parameter, gradient or activation, from the tables (-z 2/3: in the
@@ -175,25 +162,14 @@ void mlp_zero_grad(MlpModel *model) {
 }
 
 void mlp_free(MlpModel *model) {
-    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
-    if (model->grads_memory) mem_free(MEM_GRADIENTS, model->grads_memory, model->train.grads_floats * sizeof(float));
-    cpu_zero_free(&model->train.zs);
-    if (model->acts_memory) mem_free(MEM_ACTIVATIONS, model->acts_memory, model->num_activations * sizeof(float));
-    if (model->train.scratch_memory) mem_free(MEM_BWD_SCRATCH, model->train.scratch_memory, model->train.num_scratch * sizeof(float));
+    cpu_training_free(&model->train, model->params_memory, model->grads_memory, model->acts_memory,
+                      model->num_activations);
     memset(model, 0, sizeof *model);
 }
 
 void mlp_print_memory(const MlpModel *model, FILE *out) {
-    const double MiB = 1048576.0;
-    double kinds[ACT_NUM_KINDS] = {0};
-    for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) kinds[model->act_specs[i].kind] += model->act_specs[i].numel * sizeof(float);
-    fprintf(out, "memory (CPU, fp32, MLP): parameters %zu (%.1f MiB%s), ", model->num_parameters,
-            model->train.params_floats * sizeof(float) / MiB, model->train.zs.zero == 3 ? " this shard" : "");
-    if (model->train.zs.zero == 3) fprintf(out, "parameters gathered %.1f MiB, ", model->train.zs.gather_floats * sizeof(float) / MiB);
-    fprintf(out, "gradients%s %.1f MiB, activations", model->train.zs.zero >= 2 ? " (2 buckets, -z >= 2)" : "",
-            (model->grads_memory ? model->train.grads_floats : 0) * sizeof(float) / MiB);
-    for (int k = 0; k < ACT_NUM_KINDS; k++) fprintf(out, "%s %s %.1f MiB", k ? "," : "", activation_kind_names[k], kinds[k] / MiB);
-    fprintf(out, ", backward scratch %.1f MiB\n", model->train.num_scratch * sizeof(float) / MiB);
+    cpu_training_print_memory(out, "MLP", model->num_parameters, "", model->act_specs, MLP_NUM_ACTIVATIONS,
+                              &model->train, model->grads_memory != NULL);
 }
 
 /* ---- decode (./generate): no keys or values to keep, only the position count --------------- */

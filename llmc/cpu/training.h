@@ -7,6 +7,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "llmc/cpu/zero.h"
 
@@ -27,3 +28,19 @@ typedef struct {
      * gradient arena; the backward computes the adapters' gradients and the inputs' only) */
     struct LoraRun *lora;
 } CpuTraining;
+
+/* The training fields' buffers freed with the parameter and gradient arenas (params_floats and
+ * grads_floats long) and the activation arena (acts_floats long; NULL: not allocated). */
+void cpu_training_free(CpuTraining *tr, float *params, float *grads, float *acts, size_t acts_floats);
+/* The startup memory line of a CPU model: "memory (CPU, fp32, <what>): parameters N (<note>X MiB),
+ * ..., gradients, activations by kind (act_specs, n_acts), backward scratch"; note may be "". */
+void cpu_training_print_memory(FILE *out, const char *what, size_t num_parameters, const char *note,
+                               const TensorSpec *act_specs, int n_acts, const CpuTraining *tr, int has_grads);
+/* The gradient arena for num_parameters (MEM_GRADIENTS; grads_floats set). */
+float *cpu_training_alloc_grads(CpuTraining *tr, size_t num_parameters);
+/* ZeRO -z 2/3 over a model's table (zero.h's cpu_zero_shard with the arenas kept in tr). */
+void cpu_training_shard(CpuTraining *tr, const TensorSpec *specs, int num_specs, int num_layers, size_t num_parameters,
+                        int zero, int ranks, int rank, CpuShardHooks hooks, float **params, float **grads);
+/* The backward scratch as the plan sized it (MEM_BWD_SCRATCH): dresidual and dbuf_c, (N, C) each,
+ * first; returns the rest (the architecture's dbuf_f1, dbuf_f2, ... go there). */
+float *cpu_training_alloc_scratch(CpuTraining *tr, const MemPlan *plan, size_t N, size_t C);

@@ -67,6 +67,15 @@ static inline float *cpu_zero_view(const CpuZero *z, const TensorSpec *specs, in
     return outer ? outer + z->pos[i] : arena + s->offset;
 }
 
+/* A parameter's layer-l view (-z 3: in the gathered buckets) and its gradient's (-z >= 2: in the
+ * bucket being filled; grads NULL, a frozen base: NULL), as every block sequence reads them. */
+static inline float *cpu_zero_param_view(const CpuZero *z, const TensorSpec *specs, int i, int l, float *params) {
+    return cpu_zero_view(z, specs, i, l, params, z->cur_params, z->zero == 3 ? z->gather_memory : NULL);
+}
+static inline float *cpu_zero_grad_view(const CpuZero *z, const TensorSpec *specs, int i, int l, float *grads) {
+    return grads ? cpu_zero_view(z, specs, i, l, grads, z->cur_grads, z->zero >= 2 ? grads : NULL) : NULL;
+}
+
 /* The forward's hooks (-z 3; nothing otherwise): the outer parameters gathered (they stay for
  * the backward that may follow), layer l's gather started, layer l in use (its gather waited
  * for, layer next's started). */

@@ -190,9 +190,17 @@ const ModelArch llama3_arch = {
     llama3_load, llama3_save, llama3_save_hf_ckpt, llama3_save_hf, llama3_flops,
 };
 
+int arch_config_named(ArchConfig *c, const ModelArch *a, const void *cfg, size_t bytes, const char *init) {
+    arch_config_take(c, a, cfg, bytes);
+    const char *bad = a->config_validate(c);
+    if (bad) llmc_die("-e %s: invalid %s configuration: %s", init, a->display, bad);
+    return 1;
+}
+
 /* ---- the registry ------------------------------------------------------------------------- */
 /* mlp before the Llama: they share the file magic, and the Llama reader refuses the MLP's id */
-const ModelArch *const model_archs[] = {&mlp_arch, &llama3_arch, &gpt2_arch, NULL};
+/* mixtral before the Llama too: its file shares the magic (architecture 3), its HF directory is not a Llama's */
+const ModelArch *const model_archs[] = {&mlp_arch, &mixtral_arch, &llama3_arch, &gpt2_arch, NULL};
 
 const ModelArch *model_arch_for_init(const char *init, ArchConfig *cfg) {
     for (int i = 0; model_archs[i]; i++)

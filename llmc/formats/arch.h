@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "llmc/core/tensor.h"
 
@@ -90,6 +91,27 @@ typedef struct ModelArch {
     double (*flops_per_token)(const ArchConfig *cfg, int T);
 } ModelArch;
 
+/* An entry's functions when its file defines them as static arch_<member> (arch_config_from_init,
+ * arch_config_validate, ..., arch_save_hf, arch_flops_per_token): mlpfile.c's, mixtralfile.c's. */
+#define MODEL_ARCH_FUNCTIONS                                                                                       \
+    .config_from_init = arch_config_from_init, .config_validate = arch_config_validate,                           \
+    .config_print = arch_config_print, .parameter_specs = arch_parameter_specs,                                   \
+    .activation_specs = arch_activation_specs, .load_init = arch_load_init, .save = arch_save,                     \
+    .save_hf_checkpoint = arch_save_hf_checkpoint, .save_hf = arch_save_hf, .flops_per_token = arch_flops_per_token
+
+/* c as architecture a's config cfg (bytes long, at most MODEL_ARCH_CONFIG_BYTES), the rest zero; returns 1
+ * (a config_from_init that took its init). */
+static inline int arch_config_take(ArchConfig *c, const ModelArch *a, const void *cfg, size_t bytes) {
+    memset(c, 0, sizeof *c);
+    c->arch = a;
+    memcpy(&c->u, cfg, bytes);
+    return 1;
+}
+
+/* A config_from_init's named descriptor: cfg taken as a's config (arch_config_take) and checked by
+ * a->config_validate (dies "-e <init>: invalid <display> configuration: ..."); returns 1. */
+int arch_config_named(ArchConfig *c, const ModelArch *a, const void *cfg, size_t bytes, const char *init);
+
 /* The registry, in recognition order, ending with NULL (GPT-2 last: the fallback). */
 extern const ModelArch *const model_archs[];
 
@@ -108,6 +130,7 @@ const ModelArch *model_arch_by_name(const char *name);
 extern const ModelArch gpt2_arch;
 extern const ModelArch llama3_arch;
 extern const ModelArch mlp_arch;
+extern const ModelArch mixtral_arch;
 
 #ifdef __cplusplus
 }

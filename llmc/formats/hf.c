@@ -36,7 +36,7 @@ const char *const hf_tokenizer_files[] = {"tokenizer.json", "tokenizer_config.js
 /* ---- the architecture table ------------------------------------------------------------------ */
 /* A dimension of an HF tensor, in the config's terms. Rows of DIM_V are the vocabulary: V rows in
  * the file, Vp in our tensor (the rows past V are zero). */
-typedef enum { DIM_ZERO, DIM_ONE, DIM_V, DIM_C, DIM_MAXT, DIM_QKV, DIM_F, DIM_KV, DIM_NH, DIM_NKV } HfDim;
+typedef enum { DIM_ZERO, DIM_ONE, DIM_V, DIM_C, DIM_MAXT, DIM_QKV, DIM_F, DIM_KV, DIM_NH, DIM_NKV, DIM_E } HfDim;
 
 typedef struct {
     const char *param; /* the tensor of the architecture's table */
@@ -47,13 +47,16 @@ typedef struct {
     HfDim rope_heads;  /* Llama q/k: rows laid out per head for HF's rotate-half RoPE (heads of HS rows,
                         * first the even then the odd channels of each pair); ours pairs (2i, 2i+1) */
     int bare;          /* the key never has the model prefix (Llama's lm_head.weight) */
+    int experts;       /* one HF tensor per (layer, expert): the key's two "%d" (Mixtral's experts; our
+                        * tensor stacks them over L then E, one slice each) */
 } HfTensor;
 
-/* The configuration an HF directory describes: Llama's knobs around the shared ModelConfig (a
- * GPT-2 uses .base only, .tied = 1). */
-typedef LlamaConfig HfConfig;
-enum { HF_MAX_PARAMS = (int)NUM_PARAMETER_TENSORS > (int)LLAMA3_NUM_PARAMETERS ? (int)NUM_PARAMETER_TENSORS
-                                                                              : (int)LLAMA3_NUM_PARAMETERS };
+/* The configuration an HF directory describes: Mixtral's knobs (experts) around Llama's around the
+ * shared ModelConfig (a GPT-2 uses .base only, .llama.tied = 1; a Llama has num_experts 0). */
+typedef MixtralConfig HfConfig;
+enum { HF_MAX_PARAMS_GL = (int)NUM_PARAMETER_TENSORS > (int)LLAMA3_NUM_PARAMETERS ? (int)NUM_PARAMETER_TENSORS
+                                                                                 : (int)LLAMA3_NUM_PARAMETERS,
+       HF_MAX_PARAMS = HF_MAX_PARAMS_GL > (int)MIXTRAL_NUM_PARAMETERS ? HF_MAX_PARAMS_GL : (int)MIXTRAL_NUM_PARAMETERS };
 
 typedef struct {
     const char *architecture; /* config.json "architectures"[0] */
@@ -72,22 +75,22 @@ typedef struct {
 } HfArchitecture;
 
 static const HfTensor gpt2_tensors[] = {
-    {"wte", "wte.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"wpe", "wpe.weight", DIM_MAXT, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln1w", "h.%d.ln_1.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln1b", "h.%d.ln_1.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"qkvw", "h.%d.attn.c_attn.weight", DIM_C, DIM_QKV, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"qkvb", "h.%d.attn.c_attn.bias", DIM_QKV, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"attprojw", "h.%d.attn.c_proj.weight", DIM_C, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"attprojb", "h.%d.attn.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln2w", "h.%d.ln_2.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln2b", "h.%d.ln_2.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcw", "h.%d.mlp.c_fc.weight", DIM_C, DIM_F, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcb", "h.%d.mlp.c_fc.bias", DIM_F, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcprojw", "h.%d.mlp.c_proj.weight", DIM_F, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcprojb", "h.%d.mlp.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"lnfw", "ln_f.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"lnfb", "ln_f.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
+    {"wte", "wte.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"wpe", "wpe.weight", DIM_MAXT, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"ln1w", "h.%d.ln_1.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"ln1b", "h.%d.ln_1.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"qkvw", "h.%d.attn.c_attn.weight", DIM_C, DIM_QKV, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"qkvb", "h.%d.attn.c_attn.bias", DIM_QKV, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"attprojw", "h.%d.attn.c_proj.weight", DIM_C, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"attprojb", "h.%d.attn.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"ln2w", "h.%d.ln_2.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"ln2b", "h.%d.ln_2.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcw", "h.%d.mlp.c_fc.weight", DIM_C, DIM_F, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcb", "h.%d.mlp.c_fc.bias", DIM_F, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcprojw", "h.%d.mlp.c_proj.weight", DIM_F, DIM_C, 1, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcprojb", "h.%d.mlp.c_proj.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"lnfw", "ln_f.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"lnfb", "ln_f.bias", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
 };
 static const char *const gpt2_buffers[] = {"h.%d.attn.bias", "h.%d.attn.masked_bias", NULL};
 
@@ -112,7 +115,7 @@ static int config_bool(const cJSON *json, const char *key, int def, char *err, s
 
 static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t errlen) {
     memset(hc, 0, sizeof *hc);
-    hc->tied = 1;
+    hc->llama.tied = 1;
     ModelConfig *cfg = &hc->base;
     static const struct {
         const char *key;
@@ -205,19 +208,25 @@ static void gpt2_write_config(cJSON *json, const HfConfig *hc, int bf16) {
 static size_t gpt2_specs(const HfConfig *cfg, TensorSpec *specs) { return gpt2_parameter_specs(&cfg->base, specs); }
 
 /* ---- LlamaForCausalLM ---- */
+/* the Llama family's rows around the feed-forward ones (MixtralForCausalLM's too): the embedding and
+ * each layer's attention, then the final norm and the head */
+#define LLAMA_FAMILY_ATTENTION_ROWS                                                                                 \
+    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},                           \
+    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},           \
+    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0, 0},              \
+    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0, 0},               \
+    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0, 0},                \
+    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},        \
+    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0}
+#define LLAMA_FAMILY_HEAD_ROWS                                                                                      \
+    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},                                \
+    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1, 0} /* untied only */
 static const HfTensor llama_tensors[] = {
-    {"wte", "embed_tokens.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln1w", "layers.%d.input_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"qkvw", "layers.%d.self_attn.q_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_NH, 0},
-    {"qkvw", "layers.%d.self_attn.k_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_ZERO, DIM_NKV, 0},
-    {"qkvw", "layers.%d.self_attn.v_proj.weight", DIM_KV, DIM_C, 0, DIM_C, DIM_KV, DIM_ZERO, 0},
-    {"attprojw", "layers.%d.self_attn.o_proj.weight", DIM_C, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"ln2w", "layers.%d.post_attention_layernorm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcw", "layers.%d.mlp.gate_proj.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"fcw", "layers.%d.mlp.up_proj.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0},
-    {"fcprojw", "layers.%d.mlp.down_proj.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"lnfw", "norm.weight", DIM_C, DIM_ONE, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0},
-    {"lm_head", "lm_head.weight", DIM_V, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 1}, /* untied only */
+    LLAMA_FAMILY_ATTENTION_ROWS,
+    {"fcw", "layers.%d.mlp.gate_proj.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcw", "layers.%d.mlp.up_proj.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"fcprojw", "layers.%d.mlp.down_proj.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    LLAMA_FAMILY_HEAD_ROWS,
 };
 static const char *const llama_buffers[] = {"layers.%d.self_attn.rotary_emb.inv_freq", NULL};
 
@@ -263,13 +272,13 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
     if (rc == 1 && head_dim * b->num_heads != b->channels)
         return errf(err, errlen, "head_dim %d is not hidden_size / num_attention_heads = %d, the only head size here",
                     head_dim, b->channels / b->num_heads);
-    cfg->norm_eps = 1e-6f;      /* transformers' LlamaConfig defaults */
-    cfg->rope_theta = 10000.0f;
-    if (config_float(json, "rms_norm_eps", &cfg->norm_eps, err, errlen) < 0 ||
-        config_float(json, "rope_theta", &cfg->rope_theta, err, errlen) < 0)
+    cfg->llama.norm_eps = 1e-6f;      /* transformers' LlamaConfig defaults */
+    cfg->llama.rope_theta = 10000.0f;
+    if (config_float(json, "rms_norm_eps", &cfg->llama.norm_eps, err, errlen) < 0 ||
+        config_float(json, "rope_theta", &cfg->llama.rope_theta, err, errlen) < 0)
         return -1;
-    cfg->tied = config_bool(json, "tie_word_embeddings", 0, err, errlen);
-    if (cfg->tied < 0) return -1;
+    cfg->llama.tied = config_bool(json, "tie_word_embeddings", 0, err, errlen);
+    if (cfg->llama.tied < 0) return -1;
     for (const char *const *k = (const char *const[]){"attention_bias", "mlp_bias", NULL}; *k; k++) {
         int v = config_bool(json, *k, 0, err, errlen);
         if (v < 0) return -1;
@@ -286,17 +295,17 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
         if (!cJSON_IsObject(rs) || !cJSON_IsString(type) || strcmp(type->valuestring, "llama3") != 0)
             return errf(err, errlen, "rope_scaling of type '%.40s' is not supported (only \"llama3\" or null)",
                         cJSON_IsString(type) ? type->valuestring : "(none)");
-        if (config_float(rs, "factor", &cfg->rope_factor, err, errlen) != 1 ||
-            config_float(rs, "low_freq_factor", &cfg->rope_low_freq_factor, err, errlen) != 1 ||
-            config_float(rs, "high_freq_factor", &cfg->rope_high_freq_factor, err, errlen) != 1 ||
-            config_int(rs, "original_max_position_embeddings", 1, MODEL_MAX_SEQ_LEN, &cfg->rope_original_max_pos, err,
+        if (config_float(rs, "factor", &cfg->llama.rope_factor, err, errlen) != 1 ||
+            config_float(rs, "low_freq_factor", &cfg->llama.rope_low_freq_factor, err, errlen) != 1 ||
+            config_float(rs, "high_freq_factor", &cfg->llama.rope_high_freq_factor, err, errlen) != 1 ||
+            config_int(rs, "original_max_position_embeddings", 1, MODEL_MAX_SEQ_LEN, &cfg->llama.rope_original_max_pos, err,
                        errlen) != 1) {
             if (!err[0]) errf(err, errlen, "rope_scaling needs factor, low_freq_factor, high_freq_factor and "
                               "original_max_position_embeddings");
             return -1;
         }
     }
-    const char *bad = llama_config_validate(cfg);
+    const char *bad = llama_config_validate(&cfg->llama);
     if (bad) return errf(err, errlen, "hidden_size %d, num_attention_heads %d, num_key_value_heads %d: %s", b->channels,
                          b->num_heads, b->num_kv_heads, bad);
     return 0;
@@ -314,19 +323,19 @@ static void llama_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
                                 {"max_position_embeddings", b->max_seq_len}};
     write_config_head(json, "LlamaForCausalLM", "llama", shape, sizeof shape / sizeof shape[0]);
     cJSON_AddStringToObject(json, "hidden_act", "silu");
-    cJSON_AddNumberToObject(json, "rms_norm_eps", cfg->norm_eps);
-    cJSON_AddNumberToObject(json, "rope_theta", cfg->rope_theta);
-    if (cfg->rope_factor > 0) {
+    cJSON_AddNumberToObject(json, "rms_norm_eps", cfg->llama.norm_eps);
+    cJSON_AddNumberToObject(json, "rope_theta", cfg->llama.rope_theta);
+    if (cfg->llama.rope_factor > 0) {
         cJSON *rs = cJSON_AddObjectToObject(json, "rope_scaling");
         cJSON_AddStringToObject(rs, "rope_type", "llama3");
-        cJSON_AddNumberToObject(rs, "factor", cfg->rope_factor);
-        cJSON_AddNumberToObject(rs, "low_freq_factor", cfg->rope_low_freq_factor);
-        cJSON_AddNumberToObject(rs, "high_freq_factor", cfg->rope_high_freq_factor);
-        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", cfg->rope_original_max_pos);
+        cJSON_AddNumberToObject(rs, "factor", cfg->llama.rope_factor);
+        cJSON_AddNumberToObject(rs, "low_freq_factor", cfg->llama.rope_low_freq_factor);
+        cJSON_AddNumberToObject(rs, "high_freq_factor", cfg->llama.rope_high_freq_factor);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", cfg->llama.rope_original_max_pos);
     } else {
         cJSON_AddNullToObject(json, "rope_scaling");
     }
-    cJSON_AddBoolToObject(json, "tie_word_embeddings", cfg->tied);
+    cJSON_AddBoolToObject(json, "tie_word_embeddings", cfg->llama.tied);
     cJSON_AddFalseToObject(json, "attention_bias");
     cJSON_AddFalseToObject(json, "mlp_bias");
     cJSON_AddNumberToObject(json, "initializer_range", 0.02);
@@ -334,7 +343,62 @@ static void llama_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
     cJSON_AddStringToObject(json, "torch_dtype", bf16 ? "bfloat16" : "float32");
 }
 
-static size_t llama_specs(const HfConfig *cfg, TensorSpec *specs) { return llama_parameter_specs(cfg, specs); }
+static size_t llama_specs(const HfConfig *cfg, TensorSpec *specs) { return llama_parameter_specs(&cfg->llama, specs); }
+
+/* ---- MixtralForCausalLM: the Llama's config and tensors, the MLP replaced by routed experts ---- */
+static const HfTensor mixtral_tensors[] = {
+    LLAMA_FAMILY_ATTENTION_ROWS,
+    {"gatew", "layers.%d.block_sparse_moe.gate.weight", DIM_E, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 0},
+    {"expfcw", "layers.%d.block_sparse_moe.experts.%d.w1.weight", DIM_F, DIM_C, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 1},
+    {"expfcw", "layers.%d.block_sparse_moe.experts.%d.w3.weight", DIM_F, DIM_C, 0, DIM_F, DIM_ZERO, DIM_ZERO, 0, 1},
+    {"expprojw", "layers.%d.block_sparse_moe.experts.%d.w2.weight", DIM_C, DIM_F, 0, DIM_ZERO, DIM_ZERO, DIM_ZERO, 0, 1},
+    LLAMA_FAMILY_HEAD_ROWS,
+};
+
+static int mixtral_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t errlen) {
+    if (llama_read_config(json, cfg, err, errlen) != 0) return -1;
+    int rc = config_int(json, "num_local_experts", 1, MIXTRAL_MAX_EXPERTS, &cfg->num_experts, err, errlen);
+    if (rc < 0) return -1;
+    if (rc == 0) return errf(err, errlen, "num_local_experts is missing");
+    cfg->top_k = 2; /* transformers' MixtralConfig defaults */
+    cfg->aux_coef = 0.001f;
+    if (config_int(json, "num_experts_per_tok", 1, MIXTRAL_MAX_EXPERTS, &cfg->top_k, err, errlen) < 0) return -1;
+    if (cfg->top_k > cfg->num_experts)
+        return errf(err, errlen, "num_experts_per_tok %d is more than num_local_experts %d", cfg->top_k, cfg->num_experts);
+    const cJSON *coef = cJSON_GetObjectItemCaseSensitive(json, "router_aux_loss_coef");
+    if (coef && !cJSON_IsNull(coef)) {
+        if (!cJSON_IsNumber(coef) || !(coef->valuedouble >= 0) || !(coef->valuedouble <= FLT_MAX))
+            return errf(err, errlen, "router_aux_loss_coef is not a finite number >= 0");
+        cfg->aux_coef = (float)coef->valuedouble;
+    }
+    cfg->output_router_logits = config_bool(json, "output_router_logits", 0, err, errlen);
+    if (cfg->output_router_logits < 0) return -1;
+    int window = 0;
+    if ((rc = config_int(json, "sliding_window", 1, INT32_MAX, &window, err, errlen)) < 0) return -1;
+    if (rc == 1 && window < cfg->base.max_seq_len)
+        return errf(err, errlen, "sliding_window %d is less than max_position_embeddings %d: llmc's attention is full "
+                    "causal (null, or at least the context, is supported)", window, cfg->base.max_seq_len);
+    const char *bad = mixtral_config_validate(cfg);
+    if (bad) return errf(err, errlen, "%s", bad);
+    return 0;
+}
+
+static void mixtral_write_config(cJSON *json, const HfConfig *cfg, int bf16) {
+    llama_write_config(json, cfg, bf16);
+    cJSON *archs = cJSON_CreateArray();
+    cJSON_AddItemToArray(archs, cJSON_CreateString("MixtralForCausalLM"));
+    cJSON_ReplaceItemInObjectCaseSensitive(json, "architectures", archs);
+    cJSON_ReplaceItemInObjectCaseSensitive(json, "model_type", cJSON_CreateString("mixtral"));
+    cJSON_DeleteItemFromObjectCaseSensitive(json, "mlp_bias");
+    cJSON_AddNumberToObject(json, "num_local_experts", cfg->num_experts);
+    cJSON_AddNumberToObject(json, "num_experts_per_tok", cfg->top_k);
+    cJSON_AddNumberToObject(json, "router_aux_loss_coef", cfg->aux_coef);
+    cJSON_AddBoolToObject(json, "output_router_logits", cfg->output_router_logits);
+    cJSON_AddNullToObject(json, "sliding_window");
+    cJSON_AddNumberToObject(json, "attention_dropout", 0.0);
+}
+
+static size_t mixtral_specs(const HfConfig *cfg, TensorSpec *specs) { return mixtral_parameter_specs(cfg, specs); }
 
 static const HfArchitecture architectures[] = {
     {"GPT2LMHeadModel", "gpt2", "transformer.", "lm_head.weight", gpt2_buffers, gpt2_tensors,
@@ -343,11 +407,16 @@ static const HfArchitecture architectures[] = {
     {"LlamaForCausalLM", "llama", "model.", "lm_head.weight", llama_buffers, llama_tensors,
      (int)(sizeof llama_tensors / sizeof llama_tensors[0]), llama_read_config, llama_write_config, llama_specs,
      LLAMA3_NUM_PARAMETERS},
+    {"MixtralForCausalLM", "mixtral", "model.", "lm_head.weight", llama_buffers, mixtral_tensors,
+     (int)(sizeof mixtral_tensors / sizeof mixtral_tensors[0]), mixtral_read_config, mixtral_write_config,
+     mixtral_specs, MIXTRAL_NUM_PARAMETERS},
 };
 enum { NUM_ARCHITECTURES = sizeof architectures / sizeof architectures[0] };
 
-static int64_t dim_value(HfDim d, const ModelConfig *c) {
+static int64_t dim_value(HfDim d, const HfConfig *hc) {
+    const ModelConfig *c = &hc->base;
     switch (d) {
+    case DIM_E: return hc->num_experts;
     case DIM_ONE: return 1;
     case DIM_V: return c->vocab_size;
     case DIM_C: return c->channels;
@@ -363,7 +432,7 @@ static int64_t dim_value(HfDim d, const ModelConfig *c) {
 }
 
 /* the rows of a layer's slice of our tensor where this HF tensor starts */
-static size_t row_offset(const HfTensor *t, const ModelConfig *c) {
+static size_t row_offset(const HfTensor *t, const HfConfig *c) {
     return (size_t)(dim_value(t->at, c) + dim_value(t->at2, c)) * (size_t)(t->cols == DIM_ONE ? 1 : dim_value(t->cols, c));
 }
 
@@ -374,16 +443,20 @@ static size_t rope_row(size_t hf_row, size_t HS) {
 }
 
 static int per_layer(const HfTensor *t) { return strstr(t->key, "%d") != NULL; }
+/* how many HF tensors a row is: 1, one per layer, or one per (layer, expert) */
+static int instances(const HfTensor *t, const HfConfig *hc) {
+    return !per_layer(t) ? 1 : t->experts ? hc->base.num_layers * hc->num_experts : hc->base.num_layers;
+}
 
 /* The spec of t's parameter; t's rows lie inside its layer slice (checked on every use). */
 static const TensorSpec *param_spec(const HfArchitecture *a, const HfTensor *t, const TensorSpec *specs,
-                                    const ModelConfig *cfg) {
+                                    const HfConfig *cfg) {
     const TensorSpec *s = NULL;
     for (int i = 0; i < a->num_params && !s; i++)
         if (strcmp(specs[i].name, t->param) == 0) s = &specs[i];
     llmcCheck(s != NULL, "the HF tensor map names parameters of the architecture's table");
-    size_t rows = t->rows == DIM_V ? (size_t)cfg->padded_vocab_size : (size_t)dim_value(t->rows, cfg);
-    size_t layers = per_layer(t) ? (size_t)cfg->num_layers : 1;
+    size_t rows = t->rows == DIM_V ? (size_t)cfg->base.padded_vocab_size : (size_t)dim_value(t->rows, cfg);
+    size_t layers = (size_t)instances(t, cfg);
     llmcCheck(s->numel == 0 || row_offset(t, cfg) + rows * (size_t)dim_value(t->cols, cfg) <= s->numel / layers,
               "HF shapes fit the architecture's table"); /* numel 0: a tied head, not in the directory */
     return s;
@@ -393,21 +466,23 @@ static const TensorSpec *param_spec(const HfArchitecture *a, const HfTensor *t, 
 static int row_present(const HfTensor *t, const TensorSpec *s) { (void)t; return s->numel > 0; }
 
 /* Every element of the table but the padded vocabulary rows is some HF tensor's, exactly once. */
-static void check_coverage(const HfArchitecture *a, const TensorSpec *specs, const ModelConfig *cfg, size_t numel) {
+static void check_coverage(const HfArchitecture *a, const TensorSpec *specs, const HfConfig *cfg, size_t numel) {
     size_t covered = 0;
     for (int r = 0; r < a->num_tensors; r++) {
         const HfTensor *t = &a->tensors[r];
         const TensorSpec *s = param_spec(a, t, specs, cfg);
         if (!row_present(t, s)) continue;
-        size_t rows = t->rows == DIM_V ? (size_t)cfg->padded_vocab_size : (size_t)dim_value(t->rows, cfg);
-        covered += (per_layer(t) ? (size_t)cfg->num_layers : 1) * rows * (size_t)dim_value(t->cols, cfg);
+        size_t rows = t->rows == DIM_V ? (size_t)cfg->base.padded_vocab_size : (size_t)dim_value(t->rows, cfg);
+        covered += (size_t)instances(t, cfg) * rows * (size_t)dim_value(t->cols, cfg);
     }
     llmcCheck(covered == numel, "the HF tensor map covers every parameter once");
 }
 
-static void key_name(const HfTensor *t, const char *prefix, int layer, char *out, size_t len) {
+/* instance i of row t (i: the layer, or layer * E + expert for a row of experts) */
+static void key_name(const HfTensor *t, const char *prefix, int i, const HfConfig *hc, char *out, size_t len) {
     char key[256];
-    snprintf(key, sizeof key, t->key, layer);
+    if (t->experts) snprintf(key, sizeof key, t->key, i / hc->num_experts, i % hc->num_experts);
+    else snprintf(key, sizeof key, t->key, i);
     snprintf(out, len, "%s%s", t->bare ? "" : prefix, key);
 }
 
@@ -455,8 +530,8 @@ static const HfArchitecture *find_architecture(const cJSON *json, char *err, siz
         }
         return a;
     }
-    errf(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s, %s)", name,
-         architectures[0].architecture, architectures[1].architecture);
+    errf(err, errlen, "names architecture '%.60s', which llmc does not support (supported: %s, %s, %s)", name,
+         architectures[0].architecture, architectures[1].architecture, architectures[2].architecture);
     return NULL;
 }
 
@@ -481,22 +556,30 @@ static const HfArchitecture *read_config(const char *dir, HfConfig *cfg) {
 }
 
 static int is_llama(const HfArchitecture *a) { return a == &architectures[1]; }
+static int is_mixtral(const HfArchitecture *a) { return a == &architectures[2]; }
 
 void hf_read_config(const char *dir, ModelConfig *cfg) {
     HfConfig hc;
-    if (is_llama(read_config(dir, &hc)))
-        llmc_die("Hugging Face directory '%s' is a LlamaForCausalLM: this program reads GPT-2 models only (Llama: "
-                 "./train_gpt_cpu, ./generate, ./hf_convert)", dir);
+    const HfArchitecture *a = read_config(dir, &hc);
+    if (is_llama(a) || is_mixtral(a))
+        llmc_die("Hugging Face directory '%s' is a %s: this program reads GPT-2 models only (Llama, Mixtral: "
+                 "./train_gpt_cpu, ./generate, ./hf_convert)", dir, a->architecture);
     *cfg = hc.base;
 }
 
+/* 1 when dir is a Hugging Face directory of architecture a (its config in *hc) */
+static int read_config_of(const char *dir, const HfArchitecture *a, HfConfig *hc) {
+    return hf_is_model_dir(dir) && read_config(dir, hc) == a;
+}
+
 int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
-    if (!hf_is_model_dir(dir)) return 0;
     HfConfig hc;
-    if (!is_llama(read_config(dir, &hc))) return 0;
-    *cfg = hc;
+    if (!read_config_of(dir, &architectures[1], &hc)) return 0;
+    *cfg = hc.llama;
     return 1;
 }
+
+int hf_read_mixtral_config(const char *dir, MixtralConfig *cfg) { return read_config_of(dir, &architectures[2], cfg); }
 
 /* ---- loading ------------------------------------------------------------------------------------- */
 static void verify_checksums(const char *dir, const Safetensors *st) {
@@ -532,13 +615,13 @@ static void die_shape(const char *dir, const Safetensors *st, const StTensor *t,
 
 /* The tensor name for (row, layer), checked present and of the HF shape; marks it used. */
 static const StTensor *locate(const char *dir, const Safetensors *st, const HfArchitecture *a, const HfTensor *row,
-                              const char *prefix, int layer, const ModelConfig *cfg, char *used) {
+                              const char *prefix, int layer, const HfConfig *cfg, char *used) {
     char name[512];
-    key_name(row, prefix, layer, name, sizeof name);
+    key_name(row, prefix, layer, cfg, name, sizeof name);
     const StTensor *t = safetensors_find(st, name);
     if (!t)
         llmc_die("Hugging Face directory '%s' has no tensor '%s' (an %s with config.json's n_layer %d needs it)", dir,
-                 name, a->architecture, cfg->num_layers);
+                 name, a->architecture, cfg->base.num_layers);
     int64_t want[2] = {dim_value(row->rows, cfg), dim_value(row->cols, cfg)};
     int ndim = row->cols == DIM_ONE ? 1 : 2;
     if (t->ndim != ndim || t->shape[0] != want[0] || (ndim == 2 && t->shape[1] != want[1])) die_shape(dir, st, t, want, ndim);
@@ -547,9 +630,9 @@ static const StTensor *locate(const char *dir, const Safetensors *st, const HfAr
 }
 
 /* "transformer." or "": the key style of this directory (one style for all keys). */
-static const char *key_prefix(const char *dir, const Safetensors *st, const HfArchitecture *a) {
+static const char *key_prefix(const char *dir, const Safetensors *st, const HfArchitecture *a, const HfConfig *hc) {
     char with[512];
-    key_name(&a->tensors[0], a->prefix, 0, with, sizeof with);
+    key_name(&a->tensors[0], a->prefix, 0, hc, with, sizeof with);
     const char *bare = with + strlen(a->prefix);
     int has_with = safetensors_find(st, with) != NULL, has_bare = safetensors_find(st, bare) != NULL;
     if (has_with && has_bare)
@@ -576,29 +659,29 @@ static int is_buffer(const HfArchitecture *a, const char *prefix, const char *na
  * *largest: the element count of the largest tensor. Only the safetensors headers are read. */
 static const char *check_tensors(const char *dir, const Safetensors *st, const HfArchitecture *a, const HfConfig *hc,
                                  const TensorSpec *specs, uint64_t *largest) {
-    const ModelConfig *cfg = &hc->base;
-    const char *prefix = key_prefix(dir, st, a);
+    const HfConfig *cfg = hc;
+    const char *prefix = key_prefix(dir, st, a, hc);
     char *used = (char *)callocCheck((size_t)st->num_tensors + 1, 1, "HF key check");
     *largest = 0;
     for (int r = 0; r < a->num_tensors; r++) {
         const HfTensor *row = &a->tensors[r];
         if (!row_present(row, param_spec(a, row, specs, cfg))) continue;
-        for (int l = 0; l < (per_layer(row) ? cfg->num_layers : 1); l++) {
+        for (int l = 0; l < instances(row, cfg); l++) {
             uint64_t n = safetensors_numel(locate(dir, st, a, row, prefix, l, cfg, used));
             if (n > *largest) *largest = n;
         }
     }
-    const StTensor *head = hc->tied ? safetensors_find(st, a->tied_head) : NULL;
+    const StTensor *head = hc->llama.tied ? safetensors_find(st, a->tied_head) : NULL;
     if (head) {
         HfTensor head_row = a->tensors[0];
         head_row.key = a->tied_head;
         locate(dir, st, a, &head_row, "", 0, cfg, used);
     }
     for (int i = 0; i < st->num_tensors; i++)
-        if (!used[i] && !is_buffer(a, prefix, st->tensors[i].name, cfg->num_layers))
+        if (!used[i] && !is_buffer(a, prefix, st->tensors[i].name, cfg->base.num_layers))
             llmc_die("Hugging Face directory '%s': tensor '%s' (in '%s') is not part of an %s with config.json's sizes "
                      "(%d layers%s) and '%s' keys", dir, st->tensors[i].name, st->files[st->tensors[i].file].path,
-                     a->architecture, cfg->num_layers, hc->tied ? ", tied head" : "", prefix[0] ? prefix : "unprefixed");
+                     a->architecture, cfg->base.num_layers, hc->llama.tied ? ", tied head" : "", prefix[0] ? prefix : "unprefixed");
     free(used);
     return prefix;
 }
@@ -608,7 +691,7 @@ static const char *check_tensors(const char *dir, const Safetensors *st, const H
 static void check_weights(const char *dir, const HfArchitecture *a, const HfConfig *hc) {
     TensorSpec specs[HF_MAX_PARAMS];
     const size_t numel = a->param_specs(hc, specs);
-    check_coverage(a, specs, &hc->base, numel);
+    check_coverage(a, specs, hc, numel);
     Safetensors *st = safetensors_open_dir(dir);
     uint64_t largest;
     check_tensors(dir, st, a, hc, specs, &largest);
@@ -646,12 +729,12 @@ static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     TensorSpec specs[HF_MAX_PARAMS];
     if (a->param_specs(hc, specs) != numel)
         llmc_die("Hugging Face directory '%s' does not match the model being loaded", dir);
-    check_coverage(a, specs, &cfg, numel);
+    check_coverage(a, specs, hc, numel);
     const size_t HS = (size_t)(cfg.channels / cfg.num_heads);
     Safetensors *st = safetensors_open_dir(dir);
     uint64_t largest;
     const char *prefix = check_tensors(dir, st, a, hc, specs, &largest);
-    const StTensor *head = hc->tied ? safetensors_find(st, a->tied_head) : NULL;
+    const StTensor *head = hc->llama.tied ? safetensors_find(st, a->tied_head) : NULL;
     verify_checksums(dir, st);
 
     /* errors found while reading are reported after the buffer is freed (no leak at the exit) */
@@ -661,20 +744,20 @@ static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     char err[2048] = "";
     for (int r = 0; r < a->num_tensors && rc == 0; r++) {
         const HfTensor *row = &a->tensors[r];
-        const TensorSpec *s = param_spec(a, row, specs, &cfg);
+        const TensorSpec *s = param_spec(a, row, specs, hc);
         if (!row_present(row, s)) continue;
-        const int layers = per_layer(row) ? cfg.num_layers : 1;
+        const int layers = instances(row, hc);
         char name[512];
         for (int l = 0; l < layers && rc == 0; l++) {
-            key_name(row, prefix, l, name, sizeof name);
+            key_name(row, prefix, l, hc, name, sizeof name);
             const StTensor *t = safetensors_find(st, name);
             all_bf16 &= t->dtype == ST_BF16;
-            rc = read_into(dir, st, t, row, buf, params + s->offset + l * (s->numel / layers) + row_offset(row, &cfg),
+            rc = read_into(dir, st, t, row, buf, params + s->offset + l * (s->numel / layers) + row_offset(row, hc),
                            HS, err, sizeof err);
         }
     }
     if (rc == 0 && head) { /* tied: it must be the embedding, row for row */
-        const TensorSpec *s = param_spec(a, &a->tensors[0], specs, &cfg);
+        const TensorSpec *s = param_spec(a, &a->tensors[0], specs, hc);
         safetensors_read_f32(st, head, buf);
         all_bf16 &= head->dtype == ST_BF16;
         uint64_t n = safetensors_numel(head);
@@ -694,15 +777,35 @@ static int load_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
 int hf_load(const char *dir, float *params, size_t numel) {
     HfConfig hc;
     const HfArchitecture *a = read_config(dir, &hc);
-    if (is_llama(a)) llmc_die("Hugging Face directory '%s' is a LlamaForCausalLM: not a GPT-2 model", dir);
+    if (is_llama(a) || is_mixtral(a)) llmc_die("Hugging Face directory '%s' is a %s: not a GPT-2 model", dir, a->architecture);
+    return load_dir(dir, a, &hc, params, numel);
+}
+
+/* a Llama's config as the HfConfig (no experts) */
+static HfConfig llama_hf(const LlamaConfig *cfg) {
+    HfConfig hc;
+    memset(&hc, 0, sizeof hc);
+    hc.llama = *cfg;
+    return hc;
+}
+
+/* dir's parameters for the model cfg describes, read from dir as architecture a (the caller read cfg
+ * from dir: another shape or expert count is a bug, who names the caller) */
+static int load_as(const char *dir, const HfArchitecture *a, const HfConfig *cfg, float *params, size_t numel,
+                   const char *who) {
+    HfConfig hc;
+    llmcCheck(read_config(dir, &hc) == a && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0 &&
+                  hc.num_experts == cfg->num_experts, who);
     return load_dir(dir, a, &hc, params, numel);
 }
 
 int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
-    HfConfig hc;
-    const HfArchitecture *a = read_config(dir, &hc);
-    llmcCheck(is_llama(a) && memcmp(&hc.base, &cfg->base, sizeof hc.base) == 0, "hf_llama_load: the directory's config");
-    return load_dir(dir, a, &hc, params, numel);
+    HfConfig hc = llama_hf(cfg);
+    return load_as(dir, &architectures[1], &hc, params, numel, "hf_llama_load: the directory's config");
+}
+
+int hf_mixtral_load(const char *dir, const MixtralConfig *cfg, float *params, size_t numel) {
+    return load_as(dir, &architectures[2], cfg, params, numel, "hf_mixtral_load: the directory's config");
 }
 
 /* ---- writing ------------------------------------------------------------------------------------- */
@@ -858,7 +961,7 @@ static int copy_tokenizer_files(const char *from, const char *to) {
  * Returns how many were copied. */
 static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc, const float *params, size_t numel,
                     int bf16, const char *source, int copy_tokenizer) {
-    const ModelConfig *cfg = &hc->base;
+    const HfConfig *cfg = hc;
     TensorSpec specs[HF_MAX_PARAMS];
     llmcCheck(a->param_specs(hc, specs) == numel, "hf_save: params laid out by the architecture's table");
     check_coverage(a, specs, cfg, numel);
@@ -866,13 +969,13 @@ static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
         if (!isfinite(params[i]))
             llmc_die("not writing Hugging Face directory '%s': weight %zu is %g (the weights are not finite)", dir, i,
                      (double)params[i]);
-    const size_t HS = (size_t)(cfg->channels / cfg->num_heads);
+    const size_t HS = (size_t)(cfg->base.channels / cfg->base.num_heads);
     int count = 0;
     size_t permuted = 0; /* floats of the rows rewritten into HF's rotate-half order */
     for (int r = 0; r < a->num_tensors; r++) {
         const HfTensor *row = &a->tensors[r];
         if (!row_present(row, param_spec(a, row, specs, cfg))) continue;
-        int layers = per_layer(row) ? cfg->num_layers : 1;
+        int layers = instances(row, cfg);
         count += layers;
         if (row->rope_heads != DIM_ZERO)
             permuted += (size_t)layers * (size_t)dim_value(row->rows, cfg) * (size_t)dim_value(row->cols, cfg);
@@ -886,9 +989,9 @@ static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
         const HfTensor *row = &a->tensors[r];
         const TensorSpec *s = param_spec(a, row, specs, cfg);
         if (!row_present(row, s)) continue;
-        const int layers = per_layer(row) ? cfg->num_layers : 1;
+        const int layers = instances(row, cfg);
         for (int l = 0; l < layers; l++, k++) {
-            key_name(row, a->prefix, l, names[k], sizeof names[k]);
+            key_name(row, a->prefix, l, cfg, names[k], sizeof names[k]);
             w[k].name = names[k];
             w[k].ndim = row->cols == DIM_ONE ? 1 : 2;
             w[k].shape[0] = dim_value(row->rows, cfg); /* DIM_V: the first V of our Vp rows */
@@ -918,11 +1021,14 @@ static int save_dir(const char *dir, const HfArchitecture *a, const HfConfig *hc
     return copied;
 }
 
+/* source (a run's -e) when it is a Hugging Face directory, whose tokenizer files and fields a save carries; else NULL */
+static const char *hf_source(const char *source) { return source && source[0] && hf_is_model_dir(source) ? source : NULL; }
+
 void hf_save(const char *dir, const ModelConfig *cfg, const float *params, size_t numel, int bf16) {
     HfConfig hc;
     memset(&hc, 0, sizeof hc);
     hc.base = *cfg;
-    hc.tied = 1;
+    hc.llama.tied = 1;
     save_dir(dir, &architectures[0], &hc, params, numel, bf16, NULL, 0);
 }
 
@@ -933,37 +1039,51 @@ void hf_save_checkpoint(const char *run_dir, int step, const ModelConfig *cfg, c
     HfConfig hc;
     memset(&hc, 0, sizeof hc);
     hc.base = *cfg;
-    hc.tied = 1;
-    save_dir(dir, &architectures[0], &hc, params, numel, bf16, source && source[0] && hf_is_model_dir(source) ? source : NULL,
-             0);
+    hc.llama.tied = 1;
+    save_dir(dir, &architectures[0], &hc, params, numel, bf16, hf_source(source), 0);
 }
 
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
-    save_dir(dir, &architectures[1], cfg, params, numel, bf16, NULL, 0);
+    HfConfig hc = llama_hf(cfg);
+    save_dir(dir, &architectures[1], &hc, params, numel, bf16, NULL, 0);
 }
 
 void hf_llama_save_from(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16,
                         const char *source) {
-    save_dir(dir, &architectures[1], cfg, params, numel, bf16, source, 1);
+    HfConfig hc = llama_hf(cfg);
+    save_dir(dir, &architectures[1], &hc, params, numel, bf16, source, 1);
 }
 
 void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *cfg, const float *params, size_t numel,
                               int bf16, const char *source) {
     char dir[4400];
     rundir_hf_dir(run_dir, step, dir, sizeof dir);
-    const int from_hf = source && source[0] && hf_is_model_dir(source);
+    const char *from = hf_source(source);
     static int told; /* the note, once per run */
-    if (save_dir(dir, &architectures[1], cfg, params, numel, bf16, from_hf ? source : NULL, 1) == 0 && !told++)
+    HfConfig hc = llama_hf(cfg);
+    if (save_dir(dir, &architectures[1], &hc, params, numel, bf16, from, 1) == 0 && !told++)
         printf("note: --save-hf: %s holds no tokenizer files (%s); to load it in transformers without a separate "
                "tokenizer, copy the model's tokenizer.json, tokenizer_config.json and special_tokens_map.json (and "
                "generation_config.json) from its Hugging Face release into each model_NNNNNNNN_hf directory\n",
-               dir, from_hf ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
+               dir, from ? "the -e directory has none" : "the run did not start from a Hugging Face directory (-e)");
+}
+
+void hf_mixtral_save(const char *dir, const MixtralConfig *cfg, const float *params, size_t numel, int bf16) {
+    save_dir(dir, &architectures[2], cfg, params, numel, bf16, NULL, 0);
+}
+
+void hf_mixtral_save_checkpoint(const char *run_dir, int step, const MixtralConfig *cfg, const float *params,
+                                size_t numel, int bf16, const char *source) {
+    char dir[4400];
+    rundir_hf_dir(run_dir, step, dir, sizeof dir);
+    save_dir(dir, &architectures[2], cfg, params, numel, bf16, hf_source(source), 1);
 }
 
 void hf_check_save_source(const char *source) {
     if (!source || !source[0] || !hf_is_model_dir(source)) return;
     HfConfig hc;
-    if (!is_llama(read_config(source, &hc))) return; /* only the Llama's --save-hf copies tokenizer files */
+    const HfArchitecture *a = read_config(source, &hc);
+    if (!is_llama(a) && !is_mixtral(a)) return; /* only the Llama's and Mixtral's --save-hf copy tokenizer files */
     for (const char *const *name = hf_tokenizer_files; *name; name++) {
         char path[4400], err[4600];
         const char *slash = strchr(*name, '/');
@@ -1013,6 +1133,23 @@ int hf_read_llama_config(const char *dir, LlamaConfig *cfg) {
 int hf_llama_load(const char *dir, const LlamaConfig *cfg, float *params, size_t numel) {
     (void)cfg, (void)params, (void)numel;
     llmc_die("'%s' is a Hugging Face model directory, but %s", dir, NO_CJSON);
+}
+int hf_read_mixtral_config(const char *dir, MixtralConfig *cfg) {
+    (void)dir, (void)cfg;
+    return 0;
+}
+int hf_mixtral_load(const char *dir, const MixtralConfig *cfg, float *params, size_t numel) {
+    (void)cfg, (void)params, (void)numel;
+    llmc_die("'%s' is a Hugging Face model directory, but %s", dir, NO_CJSON);
+}
+void hf_mixtral_save(const char *dir, const MixtralConfig *cfg, const float *params, size_t numel, int bf16) {
+    (void)cfg, (void)params, (void)numel, (void)bf16;
+    llmc_die("cannot write Hugging Face directory '%s': %s", dir, NO_CJSON);
+}
+void hf_mixtral_save_checkpoint(const char *run_dir, int step, const MixtralConfig *cfg, const float *params,
+                                size_t numel, int bf16, const char *source) {
+    (void)step, (void)cfg, (void)params, (void)numel, (void)bf16, (void)source;
+    llmc_die("cannot write a Hugging Face directory in '%s': %s", run_dir, NO_CJSON);
 }
 void hf_llama_save(const char *dir, const LlamaConfig *cfg, const float *params, size_t numel, int bf16) {
     (void)cfg, (void)params, (void)numel, (void)bf16;

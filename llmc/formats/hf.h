@@ -31,6 +31,7 @@
 #include <stddef.h>
 
 #include "llmc/models/llama.h"
+#include "llmc/models/mixtral.h"
 #include "llmc/models/gpt2.h"
 
 #ifdef __cplusplus
@@ -90,6 +91,21 @@ void hf_llama_save_checkpoint(const char *run_dir, int step, const LlamaConfig *
  * "original" a directory), or it dies naming the file and what it is (a FIFO, a directory, a
  * symbolic link loop): the copy at the first checkpoint can then neither block nor fail late. */
 void hf_check_save_source(const char *source);
+
+/* Mixtral (transformers' MixtralForCausalLM): the Llama's config.json fields, tensors and rules
+ * (above), plus num_local_experts (required), num_experts_per_tok (default 2, at most the
+ * experts), router_aux_loss_coef (default 0.001, finite, >= 0), output_router_logits (default
+ * false) and sliding_window (null, or at least max_position_embeddings: the attention is full);
+ * keys model.layers.L.block_sparse_moe.gate.weight (E, C) and
+ * model.layers.L.block_sparse_moe.experts.K.w1 / w3 (F, C), w2 (C, F). A missing or mis-shaped
+ * expert tensor is an error naming the key and the file. hf_read_mixtral_config: 1 and cfg filled
+ * for an HF Mixtral directory, 0 for any other path. --save-hf 1 copies the source's tokenizer files
+ * as the Llama's does (without its note). */
+int hf_read_mixtral_config(const char *dir, MixtralConfig *cfg);
+int hf_mixtral_load(const char *dir, const MixtralConfig *cfg, float *params, size_t numel);
+void hf_mixtral_save(const char *dir, const MixtralConfig *cfg, const float *params, size_t numel, int bf16);
+void hf_mixtral_save_checkpoint(const char *run_dir, int step, const MixtralConfig *cfg, const float *params,
+                                size_t numel, int bf16, const char *source);
 
 #ifdef __cplusplus
 }

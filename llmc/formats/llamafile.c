@@ -5,15 +5,27 @@
 #include "llmc/formats/modelfile.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static float slot_f32(const int32_t *h, int i) {
-    float v;
-    memcpy(&v, &h[i], sizeof v);
-    return v;
-}
+/* [11] tied and [16..23] eps, RoPE and its scaling, how F was derived */
+static const LlmcHeaderField knobs[] = {
+    {11, offsetof(LlamaConfig, tied)},
+    {16, offsetof(LlamaConfig, norm_eps)},
+    {17, offsetof(LlamaConfig, rope_theta)},
+    {18, offsetof(LlamaConfig, rope_factor)},
+    {19, offsetof(LlamaConfig, rope_low_freq_factor)},
+    {20, offsetof(LlamaConfig, rope_high_freq_factor)},
+    {21, offsetof(LlamaConfig, rope_original_max_pos)},
+    {22, offsetof(LlamaConfig, ffn_multiplier)},
+    {23, offsetof(LlamaConfig, ffn_multiple_of)},
+};
+enum { NUM_KNOBS = sizeof knobs / sizeof knobs[0] };
+
+void llama_header_put_knobs(int32_t h[256], const LlamaConfig *cfg) { llmc_header_put_fields(h, knobs, NUM_KNOBS, cfg); }
+void llama_header_get_knobs(const int32_t h[256], LlamaConfig *cfg) { llmc_header_get_fields(h, knobs, NUM_KNOBS, cfg); }
 
 /* the header of llmc's Llama file at path into cfg; returns 1 when its parameters are bf16 */
 static int read_header(const char *path, LlamaConfig *cfg) {
@@ -28,11 +40,7 @@ static int read_header(const char *path, LlamaConfig *cfg) {
     if (h[2] != LLAMA_ARCH_LLAMA3) llmc_die("'%s': unknown architecture %d (1 is Llama 3)", path, h[2]);
     memset(cfg, 0, sizeof *cfg);
     llmc_header_get_shape(h, &cfg->base);
-    cfg->tied = h[11];
-    cfg->norm_eps = slot_f32(h, 16), cfg->rope_theta = slot_f32(h, 17), cfg->rope_factor = slot_f32(h, 18);
-    cfg->rope_low_freq_factor = slot_f32(h, 19), cfg->rope_high_freq_factor = slot_f32(h, 20);
-    cfg->rope_original_max_pos = h[21];
-    cfg->ffn_multiplier = slot_f32(h, 22), cfg->ffn_multiple_of = h[23];
+    llama_header_get_knobs(h, cfg);
     const int dtype = h[LLAMA_FILE_DTYPE];
     const char *bad = h[11] != 0 && h[11] != 1                                   ? "tied must be 0 or 1"
                       : dtype != LLAMA_DTYPE_FP32 && dtype != LLAMA_DTYPE_BF16 ? "dtype (slot 12) must be 0 (fp32) or 1 (bf16)"
@@ -56,12 +64,7 @@ uint32_t llama_checkpoint_write(const char *path, const LlamaConfig *cfg, const 
     _Static_assert(LLAMA_FILE_DTYPE == 12 && LLAMA_DTYPE_FP32 == 0 && LLAMA_DTYPE_BF16 == 1, "llmc_header_put's dtype");
     int32_t h[256];
     llmc_header_put(h, LLAMA_FILE_MAGIC, LLAMA_FILE_VERSION, LLAMA_ARCH_LLAMA3, &cfg->base, cfg->tied, bf16);
-    const float fs[] = {cfg->norm_eps, cfg->rope_theta, cfg->rope_factor, cfg->rope_low_freq_factor,
-                        cfg->rope_high_freq_factor};
-    memcpy(&h[16], fs, sizeof fs);
-    h[21] = cfg->rope_original_max_pos;
-    memcpy(&h[22], &cfg->ffn_multiplier, sizeof(float));
-    h[23] = cfg->ffn_multiple_of;
+    llama_header_put_knobs(h, cfg);
     return model_file_write(path, h, sizeof h, params, n, bf16);
 }
 

@@ -32,6 +32,10 @@ extern "C" {
 #define LLAMA_DTYPE_FP32 0
 #define LLAMA_DTYPE_BF16 1
 void llama_file_read_header(const char *path, LlamaConfig *cfg);
+/* The header's Llama knobs, [11] tied and [16..23] (Mixtral's file keeps them in the same slots):
+ * put writes them into h, get reads them into cfg (no check: the reader's). */
+void llama_header_put_knobs(int32_t h[256], const LlamaConfig *cfg);
+void llama_header_get_knobs(const int32_t h[256], LlamaConfig *cfg);
 /* 1 when llmc's Llama file at path stores bf16 parameters (dies on a bad header). */
 int llama_file_is_bf16(const char *path);
 /* Reads the parameters (n = llama_parameter_specs' total; bf16 widened to fp32) after checking

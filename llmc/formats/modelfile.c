@@ -58,6 +58,14 @@ void llmc_header_get_shape(const int32_t h[256], ModelConfig *b) {
     b->num_heads = h[7], b->num_kv_heads = h[8], b->channels = h[9], b->ffn_hidden = h[10];
 }
 
+void llmc_header_put_fields(int32_t h[256], const LlmcHeaderField *fields, int n, const void *cfg) {
+    for (int i = 0; i < n; i++) memcpy(&h[fields[i].slot], (const char *)cfg + fields[i].offset, sizeof h[0]);
+}
+
+void llmc_header_get_fields(const int32_t h[256], const LlmcHeaderField *fields, int n, void *cfg) {
+    for (int i = 0; i < n; i++) memcpy((char *)cfg + fields[i].offset, &h[fields[i].slot], sizeof h[0]);
+}
+
 /* ---- model files of any header: parameters fp32 or bf16, CRC-32, "<path>.sum" -------------- */
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
     if (!bf16) {

@@ -53,7 +53,8 @@ void model_file_read_params(const char *path, size_t header_bytes, float *params
                             const TensorSpec *specs, int nspecs);
 void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc);
 void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc);
-/* llmc's own model file header (magic 20261130: llamafile.h's Llama 3, mlpfile.h's MLP): int32 h[256]
+/* llmc's own model file header (magic 20261130: llamafile.h's Llama 3, mlpfile.h's MLP, mixtralfile.h's
+ * Mixtral): int32 h[256]
  *   [0] magic  [1] version  [2] architecture  [3] maxT  [4] V  [5] Vp  [6] L  [7] NH  [8] NKV  [9] C
  *   [10] F  [11] tied  [12] dtype (0 float32, 1 bfloat16); the slots from 13 on are the architecture's.
  * llmc_header_put: h all zero, then slots 0..12 from the arguments and *b (bf16: dtype 1, else 0).
@@ -62,6 +63,19 @@ void model_params_read(FILE *f, const char *path, float *params, size_t numel, i
 void llmc_header_put(int32_t h[256], int32_t magic, int32_t version, int32_t arch, const ModelConfig *b, int32_t tied,
                      int bf16);
 void llmc_header_get_shape(const int32_t h[256], ModelConfig *b);
+#define LLMC_FILE_MAGIC 20261130
+#define LLMC_FILE_VERSION 1
+
+/* Config fields kept in llmc header slots: each a 4-byte int32 or float32 at offset in the config
+ * struct, stored as its bytes in h[slot]. put: h[slot] from the config; get: the config from h. */
+typedef struct {
+    int slot;
+    size_t offset;
+} LlmcHeaderField;
+void llmc_header_put_fields(int32_t h[256], const LlmcHeaderField *fields, int n, const void *cfg);
+void llmc_header_get_fields(const int32_t h[256], const LlmcHeaderField *fields, int n, void *cfg);
+/* (an architecture's whole file over this header: llmcfile.h) */
+
 
 #ifdef __cplusplus
 }

@@ -76,12 +76,8 @@ int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
 
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {
-        GPT2_PARAMETERS(TENSOR_PARAM_ROW)
-    };
-    size_t total = tensor_table_place_params(table, NUM_PARAMETER_TENSORS, L);
-    if (specs) memcpy(specs, table, sizeof table);
-    return total;
+    TensorSpec table[] = {GPT2_PARAMETERS(TENSOR_PARAM_ROW)};
+    return tensor_table_params(specs, table, NUM_PARAMETER_TENSORS, L);
 }
 
 float **gpt2_parameter_slots(ParameterTensors *p) {
@@ -109,12 +105,8 @@ size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompu
                              TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {
-        GPT2_ACTIVATIONS(TENSOR_ACT_ROW)
-    };
-    size_t offset = tensor_table_place_acts(table, NUM_ACTIVATION_TENSORS, L, recompute);
-    if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    TensorSpec table[] = {GPT2_ACTIVATIONS(TENSOR_ACT_ROW)};
+    return tensor_table_acts(specs, table, NUM_ACTIVATION_TENSORS, L, recompute);
 }
 
 void gpt2_point_activations(ActivationTensors *a, float *arena, const TensorSpec specs[NUM_ACTIVATION_TENSORS]) {

@@ -87,42 +87,30 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
     return model_config_validate(b); /* the shared limits (GPT-2's rule NKV == NH is gpt2_config_validate's) */
 }
 
-#define LLAMA_SHAPE_NAMES(cfg)                                                                \
-    const size_t Vp = (size_t)(cfg)->base.padded_vocab_size, C = (size_t)(cfg)->base.channels, \
-                 L = (size_t)(cfg)->base.num_layers, F = (size_t)(cfg)->base.ffn_hidden,       \
-                 NH = (size_t)(cfg)->base.num_heads,                                          \
-                 QKV = ((size_t)(cfg)->base.num_heads + 2 * (size_t)(cfg)->base.num_kv_heads) * (C / NH); \
-    const int TIED = (cfg)->tied;                                                             \
-    (void)Vp, (void)C, (void)L, (void)F, (void)NH, (void)QKV, (void)TIED
-
 size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]) {
     LLAMA_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {
-        LLAMA3_PARAMETERS(TENSOR_PARAM_ROW)
-    };
-    size_t total = tensor_table_place_params(table, LLAMA3_NUM_PARAMETERS, L);
-    if (specs) memcpy(specs, table, sizeof table);
-    return total;
+    TensorSpec table[] = {LLAMA3_PARAMETERS(TENSOR_PARAM_ROW)};
+    return tensor_table_params(specs, table, LLAMA3_NUM_PARAMETERS, L);
 }
 
 size_t llama_activation_specs(const LlamaConfig *cfg, int Bi, int Ti, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]) {
     LLAMA_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {
-        LLAMA3_ACTIVATIONS(TENSOR_ACT_ROW)
-    };
-    size_t offset = tensor_table_place_acts(table, LLAMA3_NUM_ACTIVATIONS, L, 0); /* column 0/1: per layer or not */
-    if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    TensorSpec table[] = {LLAMA3_ACTIVATIONS(TENSOR_ACT_ROW)}; /* column 0/1: per layer or not */
+    return tensor_table_acts(specs, table, LLAMA3_NUM_ACTIVATIONS, L, 0);
 }
 
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
                            unsigned long long seed) {
     tensor_table_init(specs, LLAMA3_NUM_PARAMETERS, params, cfg->base.num_layers, seed);
-    const size_t C = (size_t)cfg->base.channels, pad = (size_t)(cfg->base.padded_vocab_size - cfg->base.vocab_size);
-    memset(params + specs[LLAMA3_P_wte].offset + (size_t)cfg->base.vocab_size * C, 0, pad * C * sizeof(float));
-    if (!cfg->tied)
-        memset(params + specs[LLAMA3_P_lm_head].offset + (size_t)cfg->base.vocab_size * C, 0, pad * C * sizeof(float));
+    llama_zero_vocab_padding(cfg, params + specs[LLAMA3_P_wte].offset, params + specs[LLAMA3_P_lm_head].offset);
+}
+
+void llama_zero_vocab_padding(const LlamaConfig *cfg, float *wte, float *lm_head) {
+    const size_t C = (size_t)cfg->base.channels, V = (size_t)cfg->base.vocab_size;
+    const size_t pad = (size_t)cfg->base.padded_vocab_size - V;
+    memset(wte + V * C, 0, pad * C * sizeof(float));
+    if (!cfg->tied) memset(lm_head + V * C, 0, pad * C * sizeof(float));
 }
 
 double llama_flops_per_token(const LlamaConfig *cfg, int T) {

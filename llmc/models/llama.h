@@ -44,24 +44,36 @@ int llama_config_from_name(LlamaConfig *cfg, const char *name);
 const char *llama_config_validate(const LlamaConfig *cfg);
 
 /* X(name, shape comment, numel expression, weight decay?, init rule, stacked over L?)
- * Expressions may use Vp, C, L, F, QKV (= (NH + 2*NKV) * HS), TIED. Order = checkpoint order. */
-#define LLAMA3_PARAMETERS(X)                                                      \
+ * Expressions may use Vp, C, L, F, QKV (= (NH + 2*NKV) * HS), TIED. Order = checkpoint order.
+ * The family's tables (the Mixtral's, llmc/models/mixtral.h) share the attention half and the
+ * head: LLAMA3_TRUNK_* (embedding, attention, the MLP's norm), then the MLP's rows, then
+ * LLAMA3_HEAD_* (the final norm and head). */
+#define LLAMA3_TRUNK_PARAMETERS(X)                                                \
     X(wte,      "(Vp, C)",        (size_t)Vp * C,          1, INIT_NORMAL, 0)          \
     X(ln1w,     "(L, C)",         (size_t)L * C,           0, INIT_ONES, 1)            \
     X(qkvw,     "(L, QKV, C)",    (size_t)L * QKV * C,     1, INIT_NORMAL, 1)          \
     X(attprojw, "(L, C, C)",      (size_t)L * C * C,       1, INIT_NORMAL_RESIDUAL, 1) \
-    X(ln2w,     "(L, C)",         (size_t)L * C,           0, INIT_ONES, 1)            \
-    X(fcw,      "(L, 2F, C)",     (size_t)L * 2 * F * C,   1, INIT_NORMAL, 1)          \
-    X(fcprojw,  "(L, C, F)",      (size_t)L * C * F,       1, INIT_NORMAL_RESIDUAL, 1) \
+    X(ln2w,     "(L, C)",         (size_t)L * C,           0, INIT_ONES, 1)
+#define LLAMA3_HEAD_PARAMETERS(X)                                                 \
     X(lnfw,     "(C)",            (size_t)C,               0, INIT_ONES, 0)            \
     X(lm_head,  "(Vp, C) or ()",  TIED ? 0 : (size_t)Vp * C, 1, INIT_NORMAL, 0)
+#define LLAMA3_PARAMETERS(X)                                                      \
+    LLAMA3_TRUNK_PARAMETERS(X)                                                    \
+    X(fcw,      "(L, 2F, C)",     (size_t)L * 2 * F * C,   1, INIT_NORMAL, 1)          \
+    X(fcprojw,  "(L, C, F)",      (size_t)L * C * F,       1, INIT_NORMAL_RESIDUAL, 1) \
+    LLAMA3_HEAD_PARAMETERS(X)
 
 #define LLMC_LLAMA_INDEX(name, ...) LLAMA3_P_##name,
 enum { LLAMA3_PARAMETERS(LLMC_LLAMA_INDEX) LLAMA3_NUM_PARAMETERS };
 #undef LLMC_LLAMA_INDEX
+/* a head row's place after the table's first head row (lnfw), in every family table */
+#define LLMC_LLAMA_HINDEX(name, ...) LLAMA3_HP_##name,
+enum { LLAMA3_HEAD_PARAMETERS(LLMC_LLAMA_HINDEX) };
+#undef LLMC_LLAMA_HINDEX
 
-/* X(name, shape comment, numel expression, memory kind, per layer?) (all stored; no recompute) */
-#define LLAMA3_ACTIVATIONS(X)                                                   \
+/* X(name, shape comment, numel expression, memory kind, per layer?) (all stored; no recompute);
+ * shared with the family as the parameters are: LLAMA3_TRUNK_*, the MLP's, LLAMA3_HEAD_*. */
+#define LLAMA3_TRUNK_ACTIVATIONS(X)                                             \
     X(encoded,   "(B, T, C)",        (size_t)B * T * C,      ACT_RESIDUAL, 0)     \
     X(ln1,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
     X(ln1_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
@@ -70,26 +82,45 @@ enum { LLAMA3_PARAMETERS(LLMC_LLAMA_INDEX) LLAMA3_NUM_PARAMETERS };
     X(att,       "(L, B, NH, T, T)", (size_t)B * NH * T * T, ACT_ATTENTION, 1)    \
     X(residual2, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
     X(ln2,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
-    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
-    X(fch,       "(L, B, T, 2F)",    (size_t)B * T * 2 * F,  ACT_MLP, 1)          \
-    X(fch_swiglu, "(L, B, T, F)",    (size_t)B * T * F,      ACT_GELU, 1)         \
+    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)
+#define LLAMA3_HEAD_ACTIVATIONS(X)                                              \
     X(residual3, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
     X(lnf,       "(B, T, C)",        (size_t)B * T * C,      ACT_LAYERNORM, 0)    \
     X(lnf_rstd,  "(B, T)",           (size_t)B * T,          ACT_STATS, 0)        \
     X(logits,    "(B, T, Vp)",       (size_t)B * T * Vp,     ACT_LOGITS, 0)       \
     X(losses,    "(B, T)",           (size_t)B * T,          ACT_STATS, 0)
+#define LLAMA3_ACTIVATIONS(X)                                                   \
+    LLAMA3_TRUNK_ACTIVATIONS(X)                                                 \
+    X(fch,       "(L, B, T, 2F)",    (size_t)B * T * 2 * F,  ACT_MLP, 1)          \
+    X(fch_swiglu, "(L, B, T, F)",    (size_t)B * T * F,      ACT_GELU, 1)         \
+    LLAMA3_HEAD_ACTIVATIONS(X)
 
 #define LLMC_LLAMA_AINDEX(name, ...) LLAMA3_A_##name,
 enum { LLAMA3_ACTIVATIONS(LLMC_LLAMA_AINDEX) LLAMA3_NUM_ACTIVATIONS };
 #undef LLMC_LLAMA_AINDEX
+/* a head activation's place after the table's first (residual3) */
+#define LLMC_LLAMA_HAINDEX(name, ...) LLAMA3_HA_##name,
+enum { LLAMA3_HEAD_ACTIVATIONS(LLMC_LLAMA_HAINDEX) };
+#undef LLMC_LLAMA_HAINDEX
 
 /* The tables for cfg (offsets, per-layer strides); return the total element counts. */
+/* The names the tables' expressions use, as size_t locals (and TIED), for a LlamaConfig. */
+#define LLAMA_SHAPE_NAMES(cfg)                                                                \
+    const size_t Vp = (size_t)(cfg)->base.padded_vocab_size, C = (size_t)(cfg)->base.channels, \
+                 L = (size_t)(cfg)->base.num_layers, F = (size_t)(cfg)->base.ffn_hidden,       \
+                 NH = (size_t)(cfg)->base.num_heads,                                          \
+                 QKV = ((size_t)(cfg)->base.num_heads + 2 * (size_t)(cfg)->base.num_kv_heads) * (C / NH); \
+    const int TIED = (cfg)->tied;                                                             \
+    (void)Vp, (void)C, (void)L, (void)F, (void)NH, (void)QKV, (void)TIED
+
 size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]);
 size_t llama_activation_specs(const LlamaConfig *cfg, int B, int T, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]);
 /* Random init by the table's rules (as gpt2_init_parameters: N(0, 0.02), residual projections
  * 0.02/sqrt(2L), gains 1, padded vocabulary rows 0). */
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
                            unsigned long long seed);
+/* Zeroes the padded vocabulary rows [V, Vp) of wte and, untied, of lm_head (the family's init). */
+void llama_zero_vocab_padding(const LlamaConfig *cfg, float *wte, float *lm_head);
 
 /* Training flops per token, 6N + 6LCT as gpt2_flops_per_token. */
 double llama_flops_per_token(const LlamaConfig *cfg, int T);

@@ -37,40 +37,15 @@ const char *mlp_config_validate(const MlpConfig *cfg) {
 
 size_t mlp_parameter_specs(const MlpConfig *cfg, TensorSpec specs[MLP_NUM_PARAMETERS]) {
     MLP_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {
-#define LLMC_MLP_PSPEC(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked},
-        MLP_PARAMETERS(LLMC_MLP_PSPEC)
-#undef LLMC_MLP_PSPEC
-    };
-    size_t offset = 0;
-    for (int i = 0; i < MLP_NUM_PARAMETERS; i++) {
-        table[i].layer_numel = table[i].layer_numel ? table[i].numel / L : 0;
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
-    if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    TensorSpec table[] = {MLP_PARAMETERS(TENSOR_PARAM_ROW)};
+    return tensor_table_params(specs, table, MLP_NUM_PARAMETERS, L);
 }
 
 size_t mlp_activation_specs(const MlpConfig *cfg, int Bi, int Ti, TensorSpec specs[MLP_NUM_ACTIVATIONS]) {
     MLP_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {
-#define LLMC_MLP_ASPEC(name, shape, numel, kind, per_layer) {#name, shape, numel, 0, 0, 0, kind, per_layer, 0},
-        MLP_ACTIVATIONS(LLMC_MLP_ASPEC)
-#undef LLMC_MLP_ASPEC
-    };
-    size_t offset = 0;
-    for (int i = 0; i < MLP_NUM_ACTIVATIONS; i++) {
-        if (table[i].per_layer) {
-            table[i].layer_numel = table[i].numel;
-            table[i].numel *= L;
-        }
-        table[i].offset = offset;
-        offset += table[i].numel;
-    }
-    if (specs) memcpy(specs, table, sizeof table);
-    return offset;
+    TensorSpec table[] = {MLP_ACTIVATIONS(TENSOR_ACT_ROW)}; /* column 0/1: per layer or not */
+    return tensor_table_acts(specs, table, MLP_NUM_ACTIVATIONS, L, 0);
 }
 
 void mlp_init_parameters(const MlpConfig *cfg, float *params, unsigned long long seed) {

@@ -16,8 +16,7 @@ import shutil
 import struct
 
 import hf_tiny as hf
-from hardening_util import TRAINER, clean_outcome, run
-from hostile_common import base_args, leftovers
+from hostile_common import base_args, run_judged
 
 TIMEOUT = 20
 TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "tokenizer.model", "special_tokens_map.json",
@@ -74,20 +73,9 @@ def rewrite_header(path, edit):
 def judge(ctx, d, out_dir, before, must_fail, what, config):
     """Runs the trainer on -e d and says what happened (outcome, note)."""
     args = base_args(ctx) + ["-e", d, "-x", "2", "-n", "2", "-o", out_dir, "--save-hf", "1"]
-    rc, out, err = run(TRAINER, args, timeout=TIMEOUT)
-    o = clean_outcome(rc, err)
-    if o == "hang":
-        return o, f"{what}: no exit in {TIMEOUT} s"
-    if snapshot(d) != before:
-        return "lost", f"{what}: the -e directory changed"
-    if leftovers(out_dir):
-        return "silent", f"{what}: temporary files left {leftovers(out_dir)}"
-    if o == "error" and "step " in out:
-        return "unclean", f"{what}: a late failure (after steps ran): {err.strip()[-200:]}"
-    if o != "ok":
-        return o, f"{what}: {err.strip()[-160:]}"
-    if must_fail:
-        return "silent", f"{what}: exit 0"
+    settled = run_judged(args, out_dir, what, must_fail, lambda: snapshot(d) == before, "directory", TIMEOUT)
+    if settled:
+        return settled
     saved = os.path.join(out_dir, "model_00000002_hf")
     try:
         got = json.load(open(os.path.join(saved, "config.json")))

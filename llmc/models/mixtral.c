@@ -1,0 +1,81 @@
+#include "llmc/models/mixtral.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mixtral_config_from_name(MixtralConfig *cfg, const char *name) {
+    if (strncmp(name, "mixtral:d", 9) != 0 || name[9] < '1' || name[9] > '9') return -1;
+    char *end;
+    long depth = strtol(name + 9, &end, 10), E = 8, K = 2;
+    if (*end == '-') { /* -eE-kK */
+        if (end[1] != 'e' || end[2] < '1' || end[2] > '9') return -1;
+        E = strtol(end + 2, &end, 10);
+        if (end[0] != '-' || end[1] != 'k' || end[2] < '1' || end[2] > '9') return -1;
+        K = strtol(end + 2, &end, 10);
+    }
+    if (*end != '\0' || depth < 1 || depth > 1000 || E > MIXTRAL_MAX_EXPERTS || K > MIXTRAL_MAX_EXPERTS) return -1;
+    char llama_name[32];
+    snprintf(llama_name, sizeof llama_name, "llama3:d%ld", depth);
+    memset(cfg, 0, sizeof *cfg);
+    if (llama_config_from_name(&cfg->llama, llama_name) != 0) return -1;
+    cfg->num_experts = (int)E, cfg->top_k = (int)K;
+    cfg->output_router_logits = 1, cfg->aux_coef = 0.02f;
+    return 0;
+}
+
+const char *mixtral_config_validate(const MixtralConfig *cfg) {
+    static char msg[160];
+    const char *bad = llama_config_validate(&cfg->llama);
+    if (bad) return bad;
+    if (cfg->num_experts < 1 || cfg->num_experts > MIXTRAL_MAX_EXPERTS) {
+        snprintf(msg, sizeof msg, "experts %d must be in [1, %d]", cfg->num_experts, MIXTRAL_MAX_EXPERTS);
+        return msg;
+    }
+    if (cfg->top_k < 1 || cfg->top_k > cfg->num_experts) {
+        snprintf(msg, sizeof msg, "top-k %d must be in [1, experts %d]", cfg->top_k, cfg->num_experts);
+        return msg;
+    }
+    if (cfg->output_router_logits != 0 && cfg->output_router_logits != 1) return "output_router_logits must be 0 or 1";
+    if (!isfinite(cfg->aux_coef) || cfg->aux_coef < 0) {
+        snprintf(msg, sizeof msg, "router aux loss coefficient %g must be finite and >= 0", (double)cfg->aux_coef);
+        return msg;
+    }
+    return NULL;
+}
+
+#define MIXTRAL_SHAPE_NAMES(cfg)                                                      \
+    LLAMA_SHAPE_NAMES(&(cfg)->llama);                                                \
+    const size_t E = (size_t)(cfg)->num_experts, K = (size_t)(cfg)->top_k;         \
+    (void)E, (void)K
+
+size_t mixtral_parameter_specs(const MixtralConfig *cfg, TensorSpec specs[MIXTRAL_NUM_PARAMETERS]) {
+    MIXTRAL_SHAPE_NAMES(cfg);
+    TensorSpec table[] = {MIXTRAL_PARAMETERS(TENSOR_PARAM_ROW)};
+    return tensor_table_params(specs, table, MIXTRAL_NUM_PARAMETERS, L);
+}
+
+size_t mixtral_activation_specs(const MixtralConfig *cfg, int Bi, int Ti, TensorSpec specs[MIXTRAL_NUM_ACTIVATIONS]) {
+    MIXTRAL_SHAPE_NAMES(cfg);
+    const size_t B = (size_t)Bi, T = (size_t)Ti;
+    TensorSpec table[] = {MIXTRAL_ACTIVATIONS(TENSOR_ACT_ROW)};
+    return tensor_table_acts(specs, table, MIXTRAL_NUM_ACTIVATIONS, L, 0);
+}
+
+void mixtral_init_parameters(const MixtralConfig *cfg, const TensorSpec specs[MIXTRAL_NUM_PARAMETERS], float *params,
+                             unsigned long long seed) {
+    tensor_table_init(specs, MIXTRAL_NUM_PARAMETERS, params, cfg->base.num_layers, seed);
+    llama_zero_vocab_padding(&cfg->llama, params + specs[MIXTRAL_P_wte].offset, params + specs[MIXTRAL_P_lm_head].offset);
+}
+
+size_t mixtral_active_parameters(const MixtralConfig *cfg) {
+    TensorSpec specs[MIXTRAL_NUM_PARAMETERS];
+    size_t total = mixtral_parameter_specs(cfg, specs);
+    size_t experts = specs[MIXTRAL_P_expfcw].numel + specs[MIXTRAL_P_expprojw].numel;
+    return total - experts + experts / (size_t)cfg->num_experts * (size_t)cfg->top_k;
+}
+
+double mixtral_flops_per_token(const MixtralConfig *cfg, int T) {
+    return model_flops_per_token(mixtral_active_parameters(cfg), &cfg->base, T);
+}

@@ -1,0 +1,8 @@
+# mixtral.mk - the Mixtral architecture (llmc/models/mixtral, llmc/formats/mixtralfile, llmc/cpu/mixtral
+# and llmc/cpu/moe: routing ops) and its tests:
+#   build/test/test_mixtral_cpu   the CPU model vs dev/reference/train_mixtral.py (test/test_moe.py)
+CORE_SRCS += llmc/models/mixtral.c llmc/formats/mixtralfile.c
+
+TEST_BINS += $(BUILD)/test/test_mixtral_cpu
+$(BUILD)/test/test_mixtral_cpu: $(call obj,test/test_mixtral_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
+	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
