@@ -9,25 +9,17 @@ import os
 import shutil
 import struct
 
-from hardening_util import TRAINER, clean_outcome, run
-from hostile_common import TIMEOUT, base_args
+from lora_common import join_safetensors, run_on_adapter, split_safetensors, train_adapter
 
 
 def setup(ctx):
-    d = ctx.path("dora_src")
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "-x", "1", "-v", "0", "-o", d, "--lora-rank", "4",
-                                                  "--lora-targets", "all-linear", "--use-dora", "1"], timeout=TIMEOUT)
-    ctx.dora_adapter = os.path.join(d, "adapter_00000001") if rc == 0 else None
-
-
-def snapshot(d):
-    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+    flags = ["--lora-rank", "4", "--lora-targets", "all-linear", "--use-dora", "1"]
+    ctx.dora_adapter = train_adapter(ctx, "dora_src", flags)
 
 
 def mangle_magnitudes(r, data):
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    body = bytearray(data[8 + n:])
+    header, body = split_safetensors(data)
+    body = bytearray(body)
     mags = [k for k in header if k.endswith("lora_magnitude_vector")]
     k = r.choice(mags)
     e = header[k]
@@ -46,8 +38,7 @@ def mangle_magnitudes(r, data):
         for i in range(b0, b1, 4):
             if choice == 5 or r.random() < 0.2:
                 body[i:i + 4] = struct.pack("<f", value)
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + bytes(body), k
+    return join_safetensors(header, body), k
 
 
 def case_dora_adapter(ctx, r, tag):
@@ -71,12 +62,7 @@ def case_dora_adapter(ctx, r, tag):
     if r.random() < 0.3:
         extra = r.choice([["--use-dora", "1"], ["--use-dora", "2"], ["--lora-rank", "4", "--use-dora", "1"]])
         what.append(" ".join(extra))
-    before = snapshot(d)
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "--adapter", d, "-x", "1", "-v", "0"] + extra,
-                       timeout=TIMEOUT)
-    if snapshot(d) != before:
-        return "lost", f"{', '.join(what)}: the adapter directory changed"
-    return clean_outcome(rc, err), ", ".join(what)
+    return run_on_adapter(ctx, d, what, extra)
 
 
 CATEGORIES = [("DoRA adapter directories", case_dora_adapter)]
