@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(ROOT, "dev", "reference"))
 import testlib  # noqa: E402
+from f32_safetensors import read_safetensors  # noqa: E402 (test_dora.py's too)
 from testlib import report  # noqa: E402
 
 PYREF = os.environ.get("LLMC_PYREF_DIR", os.path.join(ROOT, "build", "pyref"))
@@ -119,21 +120,6 @@ for name, make, targets, rslora in FAMILIES:
             f"{out}/gpt2_wide", safe_serialization=True)
     save_adapter(peft(m, targets, rslora), f"{out}/{name}_adapter")
 """
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, e in h.items():
-        if k == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", (path, k, e["dtype"])
-        b0, b1 = e["data_offsets"]
-        out[k] = np.frombuffer(data[b0:b1], dtype="<f4").reshape(e["shape"])
-    return out, h.get("__metadata__", {})
 
 
 def log_losses(outdir):
