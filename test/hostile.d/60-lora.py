@@ -7,9 +7,8 @@ contradict the file (--lora-rank, --lora-targets). Every run must train or stop 
 (exit 1, 'error: '), and the adapter directory it read must be left as it was (lost otherwise)."""
 import json
 import os
-import shutil
 
-from lora_common import join_safetensors, run_on_adapter, split_safetensors, train_adapter
+from lora_common import adapter_case, join_safetensors, split_safetensors, train_adapter
 
 
 def setup(ctx):
@@ -70,31 +69,26 @@ def mangle_tensors(r, data):
     return join_safetensors(header, body)
 
 
+def edit_config(r, d):
+    p = os.path.join(d, "adapter_config.json")
+    if r.random() < 0.15:
+        open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
+        return "config not an adapter config"
+    text = json.dumps(mangle_config(r, json.load(open(p))))
+    open(p, "w").write(text)
+    return "config mangled"
+
+
+def edit_tensors(r, d):
+    p = os.path.join(d, "adapter_model.safetensors")
+    data = mangle_tensors(r, open(p, "rb").read())
+    open(p, "wb").write(data)
+    return "tensors mangled"
+
+
 def case_adapter(ctx, r, tag):
-    if not ctx.lora_adapter:
-        return "skip", "no adapter (the setup's LoRA run failed)"
-    d = ctx.path(f"lora_{tag}")
-    shutil.copytree(ctx.lora_adapter, d)
-    what = []
-    if r.random() < 0.6:
-        p = os.path.join(d, "adapter_config.json")
-        if r.random() < 0.15:
-            open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
-            what.append("config not an adapter config")
-        else:
-            text = json.dumps(mangle_config(r, json.load(open(p))))
-            open(p, "w").write(text)
-            what.append("config mangled")
-    if r.random() < 0.6 or not what:
-        p = os.path.join(d, "adapter_model.safetensors")
-        data = mangle_tensors(r, open(p, "rb").read())
-        open(p, "wb").write(data)
-        what.append("tensors mangled")
-    extra = []
-    if r.random() < 0.2:
-        extra = r.choice([["--lora-rank", "2"], ["--lora-targets", "c_attn"], ["--lora-rank", "4", "--use-rslora", "1"]])
-        what.append(" ".join(extra))
-    return run_on_adapter(ctx, d, what, extra)
+    return adapter_case(ctx, r, tag, "LoRA", ctx.lora_adapter, [(0.6, edit_config), (0.6, edit_tensors)],
+                        [["--lora-rank", "2"], ["--lora-targets", "c_attn"], ["--lora-rank", "4", "--use-rslora", "1"]], 0.2)
 
 
 CATEGORIES = [("LoRA adapter directories", case_adapter)]

@@ -6,10 +6,9 @@ use_dora flipped to false or to a non-boolean; and --use-dora 1 / 2 given with i
 and the adapter directory it read must be left as it was (lost otherwise)."""
 import json
 import os
-import shutil
 import struct
 
-from lora_common import join_safetensors, run_on_adapter, split_safetensors, train_adapter
+from lora_common import adapter_case, join_safetensors, split_safetensors, train_adapter
 
 
 def setup(ctx):
@@ -41,28 +40,24 @@ def mangle_magnitudes(r, data):
     return join_safetensors(header, body), k
 
 
+def edit_magnitude(r, d):
+    p = os.path.join(d, "adapter_model.safetensors")
+    data, key = mangle_magnitudes(r, open(p, "rb").read())
+    open(p, "wb").write(data)
+    return f"magnitude {key.split('.h.')[-1]} mangled"
+
+
+def edit_use_dora(r, d):
+    p = os.path.join(d, "adapter_config.json")
+    cfg = json.load(open(p))
+    cfg["use_dora"] = r.choice([False, None, "yes", 1])
+    open(p, "w").write(json.dumps(cfg))
+    return f"use_dora {cfg['use_dora']!r}"
+
+
 def case_dora_adapter(ctx, r, tag):
-    if not ctx.dora_adapter:
-        return "skip", "no adapter (the setup's DoRA run failed)"
-    d = ctx.path(f"dora_{tag}")
-    shutil.copytree(ctx.dora_adapter, d)
-    what = []
-    if r.random() < 0.7:
-        p = os.path.join(d, "adapter_model.safetensors")
-        data, key = mangle_magnitudes(r, open(p, "rb").read())
-        open(p, "wb").write(data)
-        what.append(f"magnitude {key.split('.h.')[-1]} mangled")
-    if r.random() < 0.3 or not what:
-        p = os.path.join(d, "adapter_config.json")
-        cfg = json.load(open(p))
-        cfg["use_dora"] = r.choice([False, None, "yes", 1])
-        open(p, "w").write(json.dumps(cfg))
-        what.append(f"use_dora {cfg['use_dora']!r}")
-    extra = []
-    if r.random() < 0.3:
-        extra = r.choice([["--use-dora", "1"], ["--use-dora", "2"], ["--lora-rank", "4", "--use-dora", "1"]])
-        what.append(" ".join(extra))
-    return run_on_adapter(ctx, d, what, extra)
+    return adapter_case(ctx, r, tag, "DoRA", ctx.dora_adapter, [(0.7, edit_magnitude), (0.3, edit_use_dora)],
+                        [["--use-dora", "1"], ["--use-dora", "2"], ["--lora-rank", "4", "--use-dora", "1"]], 0.3)
 
 
 CATEGORIES = [("DoRA adapter directories", case_dora_adapter)]
