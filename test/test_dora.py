@@ -20,40 +20,21 @@ directory missing a magnitude or holding one of the wrong shape, a magnitude in 
 """
 import json
 import os
-import random
 import shutil
-import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import testlib  # noqa: E402
 import test_lora as tl  # noqa: E402
 from testlib import report  # noqa: E402
 
-ROOT, CPU, V, B, T, STEPS = tl.ROOT, tl.CPU, tl.V, tl.B, tl.T, tl.STEPS
+ROOT, B, T = tl.ROOT, tl.B, tl.T
 
-MAKE_MODELS = r"""
-import os, sys, torch
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
-from peft import LoraConfig, get_peft_model
-out, V = sys.argv[1], int(sys.argv[2])
-def gpt2(seed):
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=V, n_positions=64, resid_pdrop=0.0,
-                                      embd_pdrop=0.0, attn_pdrop=0.0))
-def llama(seed):
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
-                                        num_hidden_layers=2, vocab_size=V, max_position_embeddings=64,
-                                        tie_word_embeddings=False, rms_norm_eps=1e-5))
+MAKE_MODELS = tl.MAKE_FAMILIES + r"""
 ZERO = [3, 17, 40, 64 + 5, 130]  # output rows (GPT-2 c_attn: q, k and v rows; Llama o_proj: < 64)
-for name, make, targets, rslora in [("gpt2", gpt2, ["c_attn", "c_proj", "c_fc"], False),
-                                    ("llama", llama, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                      "down_proj"], True)]:
+for name, make, targets, rslora in FAMILIES:
     for zero in (False, True):
         tag = f"d{name}" + ("_zero" if zero else "")
         m = make(1)
@@ -65,20 +46,15 @@ for name, make, targets, rslora in [("gpt2", gpt2, ["c_attn", "c_proj", "c_fc"],
                     else:
                         m.model.layers[l].self_attn.o_proj.weight[[r for r in ZERO if r < 64], :] = 0.0
         m.save_pretrained(f"{out}/{tag}", safe_serialization=True)
-        torch.manual_seed(5)
-        pm = get_peft_model(m, LoraConfig(r=4, lora_alpha=16, target_modules=targets, lora_dropout=0.0, use_rslora=rslora,
-                                          use_dora=True, init_lora_weights=False))
+        pm = peft(m, targets, rslora, use_dora=True)
         with torch.no_grad():
             for n, p in pm.named_parameters():
-                if "lora_B" in n: p.mul_(0.3)
                 if "lora_magnitude_vector" in n: p.mul_(1.1)  # not ||W + s B A||: the gain is not 1
                 if zero and "lora_B" in n and ("c_attn" in n or "o_proj" in n):
                     p[[r for r in ZERO if r < p.shape[0]], :] = 0.0
                 if zero and "lora_magnitude_vector" in n and ("c_attn" in n or "o_proj" in n):
                     p[[r for r in ZERO if r < p.shape[0]]] = 0.0
-        os.makedirs(f"{out}/{tag}_adapter", exist_ok=True)
-        open(f"{out}/{tag}_adapter/README.md", "w").write("---\nlibrary_name: peft\n---\n")  # (no Jinja2 needed)
-        pm.save_pretrained(f"{out}/{tag}_adapter")
+        save_adapter(pm, f"{out}/{tag}_adapter")
 """
 
 
@@ -141,46 +117,10 @@ def check_plan(w, data):
     report(counts == [ab, ab + mags], "plan_counts_magnitudes", f"planned {counts}, wanted {[ab, ab + mags]}")
 
 
-def check_generate(w):
-    """./generate --adapter DIR (DoRA, unmerged) continues a prompt greedily as the merged model does."""
-    gen, conv = os.path.join(ROOT, "generate"), os.path.join(ROOT, "hf_convert")
-    base_run, dora_run = os.path.join(w, "gen_base"), os.path.join(w, "gen_dora")
-    rng = random.Random(11)
-    big = os.path.join(w, "big.bin")
-    testlib.write_shard(big, [rng.randrange(50257) for _ in range(4096)])
-    flags = ["-i", big, "-j", big, "-b", "2", "-t", "32", "-v", "0", "-s", "0", "--threads", "2"]
-    tl.run(["-e", "d2", "-x", "1", "-o", base_run] + flags)
-    base = os.path.join(base_run, "model_00000001.bin")
-    tl.run(["-e", base, "-x", "3", "-l", "3e-2", "-o", dora_run, "--lora-rank", "8", "--lora-targets", "all-linear",
-            "--use-dora", "1"] + flags)
-    adapter = os.path.join(dora_run, "adapter_00000003")
-    merged = os.path.join(w, "gen_merged.bin")
-    p = subprocess.run([conv, base, merged, "--adapter", adapter, "--dtype", "fp32"], capture_output=True, text=True)
-    tok = subprocess.run([os.path.join(ROOT, "tokenizer"), "find-gpt2"], capture_output=True, text=True, cwd=ROOT)
-    if not report(tok.returncode == 0, "generate_gpt2_tokenizer_files", tok.stderr[-300:]):
-        return
-    g = ["--prompt", "The king said", "--temperature", "0", "-g", "16", "--threads", "1", "--tokenizer",
-         os.path.join(ROOT, tok.stdout.strip())]
-    a = subprocess.run([gen, "-e", base, "--adapter", adapter] + g, capture_output=True)
-    b = subprocess.run([gen, "-e", merged] + g, capture_output=True)
-    c = subprocess.run([gen, "-e", base] + g, capture_output=True)
-    text = lambda r: r.stdout.split(b"The king said", 1)[-1]  # noqa: E731
-    ok = p.returncode == 0 and a.returncode == 0 and b.returncode == 0 and text(a) == text(b) and text(a) != text(c)
-    report(ok and "merged DoRA adapter" in p.stdout, "generate_dora_unmerged_equals_merged",
-           f"rc {p.returncode}/{a.returncode}/{b.returncode}; unmerged {text(a)[-120:]!r}, merged {text(b)[-120:]!r}, "
-           f"base {text(c)[-80:]!r} {(p.stdout + p.stderr)[-200:]!r} {(a.stderr + b.stderr)[-300:]!r}")
-
-
 def check_errors(w, data):
     g, ga = os.path.join(w, "dgpt2"), os.path.join(w, "dgpt2_adapter")
     base = ["-i", data, "-j", data, "-b", str(B), "-t", str(T), "-x", "1", "-v", "0", "-s", "0"]
-
-    def expect(name, args, pattern, prog=CPU):
-        p = subprocess.run([prog] + args, capture_output=True, text=True)
-        text = p.stdout + p.stderr
-        ok = p.returncode == 1 and "error: " in text and pattern in text
-        report(ok, f"error_{name}", f"rc {p.returncode}, wanted '{pattern}': {text.strip()[-400:]}")
-        return p
+    expect = tl.expect
 
     expect("use_dora_without_rank", ["-e", g, "--use-dora", "1"] + base, "--use-dora need --lora-rank")
     expect("use_dora_2", ["-e", g, "--lora-rank", "4", "--use-dora", "2"] + base, "--use-dora")
@@ -227,45 +167,24 @@ def check_errors(w, data):
     json.dump(c2, open(os.path.join(nolm, "adapter_config.json"), "w"))
     expect("use_dora_with_lora_adapter", ["-e", g, "--adapter", nolm, "--use-dora", "1"] + base,
            "--use-dora 1 differs from the adapter's use_dora false")
-    cuda = next((p for p in [os.path.join(ROOT, "build", "cudasim", "train_gpt"), os.path.join(ROOT, "train_gpt")]
-                 if os.access(p, os.X_OK)), None)
+    cuda = tl.cuda_trainer()
     if cuda:
         expect("cuda_dora_not_built_yet", ["-e", g, "--lora-rank", "4", "--use-dora", "1"] + base, "not built yet on CUDA",
                prog=cuda)
         expect("cuda_dora_without_rank", ["-e", g, "--use-dora", "1"] + base, "need --lora-rank", prog=cuda)
-    else:
-        print("note: no ./train_gpt or build/cudasim/train_gpt built: the CUDA refusal is not checked")
 
 
-def main():
-    if not os.access(CPU, os.X_OK):
-        report(False, "built", f"{CPU} is not built (make train_gpt_cpu)")
-        return 1
-    if not tl.ensure_pyref():
-        return 1
-    w = tempfile.mkdtemp(prefix="llmc_dora.")
-    try:
-        tl.py(MAKE_MODELS, w, str(V))
-        data = os.path.join(w, "data.bin")
-        rng = random.Random(7)
-        testlib.write_shard(data, [rng.randrange(V) for _ in range(4096)])
-        for name in ("gpt2", "llama"):
-            try:
-                tl.check_family(f"d{name}", w, data)
-                tl.check_merge(f"d{name}", w, data)
-                check_zero_rows(name, w, data)
-            except Exception as e:  # noqa: BLE001 (a crashed step is a failed check, the others still run)
-                import traceback
-                report(False, f"d{name}_runs", (str(e) + traceback.format_exc())[-2500:])
-        tl.check_recompute(w, data, "dgpt2")  # -r 0, 1, 2: the same adapter bytes
-        tl.check_ranks(w, data, "dgpt2")  # 2 ranks at -z 0 and -z 1: the same bytes; one process's losses
-        check_plan(w, data)
-        check_generate(w)
-        check_errors(w, data)
-    finally:
-        shutil.rmtree(w, ignore_errors=True) if not os.environ.get("LLMC_KEEP") else print("kept", w)
-    return 1 if testlib.failures() else 0
+def checks(w, data):
+    for name in ("gpt2", "llama"):
+        tag = f"d{name}"
+        tl.guarded(tag, lambda: tl.check_family(tag, w, data), lambda: tl.check_merge(tag, w, data),
+                   lambda: check_zero_rows(name, w, data))
+    tl.check_recompute(w, data, "dgpt2")  # -r 0, 1, 2: the same adapter bytes
+    tl.check_ranks(w, data, "dgpt2")  # 2 ranks at -z 0 and -z 1: the same bytes; one process's losses
+    check_plan(w, data)
+    tl.check_generate(w, dora=True)
+    check_errors(w, data)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(tl.run_checks("llmc_dora.", MAKE_MODELS, checks))

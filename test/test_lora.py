@@ -24,7 +24,6 @@ import json
 import os
 import random
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.append(os.path.join(ROOT, "dev", "reference"))
 import testlib  # noqa: E402
+from f32_safetensors import read_safetensors  # noqa: E402 (test_dora.py's too)
 from testlib import report  # noqa: E402
 
 PYREF = os.environ.get("LLMC_PYREF_DIR", os.path.join(ROOT, "build", "pyref"))
@@ -75,8 +76,11 @@ def py(code, *args):
     return p.stdout
 
 
-MAKE_MODELS = r"""
-import sys, torch
+# the tiny seeded models and PEFT adapters (argv: OUT_DIR V), shared by test_dora.py's MAKE_MODELS:
+# FAMILIES (name, make(seed), PEFT targets, use_rslora); peft(m, targets, rslora, **config) wraps m with
+# seeded random adapters (B random too, scaled by 0.3: gradients reach A); save_adapter(pm, d) writes them
+MAKE_FAMILIES = r"""
+import os, sys, torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 from peft import LoraConfig, get_peft_model
 out, V = sys.argv[1], int(sys.argv[2])
@@ -89,9 +93,24 @@ def llama(seed):
     return LlamaForCausalLM(LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=96,
                                         num_hidden_layers=2, vocab_size=V, max_position_embeddings=64,
                                         tie_word_embeddings=False, rms_norm_eps=1e-5))
-for name, make, targets, rslora in [("gpt2", gpt2, ["c_attn", "c_proj", "c_fc"], False),
-                                    ("llama", llama, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                      "down_proj"], True)]:
+FAMILIES = [("gpt2", gpt2, ["c_attn", "c_proj", "c_fc"], False),
+            ("llama", llama, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], True)]
+def peft(m, targets, rslora, **config):
+    torch.manual_seed(5)
+    pm = get_peft_model(m, LoraConfig(r=4, lora_alpha=16, target_modules=targets, lora_dropout=0.0, use_rslora=rslora,
+                                      init_lora_weights=False, **config))  # B random too: gradients reach A
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_B" in n: p.mul_(0.3)
+    return pm
+def save_adapter(pm, d):
+    os.makedirs(d, exist_ok=True)
+    open(f"{d}/README.md", "w").write("---\nlibrary_name: peft\n---\n")  # (no Jinja2 needed)
+    pm.save_pretrained(d)
+"""
+
+MAKE_MODELS = MAKE_FAMILIES + r"""
+for name, make, targets, rslora in FAMILIES:
     m = make(1)
     m.save_pretrained(f"{out}/{name}", safe_serialization=True)
     make(2).save_pretrained(f"{out}/{name}_other", safe_serialization=True)  # same shapes, other weights
@@ -99,32 +118,8 @@ for name, make, targets, rslora in [("gpt2", gpt2, ["c_attn", "c_proj", "c_fc"],
         torch.manual_seed(3)
         GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=96, n_head=4, vocab_size=V, n_positions=64)).save_pretrained(
             f"{out}/gpt2_wide", safe_serialization=True)
-    torch.manual_seed(5)
-    pm = get_peft_model(m, LoraConfig(r=4, lora_alpha=16, target_modules=targets, lora_dropout=0.0, use_rslora=rslora,
-                                      init_lora_weights=False))  # B random too: gradients reach A
-    with torch.no_grad():
-        for n, p in pm.named_parameters():
-            if "lora_B" in n: p.mul_(0.3)
-    import os
-    os.makedirs(f"{out}/{name}_adapter", exist_ok=True)
-    open(f"{out}/{name}_adapter/README.md", "w").write("---\nlibrary_name: peft\n---\n")  # (no Jinja2 needed)
-    pm.save_pretrained(f"{out}/{name}_adapter")
+    save_adapter(peft(m, targets, rslora), f"{out}/{name}_adapter")
 """
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        h = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, e in h.items():
-        if k == "__metadata__":
-            continue
-        assert e["dtype"] == "F32", (path, k, e["dtype"])
-        b0, b1 = e["data_offsets"]
-        out[k] = np.frombuffer(data[b0:b1], dtype="<f4").reshape(e["shape"])
-    return out, h.get("__metadata__", {})
 
 
 def log_losses(outdir):
@@ -262,17 +257,18 @@ def check_merge(name, w, data):
                f"merged {merged!r}, unmerged {unmerged!r} (rtol {rtol})")
 
 
-def check_generate(w, data):
-    """./generate -e BASE --adapter DIR (unmerged) continues a prompt greedily as the merged model does."""
+def check_generate(w, dora=False):
+    """./generate -e BASE --adapter DIR (unmerged; DoRA with dora) continues a prompt greedily as the merged model does."""
     gen, conv = os.path.join(ROOT, "generate"), os.path.join(ROOT, "hf_convert")
-    base_run, lora_run = os.path.join(w, "gen_base"), os.path.join(w, "gen_lora")
+    base_run, lora_run = os.path.join(w, "gen_base"), os.path.join(w, "gen_dora" if dora else "gen_lora")
     rng = random.Random(11)
     big = os.path.join(w, "big.bin")
     testlib.write_shard(big, [rng.randrange(50257) for _ in range(4096)])
     flags = ["-i", big, "-j", big, "-b", "2", "-t", "32", "-v", "0", "-s", "0", "--threads", "2"]
     run(["-e", "d2", "-x", "1", "-o", base_run] + flags)
     base = os.path.join(base_run, "model_00000001.bin")
-    run(["-e", base, "-x", "3", "-l", "3e-2", "-o", lora_run, "--lora-rank", "8", "--lora-targets", "all-linear"] + flags)
+    run(["-e", base, "-x", "3", "-l", "3e-2", "-o", lora_run, "--lora-rank", "8", "--lora-targets", "all-linear"] +
+        (["--use-dora", "1"] if dora else []) + flags)
     adapter = os.path.join(lora_run, "adapter_00000003")
     merged = os.path.join(w, "gen_merged.bin")
     p = subprocess.run([conv, base, merged, "--adapter", adapter, "--dtype", "fp32"], capture_output=True, text=True)
@@ -286,9 +282,12 @@ def check_generate(w, data):
     c = subprocess.run([gen, "-e", base] + g, capture_output=True)
     text = lambda r: r.stdout.split(b"The king said", 1)[-1]  # noqa: E731
     ok = p.returncode == 0 and a.returncode == 0 and b.returncode == 0 and text(a) == text(b) and text(a) != text(c)
-    report(ok, "generate_adapter_unmerged_equals_merged",
+    report(ok and (not dora or "merged DoRA adapter" in p.stdout),
+           f"generate_{'dora' if dora else 'adapter'}_unmerged_equals_merged",
            f"rc {p.returncode}/{a.returncode}/{b.returncode}; unmerged {text(a)[-120:]!r}, merged {text(b)[-120:]!r}, "
-           f"base {text(c)[-80:]!r} {(a.stderr + b.stderr)[-300:]!r}")
+           f"base {text(c)[-80:]!r} {(p.stdout + p.stderr)[-200:]!r} {(a.stderr + b.stderr)[-300:]!r}")
+    if dora:
+        return
     other = subprocess.run([gen, "-e", "d2", "--adapter", adapter] + g, capture_output=True)
     report(other.returncode == 1 and b"trained on another base model" in other.stderr, "generate_adapter_other_base",
            other.stderr[-300:])
@@ -354,15 +353,27 @@ def check_rundir(w, data):
            (p.stdout + p.stderr)[-400:])
 
 
+def expect(name, args, pattern, prog=CPU):
+    """PROG ARGS is a clean error (exit 1, 'error: ') saying pattern; reported as error_NAME."""
+    p = subprocess.run([prog] + args, capture_output=True, text=True)
+    text = p.stdout + p.stderr
+    ok = p.returncode == 1 and "error: " in text and pattern in text
+    report(ok, f"error_{name}", f"rc {p.returncode}, wanted '{pattern}': {text.strip()[-400:]}")
+    return p
+
+
+def cuda_trainer():
+    """The CUDA trainer built here (the cudasim harness's, or ./train_gpt), or None with a note."""
+    cuda = next((p for p in [os.path.join(ROOT, "build", "cudasim", "train_gpt"), os.path.join(ROOT, "train_gpt")]
+                 if os.access(p, os.X_OK)), None)
+    if not cuda:
+        print("note: no ./train_gpt or build/cudasim/train_gpt built: the CUDA refusal is not checked")
+    return cuda
+
+
 def check_errors(w, data):
     g, ga, la = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_adapter"), os.path.join(w, "llama_adapter")
     base = ["-i", data, "-j", data, "-b", str(B), "-t", str(T), "-x", "1", "-v", "0", "-s", "0"]
-
-    def expect(name, args, pattern, prog=CPU):
-        p = subprocess.run([prog] + args, capture_output=True, text=True)
-        text = p.stdout + p.stderr
-        ok = p.returncode == 1 and "error: " in text and pattern in text
-        report(ok, f"error_{name}", f"rc {p.returncode}, wanted '{pattern}': {text.strip()[-400:]}")
 
     expect("rank_above_min_in_out", ["-e", g, "--lora-rank", "65"] + base, "exceeds min(in, out)")
     expect("unknown_target", ["-e", g, "--lora-rank", "4", "--lora-targets", "c_attn,foo"] + base, "'foo' matches no module")
@@ -387,43 +398,53 @@ def check_errors(w, data):
     subprocess.run([CPU, "-e", g, "-o", full_dir] + base, capture_output=True)
     expect("resume_full_run_with_lora", ["-e", g, "-o", full_dir, "-y", "1", "--lora-rank", "4"] + base,
            "has no adapter directory")
-    cuda = next((p for p in [os.path.join(ROOT, "build", "cudasim", "train_gpt"), os.path.join(ROOT, "train_gpt")]
-                 if os.access(p, os.X_OK)), None)
+    cuda = cuda_trainer()
     if cuda:
         expect("cuda_not_built_yet", ["-e", g, "--lora-rank", "4"] + base, "not built yet on CUDA", prog=cuda)
-    else:
-        print("note: no ./train_gpt or build/cudasim/train_gpt built: the CUDA refusal is not checked")
 
 
-def main():
+def guarded(name, *steps):
+    """Runs steps (no-argument calls) in order; a crash is the failed check NAME_runs, the others still run."""
+    try:
+        for step in steps:
+            step()
+    except Exception as e:  # noqa: BLE001
+        import traceback
+        report(False, f"{name}_runs", (str(e) + traceback.format_exc())[-2500:])
+
+
+def run_checks(prefix, make_models, checks):
+    """A test's main: the trainer built and the reference libraries there, the python make_models run on a
+    temporary directory w (removed after, kept with LLMC_KEEP=1) with V, a seeded shard data in it, then
+    checks(w, data). Returns the exit status."""
     if not os.access(CPU, os.X_OK):
         report(False, "built", f"{CPU} is not built (make train_gpt_cpu)")
         return 1
     if not ensure_pyref():
         return 1
-    w = tempfile.mkdtemp(prefix="llmc_lora.")
+    w = tempfile.mkdtemp(prefix=prefix)
     try:
-        py(MAKE_MODELS, w, str(V))
+        py(make_models, w, str(V))
         data = os.path.join(w, "data.bin")
         rng = random.Random(7)
         testlib.write_shard(data, [rng.randrange(V) for _ in range(4096)])
-        for name in ("gpt2", "llama"):
-            try:
-                check_family(name, w, data)
-            except Exception as e:  # noqa: BLE001 (a crashed step is a failed check, the others still run)
-                import traceback
-                report(False, f"{name}_runs", (str(e) + traceback.format_exc())[-2500:])
-        for name in ("gpt2", "llama"):
-            check_merge(name, w, data)
-        check_generate(w, data)
-        check_recompute(w, data)
-        check_ranks(w, data)
-        check_rundir(w, data)
-        check_errors(w, data)
+        checks(w, data)
     finally:
         shutil.rmtree(w, ignore_errors=True) if not os.environ.get("LLMC_KEEP") else print("kept", w)
     return 1 if testlib.failures() else 0
 
 
+def checks(w, data):
+    for name in ("gpt2", "llama"):
+        guarded(name, lambda: check_family(name, w, data))
+    for name in ("gpt2", "llama"):
+        check_merge(name, w, data)
+    check_generate(w)
+    check_recompute(w, data)
+    check_ranks(w, data)
+    check_rundir(w, data)
+    check_errors(w, data)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_checks("llmc_lora.", MAKE_MODELS, checks))

@@ -36,6 +36,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import f32_safetensors  # noqa: E402
 from train_gpt2 import (GPT2, PARAM_NAMES, AdamW, HyperParams, causal_attention, cross_entropy,  # noqa: E402
                         gelu_tanh, layernorm, linear, load_batch_from_shard, load_model, param_table)
 
@@ -44,17 +45,9 @@ SITES = {"attn.c_attn": "qkvw", "attn.c_proj": "attprojw", "mlp.c_fc": "fcw", "m
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for k, e in header.items():
-        if k == "__metadata__":
-            continue
-        b0, b1 = e["data_offsets"]
-        out[k] = torch.from_numpy(np.frombuffer(data[b0:b1], dtype="<f4").reshape(e["shape"]).copy())
-    return out, header.get("__metadata__", {})
+    """f32_safetensors.read_safetensors's tensors as (writable) torch tensors, and the metadata."""
+    arrays, metadata = f32_safetensors.read_safetensors(path)
+    return {k: torch.from_numpy(a.copy()) for k, a in arrays.items()}, metadata
 
 
 def write_safetensors(path, tensors, metadata=None):

@@ -7,22 +7,12 @@ contradict the file (--lora-rank, --lora-targets). Every run must train or stop 
 (exit 1, 'error: '), and the adapter directory it read must be left as it was (lost otherwise)."""
 import json
 import os
-import shutil
-import struct
 
-from hardening_util import TRAINER, clean_outcome, run
-from hostile_common import TIMEOUT, base_args
+from lora_common import adapter_case, join_safetensors, split_safetensors, train_adapter
 
 
 def setup(ctx):
-    d = ctx.path("lora_src")
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "-x", "1", "-v", "0", "-o", d, "--lora-rank", "4",
-                                                  "--lora-targets", "all-linear"], timeout=TIMEOUT)
-    ctx.lora_adapter = os.path.join(d, "adapter_00000001") if rc == 0 else None
-
-
-def snapshot(d):
-    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+    ctx.lora_adapter = train_adapter(ctx, "lora_src", ["--lora-rank", "4", "--lora-targets", "all-linear"])
 
 
 def mangle_config(r, cfg):
@@ -55,9 +45,7 @@ def mangle_config(r, cfg):
 
 
 def mangle_tensors(r, data):
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    body = data[8 + n:]
+    header, body = split_safetensors(data)
     choice = r.randrange(7)
     keys = [k for k in header if k != "__metadata__"]
     if choice == 0:
@@ -65,7 +53,7 @@ def mangle_tensors(r, data):
     if choice == 1:
         b = bytearray(data)
         for _ in range(r.randint(1, 4)):
-            b[r.randrange(8, 8 + n)] = r.randrange(256)
+            b[r.randrange(8, len(data) - len(body))] = r.randrange(256)  # a header byte
         return bytes(b)
     k = r.choice(keys)
     if choice == 2:
@@ -78,40 +66,29 @@ def mangle_tensors(r, data):
         header["__metadata__"]["llmc_base_crc32"] = r.choice(["00000000", "zz", "deadbeef"])
     else:
         header["base_model.model.transformer.h.9.attn.c_attn.lora_A.weight"] = dict(header[k])
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + body
+    return join_safetensors(header, body)
+
+
+def edit_config(r, d):
+    p = os.path.join(d, "adapter_config.json")
+    if r.random() < 0.15:
+        open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
+        return "config not an adapter config"
+    text = json.dumps(mangle_config(r, json.load(open(p))))
+    open(p, "w").write(text)
+    return "config mangled"
+
+
+def edit_tensors(r, d):
+    p = os.path.join(d, "adapter_model.safetensors")
+    data = mangle_tensors(r, open(p, "rb").read())
+    open(p, "wb").write(data)
+    return "tensors mangled"
 
 
 def case_adapter(ctx, r, tag):
-    if not ctx.lora_adapter:
-        return "skip", "no adapter (the setup's LoRA run failed)"
-    d = ctx.path(f"lora_{tag}")
-    shutil.copytree(ctx.lora_adapter, d)
-    what = []
-    if r.random() < 0.6:
-        p = os.path.join(d, "adapter_config.json")
-        if r.random() < 0.15:
-            open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
-            what.append("config not an adapter config")
-        else:
-            text = json.dumps(mangle_config(r, json.load(open(p))))
-            open(p, "w").write(text)
-            what.append("config mangled")
-    if r.random() < 0.6 or not what:
-        p = os.path.join(d, "adapter_model.safetensors")
-        data = mangle_tensors(r, open(p, "rb").read())
-        open(p, "wb").write(data)
-        what.append("tensors mangled")
-    extra = []
-    if r.random() < 0.2:
-        extra = r.choice([["--lora-rank", "2"], ["--lora-targets", "c_attn"], ["--lora-rank", "4", "--use-rslora", "1"]])
-        what.append(" ".join(extra))
-    before = snapshot(d)
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "--adapter", d, "-x", "1", "-v", "0"] + extra,
-                       timeout=TIMEOUT)
-    if snapshot(d) != before:
-        return "lost", f"{', '.join(what)}: the adapter directory changed"
-    return clean_outcome(rc, err), ", ".join(what)
+    return adapter_case(ctx, r, tag, "LoRA", ctx.lora_adapter, [(0.6, edit_config), (0.6, edit_tensors)],
+                        [["--lora-rank", "2"], ["--lora-targets", "c_attn"], ["--lora-rank", "4", "--use-rslora", "1"]], 0.2)
 
 
 CATEGORIES = [("LoRA adapter directories", case_adapter)]

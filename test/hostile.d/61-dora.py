@@ -6,28 +6,19 @@ use_dora flipped to false or to a non-boolean; and --use-dora 1 / 2 given with i
 and the adapter directory it read must be left as it was (lost otherwise)."""
 import json
 import os
-import shutil
 import struct
 
-from hardening_util import TRAINER, clean_outcome, run
-from hostile_common import TIMEOUT, base_args
+from lora_common import adapter_case, join_safetensors, split_safetensors, train_adapter
 
 
 def setup(ctx):
-    d = ctx.path("dora_src")
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "-x", "1", "-v", "0", "-o", d, "--lora-rank", "4",
-                                                  "--lora-targets", "all-linear", "--use-dora", "1"], timeout=TIMEOUT)
-    ctx.dora_adapter = os.path.join(d, "adapter_00000001") if rc == 0 else None
-
-
-def snapshot(d):
-    return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
+    flags = ["--lora-rank", "4", "--lora-targets", "all-linear", "--use-dora", "1"]
+    ctx.dora_adapter = train_adapter(ctx, "dora_src", flags)
 
 
 def mangle_magnitudes(r, data):
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    body = bytearray(data[8 + n:])
+    header, body = split_safetensors(data)
+    body = bytearray(body)
     mags = [k for k in header if k.endswith("lora_magnitude_vector")]
     k = r.choice(mags)
     e = header[k]
@@ -46,37 +37,27 @@ def mangle_magnitudes(r, data):
         for i in range(b0, b1, 4):
             if choice == 5 or r.random() < 0.2:
                 body[i:i + 4] = struct.pack("<f", value)
-    text = json.dumps(header).encode()
-    return struct.pack("<Q", len(text)) + text + bytes(body), k
+    return join_safetensors(header, body), k
+
+
+def edit_magnitude(r, d):
+    p = os.path.join(d, "adapter_model.safetensors")
+    data, key = mangle_magnitudes(r, open(p, "rb").read())
+    open(p, "wb").write(data)
+    return f"magnitude {key.split('.h.')[-1]} mangled"
+
+
+def edit_use_dora(r, d):
+    p = os.path.join(d, "adapter_config.json")
+    cfg = json.load(open(p))
+    cfg["use_dora"] = r.choice([False, None, "yes", 1])
+    open(p, "w").write(json.dumps(cfg))
+    return f"use_dora {cfg['use_dora']!r}"
 
 
 def case_dora_adapter(ctx, r, tag):
-    if not ctx.dora_adapter:
-        return "skip", "no adapter (the setup's DoRA run failed)"
-    d = ctx.path(f"dora_{tag}")
-    shutil.copytree(ctx.dora_adapter, d)
-    what = []
-    if r.random() < 0.7:
-        p = os.path.join(d, "adapter_model.safetensors")
-        data, key = mangle_magnitudes(r, open(p, "rb").read())
-        open(p, "wb").write(data)
-        what.append(f"magnitude {key.split('.h.')[-1]} mangled")
-    if r.random() < 0.3 or not what:
-        p = os.path.join(d, "adapter_config.json")
-        cfg = json.load(open(p))
-        cfg["use_dora"] = r.choice([False, None, "yes", 1])
-        open(p, "w").write(json.dumps(cfg))
-        what.append(f"use_dora {cfg['use_dora']!r}")
-    extra = []
-    if r.random() < 0.3:
-        extra = r.choice([["--use-dora", "1"], ["--use-dora", "2"], ["--lora-rank", "4", "--use-dora", "1"]])
-        what.append(" ".join(extra))
-    before = snapshot(d)
-    rc, out, err = run(TRAINER, base_args(ctx) + ["-e", ctx.model, "--adapter", d, "-x", "1", "-v", "0"] + extra,
-                       timeout=TIMEOUT)
-    if snapshot(d) != before:
-        return "lost", f"{', '.join(what)}: the adapter directory changed"
-    return clean_outcome(rc, err), ", ".join(what)
+    return adapter_case(ctx, r, tag, "DoRA", ctx.dora_adapter, [(0.7, edit_magnitude), (0.3, edit_use_dora)],
+                        [["--use-dora", "1"], ["--use-dora", "2"], ["--lora-rank", "4", "--use-dora", "1"]], 0.3)
 
 
 CATEGORIES = [("DoRA adapter directories", case_dora_adapter)]
