@@ -392,6 +392,8 @@ int main(int argc, char **argv) {
     train_config_parse(&tc, argc, argv, "train_gpt");
     if (tc.lora_rank || tc.adapter[0]) /* LoRA: the CPU trainer's for now (llmc/cpu/lora.h) */
         llmc_die("--lora-rank / --adapter: LoRA fine-tuning is not built yet on CUDA; use ./train_gpt_cpu");
+    if (strcmp(tc.grad_compression, "none") != 0) /* llmc/train/gradcomp.h: the CPU trainer's for now */
+        llmc_die("--grad-compression is not built for ./train_gpt yet (./train_gpt_cpu has it, -z 0/1 on several ranks)");
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

@@ -3,6 +3,7 @@
 #include "llmc/core/check.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/hf.h"
+#include "llmc/train/gradcomp.h"
 #include "llmc/train/schedule.h"
 
 #include <ctype.h>
@@ -107,6 +108,8 @@ static const Flag flags[] = {
     {NULL, "--adafactor-clip", F_FLOAT, FIELD(adafactor_clip), "Adafactor: clip each tensor's update to this RMS (clip_threshold)"},
     {NULL, "--adafactor-decay-rate", F_FLOAT, FIELD(adafactor_decay_rate), "Adafactor: the second moments' decay at step t is 1 - t^rate (rate < 0)"},
     {NULL, "--adafactor-relative-step", F_INT, FIELD(adafactor_relative_step), "Adafactor: 1 = HF's relative step size min(1e-2, 1/sqrt(t)) times max(1e-3, RMS of the tensor) instead of -l and its schedule; 0 = off"},
+    /* ---- gradient compression (llmc/train/gradcomp.h) ---- */
+    {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value); ./train_gpt_cpu, -z 0/1, several ranks"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -155,6 +158,7 @@ void train_config_defaults(TrainConfig *c) {
     c->adafactor_relative_step = 0;
     snprintf(c->nccl_init, sizeof c->nccl_init, "mpi");
     c->lora_alpha = 8.0f; /* PEFT's default */
+    snprintf(c->grad_compression, sizeof c->grad_compression, "none"); /* llmc/train/gradcomp.h */
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -187,7 +191,7 @@ static const char *const math_flags[] = {
     "--beta2", "--eps", "--grad-clip", "--skip-loss-z", "--skip-norm-z", "--precision", "--tf32",
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
-    "--adafactor-relative-step", NULL};
+    "--adafactor-relative-step", "--grad-compression", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -197,7 +201,7 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
  * as they were (a resume reads an absent line as the default). */
 static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
-                                          "--adafactor-decay-rate", "--adafactor-relative-step", NULL};
+                                          "--adafactor-decay-rate", "--adafactor-relative-step", "--grad-compression", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -544,6 +548,22 @@ static void validate(const TrainConfig *c) {
                c->adafactor_relative_step != 0)
         llmc_die("flags --adafactor-*: they set Adafactor, but the optimizer is --optimizer %s (give --optimizer adafactor)",
                  c->optimizer);
+    /* gradient compression (llmc/train/gradcomp.h) */
+    GradCompSpec gc;
+    char gc_err[256];
+    if (gradcomp_parse(c->grad_compression, &gc, gc_err, sizeof gc_err) != 0) llmc_die("flag --grad-compression: %s", gc_err);
+    if (gc.kind == GC_POWERSGD)
+        llmc_die("flag --grad-compression %s: powersgd is not built yet (none, bf16, int8, topk:FRAC)", c->grad_compression);
+    if (gc.kind != GC_NONE && c->zero_stage >= 2)
+        llmc_die("flags --grad-compression %s and -z %d: compression is built for -z 0 and 1 (one all-reduce of the whole "
+                 "gradient); -z 2/3 reduce-scatter each bucket during the backward, uncompressed. Give -z 0 or 1, or "
+                 "--grad-compression none", c->grad_compression, c->zero_stage);
+    if (gc.kind != GC_NONE && strcmp(c->optimizer, "adamw"))
+        llmc_die("flag --grad-compression %s with --optimizer %s is not built yet (the host AdamW's reduction has it)",
+                 c->grad_compression, c->optimizer);
+    if (gc.kind != GC_NONE && c->memory_budget[0])
+        llmc_die("flag --grad-compression %s with --memory-budget is not built yet (its search would try -z 2/3); give "
+                 "-b/-r/-z yourself", c->grad_compression);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

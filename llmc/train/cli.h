@@ -88,6 +88,8 @@ typedef struct {
     float adafactor_clip;       /* --adafactor-clip: the update's RMS clip threshold */
     float adafactor_decay_rate; /* --adafactor-decay-rate: beta2 at step t = 1 - t^rate */
     int adafactor_relative_step; /* --adafactor-relative-step: 1 = HF's relative step and parameter scale */
+    /* gradient compression (llmc/train/gradcomp.h) */
+    char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
