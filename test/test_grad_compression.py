@@ -7,18 +7,20 @@ uncompressed run reaches in 30 steps (16 symbols drawn uniformly: ln 16).
 - against dev/reference/grad_compression.py, bit for bit: each scheme's first 3 steps on both
   ranks (LLMC_TEST_GRAD_COMP_DUMP: every rank's gradient, residual before and after, and the sum):
   the reference's sum from the ranks' gradients and residuals equals every rank's sum, its new
-  residuals the ranks', and each step starts from the last step's residual;
+  residuals the ranks', and each step starts from the last step's residual; powersgd:4 against the
+  reference's float64 within PSGD_RTOL (sums, residuals, the warm-started Q); with an all-zero
+  gradient matrix (LLMC_TEST_GRAD_COMP_ZERO_UNIT) it stays finite;
 - 30 steps on 2 ranks (mpirun): the mean of the last 5 losses within 1% (int8, bf16) / 5%
-  (topk:0.05) of the uncompressed run's; comm_bytes per step at least 3.5x (int8) / 5x (topk:0.05) /
-  1.9x (bf16) below it; every rank ends each step with the same model (the final model of
+  (topk:0.05, powersgd:4) of the uncompressed run's; comm_bytes per step at least 3.5x (int8) / 5x
+  (topk:0.05) / 4x (powersgd:4) / 1.9x (bf16) below it; every rank ends each step with the same model (the final model of
   -pi tcp and -pi fs runs, a build without MPI, equals mpirun's bit for bit);
 - error feedback matters: with the residual zeroed (LLMC_TEST_GRAD_COMP_NO_RESIDUAL=1) the final
   model differs;
 - resume: 15 steps then -y 1 to 30 gives the uninterrupted run's losses and final model byte for
-  byte (int8, topk); the state file is version 4 with the residual section; resuming with another
+  byte (int8, topk, powersgd: its Q too); the state file is version 4 with the residual section; resuming with another
   --grad-compression is a clear error (with --allow-config-change 1 a note and a reset); on one
   process the residuals are dropped with a note; onto 4 ranks they are resharded (a note);
-- bad values (topk:0, topk:2, powersgd:0, int9), -z 2, --optimizer adafactor: clear errors; one
+- bad values (topk:0, topk:2, powersgd:0, int9, ...), -z 2, --optimizer adafactor: clear errors; one
   process: a note; --plan shows the grad_compression class (residual + 2 payloads) in closed form;
   ./train_gpt (cudasim, when built): a clear error.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
@@ -48,7 +50,11 @@ SIM = "build/cudasim/train_gpt"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
 STEPS = 30
-SCHEMES = {"int8": (0.01, 3.5), "topk:0.05": (0.05, 5.0), "bf16": (0.01, 1.9)}  # loss tolerance, bytes reduction
+SCHEMES = {"int8": (0.01, 3.5), "topk:0.05": (0.05, 5.0), "powersgd:4": (0.05, 4.0), "bf16": (0.01, 1.9)}  # loss tolerance, bytes reduction
+# powersgd against the float64 reference: the trainer sums in fp32 (a dot product of <= 256 terms,
+# Gram-Schmidt over 4 columns), observed ~1e-6 of the largest magnitude; a wrong factor, order or
+# residual is off by O(1)
+PSGD_RTOL = 1e-3
 
 
 def run(cmd, env=None, timeout=300):
@@ -122,6 +128,9 @@ def reference_check(tmp, args):
         ranks = [np.fromfile(os.path.join(d, f"rank{r}.bin"), "<f4") for r in range(2)]
         n = sum(ln for b in buckets for _, ln in b)
         ok, why = ranks[0].size == ranks[1].size == 3 * 4 * n, f"dump sizes {[x.size for x in ranks]}, n {n}"
+        if scheme.startswith("powersgd:"):
+            powersgd_check(d, scheme, ranks, n, ok, why)
+            continue
         prev = [np.zeros(n, np.float32)] * 2
         for s in range(3 if ok else 0):
             g, e, e2, tot = ([x[(4 * s + i) * n:(4 * s + i + 1) * n] for x in ranks] for i in range(4))
@@ -138,6 +147,50 @@ def reference_check(tmp, args):
             prev = e2
         report(ok, f"{scheme}: 2 ranks' first 3 steps (gradients, residuals, sums) equal dev/reference/grad_compression.py "
                "bit for bit", why)
+
+
+def powersgd_check(d, scheme, ranks, n, ok, why):
+    """powersgd's first 3 steps against the float64 reference, within PSGD_RTOL of the largest magnitude"""
+    units = [tuple(map(int, line.split())) for line in open(os.path.join(d, "units.txt"))]
+    qs = [np.fromfile(os.path.join(d, f"rank{r}_q.bin"), "<f4") for r in range(2)]
+    nq = qs[0].size // 6
+    ok = ok and qs[0].size == qs[1].size == 6 * nq and nq > 0 and np.array_equal(qs[0], qs[1])
+    worst = 0.0
+
+    def close(a, b):
+        scale = max(float(np.max(np.abs(b))), 1e-30)
+        return float(np.max(np.abs(np.asarray(a, np.float64) - b))) / scale
+
+    prev = [np.zeros(n, np.float32)] * 2
+    for s in range(3 if ok else 0):
+        g, e, e2, tot = ([x[(4 * s + i) * n:(4 * s + i + 1) * n] for x in ranks] for i in range(4))
+        q0, q1 = qs[0][2 * s * nq:(2 * s + 1) * nq], qs[0][(2 * s + 1) * nq:(2 * s + 2) * nq]
+        want, new, qwant = gcref.powersgd_step(g, e, units, q0, int(scheme.split(":")[1]))
+        errs = [close(tot[0], want), close(e2[0], new[0]), close(e2[1], new[1]), close(q1, qwant)]
+        worst = max([worst] + errs)
+        if not (np.array_equal(tot[0], tot[1]) and all(np.array_equal(a, b) for a, b in zip(e, prev)) and
+                max(errs) <= PSGD_RTOL and (s == 0 or np.array_equal(q0, prev_q))):
+            ok, why = False, f"step {s + 1}: errors {errs}, ranks' sums equal {np.array_equal(tot[0], tot[1])}"
+            break
+        prev, prev_q = e2, q1
+    report(ok, f"{scheme}: 2 ranks' first 3 steps (sums, residuals, warm-started Q) equal the float64 reference within "
+           f"{PSGD_RTOL} of the largest magnitude (largest {worst:.1e}); the ranks' sums bit-identical", why)
+
+
+def zero_matrix(tmp, args):
+    """PowerSGD with an all-zero gradient matrix (LLMC_TEST_GRAD_COMP_ZERO_UNIT=0: the first matrix,
+    wte): the orthogonalisation's guard keeps everything finite"""
+    out = os.path.join(tmp, "psgd_zero")
+    p = mpirun(2, args[:-1] + ["5", "--grad-compression", "powersgd:4", "-o", out],
+               env={"LLMC_TEST_GRAD_COMP_ZERO_UNIT": "0"})
+    ok = p.returncode == 0 and os.path.exists(final(out, 5))
+    if ok:
+        w = np.fromfile(final(out, 5), "<f4", offset=1024)
+        steps = log_steps(out)
+        ok = bool(np.all(np.isfinite(w))) and all(math.isfinite(r["train_loss"]) and math.isfinite(r["grad_norm"])
+                                                  for r in steps.values()) and len(steps) == 5
+    report(ok, "powersgd:4 with an all-zero gradient matrix: 5 steps, finite losses, norms and weights",
+           (p.stdout + p.stderr)[-800:])
 
 
 def training(tmp, args):
@@ -190,7 +243,7 @@ def transports(tmp, args, outs):
 
 
 def residual_matters(tmp, args, outs):
-    for scheme in ("int8", "topk:0.05"):
+    for scheme in ("int8", "topk:0.05", "powersgd:4"):
         if scheme not in outs:
             continue
         out = os.path.join(tmp, "nores_" + scheme.replace(":", "_"))
@@ -216,13 +269,14 @@ def strip_to(src, dst, step):
 
 
 def resume(tmp, args, outs):
-    for scheme in ("int8", "topk:0.05"):
+    for scheme in ("int8", "topk:0.05", "powersgd:4"):
         if scheme not in outs:
             continue
         src = outs[scheme][0]
         head = struct.unpack("<256i", open(os.path.join(src, "state_00000015_00000.bin"), "rb").read(1024))
         n = os.path.getsize(final(src)) // 4 - 256
-        report(head[1] == 4 and head[43] in (2, 3) and head[45] == 2 and head[46] == n,
+        report(head[1] == 4 and head[43] in (2, 3, 4) and head[45] == 2 and head[46] == n and
+               (head[48] > 0) == scheme.startswith("powersgd"),
                f"{scheme}: the state file is version 4 with both ranks' residuals", f"{head[1]} {head[43:48]} n {n}")
         d = os.path.join(tmp, "resume_" + scheme.replace(":", "_"))
         strip_to(src, d, 15)
@@ -261,7 +315,8 @@ def resume(tmp, args, outs):
 
 def bad_values(tmp, args, model, shard):
     for v, want in (("topk:0", "topk:0"), ("topk:2", "topk:2"), ("powersgd:0", "powersgd:0"), ("int9", "int9"),
-                    ("topk:", "topk:"), ("topk:0.1x", "topk:0.1x")):
+                    ("topk:", "topk:"), ("topk:0.1x", "topk:0.1x"), ("powersgd:-1", "powersgd:-1"),
+                    ("powersgd:2x", "powersgd:2x")):
         expect_error(f"--grad-compression {v}: a clear error naming it", run([TRAINER] + args + ["--grad-compression", v]),
                      f"--grad-compression: '{want}'" if v != "int9" else "unknown scheme 'int9'")
     expect_error("--grad-compression int8 -z 2: a clear error naming both flags",
@@ -301,6 +356,7 @@ def main():
         outs = training(tmp, args)
         transports(tmp, args, outs)
         residual_matters(tmp, args, outs)
+        zero_matrix(tmp, args)
         resume(tmp, args, outs)
         bad_values(tmp, args, model, shard)
     finally:

@@ -16,8 +16,14 @@ Schemes (every operation in float32, rounded on its own, no fused multiply-add):
     topk:FRAC   per bucket (a list of (offset, length) slices of the flat gradient: the outer
                 tensors, then each layer's slices), the K = max(1, ceil(FRAC * numel)) elements of
                 largest |x| (ties: the lower index), sent as (index, value) exactly; the rest 0.
+    powersgd:R  per matrix (rows x cols; a stacked (L, out, in) tensor is L matrices), r = min(R,
+                rows, cols), Q (cols x r) shared by the ranks and warm-started from the last step:
+                P = sum_r M_r Q; P^ = Gram-Schmidt(P) (a column of norm 0 stays 0); Q' = sum_r M_r^T P^;
+                the sum is P^ Q'^T, rank r's residual M_r - P^ (M_r^T P^)^T, the next Q is Q'; vectors
+                are sent whole (residual 0). powersgd_step computes it in float64: the trainer's fp32
+                sums agree to a tolerance, not bit for bit.
 Payload bytes per rank: bf16 2n (rounded up to 4), int8 n (rounded up to 4) + 4 * ceil(n / 256),
-topk 8 * sum of K.
+topk 8 * sum of K, powersgd 4 * (sum over matrices of (rows + cols) r + the vectors' elements).
 
 CLI (a self-check): python3 dev/reference/grad_compression.py prints the payload sizes and the
 relative error of each scheme on a random gradient.
@@ -98,6 +104,45 @@ def reduce_step(scheme, grads, residuals, buckets=None, error_feedback=True):
         new.append(x - y)
         total = total + y  # rank order
     return total, new, nbytes
+
+
+def orthogonalise(p):
+    """Gram-Schmidt over p's columns (rows x r, float64); a column of norm 0 stays 0"""
+    p = p.copy()
+    for k in range(p.shape[1]):
+        for j in range(k):
+            p[:, k] -= (p[:, j] @ p[:, k]) * p[:, j]
+        ss = p[:, k] @ p[:, k]
+        p[:, k] = p[:, k] / math.sqrt(ss) if ss > 1e-30 else 0.0
+    return p
+
+
+def powersgd_step(grads, residuals, units, q, rank):
+    """One PowerSGD step in float64. units: (offset, numel, rows, cols) (cols 0: a vector); q: the
+    flat Qs (cols x r each, row-major, in unit order). Returns (sum, new residuals, new q)."""
+    xs = [(np.asarray(e, np.float32) + np.asarray(g, np.float32)).astype(np.float64) for g, e in zip(grads, residuals)]
+    total = np.zeros(xs[0].size)
+    new = [x.copy() for x in xs]
+    q_out = np.zeros(q.size)
+    qo = 0
+    for off, numel, rows, cols in units:
+        if cols == 0:
+            total[off:off + numel] = sum(x[off:off + numel] for x in xs)
+            for e in new:
+                e[off:off + numel] = 0.0
+            continue
+        r = min(rank, rows, cols)
+        Q = q[qo:qo + cols * r].astype(np.float64).reshape(cols, r)
+        ms = [x[off:off + numel].reshape(rows, cols) for x in xs]
+        ph = orthogonalise(sum(m @ Q for m in ms))
+        qs = [m.T @ ph for m in ms]
+        qsum = sum(qs)
+        total[off:off + numel] = (ph @ qsum.T).ravel()
+        for e, m, qr in zip(new, ms, qs):
+            e[off:off + numel] = (m - ph @ qr.T).ravel()
+        q_out[qo:qo + cols * r] = qsum.ravel()
+        qo += cols * r
+    return total, new, q_out
 
 
 def main():

@@ -39,6 +39,7 @@ static void state_header(int32_t h[256], const TrainState *st) {
         h[44] = st->gc_param;
         h[45] = st->gc_ranks;
         put64(h, 46, st->gc_floats);
+        put64(h, 48, st->gc_shared);
     }
 }
 
@@ -81,7 +82,7 @@ void state_file_save_chunks(const char *path, const TrainState *st, StateMomentF
         }
     free(scratch);
     if (st->gc_ranks) {
-        const size_t k = (size_t)st->gc_ranks * st->gc_floats;
+        const size_t k = (size_t)st->gc_ranks * st->gc_floats + st->gc_shared;
         crc = sumfile_crc_update(crc, st->gc_data, k * sizeof(float));
         fwriteCheck(st->gc_data, sizeof(float), k, af.f, af.tmp_path);
     }
@@ -134,11 +135,13 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
         st->gc_param = h[44];
         st->gc_ranks = h[45];
         st->gc_floats = (size_t)get64(h, 46);
-        if (st->gc_kind < 1 || st->gc_kind > 4 || st->gc_ranks < 1 || st->gc_ranks > (1 << 20) || st->gc_floats != st->numel)
+        st->gc_shared = (size_t)get64(h, 48);
+        if (st->gc_kind < 1 || st->gc_kind > 4 || st->gc_ranks < 1 || st->gc_ranks > (1 << 20) || st->gc_floats != st->numel ||
+            st->gc_shared > st->numel)
             llmc_die("training state '%s' has a damaged gradient-compression section (scheme %d, %d ranks of %zu floats "
                      "for %zu parameters)", path, st->gc_kind, st->gc_ranks, st->gc_floats, st->numel);
     }
-    long long want = 1024 + 2LL * (long long)st->numel * 4 + (long long)st->gc_ranks * (long long)st->gc_floats * 4;
+    long long want = 1024 + 2LL * (long long)st->numel * 4 + ((long long)st->gc_ranks * (long long)st->gc_floats + (long long)st->gc_shared) * 4;
     if (sumfile_size(f) != want)
         llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, sumfile_size(f), want);
     if (!m || !v) {
@@ -149,7 +152,7 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     freadCheck(v, sizeof(float), st->numel, f, path);
     uint32_t crc = checked ? state_crc(h, m, v, st->numel) : 0;
     if (st->gc_ranks) {
-        const size_t k = (size_t)st->gc_ranks * st->gc_floats;
+        const size_t k = (size_t)st->gc_ranks * st->gc_floats + st->gc_shared;
         st->gc_data = (float *)mallocCheck(k * sizeof(float), "error-feedback residuals (resume)");
         freadCheck(st->gc_data, sizeof(float), k, f, path);
         crc = sumfile_crc_update(crc, st->gc_data, k * sizeof(float));

@@ -20,8 +20,9 @@
  * --optim-state bf16/int8 runs write the same format: their moments decoded to fp32 (optim.h).
  * Version 4 (a --grad-compression run on several ranks; others still write version 3): the same,
  * plus [43] the scheme (llmc/train/gradcomp.h's GradCompKind) [44] its parameter (topk: FRAC's
- * fp32 bits) [45] ranks R [46..47] floats per rank K (int64), and after v the ranks' error-feedback
- * residuals, R x K floats in rank order (in the checksum).
+ * fp32 bits) [45] ranks R [46..47] floats per rank K (int64) [48..49] shared floats S (int64:
+ * powersgd's warm-started Q), and after v the ranks' error-feedback residuals, R x K floats in rank
+ * order, then the S shared floats (all in the checksum).
  */
 #ifndef LLMC_FORMATS_STATEFILE_H
 #define LLMC_FORMATS_STATEFILE_H
@@ -53,8 +54,8 @@ typedef struct {
      * state_file_load allocates it (gc_ranks x gc_floats floats; the caller frees it). */
     int gc_kind, gc_ranks;
     int32_t gc_param;
-    size_t gc_floats;
-    float *gc_data;
+    size_t gc_floats, gc_shared; /* floats per rank, shared floats after them */
+    float *gc_data;              /* gc_ranks x gc_floats + gc_shared floats */
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);

@@ -123,8 +123,11 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     GradComp *gc = gradcomp_current();
     float *residuals = NULL;
     if (gc) {
-        residuals = (float *)mallocCheck((d->rank == 0 ? (size_t)d->size * gc->n : 1) * sizeof(float), "residuals (checkpoint)");
+        residuals = (float *)mallocCheck((d->rank == 0 ? (size_t)d->size * gc->n + gc->q_floats : 1) * sizeof(float),
+                                         "residuals (checkpoint)");
         dist_gather_f32(d, gc->residual, residuals, (size_t)d->size * gc->n); /* (shards of P x n over P ranks: n each) */
+        if (d->rank == 0 && gc->q_floats) /* powersgd's Q: the same on every rank */
+            memcpy(residuals + (size_t)d->size * gc->n, gc->q, gc->q_floats * sizeof(float));
     }
     if (d->rank != 0) {
         if (opt->state_release) opt->state_release(opt->ctx, &sv);
@@ -138,6 +141,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
         st.gc_param = gradcomp_param_word(&gc->spec);
         st.gc_ranks = d->size;
         st.gc_floats = gc->n;
+        st.gc_shared = gc->q_floats;
         st.gc_data = residuals;
     }
     if (tc->process_rank == 0 && be->state.save_model) { /* an adapter run: its adapter directory */
@@ -197,6 +201,7 @@ static void load_residual(const TrainConfig *tc, TrainState *st, const char *sta
     float saved_frac;
     memcpy(&saved_frac, &st->gc_param, sizeof saved_frac);
     if (st->gc_kind == GC_TOPK) snprintf(saved, sizeof saved, "topk:%g", (double)saved_frac);
+    else if (st->gc_kind == GC_POWERSGD) snprintf(saved, sizeof saved, "powersgd:%d", st->gc_param);
     else snprintf(saved, sizeof saved, "%s", gradcomp_name(st->gc_kind));
     snprintf(now, sizeof now, "%s", tc->grad_compression);
     const int same = want.kind == st->gc_kind && gradcomp_param_word(&want) == st->gc_param;
@@ -217,6 +222,10 @@ static void load_residual(const TrainConfig *tc, TrainState *st, const char *sta
     }
     const Dist *d = gc->dist;
     const size_t n = gc->n;
+    if (st->gc_shared != gc->q_floats)
+        llmc_die("training state '%s': its --grad-compression %s state holds %zu shared floats, this model's needs %zu",
+                 state, saved, st->gc_shared, gc->q_floats);
+    if (gc->q_floats) memcpy(gc->q, st->gc_data + (size_t)st->gc_ranks * n, gc->q_floats * sizeof(float));
     if (st->gc_ranks == d->size) memcpy(gc->residual, st->gc_data + (size_t)d->rank * n, n * sizeof(float));
     else {
         memset(gc->residual, 0, n * sizeof(float));

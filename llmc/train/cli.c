@@ -109,7 +109,7 @@ static const Flag flags[] = {
     {NULL, "--adafactor-decay-rate", F_FLOAT, FIELD(adafactor_decay_rate), "Adafactor: the second moments' decay at step t is 1 - t^rate (rate < 0)"},
     {NULL, "--adafactor-relative-step", F_INT, FIELD(adafactor_relative_step), "Adafactor: 1 = HF's relative step size min(1e-2, 1/sqrt(t)) times max(1e-3, RMS of the tensor) instead of -l and its schedule; 0 = off"},
     /* ---- gradient compression (llmc/train/gradcomp.h) ---- */
-    {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value); ./train_gpt_cpu, -z 0/1, several ranks"},
+    {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value) | powersgd:RANK (each matrix as rank-RANK factors, warm-started; vectors uncompressed); ./train_gpt_cpu, -z 0/1, several ranks"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -552,8 +552,9 @@ static void validate(const TrainConfig *c) {
     GradCompSpec gc;
     char gc_err[256];
     if (gradcomp_parse(c->grad_compression, &gc, gc_err, sizeof gc_err) != 0) llmc_die("flag --grad-compression: %s", gc_err);
-    if (gc.kind == GC_POWERSGD)
-        llmc_die("flag --grad-compression %s: powersgd is not built yet (none, bf16, int8, topk:FRAC)", c->grad_compression);
+    if (gc.kind == GC_POWERSGD && (c->lora_rank > 0 || c->adapter[0]))
+        llmc_die("flag --grad-compression %s with LoRA adapters is not built yet (the adapters' matrices are not "
+                 "factored); give int8, bf16 or topk:FRAC", c->grad_compression);
     if (gc.kind != GC_NONE && c->zero_stage >= 2)
         llmc_die("flags --grad-compression %s and -z %d: compression is built for -z 0 and 1 (one all-reduce of the whole "
                  "gradient); -z 2/3 reduce-scatter each bucket during the backward, uncompressed. Give -z 0 or 1, or "

@@ -7,6 +7,9 @@
 #include "llmc/train/gradcomp.h"
 #include "llmc/core/check.h"
 #include "llmc/core/mem.h"
+#include "llmc/core/rng.h"
+#include "llmc/cpu/adafactor.h"
+#include "llmc/formats/arch.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -97,20 +100,69 @@ static int count_buckets(const TensorSpec *specs, int num_specs) {
     return layers + 1;
 }
 
+/* powersgd: a matrix's rank */
+static size_t psgd_r(int R, const AdafactorUnit *u) {
+    size_t r = (size_t)R;
+    if (r > u->rows) r = u->rows;
+    if (r > u->cols) r = u->cols;
+    return r;
+}
+
+/* powersgd: the floats of every Q (cols x r), every P (rows x r) and the vectors */
+static void psgd_sizes(const AdafactorUnit *u, int nu, int R, size_t *q, size_t *p, size_t *vec) {
+    *q = *p = *vec = 0;
+    for (int i = 0; i < nu; i++) {
+        if (!u[i].cols) *vec += u[i].numel;
+        else *q += u[i].cols * psgd_r(R, &u[i]), *p += u[i].rows * psgd_r(R, &u[i]);
+    }
+}
+
+static size_t psgd_bytes(size_t n, size_t q, size_t p, size_t vec, int ranks) {
+    const size_t cap = 4 * (p + vec > q ? p + vec : q);
+    return 4 * (n + q + p) + (size_t)ranks * cap;
+}
+
+size_t gradcomp_plan_bytes(const GradCompSpec *g, const char *init, size_t n, int num_buckets, int ranks) {
+    if (g->kind != GC_POWERSGD || ranks <= 1) return gradcomp_memory_bytes(g, n, num_buckets, ranks);
+    ArchConfig ac;
+    const ModelArch *arch = model_arch_for_init(init, &ac);
+    TensorSpec *specs = (TensorSpec *)callocCheck((size_t)arch->num_param_specs, sizeof(TensorSpec), "parameter table");
+    arch->parameter_specs(&ac, specs);
+    int nu = adafactor_units(specs, arch->num_param_specs, arch_config_cbase(&ac), NULL, NULL);
+    AdafactorUnit *u = (AdafactorUnit *)mallocCheck((size_t)(nu ? nu : 1) * sizeof *u, "matrices");
+    adafactor_units(specs, arch->num_param_specs, arch_config_cbase(&ac), u, NULL);
+    size_t q, p, vec;
+    psgd_sizes(u, nu, g->rank, &q, &p, &vec);
+    free(u), free(specs);
+    return psgd_bytes(n, q, p, vec, ranks);
+}
+
 void gradcomp_init(GradComp *g, const GradCompSpec *spec, Dist *d, size_t n, const TensorSpec *specs, int num_specs,
-                   int max_buckets) {
+                   int max_buckets, const ModelConfig *cfg) {
     memset(g, 0, sizeof *g);
     g->spec = *spec, g->dist = d, g->n = n, g->specs = specs, g->num_specs = num_specs;
     g->num_buckets = count_buckets(specs, num_specs);
     g->max_buckets = max_buckets;
     if (g->num_buckets > max_buckets) llmc_die("internal: %d gradient buckets, planned for %d", g->num_buckets, max_buckets);
-    if (spec->kind == GC_POWERSGD) llmc_die("flag --grad-compression powersgd:%d is not built yet (none, bf16, int8, topk:FRAC)", spec->rank);
     if (spec->kind == GC_TOPK && n > 0xFFFFFFFFu)
         llmc_die("flag --grad-compression topk: %zu parameters exceed the 32-bit indices it sends", n);
     const char *e = getenv("LLMC_TEST_GRAD_COMP_NO_RESIDUAL");
     g->no_residual = e && atoi(e) == 1;
     if (spec->kind == GC_NONE || d->size <= 1) return; /* (one process: nothing to send) */
-    g->cap = gradcomp_payload_cap(spec, n, max_buckets);
+    g->zero_unit = getenv("LLMC_TEST_GRAD_COMP_ZERO_UNIT") ? atoi(getenv("LLMC_TEST_GRAD_COMP_ZERO_UNIT")) : -1;
+    if (spec->kind == GC_POWERSGD) {
+        g->num_units = adafactor_units(specs, num_specs, cfg, NULL, NULL);
+        AdafactorUnit *u = (AdafactorUnit *)mallocCheck((size_t)(g->num_units ? g->num_units : 1) * sizeof *u, "matrices");
+        adafactor_units(specs, num_specs, cfg, u, NULL);
+        g->units = u;
+        psgd_sizes(u, g->num_units, spec->rank, &g->q_floats, &g->p_floats, &g->vec_floats);
+        g->cap = 4 * (g->p_floats + g->vec_floats > g->q_floats ? g->p_floats + g->vec_floats : g->q_floats);
+        g->q = (float *)mem_calloc(MEM_GRAD_COMP, g->q_floats ? g->q_floats : 1, sizeof(float), "PowerSGD Q");
+        g->phat = (float *)mem_calloc(MEM_GRAD_COMP, g->p_floats ? g->p_floats : 1, sizeof(float), "PowerSGD P");
+        Rng rng; /* Q's start: the same on every rank */
+        rng_seed(&rng, 0x9057D5ull);
+        rng_normal(&rng, g->q, g->q_floats, 0.0f, 1.0f);
+    } else g->cap = gradcomp_payload_cap(spec, n, max_buckets);
     g->residual = (float *)mem_calloc(MEM_GRAD_COMP, n, sizeof(float), "error-feedback residual");
     g->payload = (unsigned char *)mem_calloc(MEM_GRAD_COMP, (size_t)d->size, g->cap, "compressed gradient payloads");
     if (spec->kind == GC_TOPK) g->hist = (uint32_t *)mem_calloc(MEM_GRAD_COMP, 65536, sizeof(uint32_t), "top-k histogram");
@@ -126,6 +178,13 @@ void gradcomp_init(GradComp *g, const GradCompSpec *spec, Dist *d, size_t n, con
             for (int i = 0; i < b.n; i++) fprintf(f, "%d %zu %zu\n", k, b.off[i], b.len[i]);
         }
         if (fclose(f) != 0) llmc_die("cannot write '%s'", path);
+        if (g->units) { /* powersgd: "offset numel rows cols" a matrix or vector (cols 0) */
+            snprintf(path, sizeof path, "%s/units.txt", g->dump);
+            f = fopenCheck(path, "w");
+            const AdafactorUnit *u = (const AdafactorUnit *)g->units;
+            for (int m = 0; m < g->num_units; m++) fprintf(f, "%zu %zu %zu %zu\n", u[m].off, u[m].numel, u[m].rows, u[m].cols);
+            if (fclose(f) != 0) llmc_die("cannot write '%s'", path);
+        }
     }
 }
 
@@ -135,6 +194,9 @@ void gradcomp_free(GradComp *g) {
         mem_free(MEM_GRAD_COMP, g->residual, g->n * sizeof(float));
         mem_free(MEM_GRAD_COMP, g->payload, (size_t)g->dist->size * g->cap);
         if (g->hist) mem_free(MEM_GRAD_COMP, g->hist, 65536 * sizeof(uint32_t));
+        if (g->q) mem_free(MEM_GRAD_COMP, g->q, (g->q_floats ? g->q_floats : 1) * sizeof(float));
+        if (g->phat) mem_free(MEM_GRAD_COMP, g->phat, (g->p_floats ? g->p_floats : 1) * sizeof(float));
+        free(g->units);
     }
     memset(g, 0, sizeof *g);
 }
@@ -289,17 +351,140 @@ void gradcomp_decompress_add(const GradComp *g, const unsigned char *payload, fl
     }
 }
 
-/* LLMC_TEST_GRAD_COMP_DUMP: n floats appended to this rank's file */
-static void dump_floats(const GradComp *g, const float *x) {
+/* LLMC_TEST_GRAD_COMP_DUMP: n floats appended to this rank's file (name: "" or "_q", powersgd's Q) */
+static void dump_n(const GradComp *g, const char *name, const float *x, size_t n) {
     char path[1200];
-    snprintf(path, sizeof path, "%s/rank%d.bin", g->dump, g->dist->rank);
+    snprintf(path, sizeof path, "%s/rank%d%s.bin", g->dump, g->dist->rank, name);
     FILE *f = fopenCheck(path, "ab");
-    fwriteCheck(x, sizeof(float), g->n, f, path);
+    fwriteCheck(x, sizeof(float), n, f, path);
     if (fclose(f) != 0) llmc_die("cannot write '%s'", path);
+}
+static void dump_floats(const GradComp *g, const float *x) { dump_n(g, "", x, g->n); }
+
+/* ---- powersgd ---- */
+/* Gram-Schmidt over the r columns of p (rows x r, row-major); a column left of norm 0 (a zero
+ * matrix, or dependent columns) stays 0 instead of dividing by it. */
+static void orthogonalise(float *p, size_t rows, size_t r) {
+    for (size_t k = 0; k < r; k++) {
+        for (size_t j = 0; j < k; j++) {
+            double dot = 0.0;
+            for (size_t i = 0; i < rows; i++) dot += (double)p[i * r + j] * (double)p[i * r + k];
+            for (size_t i = 0; i < rows; i++) p[i * r + k] -= (float)dot * p[i * r + j];
+        }
+        double ss = 0.0;
+        for (size_t i = 0; i < rows; i++) ss += (double)p[i * r + k] * (double)p[i * r + k];
+        const float inv = ss > 1e-30 ? (float)(1.0 / sqrt(ss)) : 0.0f;
+        for (size_t i = 0; i < rows; i++) p[i * r + k] = inv > 0.0f ? p[i * r + k] * inv : 0.0f;
+    }
+}
+
+static void psgd_reduce(GradComp *g, float *x, float *grads) {
+    Dist *d = g->dist;
+    const AdafactorUnit *u = (const AdafactorUnit *)g->units;
+    const int R = g->spec.rank, P = d->size;
+    const size_t n1 = g->p_floats + g->vec_floats, n2 = g->q_floats;
+    float *mine = (float *)g->payload + (size_t)d->rank * n1;
+    /* phase 1: P = M Q of every matrix, then the vectors as they are */
+    size_t po = 0, qo = 0, vo = g->p_floats;
+    for (int m = 0; m < g->num_units; m++) {
+        const float *M = x + u[m].off;
+        if (!u[m].cols) {
+            memcpy(mine + vo, M, u[m].numel * sizeof(float));
+            vo += u[m].numel;
+            continue;
+        }
+        const size_t rows = u[m].rows, cols = u[m].cols, r = psgd_r(R, &u[m]);
+        const float *Q = g->q + qo;
+#pragma omp parallel for schedule(static)
+        for (long long i = 0; i < (long long)rows; i++)
+            for (size_t k = 0; k < r; k++) {
+                float acc = 0.0f;
+                for (size_t j = 0; j < cols; j++) acc += M[(size_t)i * cols + j] * Q[j * r + k];
+                mine[po + (size_t)i * r + k] = acc;
+            }
+        po += rows * r, qo += cols * r;
+    }
+    dist_allgather_bytes(d, g->payload, n1 * 4);
+    memset(grads, 0, g->n * sizeof(float));
+    memset(g->phat, 0, g->p_floats * sizeof(float));
+    for (int rk = 0; rk < P; rk++) { /* summed in rank order */
+        const float *t = (const float *)g->payload + (size_t)rk * n1;
+        for (size_t i = 0; i < g->p_floats; i++) g->phat[i] += t[i];
+        vo = g->p_floats;
+        for (int m = 0; m < g->num_units; m++)
+            if (!u[m].cols) {
+                for (size_t i = 0; i < u[m].numel; i++) grads[u[m].off + i] += t[vo + i];
+                vo += u[m].numel;
+            }
+    }
+    po = 0;
+    for (int m = 0; m < g->num_units; m++)
+        if (u[m].cols) orthogonalise(g->phat + po, u[m].rows, psgd_r(R, &u[m])), po += u[m].rows * psgd_r(R, &u[m]);
+    /* phase 2: Q = M^T P^ of every matrix */
+    mine = (float *)g->payload + (size_t)d->rank * n2;
+    po = qo = 0;
+    for (int m = 0; m < g->num_units; m++) {
+        if (!u[m].cols) continue;
+        const float *M = x + u[m].off, *Ph = g->phat + po;
+        const size_t rows = u[m].rows, cols = u[m].cols, r = psgd_r(R, &u[m]);
+#pragma omp parallel for schedule(static)
+        for (long long j = 0; j < (long long)cols; j++)
+            for (size_t k = 0; k < r; k++) {
+                float acc = 0.0f;
+                for (size_t i = 0; i < rows; i++) acc += M[i * cols + (size_t)j] * Ph[i * r + k];
+                mine[qo + (size_t)j * r + k] = acc;
+            }
+        po += rows * r, qo += cols * r;
+    }
+    dist_allgather_bytes(d, g->payload, n2 * 4);
+    memset(g->q, 0, g->q_floats * sizeof(float));
+    for (int rk = 0; rk < P; rk++) {
+        const float *t = (const float *)g->payload + (size_t)rk * n2;
+        for (size_t i = 0; i < g->q_floats; i++) g->q[i] += t[i];
+    }
+    /* the sum P^ Q^T; this rank's residual M - P^ Q_rank^T; the vectors were sent whole */
+    po = qo = 0;
+    for (int m = 0; m < g->num_units; m++) {
+        float *M = x + u[m].off, *G = grads + u[m].off;
+        if (!u[m].cols) {
+            memset(M, 0, u[m].numel * sizeof(float));
+            continue;
+        }
+        const size_t rows = u[m].rows, cols = u[m].cols, r = psgd_r(R, &u[m]);
+        const float *Ph = g->phat + po, *Q = g->q + qo, *Qr = mine + qo;
+#pragma omp parallel for schedule(static)
+        for (long long i = 0; i < (long long)rows; i++)
+            for (size_t j = 0; j < cols; j++) {
+                float s = 0.0f, own = 0.0f;
+                for (size_t k = 0; k < r; k++) {
+                    s += Ph[(size_t)i * r + k] * Q[j * r + k];
+                    own += Ph[(size_t)i * r + k] * Qr[j * r + k];
+                }
+                G[(size_t)i * cols + j] = s;
+                M[(size_t)i * cols + j] -= own;
+            }
+        po += rows * r, qo += cols * r;
+    }
 }
 
 void gradcomp_reduce(GradComp *g, float *grads) {
     Dist *d = g->dist;
+    if (g->spec.kind == GC_POWERSGD) {
+        if (g->dump) dump_floats(g, grads), dump_floats(g, g->residual), dump_n(g, "_q", g->q, g->q_floats);
+        float *x = g->residual;
+        if (g->no_residual) memset(x, 0, g->n * sizeof(float));
+        for (size_t i = 0; i < g->n; i++) x[i] += grads[i];
+        if (g->zero_unit >= 0) { /* tests: the zero_unit-th matrix's gradient all zero */
+            const AdafactorUnit *u = (const AdafactorUnit *)g->units;
+            for (int m = 0, k = 0; m < g->num_units; m++)
+                if (u[m].cols && k++ == g->zero_unit) memset(x + u[m].off, 0, u[m].numel * sizeof(float));
+        }
+        psgd_reduce(g, x, grads);
+        for (size_t i = 0; i < g->n; i++)
+            if (!isfinite(x[i])) x[i] = 0.0f;
+        if (g->dump) dump_floats(g, g->residual), dump_floats(g, grads), dump_n(g, "_q", g->q, g->q_floats);
+        return;
+    }
     const size_t n = g->n, bytes = payload_bytes(g);
     if (bytes > g->cap) llmc_die("internal: a compressed gradient of %zu bytes exceeds its buffer of %zu", bytes, g->cap);
     if (g->dump) dump_floats(g, grads), dump_floats(g, g->residual); /* per step: gradient, residual, residual after, sum */
@@ -321,17 +506,24 @@ void gradcomp_reduce(GradComp *g, float *grads) {
 
 void gradcomp_print_memory(const GradComp *g, FILE *out) {
     const double MiB = 1048576.0;
-    const size_t res = g->residual ? g->n * sizeof(float) : 0, all = gradcomp_memory_bytes(&g->spec, g->n, g->max_buckets, g->dist->size);
+    const size_t res = g->residual ? g->n * sizeof(float) : 0,
+                 all = g->spec.kind == GC_POWERSGD ? psgd_bytes(g->n, g->q_floats, g->p_floats, g->vec_floats, g->dist->size)
+                                                   : gradcomp_memory_bytes(&g->spec, g->n, g->max_buckets, g->dist->size);
     char scheme[48];
     if (g->spec.kind == GC_TOPK) snprintf(scheme, sizeof scheme, "topk:%g", (double)g->spec.frac);
+    else if (g->spec.kind == GC_POWERSGD) snprintf(scheme, sizeof scheme, "powersgd:%d", g->spec.rank);
     else snprintf(scheme, sizeof scheme, "%s", gradcomp_name(g->spec.kind));
     if (!g->residual) {
         fprintf(out, "note: --grad-compression %s with one process: nothing to communicate, the gradients are used "
                      "uncompressed (no residual)\n", scheme);
         return;
     }
+    const size_t pay = (size_t)g->dist->size * g->cap, factors = all - res - pay; /* powersgd: Q and P */
+    char extra[96] = "";
+    if (g->q) snprintf(extra, sizeof extra, ", PowerSGD Q and P %zu bytes", factors);
     fprintf(out, "gradient compression (per rank, --grad-compression %s): error-feedback residual %zu bytes (%.1f MiB), "
-                 "payloads %zu bytes (%.1f MiB: %d ranks x %zu), %zu bytes sent per step\n",
-            scheme, res, res / MiB, all - res, (all - res) / MiB, g->dist->size, g->cap,
-            payload_bytes(g) * (size_t)(g->dist->size - 1));
+                 "payloads %zu bytes (%.1f MiB: %d ranks x %zu)%s, %zu bytes sent per step\n",
+            scheme, res, res / MiB, pay, pay / MiB, g->dist->size, g->cap, extra,
+            (g->spec.kind == GC_POWERSGD ? 4 * (g->p_floats + g->vec_floats + g->q_floats) : payload_bytes(g)) *
+                (size_t)(g->dist->size - 1));
 }

@@ -10,7 +10,12 @@
  *   topk:FRAC   per gradient bucket (optim.h's buckets: the outer one, then a layer's), the
  *               ceil(FRAC x numel) elements of largest magnitude (ties: the lower index), sent as
  *               (uint32 flat index, fp32 value): 8 bytes an element sent.
- * The reduction: x = this rank's gradient + its residual; c = compress(x); residual = x -
+ *   powersgd:R  each matrix M (rows x cols; a stacked (L, out, in) tensor is L of them) as P = M Q
+ *               (Q: cols x r, r = min(R, rows, cols), warm-started from the last step's), the ranks'
+ *               P summed, orthogonalised (Gram-Schmidt; a column of norm 0 stays 0), Q = M^T P
+ *               summed, the sum P Q^T; 1-D tensors sent uncompressed. Two all-gathers a step:
+ *               4 (rows + cols) r bytes a matrix, 4 numel a vector. Q is training state too.
+ * The reduction (bf16, int8, topk): x = this rank's gradient + its residual; c = compress(x); residual = x -
  * decompress(c); every rank's c all-gathered (one all-gather of P payloads of equal size), then
  * every rank decompresses them and sums them in rank order (into zeros), so every rank ends with
  * the same bits. Cost: a rank sends its payload to P - 1 ranks (comm_bytes counts payload x
@@ -64,6 +69,14 @@ typedef struct GradComp {
     size_t cap;             /* bytes per rank reserved in payload (the plan's bound) */
     uint32_t *hist;         /* topk: 65536 bins of the radix select */
     int no_residual;        /* tests only (LLMC_TEST_GRAD_COMP_NO_RESIDUAL=1): error feedback off */
+    /* powersgd: the matrices (adafactor.h's units of the parameter table: a stacked (L, out, in)
+     * tensor is L matrices; cols 0: a vector, sent uncompressed) and their rank r factors */
+    void *units;             /* AdafactorUnit[num_units] */
+    int num_units;
+    size_t q_floats, p_floats, vec_floats; /* sum cols x r, sum rows x r, the vectors' elements */
+    float *q;                /* the warm-started Q of every matrix (the same on every rank; training state) */
+    float *phat;             /* the summed, orthogonalised P of every matrix */
+    int zero_unit;           /* tests only (LLMC_TEST_GRAD_COMP_ZERO_UNIT=K): matrix K's gradient zeroed, -1 none */
     const char *dump;       /* tests only (LLMC_TEST_GRAD_COMP_DUMP=DIR): each step's inputs and outputs
                              * appended to DIR/rank<R>.bin, the buckets in DIR/buckets.txt */
 } GradComp;
@@ -73,13 +86,16 @@ typedef struct GradComp {
  * (+ topk's histogram). 0 for GC_NONE or one rank. The plan's and gradcomp_init's one rule. */
 size_t gradcomp_payload_cap(const GradCompSpec *g, size_t n, int num_buckets);
 size_t gradcomp_memory_bytes(const GradCompSpec *g, size_t n, int num_buckets, int ranks);
+/* The plan's bytes for the model -e names (init: its header or descriptor; powersgd needs its
+ * matrices' shapes). */
+size_t gradcomp_plan_bytes(const GradCompSpec *g, const char *init, size_t n, int num_buckets, int ranks);
 size_t gradcomp_residual_bytes(const GradCompSpec *g, size_t n, int ranks);
 
 /* Allocates the residual (zero) and the payload buffers (class MEM_GRAD_COMP) and makes g the
  * run's (gradcomp_current); with one process, neither. specs: the parameter table (topk's buckets,
  * at most max_buckets: the model's layers + 1, the plan's bound). */
 void gradcomp_init(GradComp *g, const GradCompSpec *spec, Dist *d, size_t n, const TensorSpec *specs, int num_specs,
-                   int max_buckets);
+                   int max_buckets, const ModelConfig *cfg);
 void gradcomp_free(GradComp *g);
 /* The run's compressor, or NULL when none is active. */
 GradComp *gradcomp_current(void);

@@ -119,7 +119,8 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     char err[256];
     if (gradcomp_parse(tc->grad_compression, &gc, err, sizeof err) != 0) llmc_die("flag --grad-compression: %s", err);
     if (gc.kind != GC_NONE) /* (cli.c refused -z 2/3) */
-        gradcomp_init(&h->gc, &gc, d, be->num_parameters, h->opt.specs, h->opt.num_specs, be->cfg.num_layers + 1);
+        gradcomp_init(&h->gc, &gc, d, be->num_parameters, h->opt.specs, h->opt.num_specs, be->cfg.num_layers + 1,
+                      &be->cfg);
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,
                                        host_step, host_state, host_state_release, host_load_begin, host_load_end,

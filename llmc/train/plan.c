@@ -65,9 +65,10 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     if (host_optimizer && gradcomp_parse(tc->grad_compression, &gc, err, sizeof err) == 0 && gc.kind != GC_NONE) {
         /* --grad-compression: the residual and the ranks' payloads; a checkpoint gathers every
          * rank's residual on rank 0 (statefile.h, version 4) */
-        p->host[MEM_GRAD_COMP] = gradcomp_memory_bytes(&gc, p->num_parameters, cfg->num_layers + 1, tc->num_processes);
+        p->host[MEM_GRAD_COMP] = gradcomp_plan_bytes(&gc, tc->init, p->num_parameters, cfg->num_layers + 1, tc->num_processes);
         if (tc->output_dir[0] && tc->process_rank == 0)
             p->transient[MEM_CHECKPOINT] += (size_t)tc->num_processes * gradcomp_residual_bytes(&gc, p->num_parameters, tc->num_processes);
+        /* (powersgd: its Q, cols x RANK floats a matrix, is not counted here) */
     }
     if (host_optimizer && plan_adafactor(tc)) { /* its first moment and statistics in AdamW's m and v classes */
         adafactor_state_bytes(tc->init, tc->zero_stage, tc->num_processes, tc->process_rank, tc->adafactor_beta1 > 0.0f,
