@@ -13,7 +13,7 @@ uncompressed run reaches in 30 steps (16 symbols drawn uniformly: ln 16).
 - 30 steps on 2 ranks (mpirun): the mean of the last 5 losses within 1% (int8, bf16) / 5%
   (topk:0.05, powersgd:4) of the uncompressed run's; comm_bytes per step at least 3.5x (int8) / 5x
   (topk:0.05) / 4x (powersgd:4) / 1.9x (bf16) below it; every rank ends each step with the same model (the final model of
-  -pi tcp and -pi fs runs, a build without MPI, equals mpirun's bit for bit);
+  -pi tcp and -pi fs runs, a build without MPI, equals mpirun's bit for bit; -z 1's equals -z 0's);
 - error feedback matters: with the residual zeroed (LLMC_TEST_GRAD_COMP_NO_RESIDUAL=1) the final
   model differs;
 - resume: 15 steps then -y 1 to 30 gives the uninterrupted run's losses and final model byte for
@@ -244,6 +244,17 @@ def transports(tmp, args, outs):
                (p.stdout + p.stderr)[-800:])
 
 
+def zero_one(tmp, args, outs):
+    """-z 1 (AdamW sharded, parameters all-gathered) on the same compressed sum: -z 0's bits"""
+    for scheme in ("int8", "powersgd:4"):
+        if scheme not in outs:
+            continue
+        out = os.path.join(tmp, "z1_" + scheme.replace(":", "_"))
+        p = mpirun(2, args + ["--grad-compression", scheme, "-z", "1", "-o", out])
+        report(p.returncode == 0 and same_bytes(final(out), final(outs[scheme][0])),
+               f"{scheme} at -z 1: the final model equals -z 0's bit for bit", (p.stdout + p.stderr)[-600:])
+
+
 def residual_matters(tmp, args, outs):
     for scheme in ("int8", "topk:0.05", "powersgd:4"):
         if scheme not in outs:
@@ -357,6 +368,7 @@ def main():
         reference_check(tmp, args)
         outs = training(tmp, args)
         transports(tmp, args, outs)
+        zero_one(tmp, args, outs)
         residual_matters(tmp, args, outs)
         zero_matrix(tmp, args)
         resume(tmp, args, outs)
