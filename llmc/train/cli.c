@@ -205,7 +205,8 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
-                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout", NULL};
+                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout",
+                                                 "--grad-compression", NULL};
 
 static void flag_label(const Flag *f, char *buf, size_t len) {
     if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);

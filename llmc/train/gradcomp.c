@@ -119,7 +119,7 @@ static void psgd_sizes(const AdafactorUnit *u, int nu, int R, size_t *q, size_t 
 
 static size_t psgd_bytes(size_t n, size_t q, size_t p, size_t vec, int ranks) {
     const size_t cap = 4 * (p + vec > q ? p + vec : q);
-    return 4 * (n + q + p) + (size_t)ranks * cap;
+    return 4 * (n + (q ? q : 1) + (p ? p : 1)) + (size_t)ranks * cap; /* (Q and P: at least a float each) */
 }
 
 size_t gradcomp_plan_bytes(const GradCompSpec *g, const char *init, size_t n, int num_buckets, int ranks) {
