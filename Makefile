@@ -77,7 +77,7 @@ CORE_SRCS := llmc/core/check.c llmc/core/tensor.c llmc/core/sumfile.c llmc/core/
              llmc/formats/modelfile.c llmc/formats/llmcfile.c llmc/formats/statefile.c llmc/formats/rundir.c llmc/dist/dist.c llmc/generate/sampler.c \
              llmc/train/cli.c llmc/train/schedule.c llmc/train/train.c llmc/train/checkpoint.c llmc/train/report.c \
              llmc/train/optim.c llmc/train/hostopt.c llmc/train/plan.c llmc/cpu/adamw.c llmc/data/evalfile.c \
-             llmc/train/eval.c llmc/train/adafactor.c llmc/cpu/adafactor.c
+             llmc/train/eval.c llmc/train/adafactor.c llmc/cpu/adafactor.c llmc/train/gradcomp.c
 # (llmc/cpu/adamw.c and adafactor.c are the core's: the loop's optimizers, llmc/train/optim.c and
 # adafactor.c, run them)
 CPU_SRCS  := $(filter-out llmc/cpu/adamw.c llmc/cpu/adafactor.c,$(wildcard llmc/cpu/*.c))

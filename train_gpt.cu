@@ -395,6 +395,8 @@ int main(int argc, char **argv) {
                  tc.use_dora ? " / --use-dora" : "", tc.use_dora ? " and DoRA" : "");
     if (tc.teacher[0]) /* distillation: the CPU trainer's for now */
         llmc_die("--teacher is not built for ./train_gpt yet (knowledge distillation runs on ./train_gpt_cpu)");
+    if (strcmp(tc.grad_compression, "none") != 0) /* llmc/train/gradcomp.h: the CPU trainer's for now */
+        llmc_die("--grad-compression is not built for ./train_gpt yet (./train_gpt_cpu has it, -z 0/1 on several ranks)");
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

@@ -12,8 +12,8 @@
 const char *const mem_class_names[MEM_NUM_CLASSES] = {
     "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "parameter_gather", "activations",
     "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "blas_packing", "checkpoint_gather",
-    "cudnn_workspace", "test_leak"};
-const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
+    "cudnn_workspace", "grad_compression", "test_leak"};
+const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1};
 
 void mem_plan_tables(MemPlan *p, size_t num_parameters, const TensorSpec *act, int n_acts, size_t act_floats,
                      int training) {

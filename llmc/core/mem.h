@@ -43,6 +43,7 @@ typedef enum {
     MEM_CHECKPOINT,     /* transient: whole m and v gathered to write a checkpoint (rank 0); -z 0 compact
                          * states: one chunk decoded at a time into the state file */
     MEM_CUDNN_WORKSPACE, /* GPU, cuDNN builds: the attention graphs' workspace (planned bound, cuDNN sizes it) */
+    MEM_GRAD_COMP,      /* --grad-compression: the error-feedback residual and the ranks' payloads (llmc/train/gradcomp.h) */
     MEM_TEST_LEAK,      /* only the planted leak of LLMC_TEST_LEAK */
     MEM_NUM_CLASSES
 } MemClass;

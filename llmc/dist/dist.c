@@ -399,7 +399,9 @@ static void mpi_busy(Dist *d, int what) {
 }
 #define START(call) MPI_Request req_; call; dist_wait(d, &req_, what)
 
-static MPI_Datatype mpi_type(DistType t) { return t == DIST_F32 ? MPI_FLOAT : t == DIST_F64 ? MPI_DOUBLE : MPI_UINT64_T; }
+static MPI_Datatype mpi_type(DistType t) {
+    return t == DIST_F32 ? MPI_FLOAT : t == DIST_F64 ? MPI_DOUBLE : t == DIST_U32 ? MPI_UINT32_T : MPI_UINT64_T;
+}
 
 static void mpi_reduce_scatter_f32(Dist *d, const float *send, float *recv, const int *counts, const char *what) {
     START(MPI_Ireduce_scatter(send ? (const void *)send : MPI_IN_PLACE, recv, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req_));
@@ -538,6 +540,18 @@ void dist_bcast_bytes(Dist *d, void *buf, size_t bytes) {
     next_collective(d);
     d->ops->bcast(d, buf, bytes, "broadcast");
     COMM_END(bytes);
+}
+
+void dist_allgather_bytes(Dist *d, void *buf, size_t bytes) {
+    if (d->size == 1) return;
+    if (bytes % 4) llmc_die("internal: dist_allgather_bytes of %zu bytes, not a multiple of 4", bytes);
+    int *counts = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "counts");
+    for (int r = 0; r < d->size; r++) counts[r] = count_of(bytes / 4), counts[d->size + r] = count_of((size_t)r * bytes / 4);
+    COMM_BEGIN;
+    next_collective(d);
+    d->ops->allgatherv(d, buf, counts, counts + d->size, DIST_U32, "all-gather (compressed gradients)");
+    COMM_END(bytes * (size_t)(d->size - 1));
+    free(counts);
 }
 
 void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out) {

@@ -77,6 +77,9 @@ void dist_allgather_f32(Dist *d, float *full, size_t n);
 /* Rank 0's full receives every rank's shard (shard: this rank's part, rank 0's may alias). */
 void dist_gather_f32(Dist *d, const float *shard, float *full, size_t n);
 void dist_bcast_bytes(Dist *d, void *buf, size_t bytes);
+/* Every rank's run of bytes (a multiple of 4, the same on every rank) at buf + r * bytes into every
+ * rank's buf (in place); the runs are moved as they are (any bits). */
+void dist_allgather_bytes(Dist *d, void *buf, size_t bytes);
 /* Every rank's value; out[P]. */
 void dist_allgather_u64(Dist *d, uint64_t v, uint64_t *out);
 void dist_barrier(Dist *d);

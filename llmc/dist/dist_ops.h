@@ -15,7 +15,7 @@
 
 #include "llmc/dist/group.h"
 
-typedef enum { DIST_F32, DIST_F64, DIST_U64 } DistType;
+typedef enum { DIST_F32, DIST_F64, DIST_U64, DIST_U32 } DistType;
 
 typedef struct DistOps {
     const char *name;
@@ -37,7 +37,7 @@ typedef struct DistOps {
     void (*finalize)(Dist *d);
 } DistOps;
 
-static inline size_t dist_type_size(DistType t) { return t == DIST_F32 ? 4 : 8; }
+static inline size_t dist_type_size(DistType t) { return t == DIST_F32 || t == DIST_U32 ? 4 : 8; }
 
 /* dist_tcp.c: joins the group of size processes (-pi tcp | fs, dist.h) as rank `rank`; fills
  * d->size, rank, local_rank, launcher, ops, transport. Dies naming the flag or rank on any

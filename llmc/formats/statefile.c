@@ -19,7 +19,7 @@ static uint64_t get64(const int32_t *h, int at) {
 static void state_header(int32_t h[256], const TrainState *st) {
     memset(h, 0, 256 * sizeof(int32_t));
     h[0] = STATE_MAGIC;
-    h[1] = STATE_VERSION;
+    h[1] = st->gc_ranks ? 4 : 3; /* (version 4 only where there is its section: other files stay as they were) */
     h[2] = st->step;
     put64(h, 3, st->numel);
     h[5] = st->B;
@@ -34,6 +34,13 @@ static void state_header(int32_t h[256], const TrainState *st) {
     for (int i = 0; i < 4; i++) put64(h, 32 + 2 * i, (uint64_t)st->backend[i]);
     h[40] = (int32_t)st->model_crc;
     h[41] = st->has_model_crc ? 1 : 0;
+    if (st->gc_ranks) {
+        h[43] = st->gc_kind;
+        h[44] = st->gc_param;
+        h[45] = st->gc_ranks;
+        put64(h, 46, st->gc_floats);
+        put64(h, 48, st->gc_shared);
+    }
 }
 
 /* CRC-32 of the header (with its own checksum word [42] zero) and both moment arrays. */
@@ -74,6 +81,11 @@ void state_file_save_chunks(const char *path, const TrainState *st, StateMomentF
             fwriteCheck(x, sizeof(float), count, af.f, af.tmp_path);
         }
     free(scratch);
+    if (st->gc_ranks) {
+        const size_t k = (size_t)st->gc_ranks * st->gc_floats + st->gc_shared;
+        crc = sumfile_crc_update(crc, st->gc_data, k * sizeof(float));
+        fwriteCheck(st->gc_data, sizeof(float), k, af.f, af.tmp_path);
+    }
     h[42] = (int32_t)crc;
     if (fseek(af.f, 0, SEEK_SET) != 0) llmc_die("cannot seek in '%s' to write its header", af.tmp_path);
     fwriteCheck(h, 4, 256, af.f, af.tmp_path);
@@ -118,7 +130,18 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
                  path);
     if (st->numel != expect_numel)
         llmc_die("training state '%s' is for a model of %zu parameters, this model has %zu", path, st->numel, expect_numel);
-    long long want = 1024 + 2LL * (long long)st->numel * 4;
+    if (h[1] >= 4 && h[45] != 0) {
+        st->gc_kind = h[43];
+        st->gc_param = h[44];
+        st->gc_ranks = h[45];
+        st->gc_floats = (size_t)get64(h, 46);
+        st->gc_shared = (size_t)get64(h, 48);
+        if (st->gc_kind < 1 || st->gc_kind > 4 || st->gc_ranks < 1 || st->gc_ranks > (1 << 20) || st->gc_floats != st->numel ||
+            st->gc_shared > st->numel)
+            llmc_die("training state '%s' has a damaged gradient-compression section (scheme %d, %d ranks of %zu floats "
+                     "for %zu parameters)", path, st->gc_kind, st->gc_ranks, st->gc_floats, st->numel);
+    }
+    long long want = 1024 + 2LL * (long long)st->numel * 4 + ((long long)st->gc_ranks * (long long)st->gc_floats + (long long)st->gc_shared) * 4;
     if (sumfile_size(f) != want)
         llmc_die("training state '%s' is %lld bytes, expected %lld: the file is damaged", path, sumfile_size(f), want);
     if (!m || !v) {
@@ -127,8 +150,15 @@ void state_file_load(const char *path, TrainState *st, float *m, float *v, size_
     }
     freadCheck(m, sizeof(float), st->numel, f, path);
     freadCheck(v, sizeof(float), st->numel, f, path);
+    uint32_t crc = checked ? state_crc(h, m, v, st->numel) : 0;
+    if (st->gc_ranks) {
+        const size_t k = (size_t)st->gc_ranks * st->gc_floats + st->gc_shared;
+        st->gc_data = (float *)mallocCheck(k * sizeof(float), "error-feedback residuals (resume)");
+        freadCheck(st->gc_data, sizeof(float), k, f, path);
+        crc = sumfile_crc_update(crc, st->gc_data, k * sizeof(float));
+    }
     fclose(f);
-    if (checked && (uint32_t)h[42] != state_crc(h, m, v, st->numel))
+    if (checked && (uint32_t)h[42] != crc)
         llmc_die("training state '%s' fails its checksum (crc32 recorded %08x): the file is damaged", path,
                  (unsigned)h[42]);
     if (!checked)

@@ -18,6 +18,11 @@
  * tokens, so they resume only where that equals -d (no accumulation). [5] B and [7] processes
  * record how the run was split, for the resume note.
  * --optim-state bf16/int8 runs write the same format: their moments decoded to fp32 (optim.h).
+ * Version 4 (a --grad-compression run on several ranks; others still write version 3): the same,
+ * plus [43] the scheme (llmc/train/gradcomp.h's GradCompKind) [44] its parameter (topk: FRAC's
+ * fp32 bits) [45] ranks R [46..47] floats per rank K (int64) [48..49] shared floats S (int64:
+ * powersgd's warm-started Q), and after v the ranks' error-feedback residuals, R x K floats in rank
+ * order, then the S shared floats (all in the checksum).
  */
 #ifndef LLMC_FORMATS_STATEFILE_H
 #define LLMC_FORMATS_STATEFILE_H
@@ -30,7 +35,7 @@ extern "C" {
 #endif
 
 #define STATE_MAGIC 20261130
-#define STATE_VERSION 3
+#define STATE_VERSION 4
 
 
 typedef struct {
@@ -45,6 +50,12 @@ typedef struct {
     int has_model_crc;   /* 0: unknown (version 1 file) */
     int version;         /* as read */
     int optimizer;       /* [30]: 1 AdamW (also 0 when saving), 2 Adafactor */
+    /* version 4: the error-feedback residuals (gc_ranks 0: none). Saving: gc_data is the caller's;
+     * state_file_load allocates it (gc_ranks x gc_floats floats; the caller frees it). */
+    int gc_kind, gc_ranks;
+    int32_t gc_param;
+    size_t gc_floats, gc_shared; /* floats per rank, shared floats after them */
+    float *gc_data;              /* gc_ranks x gc_floats + gc_shared floats */
 } TrainState;
 
 void state_file_save(const char *path, const TrainState *st, const float *m, const float *v);

@@ -12,6 +12,7 @@
 #include "llmc/formats/rundir.h"
 #include "llmc/train/lora.h"
 #include "llmc/train/adafactor.h"
+#include "llmc/train/gradcomp.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -118,12 +119,31 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
                 llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
                          "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
                          i, (double)params[i], step, tc->output_dir);
+    /* --grad-compression: every rank's residual, in rank order, on rank 0 (version 4) */
+    GradComp *gc = gradcomp_current();
+    float *residuals = NULL;
+    if (gc) {
+        residuals = (float *)mallocCheck((d->rank == 0 ? (size_t)d->size * gc->n + gc->q_floats : 1) * sizeof(float),
+                                         "residuals (checkpoint)");
+        dist_gather_f32(d, gc->residual, residuals, (size_t)d->size * gc->n); /* (shards of P x n over P ranks: n each) */
+        if (d->rank == 0 && gc->q_floats) /* powersgd's Q: the same on every rank */
+            memcpy(residuals + (size_t)d->size * gc->n, gc->q, gc->q_floats * sizeof(float));
+    }
     if (d->rank != 0) {
         if (opt->state_release) opt->state_release(opt->ctx, &sv);
+        free(residuals);
         return;
     }
     dist_busy_begin(d, DIST_BUSY_CHECKPOINT); /* the others wait in their next collective: rank 0's heartbeat */
     TrainState st = {0};
+    if (gc) {
+        st.gc_kind = gc->spec.kind;
+        st.gc_param = gradcomp_param_word(&gc->spec);
+        st.gc_ranks = d->size;
+        st.gc_floats = gc->n;
+        st.gc_shared = gc->q_floats;
+        st.gc_data = residuals;
+    }
     if (tc->process_rank == 0 && be->state.save_model) { /* an adapter run: its adapter directory */
         st.model_crc = be->state.save_model(be->model, tc->output_dir, step, params);
         st.has_model_crc = 1;
@@ -153,6 +173,7 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     if (sv.m) state_file_save(state, &st, sv.m, sv.v);
     else state_file_save_chunks(state, &st, sv.moment, sv.moment_ctx); /* compact moments, a chunk at a time */
     if (opt->state_release) opt->state_release(opt->ctx, &sv);
+    free(residuals);
     if (tc->process_rank == 0) {
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
@@ -161,6 +182,61 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     }
     dist_busy_end(d);
     printf("checkpoint: %s\n", model);
+}
+
+/* --grad-compression: this rank's error-feedback residual from the state's (version 4). The same
+ * ranks: its own, bit-exact; another number: rank r sums the old ranks q with q % P == r, in order
+ * (the total still to be sent is kept). Another scheme: an error, or with --allow-config-change 1
+ * the residual starts at zero (a note says so). */
+static void load_residual(const TrainConfig *tc, TrainState *st, const char *state) {
+    GradComp *gc = gradcomp_current();
+    GradCompSpec want;
+    char err[256], saved[48], now[48];
+    if (gradcomp_parse(tc->grad_compression, &want, err, sizeof err) != 0) llmc_die("flag --grad-compression: %s", err);
+    if (!st->gc_ranks) {
+        if (gc) printf("note: resume: '%s' holds no error-feedback residual (written by one process or without "
+                       "--grad-compression): it starts at zero\n", state);
+        return;
+    }
+    float saved_frac;
+    memcpy(&saved_frac, &st->gc_param, sizeof saved_frac);
+    if (st->gc_kind == GC_TOPK) snprintf(saved, sizeof saved, "topk:%g", (double)saved_frac);
+    else if (st->gc_kind == GC_POWERSGD) snprintf(saved, sizeof saved, "powersgd:%d", st->gc_param);
+    else snprintf(saved, sizeof saved, "%s", gradcomp_name(st->gc_kind));
+    snprintf(now, sizeof now, "%s", tc->grad_compression);
+    const int same = want.kind == st->gc_kind && gradcomp_param_word(&want) == st->gc_param;
+    if (!same && !tc->allow_config_change) {
+        free(st->gc_data);
+        llmc_die("cannot resume from '%s': it holds the error-feedback residuals of --grad-compression %s, this run has "
+                 "--grad-compression %s (resume with --grad-compression %s, or pass --allow-config-change 1 to drop "
+                 "the residuals and start them at zero)", state, saved, now, saved);
+    }
+    if (!same || !gc) {
+        if (!same) printf("note: resume: --allow-config-change 1: the --grad-compression %s residuals in '%s' are dropped; "
+                          "%s starts with none\n", saved, state, now);
+        else printf("note: resume: one process sends nothing compressed: the residuals of the %d ranks in '%s' are "
+                    "dropped\n", st->gc_ranks, state);
+        free(st->gc_data);
+        st->gc_data = NULL;
+        return;
+    }
+    const Dist *d = gc->dist;
+    const size_t n = gc->n;
+    if (st->gc_shared != gc->q_floats)
+        llmc_die("training state '%s': its --grad-compression %s state holds %zu shared floats, this model's needs %zu",
+                 state, saved, st->gc_shared, gc->q_floats);
+    if (gc->q_floats) memcpy(gc->q, st->gc_data + (size_t)st->gc_ranks * n, gc->q_floats * sizeof(float));
+    if (st->gc_ranks == d->size) memcpy(gc->residual, st->gc_data + (size_t)d->rank * n, n * sizeof(float));
+    else {
+        memset(gc->residual, 0, n * sizeof(float));
+        for (int q = d->rank; q < st->gc_ranks; q += d->size)
+            for (size_t i = 0; i < n; i++) gc->residual[i] += st->gc_data[(size_t)q * n + i];
+        if (d->rank == 0)
+            printf("resume: the error-feedback residuals of %d ranks resharded onto %d (rank r takes the sum of the "
+                   "old ranks q with q %% %d == r)\n", st->gc_ranks, d->size, d->size);
+    }
+    free(st->gc_data);
+    st->gc_data = NULL;
 }
 
 void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *opt, DataLoader *loader, Rng *sampler_rng,
@@ -180,6 +256,7 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
                  state, names[st.optimizer], tc->optimizer, names[st.optimizer]);
     }
     if (opt->load_end) opt->load_end(opt->ctx, m, v);
+    load_residual(tc, &st, state);
     if (st.step != step) llmc_die("training state '%s' is for step %d, expected %d", state, st.step, step);
     if (st.has_model_crc) {
         uint32_t crc = sumfile_checksum(model);

@@ -3,6 +3,7 @@
 #include "llmc/core/check.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/hf.h"
+#include "llmc/train/gradcomp.h"
 #include "llmc/train/schedule.h"
 
 #include <ctype.h>
@@ -113,6 +114,8 @@ static const Flag flags[] = {
     {NULL, "--distill-alpha", F_FLOAT, FIELD(distill_alpha), "distillation: a in [0, 1], the weight of the distillation term (0 = plain cross-entropy)"},
     {NULL, "--distill-temperature", F_FLOAT, FIELD(distill_temperature), "distillation: the softmax temperature t > 0 of both distributions"},
     {NULL, "--teacher-quantize", F_STRING, FIELD(teacher_quantize), "distillation: the teacher's storage; '' = fp32 (bf16 and nf4 are not built yet)"},
+    /* ---- gradient compression (llmc/train/gradcomp.h) ---- */
+    {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value) | powersgd:RANK (each matrix as rank-RANK factors, warm-started; vectors uncompressed); ./train_gpt_cpu, -z 0/1, several ranks"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -163,6 +166,7 @@ void train_config_defaults(TrainConfig *c) {
     c->lora_alpha = 8.0f; /* PEFT's default */
     c->distill_alpha = 0.5f;
     c->distill_temperature = 2.0f;
+    snprintf(c->grad_compression, sizeof c->grad_compression, "none"); /* llmc/train/gradcomp.h */
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -196,7 +200,7 @@ static const char *const math_flags[] = {
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
     "--adafactor-relative-step", "--use-dora", "--teacher", "--distill-alpha", "--distill-temperature",
-    "--teacher-quantize", NULL};
+    "--teacher-quantize", "--grad-compression", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -207,11 +211,13 @@ static const char *const action_flags[] = {"--resume", "--overwrite", "--allow-c
 static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "--lora-rank", "--lora-alpha", "--lora-targets",
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
                                           "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", "--teacher",
-                                          "--distill-alpha", "--distill-temperature", "--teacher-quantize", NULL};
+                                          "--distill-alpha", "--distill-temperature", "--teacher-quantize",
+                                          "--grad-compression", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
-                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout", NULL};
+                                                 "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout",
+                                                 "--grad-compression", NULL};
 
 static void flag_label(const Flag *f, char *buf, size_t len) {
     if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);
@@ -582,6 +588,23 @@ static void validate(const TrainConfig *c) {
     if (c->teacher_quantize[0])
         llmc_die("flag --teacher-quantize %s is not built yet: the teacher runs in fp32 (leave --teacher-quantize out)",
                  c->teacher_quantize);
+    /* gradient compression (llmc/train/gradcomp.h) */
+    GradCompSpec gc;
+    char gc_err[256];
+    if (gradcomp_parse(c->grad_compression, &gc, gc_err, sizeof gc_err) != 0) llmc_die("flag --grad-compression: %s", gc_err);
+    if (gc.kind == GC_POWERSGD && (c->lora_rank > 0 || c->adapter[0]))
+        llmc_die("flag --grad-compression %s with LoRA adapters is not built yet (the adapters' matrices are not "
+                 "factored); give int8, bf16 or topk:FRAC", c->grad_compression);
+    if (gc.kind != GC_NONE && c->zero_stage >= 2)
+        llmc_die("flags --grad-compression %s and -z %d: compression is built for -z 0 and 1 (one all-reduce of the whole "
+                 "gradient); -z 2/3 reduce-scatter each bucket during the backward, uncompressed. Give -z 0 or 1, or "
+                 "--grad-compression none", c->grad_compression, c->zero_stage);
+    if (gc.kind != GC_NONE && strcmp(c->optimizer, "adamw"))
+        llmc_die("flag --grad-compression %s with --optimizer %s is not built yet (the host AdamW's reduction has it)",
+                 c->grad_compression, c->optimizer);
+    if (gc.kind != GC_NONE && c->memory_budget[0])
+        llmc_die("flag --grad-compression %s with --memory-budget is not built yet (its search would try -z 2/3); give "
+                 "-b/-r/-z yourself", c->grad_compression);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

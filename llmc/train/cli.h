@@ -97,6 +97,8 @@ typedef struct {
     unsigned teacher_crc;       /* not a flag: the CRC-32 of the teacher's fp32 parameters as loaded (set by the
                                  * trainer; saved with each checkpoint as "--teacher-crc32", compared on resume) */
     int has_teacher_crc;
+    /* gradient compression (llmc/train/gradcomp.h) */
+    char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

@@ -18,7 +18,8 @@ static void host_reduce(void *p) {
     HostAdamW *h = (HostAdamW *)p;
     TrainBackend *be = h->be;
     if (be->hostopt.grads_to_host) be->hostopt.grads_to_host(be->model);
-    optim_reduce(&h->opt, be->hostopt.host_grads);
+    if (h->gc.residual) gradcomp_reduce(&h->gc, be->hostopt.host_grads); /* --grad-compression, several ranks */
+    else optim_reduce(&h->opt, be->hostopt.host_grads);
 }
 
 /* --offload optimizer: from per-bucket sums of squares (one rank: those the backend accumulated
@@ -95,9 +96,16 @@ static void host_load_end(void *p, float *m, float *v) {
     free(v);
 }
 
-static void host_print_memory(void *p, FILE *out) { optim_print_memory(&((HostAdamW *)p)->opt, out); }
+static void host_print_memory(void *p, FILE *out) {
+    HostAdamW *h = (HostAdamW *)p;
+    optim_print_memory(&h->opt, out);
+    if (h->gc.spec.kind != GC_NONE) gradcomp_print_memory(&h->gc, out);
+}
 
-static void host_free(void *p) { optim_free(&((HostAdamW *)p)->opt); }
+static void host_free(void *p) {
+    gradcomp_free(&((HostAdamW *)p)->gc);
+    optim_free(&((HostAdamW *)p)->opt);
+}
 
 void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, TrainBackend *be, Dist *d) {
     memset(h, 0, sizeof *h);
@@ -107,6 +115,12 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
                      be->hostopt.num_param_specs ? be->hostopt.num_param_specs : be->arch->arch->num_param_specs,
                      optstate_parse(tc->optim_state));
     if (be->hostopt.attach_optimizer) be->hostopt.attach_optimizer(be->model, &h->opt, &be->state.host_params, &be->hostopt.host_grads);
+    GradCompSpec gc;
+    char err[256];
+    if (gradcomp_parse(tc->grad_compression, &gc, err, sizeof err) != 0) llmc_die("flag --grad-compression: %s", err);
+    if (gc.kind != GC_NONE) /* (cli.c refused -z 2/3) */
+        gradcomp_init(&h->gc, &gc, d, be->num_parameters, h->opt.specs, h->opt.num_specs, be->cfg.num_layers + 1,
+                      &be->cfg);
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,
                                        host_step, host_state, host_state_release, host_load_begin, host_load_end,

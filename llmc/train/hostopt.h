@@ -11,6 +11,7 @@
 #include "llmc/dist/dist.h"
 #include "llmc/train/backend.h"
 #include "llmc/train/cli.h"
+#include "llmc/train/gradcomp.h"
 #include "llmc/train/optim.h"
 
 #ifdef __cplusplus
@@ -21,6 +22,7 @@ typedef struct {
     Optimizer opt;
     TrainBackend *be;
     int offload; /* --offload optimizer: the bucketed norm and update */
+    GradComp gc; /* --grad-compression (gradcomp.h): the ranks' sum at -z 0/1 sent compressed */
 } HostAdamW;
 
 /* Builds h for tc's -z, --optim-state and --offload over be's parameter table, attaches it to the

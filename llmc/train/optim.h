@@ -64,7 +64,7 @@ size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state);
 void optim_free(Optimizer *o);
 float optim_loss_weight(const Optimizer *o, int accum);
 /* Sums grads over the ranks (-z 0/1: all of them; -z >= 2: nothing left to do, the buckets were
- * reduced during the backward). */
+ * reduced during the backward). --grad-compression: hostopt.c sums them through gradcomp.h instead. */
 void optim_reduce(Optimizer *o, float *grads);
 /* -z >= 2: clears the gradient shard (the start of a step). */
 void optim_zero_grad(Optimizer *o);

@@ -8,6 +8,7 @@
 #include "llmc/core/optstate.h"
 #include "llmc/formats/arch.h"
 #include "llmc/cpu/adafactor.h"
+#include "llmc/train/gradcomp.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
@@ -59,6 +60,16 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
+    GradCompSpec gc;
+    char err[256];
+    if (host_optimizer && gradcomp_parse(tc->grad_compression, &gc, err, sizeof err) == 0 && gc.kind != GC_NONE) {
+        /* --grad-compression: the residual and the ranks' payloads; a checkpoint gathers every
+         * rank's residual on rank 0 (statefile.h, version 4) */
+        p->host[MEM_GRAD_COMP] = gradcomp_plan_bytes(&gc, tc->init, p->num_parameters, cfg->num_layers + 1, tc->num_processes);
+        if (tc->output_dir[0] && tc->process_rank == 0)
+            p->transient[MEM_CHECKPOINT] += (size_t)tc->num_processes * gradcomp_residual_bytes(&gc, p->num_parameters, tc->num_processes);
+        /* (powersgd: its Q, cols x RANK floats a matrix, is not counted here) */
+    }
     if (host_optimizer && plan_adafactor(tc)) { /* its first moment and statistics in AdamW's m and v classes */
         adafactor_state_bytes(tc->init, tc->zero_stage, tc->num_processes, tc->process_rank, tc->adafactor_beta1 > 0.0f,
                               &p->host[MEM_ADAM_M], &p->host[MEM_ADAM_V]);

@@ -35,8 +35,10 @@ static void resume(void *arg) {
     float *m = malloc(expect * sizeof(float) + 1), *v = malloc(expect * sizeof(float) + 1);
     TrainState st;
     state_file_load(in->path, &st, m, v, expect);
-    if (st.numel != expect || in->size != 1024 + 8 * expect)
+    const size_t gc = 4 * ((size_t)st.gc_ranks * st.gc_floats + st.gc_shared); /* version 4: the residuals */
+    if (st.numel != expect || in->size != 1024 + 8 * expect + gc)
         fuzz_fail("accepted a %zu-byte state of %zu parameters (expected %zu)", in->size, st.numel, expect);
+    free(st.gc_data);
     if (memcmp(m, in->data + 1024, 4 * expect) || memcmp(v, in->data + 1024 + 4 * expect, 4 * expect))
         fuzz_fail("AdamW moments were not loaded as stored");
     free(m);
