@@ -57,6 +57,21 @@ def resume_copy(ctx, name):
     return d
 
 
+def checkpoint_copy(src, d, drop):
+    """A copy of the run directory src at d without its files matching the glob drop (the later
+    checkpoints a case's resume is to write again)."""
+    shutil.copytree(src, d)
+    for f in glob.glob(os.path.join(d, drop)):
+        os.remove(f)
+    return d
+
+
+def digests(d):
+    """sha256 of the run's checkpoint files of steps 1 and 2 (a failed resume must leave them as they were)."""
+    import hashlib
+    return {f: hashlib.sha256(open(f, "rb").read()).hexdigest() for f in glob.glob(os.path.join(d, "*_0000000[12]*"))}
+
+
 def run_judged(args, out_dir, what, must_fail, unchanged, input_name, timeout=TIMEOUT):
     """Runs the trainer with args (its output directory out_dir) and judges what every hostile input must
     hold: an exit within timeout seconds, unchanged() still true (else lost: "the -e <input_name> changed"), no

@@ -31,14 +31,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
-from testlib import expect_error, failed_count, report  # noqa: E402
+from testlib import LOOPBACK_MPI, expect_error, failed_count, report  # noqa: E402
 
 PY = "/usr/bin/python3"
 TRAINER = "./train_gpt_cpu"
 SIM = "build/cudasim/train_gpt"
 B, T, STEPS = 4, 32, 10
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", **LOOPBACK_MPI}
 # fp32, 10 steps: the trainer and the reference sum in other orders; the observed differences are
 # ~1e-5 of the loss and ~1e-3 of a tensor's largest change, these bounds a few times that
 LOSS_ATOL = 2e-4

@@ -21,13 +21,11 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from testlib import expect_error, failed_count, report  # noqa: E402
+from testlib import LOOPBACK_MPI, expect_error, failed_count, report  # noqa: E402
 
 CPU = "./train_gpt_cpu"
 SIM = "build/cudasim/train_gpt"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "OMPI_ALLOW_RUN_AS_ROOT": "1",
-       "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo",
-       "OMPI_MCA_oob_tcp_if_include": "lo"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", **LOOPBACK_MPI}
 RAMP, START, FULL, STEPS = 1500, 128, 512, 9
 
 

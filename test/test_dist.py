@@ -33,12 +33,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import failures, kill_a_rank, report, write_shard  # noqa: E402
+from testlib import LOOPBACK_MPI, failures, kill_a_rank, report, write_shard  # noqa: E402
 
 TRAINER = "./train_gpt_cpu"
 NOMPI = "build/test/train_gpt_cpu_nompi"
-ENV = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+ENV = {**os.environ, **LOOPBACK_MPI}
 LOSS_RTOL = 1e-5
 PARAM_ATOL = 1e-4
 def mpirun(np, args, trainer=TRAINER, timeout=300):

@@ -41,14 +41,13 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "dev", "reference"))
-from testlib import expect_error, failed_count, report  # noqa: E402
+from testlib import LOOPBACK_MPI, expect_error, failed_count, report  # noqa: E402
 import grad_compression as gcref  # noqa: E402
 
 TRAINER = "./train_gpt_cpu"
 NOMPI = "build/test/train_gpt_cpu_nompi"
 SIM = "build/cudasim/train_gpt"
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", **LOOPBACK_MPI}
 STEPS = 30
 SCHEMES = {"int8": (0.01, 3.5), "topk:0.05": (0.05, 5.0), "powersgd:4": (0.05, 4.0), "bf16": (0.01, 1.9)}  # loss tolerance, bytes reduction
 # powersgd against the float64 reference: the trainer sums in fp32 (a dot product of <= 256 terms,

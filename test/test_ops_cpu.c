@@ -623,6 +623,14 @@ static void test_rope_case(uint64_t seed, int scaled) {
 
 /* ---- fused classifier --------------------------------------------------------------------- */
 
+/* log(sum_v exp(z[v])) over z[0..n), in double with the maximum taken out first */
+static double ref_logsumexp(const double *z, int n) {
+    double m = -INFINITY, sum = 0.0;
+    for (int v = 0; v < n; v++) m = fmax(m, z[v]);
+    for (int v = 0; v < n; v++) sum += exp(z[v] - m);
+    return m + log(sum);
+}
+
 typedef struct {
     int N, V, Vp;
     const int *targets;
@@ -637,10 +645,8 @@ static double classifier_ref_loss(void *ctx) {
     double total = 0.0;
     for (int i = 0; i < c->N; i++) {
         const double *z = c->logits + (size_t)i * c->Vp;
-        double mx = -INFINITY, sum = 0.0;
-        for (int v = 0; v < c->V; v++) mx = fmax(mx, z[v]);
-        for (int v = 0; v < c->V; v++) sum += exp(z[v] - mx);
-        c->losses[i] = -(z[c->targets[i]] - mx - log(sum)); /* -log_softmax[target] */
+        const double lse = ref_logsumexp(z, c->V);
+        c->losses[i] = -(z[c->targets[i]] - lse); /* -log_softmax[target] */
         total += c->losses[i];
     }
     return c->dloss * total;
@@ -915,10 +921,9 @@ static double router_ref_loss(void *ctx) {
     double L = 0.0;
     for (int t = 0; t < r->N; t++) {
         const double *z = r->z + (size_t)t * r->E;
-        double m = z[0], s = 0.0, p[64], S = 0.0;
-        for (int e = 1; e < r->E; e++) m = fmax(m, z[e]);
-        for (int e = 0; e < r->E; e++) s += exp(z[e] - m);
-        for (int e = 0; e < r->E; e++) p[e] = exp(z[e] - m) / s, L += r->extra[e] * p[e];
+        double p[64], S = 0.0;
+        const double lse = ref_logsumexp(z, r->E);
+        for (int e = 0; e < r->E; e++) p[e] = exp(z[e] - lse), L += r->extra[e] * p[e];
         for (int j = 0; j < r->K; j++) S += p[(int)r->expert[t * r->K + j]];
         for (int j = 0; j < r->K; j++) L += r->dw[t * r->K + j] * p[(int)r->expert[t * r->K + j]] / S;
     }

@@ -7,6 +7,10 @@ import sys
 
 _failures = 0
 
+# Open MPI for ranks on this machine: allowed as root, over shared memory and loopback TCP only
+LOOPBACK_MPI = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "OMPI_MCA_btl": "self,vader,tcp",
+                "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_oob_tcp_if_include": "lo"}
+
 
 def report(ok, name, detail=""):
     """Prints "PASS: name" or "FAIL: name: detail" and counts failures; returns ok."""

@@ -113,15 +113,28 @@ static int config_bool(const cJSON *json, const char *key, int def, char *err, s
     return cJSON_IsTrue(v);
 }
 
+/* A config.json integer every architecture requires: its key, its ModelConfig field, its maximum. */
+typedef struct {
+    const char *key;
+    size_t offset;
+    int hi;
+} HfSizeKey;
+
+/* Each of sizes[0..n) into cfg (in [1, hi]); -1 with err naming a missing or bad key. */
+static int read_sizes(const cJSON *json, const HfSizeKey *sizes, size_t n, ModelConfig *cfg, char *err, size_t errlen) {
+    for (size_t i = 0; i < n; i++) {
+        int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)cfg + sizes[i].offset), err, errlen);
+        if (rc < 0) return -1;
+        if (rc == 0) return errf(err, errlen, "%s is missing", sizes[i].key);
+    }
+    return 0;
+}
+
 static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t errlen) {
     memset(hc, 0, sizeof *hc);
     hc->llama.tied = 1;
     ModelConfig *cfg = &hc->base;
-    static const struct {
-        const char *key;
-        size_t offset;
-        int hi;
-    } sizes[] = {
+    static const HfSizeKey sizes[] = {
         {"n_embd", offsetof(ModelConfig, channels), MODEL_MAX_CHANNELS},
         {"n_layer", offsetof(ModelConfig, num_layers), MODEL_MAX_LAYERS},
         {"n_head", offsetof(ModelConfig, num_heads), MODEL_MAX_CHANNELS},
@@ -129,11 +142,7 @@ static int gpt2_read_config(const cJSON *json, HfConfig *hc, char *err, size_t e
         {"vocab_size", offsetof(ModelConfig, vocab_size), MODEL_MAX_VOCAB},
     };
     memset(cfg, 0, sizeof *cfg);
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)cfg + sizes[i].offset), err, errlen);
-        if (rc < 0) return -1;
-        if (rc == 0) return errf(err, errlen, "%s is missing", sizes[i].key);
-    }
+    if (read_sizes(json, sizes, sizeof sizes / sizeof sizes[0], cfg, err, errlen) < 0) return -1;
     cfg->num_kv_heads = cfg->num_heads;
     cfg->ffn_hidden = 4 * cfg->channels;
     cfg->padded_vocab_size = (cfg->vocab_size + 127) / 128 * 128;
@@ -245,11 +254,7 @@ static int config_float(const cJSON *json, const char *key, float *out, char *er
 }
 
 static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t errlen) {
-    static const struct {
-        const char *key;
-        size_t offset;
-        int hi;
-    } sizes[] = {
+    static const HfSizeKey sizes[] = {
         {"hidden_size", offsetof(ModelConfig, channels), MODEL_MAX_CHANNELS},
         {"intermediate_size", offsetof(ModelConfig, ffn_hidden), 4 * MODEL_MAX_CHANNELS},
         {"num_hidden_layers", offsetof(ModelConfig, num_layers), MODEL_MAX_LAYERS},
@@ -259,11 +264,7 @@ static int llama_read_config(const cJSON *json, HfConfig *cfg, char *err, size_t
     };
     memset(cfg, 0, sizeof *cfg);
     ModelConfig *b = &cfg->base;
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        int rc = config_int(json, sizes[i].key, 1, sizes[i].hi, (int *)((char *)b + sizes[i].offset), err, errlen);
-        if (rc < 0) return -1;
-        if (rc == 0) return errf(err, errlen, "%s is missing", sizes[i].key);
-    }
+    if (read_sizes(json, sizes, sizeof sizes / sizeof sizes[0], b, err, errlen) < 0) return -1;
     b->padded_vocab_size = (b->vocab_size + 127) / 128 * 128;
     b->num_kv_heads = b->num_heads; /* HF's default: no grouping */
     if (config_int(json, "num_key_value_heads", 1, MODEL_MAX_CHANNELS, &b->num_kv_heads, err, errlen) < 0) return -1;

@@ -87,18 +87,7 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
     return model_config_validate(b); /* the shared limits (GPT-2's rule NKV == NH is gpt2_config_validate's) */
 }
 
-size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]) {
-    LLAMA_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {LLAMA3_PARAMETERS(TENSOR_PARAM_ROW)};
-    return tensor_table_params(specs, table, LLAMA3_NUM_PARAMETERS, L);
-}
-
-size_t llama_activation_specs(const LlamaConfig *cfg, int Bi, int Ti, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]) {
-    LLAMA_SHAPE_NAMES(cfg);
-    const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {LLAMA3_ACTIVATIONS(TENSOR_ACT_ROW)}; /* column 0/1: per layer or not */
-    return tensor_table_acts(specs, table, LLAMA3_NUM_ACTIVATIONS, L, 0);
-}
+TENSOR_TABLE_FUNCTIONS(llama, LlamaConfig, LLAMA_SHAPE_NAMES, LLAMA3_PARAMETERS, LLAMA3_NUM_PARAMETERS, LLAMA3_ACTIVATIONS, LLAMA3_NUM_ACTIVATIONS)
 
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
                            unsigned long long seed) {

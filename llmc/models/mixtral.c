@@ -50,18 +50,7 @@ const char *mixtral_config_validate(const MixtralConfig *cfg) {
     const size_t E = (size_t)(cfg)->num_experts, K = (size_t)(cfg)->top_k;         \
     (void)E, (void)K
 
-size_t mixtral_parameter_specs(const MixtralConfig *cfg, TensorSpec specs[MIXTRAL_NUM_PARAMETERS]) {
-    MIXTRAL_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {MIXTRAL_PARAMETERS(TENSOR_PARAM_ROW)};
-    return tensor_table_params(specs, table, MIXTRAL_NUM_PARAMETERS, L);
-}
-
-size_t mixtral_activation_specs(const MixtralConfig *cfg, int Bi, int Ti, TensorSpec specs[MIXTRAL_NUM_ACTIVATIONS]) {
-    MIXTRAL_SHAPE_NAMES(cfg);
-    const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {MIXTRAL_ACTIVATIONS(TENSOR_ACT_ROW)};
-    return tensor_table_acts(specs, table, MIXTRAL_NUM_ACTIVATIONS, L, 0);
-}
+TENSOR_TABLE_FUNCTIONS(mixtral, MixtralConfig, MIXTRAL_SHAPE_NAMES, MIXTRAL_PARAMETERS, MIXTRAL_NUM_PARAMETERS, MIXTRAL_ACTIVATIONS, MIXTRAL_NUM_ACTIVATIONS)
 
 void mixtral_init_parameters(const MixtralConfig *cfg, const TensorSpec specs[MIXTRAL_NUM_PARAMETERS], float *params,
                              unsigned long long seed) {

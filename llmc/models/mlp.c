@@ -35,18 +35,7 @@ const char *mlp_config_validate(const MlpConfig *cfg) {
                  L = (size_t)(cfg)->base.num_layers, F = (size_t)(cfg)->base.ffn_hidden;       \
     (void)Vp, (void)C, (void)L, (void)F
 
-size_t mlp_parameter_specs(const MlpConfig *cfg, TensorSpec specs[MLP_NUM_PARAMETERS]) {
-    MLP_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {MLP_PARAMETERS(TENSOR_PARAM_ROW)};
-    return tensor_table_params(specs, table, MLP_NUM_PARAMETERS, L);
-}
-
-size_t mlp_activation_specs(const MlpConfig *cfg, int Bi, int Ti, TensorSpec specs[MLP_NUM_ACTIVATIONS]) {
-    MLP_SHAPE_NAMES(cfg);
-    const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {MLP_ACTIVATIONS(TENSOR_ACT_ROW)}; /* column 0/1: per layer or not */
-    return tensor_table_acts(specs, table, MLP_NUM_ACTIVATIONS, L, 0);
-}
+TENSOR_TABLE_FUNCTIONS(mlp, MlpConfig, MLP_SHAPE_NAMES, MLP_PARAMETERS, MLP_NUM_PARAMETERS, MLP_ACTIVATIONS, MLP_NUM_ACTIVATIONS)
 
 void mlp_init_parameters(const MlpConfig *cfg, float *params, unsigned long long seed) {
     TensorSpec specs[MLP_NUM_PARAMETERS];

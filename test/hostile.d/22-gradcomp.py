@@ -5,16 +5,13 @@ or on 2 ranks (-pi tcp) with a random --grad-compression (valid, another scheme,
 ranks, floats per rank, shared floats) rewritten under a recomputed checksum. Every case must train
 or stop with a clean error; a rewritten section must never resume (silent); the run's earlier
 checkpoints must stay as they were (lost) and a model it writes must be finite."""
-import glob
-import hashlib
 import os
-import shutil
 import socket
 import subprocess
 import time
 
 from hardening_util import TRAINER, clean_outcome, state_rewrite
-from hostile_common import TIMEOUT, base_args, finite_models
+from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models
 
 VALUES = ["int8", "int8", "bf16", "topk:0.05", "powersgd:2", "none", "topk:0", "topk:1e-30", "int9", "powersgd:0", ""]
 
@@ -59,17 +56,10 @@ def setup(ctx):
         ctx.gc_ckpt = None
 
 
-def digests(d):
-    return {f: hashlib.sha256(open(f, "rb").read()).hexdigest() for f in glob.glob(os.path.join(d, "*_0000000[12]*"))}
-
-
 def case_gradcomp(ctx, r, tag, k):
     if not ctx.gc_ckpt:
         return "skip", "no 2-rank --grad-compression checkpoint"
-    d = ctx.fresh("gc")
-    shutil.copytree(ctx.gc_ckpt, d)
-    for f in glob.glob(os.path.join(d, "*00000003*")):
-        os.remove(f)
+    d = checkpoint_copy(ctx.gc_ckpt, ctx.fresh("gc"), "*00000003*")
     nproc = r.choice([1, 2])
     given = {"--grad-compression": "int8"}
     edit = k % 2 == 1  # odd scenarios rewrite the state's section, even ones change flags

@@ -4,13 +4,10 @@ checkpoint resumed with a random mix of optimizer flags (the other --optimizer, 
 or with its state file's optimizer kind (header [30]) rewritten under a recomputed checksum. Every
 case must train or stop with a clean error; a changed kind must never resume (silent); the run's
 earlier checkpoints must stay as they were (lost) and a model it writes must be finite."""
-import glob
-import hashlib
 import os
-import shutil
 
 from hardening_util import TRAINER, clean_outcome, run, state_rewrite
-from hostile_common import TIMEOUT, base_args, finite_models
+from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models
 
 FLAG_VALUES = {
     "--optimizer": ["adamw", "adafactor", "adafactor", "sgd", ""],
@@ -33,17 +30,10 @@ def setup(ctx):
         ctx.af_ckpt = None
 
 
-def digests(d):
-    return {f: hashlib.sha256(open(f, "rb").read()).hexdigest() for f in glob.glob(os.path.join(d, "*_0000000[12]*"))}
-
-
 def case_adafactor(ctx, r, tag):
     if not ctx.af_ckpt:
         return "skip", "no Adafactor checkpoint"
-    d = ctx.fresh("af")
-    shutil.copytree(ctx.af_ckpt, d)
-    for f in glob.glob(os.path.join(d, "*0000000[34]*")):
-        os.remove(f)
+    d = checkpoint_copy(ctx.af_ckpt, ctx.fresh("af"), "*0000000[34]*")
     kind = r.choice(["flags", "flags", "state_kind"])
     given = {"--optimizer": "adafactor", "--adafactor-beta1": "0.9"}  # the run's own
     if kind == "flags":  # some of them changed or dropped, others added
