@@ -455,6 +455,42 @@ static void check_range(const char *flag, long long v, long long lo, long long h
 }
 
 /* Checks that need only the flags (the model-dependent ones happen at setup). */
+/* --teacher and its knobs (the teacher's file and vocabulary are checked at setup) */
+static void validate_distill(const TrainConfig *c) {
+    if (!(c->distill_alpha >= 0.0f && c->distill_alpha <= 1.0f))
+        llmc_die("flag --distill-alpha must be in [0, 1] (the distillation term's weight), got %g", (double)c->distill_alpha);
+    /* (beyond these the tempered logits or t^2 overflow fp32 for ordinary logits) */
+    if (!(c->distill_temperature >= 1e-3f && c->distill_temperature <= 1e3f))
+        llmc_die("flag --distill-temperature must be positive (from 0.001 to 1000), got %g", (double)c->distill_temperature);
+    if (!c->teacher[0] && (c->distill_alpha != 0.5f || c->distill_temperature != 2.0f || c->teacher_quantize[0]))
+        llmc_die("flags --distill-alpha, --distill-temperature and --teacher-quantize need --teacher MODEL (distillation)");
+    if (c->teacher_quantize[0] && strcmp(c->teacher_quantize, "bf16") && strcmp(c->teacher_quantize, "nf4"))
+        llmc_die("flag --teacher-quantize: unknown value '%s' ('' = fp32; bf16 and nf4 are not built yet)", c->teacher_quantize);
+    if (c->teacher_quantize[0])
+        llmc_die("flag --teacher-quantize %s is not built yet: the teacher runs in fp32 (leave --teacher-quantize out)",
+                 c->teacher_quantize);
+}
+
+/* --grad-compression (llmc/train/gradcomp.h) and what it is built with */
+static void validate_grad_compression(const TrainConfig *c) {
+    GradCompSpec gc;
+    char gc_err[256];
+    if (gradcomp_parse(c->grad_compression, &gc, gc_err, sizeof gc_err) != 0) llmc_die("flag --grad-compression: %s", gc_err);
+    if (gc.kind == GC_POWERSGD && (c->lora_rank > 0 || c->adapter[0]))
+        llmc_die("flag --grad-compression %s with LoRA adapters is not built yet (the adapters' matrices are not "
+                 "factored); give int8, bf16 or topk:FRAC", c->grad_compression);
+    if (gc.kind != GC_NONE && c->zero_stage >= 2)
+        llmc_die("flags --grad-compression %s and -z %d: compression is built for -z 0 and 1 (one all-reduce of the whole "
+                 "gradient); -z 2/3 reduce-scatter each bucket during the backward, uncompressed. Give -z 0 or 1, or "
+                 "--grad-compression none", c->grad_compression, c->zero_stage);
+    if (gc.kind != GC_NONE && strcmp(c->optimizer, "adamw"))
+        llmc_die("flag --grad-compression %s with --optimizer %s is not built yet (the host AdamW's reduction has it)",
+                 c->grad_compression, c->optimizer);
+    if (gc.kind != GC_NONE && c->memory_budget[0])
+        llmc_die("flag --grad-compression %s with --memory-budget is not built yet (its search would try -z 2/3); give "
+                 "-b/-r/-z yourself", c->grad_compression);
+}
+
 static void validate(const TrainConfig *c) {
     check_positive("-b (--batch-size)", c->B);
     check_positive("-t (--seq-len)", c->T);
@@ -575,36 +611,8 @@ static void validate(const TrainConfig *c) {
                c->adafactor_relative_step != 0)
         llmc_die("flags --adafactor-*: they set Adafactor, but the optimizer is --optimizer %s (give --optimizer adafactor)",
                  c->optimizer);
-    /* distillation: the teacher's file and vocabulary are checked at setup */
-    if (!(c->distill_alpha >= 0.0f && c->distill_alpha <= 1.0f))
-        llmc_die("flag --distill-alpha must be in [0, 1] (the distillation term's weight), got %g", (double)c->distill_alpha);
-    /* (beyond these the tempered logits or t^2 overflow fp32 for ordinary logits) */
-    if (!(c->distill_temperature >= 1e-3f && c->distill_temperature <= 1e3f))
-        llmc_die("flag --distill-temperature must be positive (from 0.001 to 1000), got %g", (double)c->distill_temperature);
-    if (!c->teacher[0] && (c->distill_alpha != 0.5f || c->distill_temperature != 2.0f || c->teacher_quantize[0]))
-        llmc_die("flags --distill-alpha, --distill-temperature and --teacher-quantize need --teacher MODEL (distillation)");
-    if (c->teacher_quantize[0] && strcmp(c->teacher_quantize, "bf16") && strcmp(c->teacher_quantize, "nf4"))
-        llmc_die("flag --teacher-quantize: unknown value '%s' ('' = fp32; bf16 and nf4 are not built yet)", c->teacher_quantize);
-    if (c->teacher_quantize[0])
-        llmc_die("flag --teacher-quantize %s is not built yet: the teacher runs in fp32 (leave --teacher-quantize out)",
-                 c->teacher_quantize);
-    /* gradient compression (llmc/train/gradcomp.h) */
-    GradCompSpec gc;
-    char gc_err[256];
-    if (gradcomp_parse(c->grad_compression, &gc, gc_err, sizeof gc_err) != 0) llmc_die("flag --grad-compression: %s", gc_err);
-    if (gc.kind == GC_POWERSGD && (c->lora_rank > 0 || c->adapter[0]))
-        llmc_die("flag --grad-compression %s with LoRA adapters is not built yet (the adapters' matrices are not "
-                 "factored); give int8, bf16 or topk:FRAC", c->grad_compression);
-    if (gc.kind != GC_NONE && c->zero_stage >= 2)
-        llmc_die("flags --grad-compression %s and -z %d: compression is built for -z 0 and 1 (one all-reduce of the whole "
-                 "gradient); -z 2/3 reduce-scatter each bucket during the backward, uncompressed. Give -z 0 or 1, or "
-                 "--grad-compression none", c->grad_compression, c->zero_stage);
-    if (gc.kind != GC_NONE && strcmp(c->optimizer, "adamw"))
-        llmc_die("flag --grad-compression %s with --optimizer %s is not built yet (the host AdamW's reduction has it)",
-                 c->grad_compression, c->optimizer);
-    if (gc.kind != GC_NONE && c->memory_budget[0])
-        llmc_die("flag --grad-compression %s with --memory-budget is not built yet (its search would try -z 2/3); give "
-                 "-b/-r/-z yourself", c->grad_compression);
+    validate_distill(c);
+    validate_grad_compression(c);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])
