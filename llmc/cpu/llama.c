@@ -259,7 +259,7 @@ float llama_family_forward(const LlamaTrunk *t, const int *inputs, const int *ta
     for (int l = 0; l < L; l++) {
         cpu_zero_use_layer(zs, l, l + 1);
         llama_trunk_forward(t, l, l == 0 ? T_ACT(encoded, 0) : H_ACT(residual3, l - 1), B, T);
-        t->mlp_forward(t->model, l, B, T);
+        t->ffn_forward(t->model, l, B, T);
     }
     cpu_zero_end_layers(zs);
     return llama_head_forward(t, targets, dloss, N);
@@ -274,7 +274,7 @@ void llama_family_backward(const LlamaTrunk *t, const int *inputs, int B, int T)
     for (int l = L - 1; l >= 0; l--) {
         cpu_zero_use_layer(&tr->zs, l, l - 1);
         cpu_zero_layer_grads(&tr->zs, t->grads);
-        t->mlp_backward(t->model, l, B, T);
+        t->ffn_backward(t->model, l, B, T);
         llama_trunk_backward(t, l, l == 0 ? T_ACT(encoded, 0) : H_ACT(residual3, l - 1), B, T, dres, tr->dbuf_c,
                              tr->dbuf_f1);
         cpu_zero_reduce_layer(&tr->zs, l);
@@ -289,7 +289,7 @@ const float *llama_family_decode(const LlamaTrunk *t, LlamaDecode *d, const int 
     llama_decode_embed(t, d, tokens, n, who);
     for (int l = 0; l < L; l++) {
         llama_decode_attention(t, d, l, n);
-        t->mlp_decode(t->model, d, l, n);
+        t->ffn_decode(t->model, d, l, n);
         residual_forward(d->residual, d->proj, d->residual, (size_t)n * C);
     }
     return llama_decode_head(t, d, n);
@@ -311,7 +311,7 @@ const float *llama_family_decode(const LlamaTrunk *t, LlamaDecode *d, const int 
     if (model->train.lora) lora_backward_site(model->train.lora, LORA_SITE_##site, l, dinp, dout, width, inp, N)
 
 /* residual3 = residual2 + fcprojw(swiglu(fcw(ln2))) */
-static void swiglu_mlp_forward(void *m, int l, int B, int T) {
+static void swiglu_ffn_forward(void *m, int l, int B, int T) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
     float *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l), *residual3 = ACT(residual3, l);
@@ -323,7 +323,7 @@ static void swiglu_mlp_forward(void *m, int l, int B, int T) {
     residual_forward(residual3, residual3, ACT(residual2, l), (size_t)N * C);
 }
 
-static void swiglu_mlp_backward(void *m, int l, int B, int T) {
+static void swiglu_ffn_backward(void *m, int l, int B, int T) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
     float *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l), *dres = model->train.dresidual;
@@ -338,7 +338,7 @@ static void swiglu_mlp_backward(void *m, int l, int B, int T) {
     LORA_BWD(FC, dln2, dfch, 2 * F, ln2);
 }
 
-static void swiglu_mlp_decode(void *m, LlamaDecode *d, int l, int n) {
+static void swiglu_ffn_decode(void *m, LlamaDecode *d, int l, int n) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden;
     LlamaKVCache *c = (LlamaKVCache *)d; /* d is the cache's first member */
@@ -352,7 +352,7 @@ static void swiglu_mlp_decode(void *m, LlamaDecode *d, int l, int n) {
 static LlamaTrunk trunk_of(const LlamaModel *model) {
     return (LlamaTrunk){&model->cfg, model->param_specs, model->act_specs, model->params_memory, model->grads_memory,
                         model->acts_memory, model->freqs, (CpuTraining *)&model->train, LLAMA3_P_lnfw,
-                        LLAMA3_A_residual3, (void *)model, swiglu_mlp_forward, swiglu_mlp_backward, swiglu_mlp_decode};
+                        LLAMA3_A_residual3, (void *)model, swiglu_ffn_forward, swiglu_ffn_backward, swiglu_ffn_decode};
 }
 
 float llama_forward(LlamaModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {

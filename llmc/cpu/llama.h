@@ -68,9 +68,9 @@ typedef struct {
      * from dres at residual3 to dln2 in train->dbuf_c (backward, accumulating its weights'
      * gradients); the decode's: d->proj = mlp(d->ln) for n positions */
     void *model;
-    void (*mlp_forward)(void *model, int l, int B, int T);
-    void (*mlp_backward)(void *model, int l, int B, int T);
-    void (*mlp_decode)(void *model, struct LlamaDecode *d, int l, int n);
+    void (*ffn_forward)(void *model, int l, int B, int T);
+    void (*ffn_backward)(void *model, int l, int B, int T);
+    void (*ffn_decode)(void *model, struct LlamaDecode *d, int l, int n);
 } LlamaTrunk;
 /* The whole block sequence over t (the ZeRO hooks, embedding, each layer's trunk and MLP, the
  * head): the forward returns the mean loss (0 without targets); the backward follows it. */
@@ -110,7 +110,7 @@ void llama_decode_embed(const LlamaTrunk *t, LlamaDecode *d, const int *tokens, 
 void llama_decode_attention(const LlamaTrunk *t, LlamaDecode *d, int l, int n);
 /* the logits (n, Vp) of the n positions; advances len */
 const float *llama_decode_head(const LlamaTrunk *t, LlamaDecode *d, int n);
-/* tokens[0..n) through embed, every layer's attention and t->mlp_decode, and the head */
+/* tokens[0..n) through embed, every layer's attention and t->ffn_decode, and the head */
 const float *llama_family_decode(const LlamaTrunk *t, LlamaDecode *d, const int *tokens, int n, const char *who);
 
 typedef struct {

@@ -131,7 +131,7 @@ static void moe_forward(const MixtralModel *model, int l, const float *x, int n,
 }
 
 /* the family's MLP hooks (llmc/cpu/llama.h): residual3 = residual2 + the routed experts of ln2 */
-static void moe_mlp_forward(void *m, int l, int B, int T) {
+static void moe_ffn_forward(void *m, int l, int B, int T) {
     const MixtralModel *model = (const MixtralModel *)m;
     const int C = model->cfg.base.channels, N = B * T;
     float *residual3 = ACT(residual3, l);
@@ -141,7 +141,7 @@ static void moe_mlp_forward(void *m, int l, int B, int T) {
     residual_forward(residual3, residual3, ACT(residual2, l), (size_t)N * C);
 }
 
-static void moe_mlp_backward(void *m, int l, int B, int T) {
+static void moe_ffn_backward(void *m, int l, int B, int T) {
     MixtralModel *model = (MixtralModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
     const int E = model->cfg.num_experts, K = model->cfg.top_k;
@@ -175,7 +175,7 @@ static void moe_mlp_backward(void *m, int l, int B, int T) {
     residual_forward(dln2, dln2, dln2_router, (size_t)N * C);
 }
 
-static void moe_mlp_decode(void *m, LlamaDecode *d, int l, int n) {
+static void moe_ffn_decode(void *m, LlamaDecode *d, int l, int n) {
     const MixtralModel *model = (const MixtralModel *)m;
     MixtralKVCache *c = (MixtralKVCache *)d; /* d is the cache's first member */
     moe_forward(model, l, d->ln, n, d->proj, c->probs, c->rexp, c->rw, c->rrow, c->count, c->mx, c->mh, c->ms, c->my);
@@ -184,8 +184,8 @@ static void moe_mlp_decode(void *m, LlamaDecode *d, int l, int n) {
 static LlamaTrunk trunk_of(const MixtralModel *model) {
     return (LlamaTrunk){&model->cfg.llama, model->param_specs, model->act_specs, model->params_memory,
                         model->grads_memory, model->acts_memory, model->freqs, (CpuTraining *)&model->train,
-                        MIXTRAL_P_lnfw, MIXTRAL_A_residual3, (void *)model, moe_mlp_forward, moe_mlp_backward,
-                        moe_mlp_decode};
+                        MIXTRAL_P_lnfw, MIXTRAL_A_residual3, (void *)model, moe_ffn_forward, moe_ffn_backward,
+                        moe_ffn_decode};
 }
 
 float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets, int B, int T, float dloss) {

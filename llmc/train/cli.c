@@ -249,6 +249,19 @@ static void print_item(FILE *out, int *col, const char *indent, const char *name
     *col += w;
 }
 
+/* A flag of a feature the run does not use (evaluation, Adafactor, distillation, adapters): its
+ * default is left out of the startup print's "defaults" lines. */
+static int feature_off(const Flag *f, const TrainConfig *c) {
+    const char *n = f->long_name;
+    if (strcmp(n, "--hellaswag") == 0 || strcmp(n, "--hellaswag-file") == 0) return !c->hellaswag;
+    if (strncmp(n, "--adafactor-", 12) == 0 || strcmp(n, "--optimizer") == 0) return strcmp(c->optimizer, "adafactor") != 0;
+    if (strncmp(n, "--distill-", 10) == 0 || strncmp(n, "--teacher", 9) == 0) return !c->teacher[0];
+    if (strncmp(n, "--lora-", 7) == 0 || strcmp(n, "--use-rslora") == 0 || strcmp(n, "--use-dora") == 0 ||
+        strcmp(n, "--adapter") == 0)
+        return c->lora_rank == 0 && !c->adapter[0];
+    return 0;
+}
+
 void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
     TrainConfig d;
     train_config_defaults(&d);
@@ -265,11 +278,7 @@ void train_config_print(const TrainConfig *c, int gpu, FILE *out) {
             if (differs != (pass == 0)) continue;
             if (pass == 1 && (in_list(f, action_flags) || (!gpu && in_list(f, gpu_flags)) ||
                               (c->num_processes == 1 && in_list(f, multiprocess_flags)) ||
-                              ((strcmp(f->long_name, "--hellaswag") == 0 || strcmp(f->long_name, "--hellaswag-file") == 0) && !c->hellaswag) || (gpu && strcmp(f->long_name, "--threads") == 0) ||
-                              ((strncmp(f->long_name, "--adafactor-", 12) == 0 || strcmp(f->long_name, "--optimizer") == 0) &&
-                               strcmp(c->optimizer, "adafactor") != 0) ||
-                              ((strncmp(f->long_name, "--distill-", 10) == 0 || strncmp(f->long_name, "--teacher", 9) == 0) &&
-                               !c->teacher[0])))
+                              (gpu && strcmp(f->long_name, "--threads") == 0) || feature_off(f, c)))
                 continue;
             if (pass == 0 && !gpu && strcmp(f->long_name, "--precision") == 0) continue; /* always fp32 */
             if (!any) {
