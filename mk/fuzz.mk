@@ -20,8 +20,11 @@ FUZZ_CFLAGS  := -g -O1 -std=c11 -Wall -Wextra -Wundef -D_GNU_SOURCE -I. -MMD -MP
 fuzz_comma   := ,
 FUZZ_WRAP    := $(addprefix -Wl$(fuzz_comma)--wrap=,exit malloc calloc realloc free fopen fclose open close mmap munmap glob globfree)
 FUZZ_LDLIBS  := -lpcre2-8 -lcjson -lz -lm -lpthread
-# the shared core (llmc/*.c, all of it: an archive member is linked only when a target needs it)
-FUZZ_CORE    := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(filter-out llmc/cpu/% llmc/cuda/%,$(wildcard llmc/*/*.c)))
+# the shared core (llmc/*.c, all of it but the CPU and CUDA backends: an archive member is linked
+# only when a target needs it), with the CPU files the core itself holds (CORE_SRCS: the optimizers'
+# math, which --grad-compression's table of matrices reaches from cli.c)
+FUZZ_CORE    := $(patsubst %.c,$(FUZZ_DIR)/%.o,$(filter-out llmc/cpu/% llmc/cuda/%,$(wildcard llmc/*/*.c)) \
+                  $(filter llmc/cpu/%,$(CORE_SRCS)))
 FUZZ_TARGETS := $(patsubst test/fuzz/%.c,$(FUZZ_DIR)/%,$(filter-out test/fuzz/fuzz_common.c,$(wildcard test/fuzz/fuzz_*.c)))
 PHONY        += fuzz
 
