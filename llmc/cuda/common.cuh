@@ -197,6 +197,22 @@ template <class T> __device__ inline void store16(T *p, const Pack16<T> &x) {
     __stcg(reinterpret_cast<int4 *>(p), bits);
 }
 
+/* A pack as floats (x = p), added to floats (x += p), and floats rounded back into a pack. */
+template <class T> __device__ inline void pack_to_floats(float (&x)[Pack16<T>::size], const Pack16<T> &p) {
+#pragma unroll
+    for (int k = 0; k < Pack16<T>::size; k++) x[k] = to_float(p.v[k]);
+}
+template <class T> __device__ inline void pack_add_to_floats(float (&x)[Pack16<T>::size], const Pack16<T> &p) {
+#pragma unroll
+    for (int k = 0; k < Pack16<T>::size; k++) x[k] += to_float(p.v[k]);
+}
+template <class T> __device__ inline Pack16<T> floats_to_pack(const float (&x)[Pack16<T>::size]) {
+    Pack16<T> p;
+#pragma unroll
+    for (int k = 0; k < Pack16<T>::size; k++) p.v[k] = from_float<T>(x[k]);
+    return p;
+}
+
 /* One warp's share of a row of npacks packs at src, in registers: lane l holds packs l, l + 32,
  * ..., x[k] = pack l + 32 k as floats, zeros past npacks (K >= ceil(npacks / 32)). */
 template <class T, int K>
@@ -242,6 +258,77 @@ __device__ inline float block_max(float x, float *shared) {
     __syncthreads();
     float y = lane < warps ? shared[lane] : -INFINITY;
     return warp_max(y);
+}
+
+/* One row of a fused norm backward on one warp (LayerNorm with CENTER, RMSNorm without): lane l
+ * takes packs l, l + 32, ... of dout and inp at base; w: its weight packs (load_row16); m, s: the
+ * row's mean (unused without CENTER) and rstd. xh = (x - m) s (RMSNorm: x s), dn = w dy;
+ * dinp += s (dn - mean(dn) - xh mean(dn xh)) (RMSNorm: without mean(dn)); the lane's partials
+ * aw += dy xh (dweight) and, with CENTER, ab += dy (dbias; RMSNorm passes aw and it is not touched). */
+template <bool CENTER, class T, int K>
+__device__ inline void norm_backward_row(T *dinp, const T *dout, const T *inp, size_t base,
+                                         const float (&w)[K][Pack16<T>::size], float m, float s, int npacks, int C,
+                                         float (&aw)[K][Pack16<T>::size], float (&ab)[K][Pack16<T>::size]) {
+    constexpr int P = Pack16<T>::size;
+    const int lane = threadIdx.x % 32;
+    float dy[K][P], xh[K][P], sd = 0.0f, sdx = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        if (p >= npacks) continue;
+        const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            dy[k][j] = to_float(a.v[j]);
+            if constexpr (CENTER) xh[k][j] = (to_float(b.v[j]) - m) * s;
+            else xh[k][j] = to_float(b.v[j]) * s;
+            const float dnorm = w[k][j] * dy[k][j];
+            if constexpr (CENTER) sd += dnorm;
+            sdx += dnorm * xh[k][j];
+        }
+    }
+    if constexpr (CENTER) sd = warp_sum(sd) / (float)C;
+    sdx = warp_sum(sdx) / (float)C;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        const int p = lane + 32 * k;
+        if (p >= npacks) continue;
+        Pack16<T> d = load16(dinp + base + (size_t)p * P);
+#pragma unroll
+        for (int j = 0; j < P; j++) {
+            float g;
+            if constexpr (CENTER) g = s * (w[k][j] * dy[k][j] - sd - xh[k][j] * sdx);
+            else g = s * (w[k][j] * dy[k][j] - xh[k][j] * sdx);
+            d.v[j] = from_float<T>(to_float(d.v[j]) + g);
+            aw[k][j] += dy[k][j] * xh[k][j];
+            if constexpr (CENTER) ab[k][j] += dy[k][j];
+        }
+        store16(dinp + base + (size_t)p * P, d);
+    }
+}
+
+/* The warps of a block add their lanes' per-pack partial sums a (lane l: packs l, l + 32, ..., as
+ * load_row16 holds them) into acc (C floats of shared memory) one warp after another, a fixed
+ * order (deterministic), then the block writes acc to out (C floats). Must be called by all threads
+ * of the block; WARPS = blockDim.x / 32. The fused norm backwards' weight/bias partials. */
+template <int K, int P, int WARPS>
+__device__ inline void block_sum_lane_packs(float *acc, float *out, const float (&a)[K][P], int npacks, int C) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) acc[i] = 0.0f;
+    __syncthreads();
+    for (int turn = 0; turn < WARPS; turn++) {
+        if (warp == turn) {
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int p = lane + 32 * k;
+                if (p >= npacks) continue;
+#pragma unroll
+                for (int j = 0; j < P; j++) acc[p * P + j] += a[k][j];
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < C; i += blockDim.x) out[i] = acc[i];
 }
 
 #endif

@@ -144,18 +144,10 @@ static __global__ void encoder_backward_wte_kernel16(T *dwte, const T *dout, con
     int j = blockIdx.x;
     T *row = dwte + (size_t)tokens[j] * C;
     for (int c = threadIdx.x * P; c < C; c += blockDim.x * P) {
-        Pack16<T> r = load16(row + c);
         float acc[P];
-#pragma unroll
-        for (int k = 0; k < P; k++) acc[k] = to_float(r.v[k]);
-        for (int p = offsets[j]; p < offsets[j + 1]; p++) {
-            const Pack16<T> d = load16(dout + (size_t)positions[p] * C + c);
-#pragma unroll
-            for (int k = 0; k < P; k++) acc[k] += to_float(d.v[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < P; k++) r.v[k] = from_float<T>(acc[k]);
-        store16(row + c, r);
+        pack_to_floats(acc, load16(row + c));
+        for (int p = offsets[j]; p < offsets[j + 1]; p++) pack_add_to_floats(acc, load16(dout + (size_t)positions[p] * C + c));
+        store16(row + c, floats_to_pack<T>(acc));
     }
 }
 
@@ -164,18 +156,10 @@ static __global__ void encoder_backward_wpe_kernel16(T *dwpe, const T *dout, int
     constexpr int P = Pack16<T>::size;
     size_t idx = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * P;
     if (idx >= (size_t)T_ * C) return;
-    Pack16<T> r = load16(dwpe + idx);
     float acc[P];
-#pragma unroll
-    for (int k = 0; k < P; k++) acc[k] = to_float(r.v[k]);
-    for (int b = 0; b < B; b++) {
-        const Pack16<T> d = load16(dout + (size_t)b * T_ * C + idx);
-#pragma unroll
-        for (int k = 0; k < P; k++) acc[k] += to_float(d.v[k]);
-    }
-#pragma unroll
-    for (int k = 0; k < P; k++) r.v[k] = from_float<T>(acc[k]);
-    store16(dwpe + idx, r);
+    pack_to_floats(acc, load16(dwpe + idx));
+    for (int b = 0; b < B; b++) pack_add_to_floats(acc, load16(dout + (size_t)b * T_ * C + idx));
+    store16(dwpe + idx, floats_to_pack<T>(acc));
 }
 
 template <class T>

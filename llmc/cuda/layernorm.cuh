@@ -313,56 +313,11 @@ static __global__ void layernorm_backward_fused16_kernel(T *dinp, float *partial
     for (int k = 0; k < K; k++)
 #pragma unroll
         for (int j = 0; j < P; j++) aw[k][j] = 0.0f, ab[k][j] = 0.0f;
-    for (int row = r0 + warp; row < r1; row += LN_WARPS_PER_BLOCK) {
-        const size_t base = (size_t)row * C;
-        const float m = mean[row], s = rstd[row];
-        float dy[K][P], xh[K][P], sd = 0.0f, sdx = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int p = lane + 32 * k;
-            if (p >= npacks) continue;
-            const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
-#pragma unroll
-            for (int j = 0; j < P; j++) {
-                dy[k][j] = to_float(a.v[j]);
-                xh[k][j] = (to_float(b.v[j]) - m) * s;
-                const float dnorm = w[k][j] * dy[k][j];
-                sd += dnorm;
-                sdx += dnorm * xh[k][j];
-            }
-        }
-        sd = warp_sum(sd) / (float)C;
-        sdx = warp_sum(sdx) / (float)C;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int p = lane + 32 * k;
-            if (p >= npacks) continue;
-            Pack16<T> d = load16(dinp + base + (size_t)p * P);
-#pragma unroll
-            for (int j = 0; j < P; j++) {
-                const float g = s * (w[k][j] * dy[k][j] - sd - xh[k][j] * sdx);
-                d.v[j] = from_float<T>(to_float(d.v[j]) + g);
-                aw[k][j] += dy[k][j] * xh[k][j];
-                ab[k][j] += dy[k][j];
-            }
-            store16(dinp + base + (size_t)p * P, d);
-        }
-    }
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) ln_acc[i] = 0.0f;
-    __syncthreads();
-    for (int turn = 0; turn < LN_WARPS_PER_BLOCK; turn++) {
-        if (warp == turn) {
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int p = lane + 32 * k;
-                if (p >= npacks) continue;
-#pragma unroll
-                for (int j = 0; j < P; j++) ln_acc[p * P + j] += aw[k][j], ln_acc[C + p * P + j] += ab[k][j];
-            }
-        }
-        __syncthreads();
-    }
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) partial[(size_t)blockIdx.x * 2 * C + i] = ln_acc[i];
+    for (int row = r0 + warp; row < r1; row += LN_WARPS_PER_BLOCK)
+        norm_backward_row<true, T, K>(dinp, dout, inp, (size_t)row * C, w, mean[row], rstd[row], npacks, C, aw, ab);
+    float *out = partial + (size_t)blockIdx.x * 2 * C; /* this chunk's (dweight, dbias) partials */
+    block_sum_lane_packs<K, P, LN_WARPS_PER_BLOCK>(ln_acc, out, aw, npacks, C);
+    block_sum_lane_packs<K, P, LN_WARPS_PER_BLOCK>(ln_acc + C, out + C, ab, npacks, C);
 }
 
 /* The packs per lane the fused backward needs for C, or 0 when it cannot run (C not a whole

@@ -214,52 +214,10 @@ static __global__ void rmsnorm_backward_fused16_kernel(T *dinp, float *partial, 
     } else {
         float w[K][P];
         load_row16<T, K>(w, weight, npacks, lane);
-        for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK) {
-            const size_t base = (size_t)row * C;
-            const float s = rstd[row];
-            float dy[K][P], xh[K][P], dot = 0.0f;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int p = lane + 32 * k;
-                if (p >= npacks) continue;
-                const Pack16<T> a = load16(dout + base + (size_t)p * P), b = load16(inp + base + (size_t)p * P);
-#pragma unroll
-                for (int j = 0; j < P; j++) {
-                    dy[k][j] = to_float(a.v[j]);
-                    xh[k][j] = to_float(b.v[j]) * s;
-                    dot += w[k][j] * dy[k][j] * xh[k][j];
-                }
-            }
-            dot = warp_sum(dot) / (float)C;
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int p = lane + 32 * k;
-                if (p >= npacks) continue;
-                Pack16<T> d = load16(dinp + base + (size_t)p * P);
-#pragma unroll
-                for (int j = 0; j < P; j++) {
-                    d.v[j] = from_float<T>(to_float(d.v[j]) + s * (w[k][j] * dy[k][j] - xh[k][j] * dot));
-                    aw[k][j] += dy[k][j] * xh[k][j];
-                }
-                store16(dinp + base + (size_t)p * P, d);
-            }
-        }
+        for (int row = r0 + warp; row < r1; row += RMS_WARPS_PER_BLOCK)
+            norm_backward_row<false, T, K>(dinp, dout, inp, (size_t)row * C, w, 0.0f, rstd[row], npacks, C, aw, aw);
     }
-    for (int i = threadIdx.x; i < C; i += blockDim.x) rms_acc[i] = 0.0f;
-    __syncthreads();
-    for (int turn = 0; turn < RMS_WARPS_PER_BLOCK; turn++) {
-        if (warp == turn) {
-#pragma unroll
-            for (int k = 0; k < K; k++) {
-                const int p = lane + 32 * k;
-                if (p >= npacks) continue;
-#pragma unroll
-                for (int j = 0; j < P; j++) rms_acc[p * P + j] += aw[k][j];
-            }
-        }
-        __syncthreads();
-    }
-    for (int i = threadIdx.x; i < C; i += blockDim.x) partial[(size_t)blockIdx.x * C + i] = rms_acc[i];
+    block_sum_lane_packs<K, P, RMS_WARPS_PER_BLOCK>(rms_acc, partial + (size_t)blockIdx.x * C, aw, npacks, C);
 }
 
 /* Whether the forward can run on packs: C a whole number of them, every pointer aligned. */

@@ -67,38 +67,39 @@ void llmc_header_get_fields(const int32_t h[256], const LlmcHeaderField *fields,
 }
 
 /* ---- model files of any header: parameters fp32 or bf16, CRC-32, "<path>.sum" -------------- */
-void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
+/* The parameter bytes in one direction (writing: params -> f, else f -> params); bf16 through a
+ * 64K-element buffer, rounded to nearest even on the way out. crc covers the bytes as stored. */
+static void params_transfer(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc,
+                            int writing) {
     if (!bf16) {
-        fwriteCheck(params, sizeof(float), numel, f, path);
+        if (writing) fwriteCheck(params, sizeof(float), numel, f, path);
+        else freadCheck(params, sizeof(float), numel, f, path);
         if (crc) *crc = sumfile_crc_update(*crc, params, numel * sizeof(float));
         return;
     }
     enum { CHUNK = 1 << 16 };
-    uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 write buffer");
+    uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), writing ? "bf16 write buffer" : "bf16 read buffer");
     for (size_t i = 0; i < numel; i += CHUNK) {
         size_t n = numel - i < CHUNK ? numel - i : CHUNK;
-        for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
-        fwriteCheck(buf, sizeof(uint16_t), n, f, path);
+        if (writing) {
+            for (size_t j = 0; j < n; j++) buf[j] = float_to_bf16(params[i + j]);
+            fwriteCheck(buf, sizeof(uint16_t), n, f, path);
+        } else {
+            freadCheck(buf, sizeof(uint16_t), n, f, path);
+        }
         if (crc) *crc = sumfile_crc_update(*crc, buf, n * sizeof(uint16_t));
+        if (!writing)
+            for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
     }
     free(buf);
 }
 
+void model_params_write(FILE *f, const char *path, const float *params, size_t numel, int bf16, uint32_t *crc) {
+    params_transfer(f, path, (float *)params, numel, bf16, crc, 1); /* not written to when writing */
+}
+
 void model_params_read(FILE *f, const char *path, float *params, size_t numel, int bf16, uint32_t *crc) {
-    if (!bf16) {
-        freadCheck(params, sizeof(float), numel, f, path);
-        if (crc) *crc = sumfile_crc_update(*crc, params, numel * sizeof(float));
-        return;
-    }
-    enum { CHUNK = 1 << 16 };
-    uint16_t *buf = (uint16_t *)mallocCheck(CHUNK * sizeof(uint16_t), "bf16 read buffer");
-    for (size_t i = 0; i < numel; i += CHUNK) {
-        size_t n = numel - i < CHUNK ? numel - i : CHUNK;
-        freadCheck(buf, sizeof(uint16_t), n, f, path);
-        if (crc) *crc = sumfile_crc_update(*crc, buf, n * sizeof(uint16_t));
-        for (size_t j = 0; j < n; j++) params[i + j] = bf16_to_float(buf[j]);
-    }
-    free(buf);
+    params_transfer(f, path, params, numel, bf16, crc, 0);
 }
 
 void model_file_read_params(const char *path, size_t header_bytes, float *params, size_t numel, int bf16,
