@@ -105,8 +105,8 @@ EvalFile *evalfile_open(const char *path, int T, int vocab_size) {
                 f->comp_off[(size_t)i * EVAL_COMPLETIONS + blk - 1] = ntok;
                 long long row = (long long)f->ctx_len[i] + n;
                 if (row >= T)
-                    EXAMPLE_DIE("context %d + completion %d = %lld tokens; they must be fewer than -t %d (llm.c's rule)",
-                                f->ctx_len[i], blk - 1, row, T);
+                    EXAMPLE_DIE("its context (%d tokens) + completion %d (%u tokens) = %lld tokens; they must be "
+                                "fewer than -t %d (llm.c's rule)", f->ctx_len[i], blk - 1, n, row, T);
                 if (row > f->max_row) f->max_row = (int)row;
             }
             for (unsigned k = 0; k < n; k++, q += wb) {
