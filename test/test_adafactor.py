@@ -4,8 +4,8 @@
 - a tiny GPT-2 (no first moment, weight decay) and Llama 3 (--adafactor-beta1 0.9, weight decay; and
   --adafactor-relative-step 1): the trainer's 10-step loss trajectory and final parameters equal the
   reference's in fp32 (every step on the reference's batch, constant lr); a run with another decay
-  rate does not (the comparison can fail); the reference against transformers' Adafactor when that
-  package is importable;
+  rate does not (the comparison can fail); the reference against transformers' Adafactor (4.36.2, in
+  test_lora's build/pyref);
 - checkpoints: 5 steps then -y 1 to 10 gives the uninterrupted run's losses, model and state byte
   for byte (with and without the first moment); the state file says Adafactor ([30] = 2); resuming
   with the other --optimizer is a clear error either way (also with --allow-config-change 1);
@@ -151,14 +151,14 @@ def trajectories(tmp):
 
 def against_transformers():
     """The reference's Adafactor against transformers' on random tensors (a 2-D and a 1-D one, 5
-    steps, beta1 None and 0.9, weight decay; relative step with parameter scale), when transformers
-    is importable (checked against transformers 4.36.2)."""
-    try:
-        import torch
-        from transformers.optimization import Adafactor as HF
-    except Exception as e:  # noqa: BLE001 - not installed: nothing to compare with
-        print(f"SKIP: reference vs transformers' Adafactor (transformers not importable: {type(e).__name__})")
-        return
+    steps, beta1 None and 0.9, weight decay; relative step with parameter scale): transformers
+    4.36.2 from test_lora's build/pyref."""
+    import test_lora  # its reference libraries: transformers 4.36.2 in build/pyref, installed when missing
+    if not test_lora.ensure_pyref():
+        return  # reported as a FAIL by ensure_pyref
+    sys.path.insert(0, test_lora.PYREF)
+    import torch
+    from transformers.optimization import Adafactor as HF
     import adafactor as mine
     gen = torch.Generator().manual_seed(5)
     for beta1, relative in ((None, False), (0.9, False), (None, True)):

@@ -53,13 +53,21 @@ def pyenv():
 
 
 def ensure_pyref():
+    """The reference libraries in PYREF, installed when missing. The suite runs tests two at a time
+    and several use PYREF (test_lora, test_dora, test_moe, test_adafactor): one installs while the
+    others wait on PYREF's lock file, then find it installed."""
+    import fcntl
     probe = "import peft, transformers; assert peft.__version__ == '0.13.2' and transformers.__version__ == '4.36.2'"
-    if subprocess.run([sys.executable, "-c", probe], env=pyenv(), capture_output=True).returncode == 0:
-        return True
-    print(f"installing the reference libraries into {PYREF}: {' '.join(PYREF_PKGS)}")
-    p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", PYREF] + PYREF_PKGS,
-                       capture_output=True, text=True)
-    ok = p.returncode == 0 and subprocess.run([sys.executable, "-c", probe], env=pyenv(), capture_output=True).returncode == 0
+    os.makedirs(os.path.dirname(PYREF), exist_ok=True)
+    with open(PYREF + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if subprocess.run([sys.executable, "-c", probe], env=pyenv(), capture_output=True).returncode == 0:
+            return True
+        print(f"installing the reference libraries into {PYREF}: {' '.join(PYREF_PKGS)}")
+        p = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", PYREF] + PYREF_PKGS,
+                           capture_output=True, text=True)
+        ok = p.returncode == 0 and subprocess.run([sys.executable, "-c", probe], env=pyenv(),
+                                                  capture_output=True).returncode == 0
     report(ok, "reference_libraries", "" if ok else f"pip install --no-deps --target {PYREF} failed: {p.stderr[-800:]}")
     return ok
 

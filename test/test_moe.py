@@ -15,8 +15,9 @@ it. Then end to end:
 - --save-hf 1 writes a directory that reads back to the trained weights (a step from it equals a
   step from the checkpoint, bit for bit), and ./hf_convert of the reference's file gives the
   reference's safetensors tensor for tensor; a sharded directory (index.json) reads the same;
-- transformers' MixtralForCausalLM logits and CE on that directory, where transformers is
-  installed (its 4.36 aux loss is the broken one: not compared);
+- transformers' MixtralForCausalLM logits and CE on that directory (transformers 4.36.2 from
+  test_lora's build/pyref, or LLMC_TRANSFORMERS_PYTHON's; its 4.36 aux loss is the broken one: not
+  compared);
 - resume (-y 1) byte-identical; 2 ranks over -pi fs at -z 0 and -z 3 give the same model, with the
   losses of one process accumulating the same batch;
 - mixtral:dN-eE-kK descriptors train; --plan counts total and active parameters; bad inputs are clear errors naming the flag or file: top-k
@@ -206,20 +207,22 @@ print(json.dumps(out))
 
 
 def check_transformers(tmp, saved):
-    """transformers' MixtralForCausalLM (LLMC_TRANSFORMERS_PYTHON, default /usr/bin/python3, where it
-    is installed) on ./hf_convert's directory of a reference model without RoPE scaling (transformers
+    """transformers' MixtralForCausalLM (LLMC_TRANSFORMERS_PYTHON where set, else test_lora's
+    build/pyref) on ./hf_convert's directory of a reference model without RoPE scaling (transformers
     4.36's Mixtral has none): the reference's logits and CE; the --save-hf directory loads with no
     missing or unexpected keys. Its 4.36 aux loss is the broken one: not compared."""
-    py = os.environ.get("LLMC_TRANSFORMERS_PYTHON", PY)
-    if run([py, "-c", "import transformers"]).returncode != 0:
-        print(f"SKIP: transformers is not installed for {py} (set LLMC_TRANSFORMERS_PYTHON): MixtralForCausalLM "
-              "not compared")
-        return
+    py, env = os.environ.get("LLMC_TRANSFORMERS_PYTHON"), ENV
+    if not py:  # test_lora's reference libraries (transformers 4.36.2 in build/pyref, installed when missing)
+        import test_lora
+        if not test_lora.ensure_pyref():
+            return  # reported as a FAIL by ensure_pyref
+        py, env = PY, {**test_lora.pyenv(), **ENV}
     files = reference(tmp, "tf", ["--experts", "4", "--top-k", "2", "--rope-factor", "0", "--theta", "500000",
                                   "--steps", "1"])
     conv = os.path.join(tmp, "tf_hf")
     c = run(["./hf_convert", files["model.bin"], conv])
-    p = run([py, "-c", TRANSFORMERS_CHECK, conv, files["state.bin"], saved])
+    p = subprocess.run([py, "-c", TRANSFORMERS_CHECK, conv, files["state.bin"], saved], capture_output=True, text=True,
+                       timeout=600, env=env)
     try:
         got = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
