@@ -6,3 +6,8 @@ CORE_SRCS += llmc/models/mixtral.c llmc/formats/mixtralfile.c
 TEST_BINS += $(BUILD)/test/test_mixtral_cpu
 $(BUILD)/test/test_mixtral_cpu: $(call obj,test/test_mixtral_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# benchmark, not a test: a Mixtral's tokens/s against the dense Llama of its active parameters (scripts/bench_moe.sh)
+PHONY += bench-moe
+bench-moe: train_gpt_cpu
+	scripts/bench_moe.sh

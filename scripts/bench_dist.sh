@@ -3,7 +3,8 @@
 # 2 ranks x 1 thread (mpirun) against 1 rank x 2 threads, same model, data and -d. Prints the
 # mean step time of each (first step excluded), their ratio, and the 2-rank run's per-step
 # communication time and bytes (comm_ms / comm_bytes in its log.jsonl); then the same 2 ranks
-# started without mpirun over TCP (-pi fs, llmc/dist/dist_tcp.c: a star through rank 0). Then the predicted 8-GPU
+# started without mpirun over TCP (-pi fs, llmc/dist/dist_tcp.c: a star through rank 0), and the 2 mpirun
+# ranks with each --grad-compression scheme (time, bytes, last loss). Then the predicted 8-GPU
 # step of ./train_gpt for GPT-2 124M at 524,288 tokens per step: the bytes each GPU moves (ring
 # all-reduce of the bf16 gradients; -z 1 adds the all-gather of the bf16 parameters) at a stated
 # bus bandwidth, next to the measured single-GPU step when given.
@@ -34,7 +35,13 @@ flags=(-i "$out/tokens.bin" -e "$model" -t "$t" -d "$d" -x "$steps" -v 0 -s 0 --
 ./train_gpt_cpu "${flags[@]}" -b "$((2 * b))" --threads 2 -o "$out/one" >/dev/null
 mpirun --oversubscribe -np 2 --bind-to none ./train_gpt_cpu "${flags[@]}" -b "$b" --threads 1 -o "$out/two" >/dev/null
 TRAINER=./train_gpt_cpu scripts/run_dist.sh local 2 --pi fs "${flags[@]}" -b "$b" --threads 1 -o "$out/two_tcp" >/dev/null
-/usr/bin/python3 - "$out" "$model" "$d" <<'PY'
+# the same 2 ranks with each --grad-compression scheme (llmc/train/gradcomp.c)
+schemes=(bf16 int8 topk:0.05 powersgd:4)
+for s in "${schemes[@]}"; do
+    mpirun --oversubscribe -np 2 --bind-to none ./train_gpt_cpu "${flags[@]}" -b "$b" --threads 1 --grad-compression "$s" \
+        -o "$out/two_${s//:/_}" >/dev/null
+done
+/usr/bin/python3 - "$out" "$model" "$d" "${schemes[@]}" <<'PY'
 import json, sys
 out, model, d = sys.argv[1], sys.argv[2], sys.argv[3]
 def steps(run):
@@ -49,6 +56,14 @@ print(f"  2 ranks x 1 thread: {ms2:8.1f} ms/step (communication {mean(two, 'comm
 print(f"  ratio (2 ranks / 1 rank): {ms2 / ms1:.2f}")
 print(f"  2 ranks x 1 thread, -pi fs (TCP, no mpirun): {mean(tcp, 'step_ms'):8.1f} ms/step (communication "
       f"{mean(tcp, 'comm_ms'):.1f} ms, {mean(tcp, 'comm_bytes') / 1e6:.2f} MB per rank per step)")
+print("  --grad-compression on the 2 mpirun ranks (bytes and time per rank per step; the last step's loss):")
+print(f"    {'none':11s} {ms2:8.1f} ms/step, communication {mean(two, 'comm_ms'):6.1f} ms, "
+      f"{mean(two, 'comm_bytes') / 1e6:7.3f} MB, loss {two[-1]['train_loss']:.4f}")
+for s in sys.argv[4:]:
+    rs = steps("two_" + s.replace(":", "_"))
+    print(f"    {s:11s} {mean(rs, 'step_ms'):8.1f} ms/step, communication {mean(rs, 'comm_ms'):6.1f} ms, "
+          f"{mean(rs, 'comm_bytes') / 1e6:7.3f} MB ({mean(two, 'comm_bytes') / mean(rs, 'comm_bytes'):.1f}x fewer), "
+          f"loss {rs[-1]['train_loss']:.4f}")
 PY
 /usr/bin/python3 - "${BENCH_BUSBW_GBS:-360}" "${BENCH_GPU_STEP_MS:-}" <<'PY'
 import sys
