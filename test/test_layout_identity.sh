@@ -4,7 +4,9 @@
 # change"). A fixed set of seeded runs on a synthetic shard (GPT-2 and Llama, fp32 and bf16 files,
 # resume, --save-hf, int8 optimizer states, and ./train_gpt through the cudasim harness in fp32) writes
 # model, state, DONE, .sum, HF and log files; their CRC-32s (log.jsonl without its timestamps, timings,
-# commit and machine fields) must equal the expected ones.
+# commit and machine fields) must equal the expected ones. The Llama runs give -r 0: the pre-move
+# build ran a CPU Llama at -r 0 whatever -r said (and saved 0); the Llama now has -r levels and saves
+# the -r it runs (1 by default), the same bits at every level (test_llama_train.py).
 #
 # The expected CRCs: test/fixtures/layout_crcs.txt was written by this script with
 # `test/test_layout_identity.sh --write FILE` using binaries built from commit fa2875c (the last
@@ -50,9 +52,9 @@ PY
     "$cpu" -e d2 $d -x 3 -n 2 -o "gpt2" &&
     "$cpu" -e d2 $d -x 5 -n 2 -o "gpt2" -y 1 --allow-config-change 1 &&
     "$cpu" -e d2 $d -x 2 --checkpoint-bf16 1 --optim-state int8 -o "gpt2bf16" &&
-    "$cpu" -e llama3:d1 $d -x 3 -n 3 -o "llama" &&
+    "$cpu" -e llama3:d1 $d -x 3 -n 3 -r 0 -o "llama" &&
     if "$cpu" --help 2>&1 | grep -q -- --save-hf && [ -z "${NO_HF:-}" ]; then
-        "$cpu" -e d1 $d -x 2 --save-hf 1 -o "hf" && "$cpu" -e llama3:d1 $d -x 1 --save-hf 1 -o "hfllama"; fi &&
+        "$cpu" -e d1 $d -x 2 --save-hf 1 -o "hf" && "$cpu" -e llama3:d1 $d -x 1 -r 0 --save-hf 1 -o "hfllama"; fi &&
     if [ -x "$sim" ]; then "$sim" -e d1 $d -x 2 -n 2 --precision fp32 -o "sim"; fi
     } > runs.log 2>&1 || { echo "FAIL: a seeded run failed ($b):"; tail -5 runs.log; popd > /dev/null; return 1; }
     (/usr/bin/python3 - > crcs <<'PY'

@@ -64,7 +64,7 @@ static void test_shapes(void) {
 static void test_decode(const char *path, const int *tokens, int T) {
     LlamaModel model;
     load(&model, path);
-    llama_allocate_for(&model, 1, T, 0);
+    llama_allocate_for(&model, 1, T, 0, 0);
     void *cache = check_cached_decode(&llama3_cpu_arch, &model, tokens, T,
                                       "KV-cache decode (chunks of 1..8 tokens) equals the full forward's logits");
     llama3_cpu_arch.kvcache_free(cache);

@@ -12,6 +12,8 @@ reference dev/reference/train_llama3.py: a 2-layer Llama (C 64, NH 4, NKV 2 and 
 - llm.c's Llama 3 file (magic 20240803, written here by an independent writer of its layout):
   -e loads it (the same step-1 loss as llmc's file), ./hf_convert llmc <-> llm.c is byte-identical
   both ways in fp32 and bf16, bad files are clear errors;
+- recompute -r 1 / -r 2 (with and without LoRA): the -r 0 run's bits, less activation memory as the
+  table's levels say;
 - --plan for the released shapes by name, without allocating; llama3:d1 trains from random init;
 - ./generate runs a Llama (its KV cache is checked against the full forward in test_llama_cpu).
 """
@@ -150,6 +152,7 @@ def main():
                        "final model byte for byte", (p1.stdout + p1.stderr + p2.stdout + p2.stderr)[-1500:])
 
             older_recompute_resume(tmp, ref, shard, out, steps)
+            recompute_levels(tmp, ref, shard)
             bf16_checkpoints(tmp, ref, shard, out, steps)
 
             # llm.c's Llama 3 file, fp32 and bf16
@@ -223,10 +226,41 @@ def main():
     return failed_count()
 
 
+def recompute_levels(tmp, ref, shard):
+    """-r 1 and -r 2 on the CPU Llama (models/llama.h's levels: -r 1 keeps one layer of the SwiGLU
+    output and recomputes it in backward, -r 2 also the two RMSNorm outputs): the -r 0 run's losses and
+    final model byte for byte, with and without LoRA adapters on every linear layer; --plan's per-tensor
+    activation bytes are one layer's where the table's level is at or below -r, the -r 0 bytes elsewhere."""
+    recomputed = {1: {"fch_swiglu"}, 2: {"fch_swiglu", "ln1", "ln2"}}
+    for lora in ([], ["--lora-rank", "4", "--lora-targets", "all-linear"]):
+        what = "LoRA (all-linear)" if lora else "full training"
+        outs = {}
+        for r in (0, 1, 2):
+            outs[r] = os.path.join(tmp, f"recompute{r}{'_lora' if lora else ''}")
+            p = train(tmp, ref, shard, ["-r", str(r), "-n", "3"] + lora, steps=3, outdir=outs[r])
+            if not report(p.returncode == 0, f"{what}: -r {r} runs on the CPU Llama", (p.stdout + p.stderr)[-1500:]):
+                return
+        final = ("adapter_00000003", "adapter_model.safetensors") if lora else ("model_00000003.bin",)
+        for r in (1, 2):
+            same = [log_steps(outs[r])[s]["train_loss"] == log_steps(outs[0])[s]["train_loss"] for s in (1, 2, 3)]
+            ok = all(same) and same_bytes(os.path.join(outs[0], *final), os.path.join(outs[r], *final))
+            report(ok, f"{what}: -r {r} gives the -r 0 run's losses and final {'adapter' if lora else 'model'} "
+                       "byte for byte", f"losses equal per step: {same}")
+    plans = {}
+    for r in (0, 1, 2):
+        p = run([TRAINER, "-e", ref, "-b", str(B), "-t", str(T), "-r", str(r), "--plan", "--json"])
+        plans[r] = json.loads(p.stdout)["activations"] if p.returncode == 0 else {}
+    for r in (1, 2):
+        bad = {k: (v, plans[r].get(k)) for k, v in plans[0].items()
+               if plans[r].get(k) != (v // L if k in recomputed[r] else v)}
+        report(plans[0] and not bad, f"--plan -r {r}: {', '.join(sorted(recomputed[r]))} planned for one layer, "
+               "every other activation as at -r 0", f"(-r 0 bytes, -r {r} bytes): {bad}")
+
+
 def older_recompute_resume(tmp, ref, shard, run_dir, steps):
-    """A Llama run written by an older binary, whose saved configuration records -r 1 (the default it
-    kept; the trainer now records the -r 0 a Llama runs with): resumed with the same command line
-    (no -r), it continues as the uninterrupted run did, with no flag reported as changed."""
+    """A Llama run whose saved configuration records -r 1 (the default; older binaries saved it while
+    running -r 0): resumed with the same command line (no -r), it continues as the uninterrupted run
+    did, with no flag reported as changed (-r changes memory, not the math)."""
     out = os.path.join(tmp, "resume_old_r1")
     shutil.copytree(run_dir, out)
     for name in ("DONE_00000010", "model_00000010.bin", "model_00000010.bin.sum", "state_00000010_00000.bin"):

@@ -81,22 +81,34 @@ size_t tensor_table_place_acts(TensorSpec *t, int n, size_t L, int recompute);
  * written by the X-macros) and copy it to specs (NULL: only the total is wanted); returns the total. */
 size_t tensor_table_params(TensorSpec *specs, TensorSpec *table, int n, size_t L);
 size_t tensor_table_acts(TensorSpec *specs, TensorSpec *table, int n, size_t L, int recompute);
-/* Defines an architecture's two table functions, for tables whose activations are all stored:
+/* Defines an architecture's two table functions from its X-macros PARAMS / ACTS (NP / NA rows) over
+ * the size_t names SHAPE_NAMES(cfg) declares (L among them):
  *   size_t PREFIX_parameter_specs(const Config *cfg, TensorSpec specs[NP]);
  *   size_t PREFIX_activation_specs(const Config *cfg, int B, int T, TensorSpec specs[NA]);
- * from its X-macros PARAMS / ACTS (NP / NA rows) over the size_t names SHAPE_NAMES(cfg) declares
- * (L among them). */
-#define TENSOR_TABLE_FUNCTIONS(PREFIX, Config, SHAPE_NAMES, PARAMS, NP, ACTS, NA)                       \
+ * TENSOR_TABLE_FUNCTIONS for tables whose activations are all stored (the last column 0: once, 1: per
+ * layer); TENSOR_TABLE_FUNCTIONS_LEVELS for tables with recompute levels (the last column R as
+ * tensor_table_place_acts reads it), whose activation function takes int recompute after T. */
+#define TENSOR_TABLE_PARAMETER_FUNCTION(PREFIX, Config, SHAPE_NAMES, PARAMS, NP)                        \
     size_t PREFIX##_parameter_specs(const Config *cfg, TensorSpec specs[NP]) {                         \
         SHAPE_NAMES(cfg);                                                                              \
         TensorSpec table[] = {PARAMS(TENSOR_PARAM_ROW)};                                               \
         return tensor_table_params(specs, table, NP, L);                                               \
-    }                                                                                                  \
+    }
+#define TENSOR_TABLE_FUNCTIONS(PREFIX, Config, SHAPE_NAMES, PARAMS, NP, ACTS, NA)                       \
+    TENSOR_TABLE_PARAMETER_FUNCTION(PREFIX, Config, SHAPE_NAMES, PARAMS, NP)                           \
     size_t PREFIX##_activation_specs(const Config *cfg, int Bi, int Ti, TensorSpec specs[NA]) {        \
         SHAPE_NAMES(cfg);                                                                              \
         const size_t B = (size_t)Bi, T = (size_t)Ti;                                                   \
-        TensorSpec table[] = {ACTS(TENSOR_ACT_ROW)}; /* column 0/1: per layer or not */               \
+        TensorSpec table[] = {ACTS(TENSOR_ACT_ROW)};                                                   \
         return tensor_table_acts(specs, table, NA, L, 0);                                              \
+    }
+#define TENSOR_TABLE_FUNCTIONS_LEVELS(PREFIX, Config, SHAPE_NAMES, PARAMS, NP, ACTS, NA)                \
+    TENSOR_TABLE_PARAMETER_FUNCTION(PREFIX, Config, SHAPE_NAMES, PARAMS, NP)                           \
+    size_t PREFIX##_activation_specs(const Config *cfg, int Bi, int Ti, int recompute, TensorSpec specs[NA]) { \
+        SHAPE_NAMES(cfg);                                                                              \
+        const size_t B = (size_t)Bi, T = (size_t)Ti;                                                   \
+        TensorSpec table[] = {ACTS(TENSOR_ACT_ROW)};                                                   \
+        return tensor_table_acts(specs, table, NA, L, recompute);                                      \
     }
 
 /* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,

@@ -98,16 +98,30 @@ typedef struct CpuArch {
  * MemPlan *), ..., P_forward_cached): static functions P_cpu_build, P_cpu_allocate, ... that
  * CPU_ARCH_SEQUENCE_ENTRY lists. Model has cfg (Config, starting with a ModelConfig base),
  * num_parameters, params_memory, grads_memory, param_specs, acts_memory, act_specs; LOGITS and
- * LOSSES are its activation table's logits and losses indices. Such an architecture keeps every
- * activation (no -r levels: P_cpu_fix_recompute notes -r and runs 0; WHO names the model in that
- * note, "Llama"). */
+ * LOSSES are its activation table's logits and losses indices. CPU_ARCH_SEQUENCE is for an
+ * architecture that keeps every activation (no -r levels: P_cpu_fix_recompute notes -r and runs 0;
+ * WHO names the model in that note, "MLP"); one with recompute levels (the Llama) takes
+ * CPU_ARCH_SEQUENCE_COMMON / CPU_ARCH_SEQUENCE_COMMON_ENTRY and writes its own P_cpu_allocate and
+ * P_cpu_plan (and the entry's max_recompute). */
 #define CPU_ARCH_SEQUENCE(P, Model, Config, Cache, LOGITS, LOSSES, WHO)                                             \
-    static const Config *P##_cpu_cfg(const ArchConfig *c) { return arch_config_as((ArchConfig *)c, const Config); } \
-    static void P##_cpu_build(void *m, const ArchConfig *c) { P##_build((Model *)m, P##_cpu_cfg(c)); }              \
+    CPU_ARCH_SEQUENCE_COMMON(P, Model, Config, Cache, LOGITS, LOSSES)                                              \
     static void P##_cpu_allocate(void *m, int B, int T, int recompute, int training) {                             \
         (void)recompute;                                                                                           \
         P##_allocate_for((Model *)m, B, T, training);                                                              \
     }                                                                                                              \
+    static void P##_cpu_plan(const ArchConfig *c, int B, int T, int recompute, int training, MemPlan *p) {       \
+        (void)recompute;                                                                                           \
+        P##_plan(P##_cpu_cfg(c), B, T, training, p);                                                               \
+    }                                                                                                              \
+    static int P##_cpu_fix_recompute(int recompute, FILE *note) {                                                  \
+        if (recompute != 0)                                                                                        \
+            fprintf(note, "note: -r %d: the CPU " WHO " keeps every activation (no recompute levels yet); "       \
+                          "running -r 0\n", recompute);                                                            \
+        return 0;                                                                                                  \
+    }
+#define CPU_ARCH_SEQUENCE_COMMON(P, Model, Config, Cache, LOGITS, LOSSES)                                             \
+    static const Config *P##_cpu_cfg(const ArchConfig *c) { return arch_config_as((ArchConfig *)c, const Config); } \
+    static void P##_cpu_build(void *m, const ArchConfig *c) { P##_build((Model *)m, P##_cpu_cfg(c)); }              \
     static void P##_cpu_free(void *m) { P##_free((Model *)m); }                                                    \
     static void P##_cpu_zero_grad(void *m) { P##_zero_grad((Model *)m); }                                         \
     static float P##_cpu_forward(void *m, const int *in, const int *tg, int B, int T, float dloss) {              \
@@ -126,10 +140,6 @@ typedef struct CpuArch {
                                &model->grads_memory, model->param_specs};                                          \
     }                                                                                                              \
     static void P##_cpu_print_memory(const void *m, FILE *out) { P##_print_memory((const Model *)m, out); }        \
-    static void P##_cpu_plan(const ArchConfig *c, int B, int T, int recompute, int training, MemPlan *p) {       \
-        (void)recompute;                                                                                           \
-        P##_plan(P##_cpu_cfg(c), B, T, training, p);                                                               \
-    }                                                                                                              \
     static void P##_cpu_plan_shard(const ArchConfig *c, int zero, int ranks, int rank, MemPlan *p) {              \
         P##_plan_shard(P##_cpu_cfg(c), zero, ranks, rank, p);                                                      \
     }                                                                                                              \
@@ -142,25 +152,21 @@ typedef struct CpuArch {
     static void P##_cpu_kvcache_free(void *c) { P##_kvcache_free((Cache *)c); }                                    \
     static const float *P##_cpu_forward_cached(const void *m, void *c, const int *tokens, int n) {                \
         return P##_forward_cached((const Model *)m, (Cache *)c, tokens, n);                                        \
-    }                                                                                                              \
-    static int P##_cpu_fix_recompute(int recompute, FILE *note) {                                                  \
-        if (recompute != 0)                                                                                        \
-            fprintf(note, "note: -r %d: the CPU " WHO " keeps every activation (no recompute levels yet); "       \
-                          "running -r 0\n", recompute);                                                            \
-        return 0;                                                                                                  \
     }
 
 /* The entry's fields CPU_ARCH_SEQUENCE(P, Model, ...) defines, in a designated initializer:
- * {.arch = &..., CPU_ARCH_SEQUENCE_ENTRY(P, Model, Cache, WHO), .describe = ...}. */
-#define CPU_ARCH_SEQUENCE_ENTRY(P, Model, Cache, WHO)                                                              \
-    .model_size = sizeof(Model), .build = P##_cpu_build, .allocate = P##_cpu_allocate, .free = P##_cpu_free,        \
+ * {.arch = &..., CPU_ARCH_SEQUENCE_ENTRY(P, Model, Cache, WHO), .describe = ...}; _COMMON_ENTRY:
+ * CPU_ARCH_SEQUENCE_COMMON's (the entry adds .allocate, .plan and its recompute fields). */
+#define CPU_ARCH_SEQUENCE_COMMON_ENTRY(P, Model, Cache)                                                            \
+    .model_size = sizeof(Model), .build = P##_cpu_build, .free = P##_cpu_free,                                     \
     .zero_grad = P##_cpu_zero_grad, .forward = P##_cpu_forward, .backward = P##_cpu_backward,                      \
     .logits = P##_cpu_logits, .losses = P##_cpu_losses, .parts = P##_cpu_parts,                                    \
-    .print_memory = P##_cpu_print_memory, .plan = P##_cpu_plan,                                                    \
-    .plan_shard = P##_cpu_plan_shard, .shard = P##_cpu_shard, .cache_size = sizeof(Cache),                         \
-    .kvcache_init = P##_cpu_kvcache_init, .kvcache_free = P##_cpu_kvcache_free,                                    \
-    .forward_cached = P##_cpu_forward_cached, .max_recompute = 0,                                                  \
-    .no_recompute = "the CPU " WHO " keeps every activation (no recompute levels)",                                \
+    .print_memory = P##_cpu_print_memory, .plan_shard = P##_cpu_plan_shard, .shard = P##_cpu_shard,                \
+    .cache_size = sizeof(Cache), .kvcache_init = P##_cpu_kvcache_init, .kvcache_free = P##_cpu_kvcache_free,       \
+    .forward_cached = P##_cpu_forward_cached
+#define CPU_ARCH_SEQUENCE_ENTRY(P, Model, Cache, WHO)                                                              \
+    CPU_ARCH_SEQUENCE_COMMON_ENTRY(P, Model, Cache), .allocate = P##_cpu_allocate, .plan = P##_cpu_plan,           \
+    .max_recompute = 0, .no_recompute = "the CPU " WHO " keeps every activation (no recompute levels)",           \
     .fix_recompute = P##_cpu_fix_recompute
 
 /* The registry (arch.c), ending with NULL. */

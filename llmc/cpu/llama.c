@@ -32,10 +32,11 @@ static size_t llama_scratch_f1(const ModelConfig *c) {
     return 2 * (size_t)c->ffn_hidden > QKV ? 2 * (size_t)c->ffn_hidden : QKV;
 }
 
-void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p) {
+void llama_plan(const LlamaConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
     const ModelConfig *c = &cfg->base;
     TensorSpec act[LLAMA3_NUM_ACTIVATIONS];
-    size_t acts = llama_activation_specs(cfg, B, T, act);
+    size_t acts = llama_activation_specs(cfg, B, T, recompute, act);
+    p->recompute = recompute;
     /* the activation arena plus RoPE's cos/sin table (T, HS) */
     mem_plan_tables(p, llama_parameter_specs(cfg, NULL), act, LLAMA3_NUM_ACTIVATIONS,
                     acts + (size_t)T * (c->channels / c->num_heads), training);
@@ -48,16 +49,19 @@ void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p) 
     p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 5);
 }
 
-void llama_allocate(LlamaModel *model, int B, int T) { llama_allocate_for(model, B, T, 1); }
+void llama_allocate(LlamaModel *model, int B, int T) { llama_allocate_for(model, B, T, 0, 1); }
 
-void llama_allocate_for(LlamaModel *model, int B, int T, int training) {
+void llama_allocate_for(LlamaModel *model, int B, int T, int recompute, int training) {
     const ModelConfig *c = &model->cfg.base;
     if (T > c->max_seq_len) llmc_die("sequence length -t %d exceeds the model's maximum %d (maxT)", T, c->max_seq_len);
+    if (recompute < 0 || recompute > LLAMA_CPU_MAX_RECOMPUTE)
+        llmc_die("recompute level -r %d is not available for the CPU Llama (0, 1 or 2)", recompute);
     model->B = B, model->T = T;
+    model->train.recompute = training ? recompute : 0;
     MemPlan plan;
     mem_plan_init(&plan, "CPU");
-    llama_plan(&model->cfg, B, T, training, &plan);
-    model->num_activations = llama_activation_specs(&model->cfg, B, T, model->act_specs);
+    llama_plan(&model->cfg, B, T, model->train.recompute, training, &plan);
+    model->num_activations = llama_activation_specs(&model->cfg, B, T, model->train.recompute, model->act_specs);
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, plan.host[MEM_ACTIVATIONS] / sizeof(float), sizeof(float),
                                              "activations");
     model->freqs = model->acts_memory + model->num_activations;
@@ -145,6 +149,7 @@ void llama_trunk_backward(const LlamaTrunk *t, int l, const float *x, int B, int
     TRUNK_SHAPE(&t->cfg->base);
     const int N = B * T;
     float *ln1 = T_ACT(ln1, l), *qkv = T_ACT(qkv, l), *atty = T_ACT(atty, l);
+    if (t->train->recompute >= 2) rmsnorm_recompute(ln1, x, T_ACT(ln1_rstd, l), T_PARAM(ln1w, l), N, C);
     /* ln2 = rmsnorm(residual2) */
     rmsnorm_backward(dres, T_GRAD(ln2w, l), dbuf_c, T_ACT(residual2, l), T_PARAM(ln2w, l), T_ACT(ln2_rstd, l), N, C);
     /* residual2 = x + atty @ attprojw^T */
@@ -274,6 +279,8 @@ void llama_family_backward(const LlamaTrunk *t, const int *inputs, int B, int T)
     for (int l = L - 1; l >= 0; l--) {
         cpu_zero_use_layer(&tr->zs, l, l - 1);
         cpu_zero_layer_grads(&tr->zs, t->grads);
+        if (tr->recompute >= 2) /* the MLP's input, what the forward did not keep (-r 2) */
+            rmsnorm_recompute(T_ACT(ln2, l), T_ACT(residual2, l), T_ACT(ln2_rstd, l), T_PARAM(ln2w, l), N, C);
         t->ffn_backward(t->model, l, B, T);
         llama_trunk_backward(t, l, l == 0 ? T_ACT(encoded, 0) : H_ACT(residual3, l - 1), B, T, dres, tr->dbuf_c,
                              tr->dbuf_f1);
@@ -327,6 +334,7 @@ static void swiglu_ffn_backward(void *m, int l, int B, int T) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
     float *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l), *dres = model->train.dresidual;
+    if (model->train.recompute >= 1) swiglu_forward(fch_swiglu, fch, N, F); /* not kept by the forward (-r 1) */
     /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
     float *dfch_swiglu = model->train.dbuf_f2, *dfch = model->train.dbuf_f1;
     matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
@@ -408,7 +416,13 @@ const float *llama_forward_cached(const LlamaModel *model, LlamaKVCache *c, cons
 }
 
 /* ---- the CPU backend's entry (llmc/cpu/arch.h) ------------------------------------------ */
-CPU_ARCH_SEQUENCE(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, LLAMA3_A_losses, "Llama")
+CPU_ARCH_SEQUENCE_COMMON(llama, LlamaModel, LlamaConfig, LlamaKVCache, LLAMA3_A_logits, LLAMA3_A_losses)
+static void llama_cpu_allocate(void *m, int B, int T, int recompute, int training) {
+    llama_allocate_for((LlamaModel *)m, B, T, recompute, training);
+}
+static void llama_cpu_plan(const ArchConfig *c, int B, int T, int recompute, int training, MemPlan *p) {
+    llama_plan(llama_cpu_cfg(c), B, T, recompute, training, p);
+}
 
 static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
     const ModelConfig *b = arch_config_cbase(cfg);
@@ -419,7 +433,10 @@ static void llama_cpu_set_lora(void *m, struct LoraRun *lora) { ((LlamaModel *)m
 
 const CpuArch llama3_cpu_arch = {
     .arch = &llama3_arch,
-    CPU_ARCH_SEQUENCE_ENTRY(llama, LlamaModel, LlamaKVCache, "Llama"),
+    CPU_ARCH_SEQUENCE_COMMON_ENTRY(llama, LlamaModel, LlamaKVCache),
+    .allocate = llama_cpu_allocate,
+    .plan = llama_cpu_plan,
+    .max_recompute = LLAMA_CPU_MAX_RECOMPUTE, /* no_recompute, fix_recompute: NULL (-r 0-2 run as given) */
     .describe = llama_cpu_describe,
     .lora_family = LORA_FAMILY_LLAMA,
     .set_lora = llama_cpu_set_lora,

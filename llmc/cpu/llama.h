@@ -1,6 +1,6 @@
 /*
  * llama.h (CPU) - the Llama 3 block sequence on the CPU over the tables in llmc/models/llama.h
- * (fp32, every activation stored; no recompute levels yet). Same contract as llmc/cpu/gpt2.h:
+ * (fp32; recompute levels -r 0..2 as llama_plan says). Same contract as llmc/cpu/gpt2.h:
  * llama_forward with targets and dloss != 0 leaves dlogits in the logits activation and
  * llama_backward must follow; llama_backward accumulates into grads.
  */
@@ -35,11 +35,14 @@ typedef struct {
 /* cfg must pass llama_config_validate; params random (seeded) or loaded by the caller. Every
  * buffer goes through plan.h's accounting allocator, sized by llama_plan. */
 void llama_build(LlamaModel *model, const LlamaConfig *cfg);
-/* The memory plan for (B, T, training): parameters, gradients, activations by tensor (+ the RoPE
- * table), backward scratch, the sgemm's packing. llama_allocate_for allocates exactly these. */
-void llama_plan(const LlamaConfig *cfg, int B, int T, int training, MemPlan *p);
-void llama_allocate_for(LlamaModel *model, int B, int T, int training);
-void llama_allocate(LlamaModel *model, int B, int T); /* training */
+/* The memory plan for (B, T, recompute, training): parameters, gradients, activations by tensor at
+ * the -r level (+ the RoPE table), backward scratch, the sgemm's packing. llama_allocate_for
+ * allocates exactly these. -r 1 recomputes the SwiGLU output in backward, -r 2 also the two
+ * RMSNorm outputs (models/llama.h's levels): the same bits as -r 0, less memory. */
+enum { LLAMA_CPU_MAX_RECOMPUTE = 2 };
+void llama_plan(const LlamaConfig *cfg, int B, int T, int recompute, int training, MemPlan *p);
+void llama_allocate_for(LlamaModel *model, int B, int T, int recompute, int training);
+void llama_allocate(LlamaModel *model, int B, int T); /* training, -r 0 */
 void llama_zero_grad(LlamaModel *model);
 /* ZeRO -z 2 or 3 on rank `rank` of `ranks` (after llama_allocate with training), as gpt2_shard:
  * the backward hands per-layer gradient buckets to hooks.reduce and, -z 3, the model keeps only

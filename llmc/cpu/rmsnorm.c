@@ -7,6 +7,11 @@
 
 #include "llmc/core/check.h"
 
+/* out = x * r * weight for one row (the forward's and the recompute's one expression) */
+static void rmsnorm_row(float *o, const float *x, float r, const float *weight, int C) {
+    for (int j = 0; j < C; j++) o[j] = x[j] * r * weight[j];
+}
+
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++) {
@@ -14,10 +19,14 @@ void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *wei
         float ss = 0.0f;
         for (int j = 0; j < C; j++) ss += x[j] * x[j];
         float r = 1.0f / sqrtf(ss / C + eps);
-        float *o = out + (size_t)i * C;
-        for (int j = 0; j < C; j++) o[j] = x[j] * r * weight[j];
+        rmsnorm_row(out + (size_t)i * C, x, r, weight, C);
         rstd[i] = r;
     }
+}
+
+void rmsnorm_recompute(float *out, const float *inp, const float *rstd, const float *weight, int N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) rmsnorm_row(out + (size_t)i * C, inp + (size_t)i * C, rstd[i], weight, C);
 }
 
 /* rows per dweight partial sum: fixed, so the reduction order does not depend on threads */

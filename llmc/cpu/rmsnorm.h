@@ -11,6 +11,8 @@
 extern "C" {
 #endif
 void rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C, float eps);
+/* out from the forward's stored rstd (recompute -r 2): the forward's values, bit for bit */
+void rmsnorm_recompute(float *out, const float *inp, const float *rstd, const float *weight, int N, int C);
 void rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp, const float *weight,
                       const float *rstd, int N, int C);
 #ifdef __cplusplus

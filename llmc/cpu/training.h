@@ -27,6 +27,8 @@ typedef struct {
     /* LoRA adapters (llmc/cpu/lora.h; NULL: none), set before allocate: the base is then frozen (no
      * gradient arena; the backward computes the adapters' gradients and the inputs' only) */
     struct LoraRun *lora;
+    /* the -r level the activations were allocated for (the Llama family's; 0: every one stored) */
+    int recompute;
 } CpuTraining;
 
 /* The training fields' buffers freed with the parameter and gradient arenas (params_floats and

@@ -50,7 +50,7 @@ inline size_t llamacuda_activation_specs(const ArchConfig *ac, int B, int T_, in
                                          TensorSpec *specs, size_t *bytes) {
     (void)recompute; /* every activation is stored */
     const LlamaConfig *lc = LLAMACUDA_CFG(ac);
-    llama_activation_specs(lc, B, T_, specs);
+    llama_activation_specs(lc, B, T_, 0, specs); /* -r 0: every activation stored */
     return cuda_arch_layout_activations(&lc->base, B, T_, prec, head_rows, LLAMA3_A_att, LLAMA3_A_logits, specs, bytes,
                                         LLAMA3_NUM_ACTIVATIONS) +
            llamacuda_rope_bytes(&lc->base, T_);

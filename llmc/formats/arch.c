@@ -144,8 +144,7 @@ static void llama3_print(const ArchConfig *ac, FILE *out) {
 
 static size_t llama3_params(const ArchConfig *ac, TensorSpec *specs) { return llama_parameter_specs(LLAMA(ac), specs); }
 static size_t llama3_acts(const ArchConfig *ac, int B, int T, int recompute, TensorSpec *specs) {
-    (void)recompute; /* every activation is stored */
-    return llama_activation_specs(LLAMA(ac), B, T, specs);
+    return llama_activation_specs(LLAMA(ac), B, T, recompute, specs);
 }
 
 static int llama3_load(const char *init, const ArchConfig *ac, float *params, size_t n, unsigned long long seed) {
@@ -185,7 +184,7 @@ static void llama3_save_hf(const char *dir, const ArchConfig *ac, const float *p
 static double llama3_flops(const ArchConfig *ac, int T) { return llama_flops_per_token(LLAMA(ac), T); }
 
 const ModelArch llama3_arch = {
-    "llama3", "Llama 3", "LlamaForCausalLM", LLAMA3_NUM_PARAMETERS, LLAMA3_NUM_ACTIVATIONS, 0,
+    "llama3", "Llama 3", "LlamaForCausalLM", LLAMA3_NUM_PARAMETERS, LLAMA3_NUM_ACTIVATIONS, 1,
     llama3_from_init, llama3_validate, llama3_print, llama3_params, llama3_acts,
     llama3_load, llama3_save, llama3_save_hf_ckpt, llama3_save_hf, llama3_flops,
 };

@@ -87,7 +87,7 @@ const char *llama_config_validate(const LlamaConfig *cfg) {
     return model_config_validate(b); /* the shared limits (GPT-2's rule NKV == NH is gpt2_config_validate's) */
 }
 
-TENSOR_TABLE_FUNCTIONS(llama, LlamaConfig, LLAMA_SHAPE_NAMES, LLAMA3_PARAMETERS, LLAMA3_NUM_PARAMETERS, LLAMA3_ACTIVATIONS, LLAMA3_NUM_ACTIVATIONS)
+TENSOR_TABLE_FUNCTIONS_LEVELS(llama, LlamaConfig, LLAMA_SHAPE_NAMES, LLAMA3_PARAMETERS, LLAMA3_NUM_PARAMETERS, LLAMA3_ACTIVATIONS, LLAMA3_NUM_ACTIVATIONS)
 
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,
                            unsigned long long seed) {

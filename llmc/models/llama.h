@@ -71,27 +71,31 @@ enum { LLAMA3_PARAMETERS(LLMC_LLAMA_INDEX) LLAMA3_NUM_PARAMETERS };
 enum { LLAMA3_HEAD_PARAMETERS(LLMC_LLAMA_HINDEX) };
 #undef LLMC_LLAMA_HINDEX
 
-/* X(name, shape comment, numel expression, memory kind, per layer?) (all stored; no recompute);
- * shared with the family as the parameters are: LLAMA3_TRUNK_*, the MLP's, LLAMA3_HEAD_*. */
+/* X(name, shape comment, numel expression, memory kind, level) with GPT-2's rule for the last column
+ * (tensor_table_place_acts): 0 for a tensor that is not per layer, else R: stored for every layer
+ * when the recompute level -r is below R, else one layer's worth, recomputed in backward. The CPU
+ * Llama's levels: -r 1 recomputes the SwiGLU output, -r 2 also the RMSNorm outputs (from the stored
+ * rstd); R = 4: always per layer. The family shares the rows as the parameters (LLAMA3_TRUNK_*, the
+ * MLP's, LLAMA3_HEAD_*); the Mixtral's and the CUDA Llama's tables are read at -r 0 (all stored). */
 #define LLAMA3_TRUNK_ACTIVATIONS(X)                                             \
     X(encoded,   "(B, T, C)",        (size_t)B * T * C,      ACT_RESIDUAL, 0)     \
-    X(ln1,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
-    X(ln1_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)        \
-    X(qkv,       "(L, B, T, QKV)",   (size_t)B * T * QKV,    ACT_ATTENTION, 1)    \
-    X(atty,      "(L, B, T, C)",     (size_t)B * T * C,      ACT_ATTENTION, 1)    \
-    X(att,       "(L, B, NH, T, T)", (size_t)B * NH * T * T, ACT_ATTENTION, 1)    \
-    X(residual2, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
-    X(ln2,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 1)    \
-    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 1)
+    X(ln1,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 2)    \
+    X(ln1_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 4)        \
+    X(qkv,       "(L, B, T, QKV)",   (size_t)B * T * QKV,    ACT_ATTENTION, 4)    \
+    X(atty,      "(L, B, T, C)",     (size_t)B * T * C,      ACT_ATTENTION, 4)    \
+    X(att,       "(L, B, NH, T, T)", (size_t)B * NH * T * T, ACT_ATTENTION, 4)    \
+    X(residual2, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 4)     \
+    X(ln2,       "(L, B, T, C)",     (size_t)B * T * C,      ACT_LAYERNORM, 2)    \
+    X(ln2_rstd,  "(L, B, T)",        (size_t)B * T,          ACT_STATS, 4)
 #define LLAMA3_HEAD_ACTIVATIONS(X)                                              \
-    X(residual3, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 1)     \
+    X(residual3, "(L, B, T, C)",     (size_t)B * T * C,      ACT_RESIDUAL, 4)     \
     X(lnf,       "(B, T, C)",        (size_t)B * T * C,      ACT_LAYERNORM, 0)    \
     X(lnf_rstd,  "(B, T)",           (size_t)B * T,          ACT_STATS, 0)        \
     X(logits,    "(B, T, Vp)",       (size_t)B * T * Vp,     ACT_LOGITS, 0)       \
     X(losses,    "(B, T)",           (size_t)B * T,          ACT_STATS, 0)
 #define LLAMA3_ACTIVATIONS(X)                                                   \
     LLAMA3_TRUNK_ACTIVATIONS(X)                                                 \
-    X(fch,       "(L, B, T, 2F)",    (size_t)B * T * 2 * F,  ACT_MLP, 1)          \
+    X(fch,       "(L, B, T, 2F)",    (size_t)B * T * 2 * F,  ACT_MLP, 4)          \
     X(fch_swiglu, "(L, B, T, F)",    (size_t)B * T * F,      ACT_GELU, 1)         \
     LLAMA3_HEAD_ACTIVATIONS(X)
 
@@ -114,7 +118,8 @@ enum { LLAMA3_HEAD_ACTIVATIONS(LLMC_LLAMA_HAINDEX) };
     (void)Vp, (void)C, (void)L, (void)F, (void)NH, (void)QKV, (void)TIED
 
 size_t llama_parameter_specs(const LlamaConfig *cfg, TensorSpec specs[LLAMA3_NUM_PARAMETERS]);
-size_t llama_activation_specs(const LlamaConfig *cfg, int B, int T, TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]);
+size_t llama_activation_specs(const LlamaConfig *cfg, int B, int T, int recompute,
+                              TensorSpec specs[LLAMA3_NUM_ACTIVATIONS]);
 /* Random init by the table's rules (as gpt2_init_parameters: N(0, 0.02), residual projections
  * 0.02/sqrt(2L), gains 1, padded vocabulary rows 0). */
 void llama_init_parameters(const LlamaConfig *cfg, const TensorSpec specs[LLAMA3_NUM_PARAMETERS], float *params,

@@ -305,8 +305,8 @@ void train_resume_check_config(const TrainConfig *rc, int step) {
         printf("note: %s was written with --checkpoint-bf16 1: its weights were rounded to bf16, so this run continues "
                "from the rounded weights (and the fp32 AdamW state) and is not bit-identical to a run that never "
                "stopped; fp32 checkpoints (--checkpoint-bf16 0) resume bit-exactly\n", where);
-    /* An architecture without recompute levels (Llama) keeps every activation: both trainers run it
-     * at -r 0 whatever -r says, and older binaries saved the -r given (1 by default), which is no
+    /* An architecture without recompute levels (the Mixtral) keeps every activation: the trainers run
+     * it at -r 0 whatever -r says, and older binaries saved the -r given (1 by default), which is no
      * difference from this run's 0. */
     char model[4200];
     ArchConfig ac;
