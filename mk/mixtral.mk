@@ -6,3 +6,7 @@ CORE_SRCS += llmc/models/mixtral.c llmc/formats/mixtralfile.c
 TEST_BINS += $(BUILD)/test/test_mixtral_cpu
 $(BUILD)/test/test_mixtral_cpu: $(call obj,test/test_mixtral_cpu.c) $(BUILD)/libllmc_cpu.a $(BUILD)/libllmc.a
 	$(CC) $(CFLAGS) $(LDFLAGS) $^ $(LDLIBS) -o $@
+
+# expert parallelism (-ep, issue 24 item 5): the CPU trainer's optimizer of an expert-sharded
+# Mixtral, in the CPU library beside llmc/cpu/moe_ep.c whose buffer sizes it prints
+CPU_SRCS += llmc/train/epopt.c
