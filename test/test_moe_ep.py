@@ -4,7 +4,7 @@
 A 2-layer Mixtral (E 4, top-2, C 64, F 96, GQA, V 256) written by dev/reference/train_mixtral.py,
 6 fp32 steps of 256 tokens (B 2, T 32), each run against one process accumulating the same tokens
 per step (-d): train losses and grad norms within 1e-5 relative, final models within 1e-4:
-- -ep 2 on 2 ranks (mpirun);
+- -ep 2 on 2 ranks (mpirun), the same model bytes twice;
 - -ep 2 with 2-way data parallelism on 4 ranks at -z 0 and -z 1 (mpirun; -z 1 equals -z 0 bit for bit);
 - -ep 2 on 4 ranks over -pi tcp (no MPI: a shell of processes), as mpirun's within float order;
 - the log's a2a_bytes (> 0, this rank's bytes sent in the exchanges) and a2a_ms on every step;
@@ -125,6 +125,10 @@ def main():
             train(np_, f"one{d}", [], d)
         train(2, "ep2", ["-ep", "2"], 128)
         agree("-ep 2 on 2 ranks (mpirun)", out("ep2"), out("one128"), final)
+        train(2, "ep2_again", ["-ep", "2"], 128)
+        a, b = (os.path.join(out(d), final) for d in ("ep2", "ep2_again"))
+        report(os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(),
+               "-ep 2 on 2 ranks: the same bits run to run (the exchange's orders are fixed)")
         for z in ("0", "1"):
             train(4, f"ep2dp2_z{z}", ["-ep", "2", "-z", z], 256)
             agree(f"-ep 2 x 2-way data parallelism on 4 ranks at -z {z} (mpirun)", out(f"ep2dp2_z{z}"), out("one256"), final)
