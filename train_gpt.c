@@ -267,11 +267,13 @@ static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) 
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (ep_ways(tc) > 1) { /* this rank's experts and exchange buffers, and the expert-parallel AdamW */
-        mixtral_plan_expert_parallel(ep_cfg(), ep_ways(tc), tc->B, tc->T, p);
+        mixtral_plan_expert_parallel(ep_cfg(), ep_ways(tc), tc->B, tc->T, shard_stage(tc), tc->num_processes,
+                                     tc->process_rank, p);
         ep_adamw_plan(ep_cfg(), ep_ways(tc), tc->zero_stage, tc->num_processes, tc->process_rank, tc->output_dir[0] != 0, p);
     }
     if (lora_wanted(tc)) lora_plan(tc, p);
-    if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+    if (shard_stage(tc) && ep_ways(tc) == 1)
+        run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
     /* (after the shard's classes: the teacher is whole on every rank) */
     if (teacher_wanted(tc)) teacher_plan(&run_teacher, tc->B, tc->T, p, NULL);
 }
@@ -370,6 +372,11 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
         be->num_parameters = whole;
         be->state.agree_floats = s[MIXTRAL_P_expfcw].offset;
         ep_adamw_open(&be->optimizer, &run_ep_opt, tc, be, dist, ep_cfg(), run_ep.ways);
+        if (shard_stage(tc)) { /* -z 2: the gradient buckets to the optimizer as the backward completes them */
+            CpuShardHooks hooks = {&run_ep_opt, ep_adamw_reduce_bucket, NULL, NULL};
+            run.a->shard(run.model, tc->zero_stage, dist->size, dist->rank, hooks);
+            be->hostopt.host_grads = *run.a->parts(run.model).grads;
+        }
     }
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);

@@ -5,7 +5,7 @@ A 2-layer Mixtral (E 4, top-2, C 64, F 96, GQA, V 256) written by dev/reference/
 6 fp32 steps of 256 tokens (B 2, T 32), each run against one process accumulating the same tokens
 per step (-d): train losses and grad norms within 1e-5 relative, final models within 1e-4:
 - -ep 2 on 2 ranks (mpirun), the same model bytes twice;
-- -ep 2 with 2-way data parallelism on 4 ranks at -z 0 and -z 1 (mpirun; -z 1 equals -z 0 bit for bit);
+- -ep 2 with 2-way data parallelism on 4 ranks at -z 0, 1 and 2 (mpirun; -z 1 and 2 equal -z 0 bit for bit);
 - -ep 2 on 4 ranks over -pi tcp (no MPI: a shell of processes), as mpirun's within float order;
 - the log's a2a_bytes (> 0, this rank's bytes sent in the exchanges) and a2a_ms on every step;
 - checkpoints are the whole Mixtral: an -ep 2 run's checkpoint resumed by one process (-ep 1), and one
@@ -13,7 +13,7 @@ per step (-d): train losses and grad norms within 1e-5 relative, final models wi
 - --plan -ep 2 prints each rank's parameters (the shared tensors + E/2 experts, in closed form) and the
   all-to-all buffers' dropless bound R = N B T min(K, E/N) rows;
 - bad inputs are clear errors (exit 1, no run file written): E % N != 0, N not dividing the processes, -ep
-  on a dense model, -ep 2 with one process, -ep 2 with -z 2, -ep 0 / -ep x.
+  on a dense model, -ep 2 with one process, -ep 2 with -z 3, -ep 0 / -ep x.
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 """
 import json
@@ -129,12 +129,14 @@ def main():
         a, b = (os.path.join(out(d), final) for d in ("ep2", "ep2_again"))
         report(os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(),
                "-ep 2 on 2 ranks: the same bits run to run (the exchange's orders are fixed)")
-        for z in ("0", "1"):
+        for z in ("0", "1", "2"):
             train(4, f"ep2dp2_z{z}", ["-ep", "2", "-z", z], 256)
             agree(f"-ep 2 x 2-way data parallelism on 4 ranks at -z {z} (mpirun)", out(f"ep2dp2_z{z}"), out("one256"), final)
-        a, b = (os.path.join(out(f"ep2dp2_z{z}"), final) for z in "01")
-        report(os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(),
-               "-ep 2 on 4 ranks: -z 1 (moments sharded: the experts' over their 2 replicas) writes -z 0's model byte for byte")
+        for z, what in (("1", "moments"), ("2", "moments and gradients")):
+            a, b = (os.path.join(out(f"ep2dp2_z{q}"), final) for q in ("0", z))
+            report(os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(),
+                   f"-ep 2 on 4 ranks: -z {z} ({what} sharded, the experts' over their 2 replicas) writes -z 0's model "
+                   "byte for byte")
         rc, text = tcp_run(4, base + ["-d", "256", "-o", out("tcp"), "-ep", "2"])
         if rc != 0:
             print(f"tcp: exit {rc}: {text[-1500:]}")
@@ -188,7 +190,7 @@ def main():
         bad("-ep 2 with one process: a clear error", 1, ["-ep", "2"], "-ep 2 with one process: expert parallelism needs")
         bad("-ep 2 on a dense model (-e d4, GPT-2): a clear error", 1, ["-ep", "2", "-e", "d4"],
             "-e d4 is a dense GPT-2 model (no experts)")
-        bad("-ep 2 with -z 2: a clear error", 1, ["-ep", "2", "-z", "2"], "-ep 2 with -z 2: expert parallelism shards")
+        bad("-ep 2 with -z 3: a clear error", 1, ["-ep", "2", "-z", "3"], "-ep 2 with -z 3: expert parallelism shards")
         bad("-ep 0: a clear error", 1, ["-ep", "0"], "flag -ep (--expert-parallel): '0' is not a number of ranks")
         bad("--expert-parallel=x: a clear error", 1, ["--expert-parallel=x"],
             "flag --expert-parallel (--expert-parallel): 'x' is not a number of ranks")

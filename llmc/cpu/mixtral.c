@@ -92,8 +92,10 @@ void mixtral_set_expert_parallel(MixtralModel *model, MoeEp *ep) {
     model->ep = ep;
 }
 
-void mixtral_plan_expert_parallel(const MixtralConfig *cfg, int ways, int B, int T, MemPlan *p) {
-    const size_t n = mixtral_shard_parameter_specs(cfg, ways, NULL);
+void mixtral_plan_expert_parallel(const MixtralConfig *cfg, int ways, int B, int T, int zero, int ranks, int rank,
+                                  MemPlan *p) {
+    TensorSpec specs[MIXTRAL_NUM_PARAMETERS];
+    const size_t n = mixtral_shard_parameter_specs(cfg, ways, specs);
     const int training = p->host[MEM_GRADIENTS] != 0;
     size_t acts, scratch;
     moe_ep_bytes(cfg, ways, B, T, &acts, &scratch);
@@ -103,6 +105,7 @@ void mixtral_plan_expert_parallel(const MixtralConfig *cfg, int ways, int B, int
     p->host[MEM_GRADIENTS] = n * sizeof(float);
     p->host[MEM_ACTIVATIONS] += acts;
     p->host[MEM_BWD_SCRATCH] += scratch;
+    if (zero >= 2) cpu_zero_plan(specs, MIXTRAL_NUM_PARAMETERS, n, zero, ranks, rank, p); /* the gradient buckets */
 }
 
 void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {

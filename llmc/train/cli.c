@@ -667,9 +667,9 @@ static void parse_expert_parallel(TrainConfig *c, const char *arg, size_t len, c
 static void validate_expert_parallel(const TrainConfig *c) {
     const int n = c->expert_parallel;
     if (n <= 1) return;
-    if (c->zero_stage >= 2)
-        llmc_die("-ep %d with -z %d: expert parallelism shards the optimizer up to -z 1 (the experts' moments over "
-                 "their replicas); use -z 0 or 1", n, c->zero_stage);
+    if (c->zero_stage >= 3)
+        llmc_die("-ep %d with -z %d: expert parallelism shards the optimizer up to -z 2 (the experts' moments and "
+                 "gradients over their replicas), not the parameters; use -z 0, 1 or 2", n, c->zero_stage);
     if (strcmp(c->optimizer, "adamw") != 0) llmc_die("-ep %d with --optimizer %s: expert parallelism trains with AdamW only", n, c->optimizer);
     if (c->optim_state[0] && strcmp(c->optim_state, "fp32") != 0)
         llmc_die("-ep %d with --optim-state %s: expert parallelism keeps fp32 moments only", n, c->optim_state);

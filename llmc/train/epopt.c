@@ -31,8 +31,34 @@ static void regions(const MixtralConfig *cfg, int ways, int zero, int ranks, int
 
 static float ep_loss_weight(void *p, int accum) { return 1.0f / ((float)accum * (float)((EpAdamW *)p)->dist->size); }
 
+static void ep_zero_grad(void *p) {
+    EpAdamW *h = (EpAdamW *)p;
+    if (h->gshard) memset(h->gshard, 0, (h->k ? h->k : 1) * sizeof(float));
+}
+
+/* -z 2: a bucket's gradients (the model's backward hands each layer's over, then the outer ones):
+ * each slice summed over its group (one tensor's: all ranks, or the replicas for the experts), the
+ * part this rank updates added into its gradient shard */
+void ep_adamw_reduce_bucket(void *p, float *packed, const Bucket *b) {
+    EpAdamW *h = (EpAdamW *)p;
+    size_t pos = 0;
+    for (int i = 0; i < b->n; pos += b->len[i], i++) {
+        float *x = packed + pos;
+        const size_t off = b->off[i], len = b->len[i];
+        int j = off < h->reg[1].off ? 0 : off < h->reg[2].off ? 1 : 2;
+        if (over_replicas(j)) dist_group_allreduce_f32(h->dist, x, len, h->replica, h->replicas);
+        else dist_allreduce_f32(h->dist, x, len);
+        size_t at = 0;
+        for (int q = 0; q < j; q++) at += h->reg[q].hi - h->reg[q].lo;
+        const size_t lo = h->reg[j].off + h->reg[j].lo, hi = h->reg[j].off + h->reg[j].hi;
+        const size_t a = off > lo ? off : lo, e = off + len < hi ? off + len : hi;
+        for (size_t k = a; k < e; k++) h->gshard[at + (k - lo)] += x[k - off];
+    }
+}
+
 static void ep_reduce(void *p) {
     EpAdamW *h = (EpAdamW *)p;
+    if (h->gshard) return; /* -z 2: reduced bucket by bucket during the backward */
     float *g = h->be->hostopt.host_grads;
     dist_allreduce_f32(h->dist, g + h->reg[0].off, h->reg[0].len);
     dist_group_allreduce_f32(h->dist, g + h->reg[1].off, h->reg[1].len, h->replica, h->replicas);
@@ -43,6 +69,11 @@ static float ep_grad_norm(void *p) {
     EpAdamW *h = (EpAdamW *)p;
     const float *g = h->be->hostopt.host_grads;
     double ss = 0.0;
+    if (h->gshard) { /* every element is in exactly one rank's shard */
+        ss = global_norm_squared(h->gshard, h->k);
+        dist_allreduce_f64(h->dist, &ss, 1);
+        return (float)sqrt(ss);
+    }
     if (h->dist->rank == 0) ss += global_norm_squared(g + h->reg[0].off, h->reg[0].len) + global_norm_squared(g + h->reg[2].off, h->reg[2].len);
     if (h->group == 0) ss += global_norm_squared(g + h->reg[1].off, h->reg[1].len);
     dist_allreduce_f64(h->dist, &ss, 1);
@@ -63,7 +94,7 @@ static void ep_step(void *p, const AdamWStep *a) {
             size_t x = s->offset > lo ? s->offset : lo, y = s->offset + s->numel < hi ? s->offset + s->numel : hi;
             if (x >= y) continue;
             const size_t mo = at + (x - lo);
-            adamw_update(params + x, g + x, h->m + mo, h->v + mo, y - x, a->lr, a->beta1, a->beta2, a->eps,
+            adamw_update(params + x, h->gshard ? h->gshard + mo : g + x, h->m + mo, h->v + mo, y - x, a->lr, a->beta1, a->beta2, a->eps,
                          s->decay ? a->weight_decay : 0.0f, a->t, a->grad_scale);
         }
         at += r->hi - r->lo;
@@ -165,7 +196,9 @@ static void ep_print_memory(void *p, FILE *out) {
     const double MiB = 1048576.0;
     fprintf(out, "optimizer (per rank, -ep %d, -z %d: %s): AdamW m %zu bytes (%.1f MiB), AdamW v the same; experts "
                  "%d..%d of %d, their gradients summed over %d rank%s, the rest over all %d\n",
-            h->ways, h->zero, h->zero ? "moments sharded (experts over their replicas)" : "not sharded",
+            h->ways, h->zero, h->zero == 2   ? "moments + gradients sharded (experts over their replicas)"
+                              : h->zero ? "moments sharded (experts over their replicas)"
+                                        : "not sharded",
             h->k * sizeof(float), h->k * sizeof(float) / MiB, h->shard * (h->cfg.num_experts / h->ways),
             (h->shard + 1) * (h->cfg.num_experts / h->ways) - 1, h->cfg.num_experts, h->replicas,
             h->replicas == 1 ? "" : "s", h->dist->size);
@@ -175,6 +208,7 @@ static void ep_free(void *p) {
     EpAdamW *h = (EpAdamW *)p;
     mem_free(MEM_ADAM_M, h->m, (h->k ? h->k : 1) * sizeof(float));
     mem_free(MEM_ADAM_V, h->v, (h->k ? h->k : 1) * sizeof(float));
+    if (h->gshard) mem_free(MEM_GRAD_SHARD, h->gshard, (h->k ? h->k : 1) * sizeof(float));
     free(h->replica);
 }
 
@@ -190,7 +224,8 @@ void ep_adamw_open(TrainOptimizer *o, EpAdamW *h, const TrainConfig *tc, TrainBa
     for (int j = 0; j < h->replicas; j++) h->replica[j] = h->shard + j * ways;
     h->m = (float *)mem_calloc(MEM_ADAM_M, h->k ? h->k : 1, sizeof(float), "AdamW m");
     h->v = (float *)mem_calloc(MEM_ADAM_V, h->k ? h->k : 1, sizeof(float), "AdamW v");
-    static const TrainOptimizer ops = {NULL, 1, ep_loss_weight, NULL, ep_reduce, ep_grad_norm, ep_step, ep_state,
+    if (h->zero >= 2) h->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, h->k ? h->k : 1, sizeof(float), "gradient shard");
+    static const TrainOptimizer ops = {NULL, 2, ep_loss_weight, ep_zero_grad, ep_reduce, ep_grad_norm, ep_step, ep_state,
                                        ep_state_release, ep_load_begin, ep_load_end, ep_print_memory, ep_free};
     *o = ops;
     o->ctx = h;
@@ -201,6 +236,7 @@ void ep_adamw_plan(const MixtralConfig *cfg, int ways, int zero, int ranks, int 
     size_t k;
     regions(cfg, ways, zero, ranks, rank, reg, &k);
     p->host[MEM_ADAM_M] = p->host[MEM_ADAM_V] = (k ? k : 1) * sizeof(float);
+    if (zero >= 2) p->host[MEM_GRAD_SHARD] = (k ? k : 1) * sizeof(float);
     if (!checkpoints) return;
     const size_t n = mixtral_shard_parameter_specs(cfg, ways, NULL), whole = mixtral_parameter_specs(cfg, NULL);
     /* -z 1: m and v as whole local arenas on every rank; rank 0: the whole model, m and v, and the

@@ -6,7 +6,9 @@
  *     the D = P / N ranks holding the same experts (dist.h's group all-reduce);
  *   - -z 0: m and v for the rank's table; -z 1: the non-expert tensors' moments sharded over the P
  *     ranks, the experts' over their D replicas, the updated parameters all-gathered over the same
- *     groups (-z 2 and 3 are refused by cli.c);
+ *     groups; -z 2: also the summed gradients (the backward hands its buckets over, a layer at a
+ *     time; each tensor's slice is all-reduced over its group and this rank's part kept); -z 3 is
+ *     refused by cli.c;
  *   - checkpoints of the whole model: rank 0 gathers the experts (and their moments) of the N
  *     shards into the usual whole Mixtral and state file, so a run resumes on any -ep and rank
  *     count (load_end keeps this rank's shard of the whole moments; the model file is loaded whole
@@ -43,12 +45,15 @@ typedef struct {
     EpRegion reg[3]; /* [0, xa) and [xb, n): over all ranks; [xa, xb) the experts: over the replicas */
     int *replica;    /* the D ranks holding this rank's experts */
     float *m, *v;    /* the regions' [lo, hi) back to back */
+    float *gshard;   /* -z 2: the summed gradient's same runs */
     size_t k;
 } EpAdamW;
 
-/* The optimizer for tc (-z 0 or 1) over be's arena of the -ep ways shard table of cfg. */
+/* The optimizer for tc (-z 0, 1 or 2) over be's arena of the -ep ways shard table of cfg. -z 2: the
+ * model's gradient buckets go to ep_adamw_reduce_bucket (its ctx: h; llmc/cpu/zero.h's reduce hook). */
 void ep_adamw_open(TrainOptimizer *o, EpAdamW *h, const TrainConfig *tc, TrainBackend *be, Dist *d,
                    const MixtralConfig *cfg, int ways);
+void ep_adamw_reduce_bucket(void *h, float *packed, const Bucket *b);
 /* The plan's classes of it (AdamW m and v; the checkpoint's transient gathers) for rank `rank`. */
 void ep_adamw_plan(const MixtralConfig *cfg, int ways, int zero, int ranks, int rank, int checkpoints, MemPlan *p);
 /* --plan's text: the expert shards, the per-rank parameters and the all-to-all buffers. */
