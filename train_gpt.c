@@ -15,6 +15,8 @@
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/teacher.h"
 #include "llmc/cpu/lora.h"
+#include "llmc/cpu/mixtral.h"
+#include "llmc/cpu/moe_ep.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/rundir.h"
@@ -23,6 +25,7 @@
 #include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/train.h"
+#include "llmc/train/epopt.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -60,6 +63,44 @@ static void teacher_for(const TrainConfig *tc) {
         llmc_die("--teacher with a Mixtral student (-e %s) is not built yet: its load-balancing loss is not part "
                  "of the distillation objective; distill into a dense student", tc->init);
     teacher_resolve(&run_teacher, tc->teacher, tc->distill_alpha, tc->distill_temperature, &run_arch, tc->init, tc->T);
+}
+
+/* ---- MoE expert parallelism (-ep N, issue 24 item 5): llmc/cpu/moe_ep.h (the exchange and the
+ * rank layout), llmc/train/epopt.h (the optimizer and the whole-model checkpoints) ---- */
+static MoeEp run_ep;
+static EpAdamW run_ep_opt;
+static int ep_ways(const TrainConfig *tc) { return tc->expert_parallel > 1 ? tc->expert_parallel : 1; }
+static const MixtralConfig *ep_cfg(void) { return arch_config_as(&run_arch, const MixtralConfig); }
+
+/* -ep's checks that need the model (run_arch) and the process count (d: the group, or NULL for --plan's -pn) */
+static void ep_check(const TrainConfig *tc, Dist *d) {
+    const int n = ep_ways(tc), ranks = d ? d->size : tc->num_processes;
+    if (n == 1) return;
+    if (run_arch.arch != &mixtral_arch)
+        llmc_die("-ep %d: expert parallelism splits the experts of a mixture-of-experts model over ranks; -e %s is a "
+                 "dense %s model (no experts): drop -ep", n, tc->init, run_arch.arch->display);
+    const int E = ep_cfg()->num_experts;
+    if (E % n != 0)
+        llmc_die("-ep %d: the %d experts of -e %s do not split evenly over %d ranks (experts %% -ep must be 0; e.g. -ep %d)",
+                 n, E, tc->init, n, E % 2 == 0 && n > 2 ? 2 : 1);
+    if (ranks == 1)
+        llmc_die("-ep %d with one process: expert parallelism needs -ep %d ranks or a multiple of them (e.g. mpirun -np %d "
+                 "./train_gpt_cpu -ep %d ...); with one process drop -ep", n, n, n, n);
+    if (ranks % n != 0)
+        llmc_die("-ep %d does not divide the %d processes: the ranks form groups of %d (one per expert shard), so the "
+                 "process count must be a multiple of %d", n, ranks, n, n);
+    if (!d) return;
+    uint64_t *all = (uint64_t *)mallocCheck((size_t)ranks * sizeof(uint64_t), "-ep of the ranks");
+    dist_allgather_u64(d, (uint64_t)n, all);
+    for (int r = 0; r < ranks; r++)
+        if (all[r] != (uint64_t)n) llmc_die("-ep %d on rank %d but -ep %llu on rank %d: every rank needs the same -ep", n, d->rank, (unsigned long long)all[r], r);
+    free(all);
+}
+
+/* every rank runs the sampling forward (its experts are needed); rank 0's logits are the ones sampled */
+static const float *ep_share_logits(const float *row) {
+    dist_bcast_bytes(dist_world(), (void *)row, (size_t)arch_config_base(&run_arch)->padded_vocab_size * sizeof(float));
+    return row;
 }
 
 static void cpu_loss_parts(void *r, double parts[2]) {
@@ -194,7 +235,8 @@ static void cpu_zero_grad(void *r) {
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     CpuRun *run = (CpuRun *)r;
     run->a->forward(run->model, tokens, NULL, 1, n, 0.0f);
-    return run->a->logits(run->model) + (size_t)(n - 1) * run->a->parts(run->model).cfg->padded_vocab_size;
+    const float *row = run->a->logits(run->model) + (size_t)(n - 1) * run->a->parts(run->model).cfg->padded_vocab_size;
+    return run_ep.ways > 1 ? ep_share_logits(row) : row;
 }
 
 /* the architecture's own parts of a step (CpuArch.step_log: Mixtral's train_ce, train_aux and
@@ -224,8 +266,14 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
     run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    if (ep_ways(tc) > 1) { /* this rank's experts and exchange buffers, and the expert-parallel AdamW */
+        mixtral_plan_expert_parallel(ep_cfg(), ep_ways(tc), tc->B, tc->T, shard_stage(tc), tc->num_processes,
+                                     tc->process_rank, p);
+        ep_adamw_plan(ep_cfg(), ep_ways(tc), tc->zero_stage, tc->num_processes, tc->process_rank, tc->output_dir[0] != 0, p);
+    }
     if (lora_wanted(tc)) lora_plan(tc, p);
-    if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
+    if (shard_stage(tc) && ep_ways(tc) == 1)
+        run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
     /* (after the shard's classes: the teacher is whole on every rank) */
     if (teacher_wanted(tc)) teacher_plan(&run_teacher, tc->B, tc->T, p, NULL);
 }
@@ -303,6 +351,11 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->build(run.model, &run_arch);
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
+    const size_t whole = parts.num_parameters;
+    if (ep_ways(tc) > 1) { /* the whole model loaded, this rank's experts kept */
+        moe_ep_init(&run_ep, dist, ep_ways(tc), ep_cfg());
+        mixtral_set_expert_parallel((MixtralModel *)run.model, &run_ep);
+    }
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     if (teacher_wanted(tc)) { /* (after the budget's -b: its activations are for the run's B) */
@@ -313,6 +366,18 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
     if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
     host_backend(be, &run, tc);
+    if (run_ep.ways > 1) { /* checkpoints are of the whole model; the ranks agree on the shared tensors */
+        TensorSpec s[MIXTRAL_NUM_PARAMETERS];
+        mixtral_shard_parameter_specs(ep_cfg(), run_ep.ways, s);
+        be->num_parameters = whole;
+        be->state.agree_floats = s[MIXTRAL_P_expfcw].offset;
+        ep_adamw_open(&be->optimizer, &run_ep_opt, tc, be, dist, ep_cfg(), run_ep.ways);
+        if (shard_stage(tc)) { /* -z 2: the gradient buckets to the optimizer as the backward completes them */
+            CpuShardHooks hooks = {&run_ep_opt, ep_adamw_reduce_bucket, NULL, NULL};
+            run.a->shard(run.model, tc->zero_stage, dist->size, dist->rank, hooks);
+            be->hostopt.host_grads = *run.a->parts(run.model).grads;
+        }
+    }
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);
     if (use_teacher) teacher_free(&run_teacher);
@@ -366,9 +431,11 @@ int main(int argc, char **argv) {
         if (lora_wanted(&tc)) lora_config_for(&tc, tc.adapter);
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
-        train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
+        ep_check(&tc, NULL);
+        train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, ep_ways(&tc) == 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
+        if (ep_ways(&tc) > 1 && !tc.json) ep_plan_print(ep_cfg(), ep_ways(&tc), tc.num_processes, tc.B, tc.T, stdout);
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
@@ -389,6 +456,7 @@ int main(int argc, char **argv) {
     int resume_step = train_resolve_init(&tc, init, sizeof init);
     lora_resume_init(&tc, resume_step, init, sizeof init); /* a LoRA run resumes on -e, its base */
     cpu_arch_for_init(init, &tc, &space); /* the architecture is the model's: name or file header */
+    ep_check(&tc, dist);
     char name[512];
     snprintf(name, sizeof name, "CPU fp32, %s, %d thread%s", blas, threads, threads == 1 ? "" : "s");
     TrainBackend be = {0};

@@ -11,3 +11,7 @@ $(BUILD)/test/test_mixtral_cpu: $(call obj,test/test_mixtral_cpu.c) $(BUILD)/lib
 PHONY += bench-moe
 bench-moe: train_gpt_cpu
 	scripts/bench_moe.sh
+
+# expert parallelism (-ep, issue 24 item 5): the CPU trainer's optimizer of an expert-sharded
+# Mixtral, in the CPU library beside llmc/cpu/moe_ep.c whose buffer sizes it prints
+CPU_SRCS += llmc/train/epopt.c

@@ -22,7 +22,7 @@ it. Then end to end:
   losses of one process accumulating the same batch;
 - mixtral:dN-eE-kK descriptors train; --plan counts total and active parameters; bad inputs are clear errors naming the flag or file: top-k
   above E or below 1, a missing or mis-shaped expert tensor, a negative or NaN aux coefficient;
-  -ep refused (not built yet); ./generate's greedy tokens (KV-cache decode) are the reference's; the
+  -ep 2 with one process refused (expert parallelism: test_moe_ep.py); ./generate's greedy tokens (KV-cache decode) are the reference's; the
   CUDA trainer and generator (cudasim build, when present) refuse naming the architecture.
 """
 import json
@@ -320,8 +320,8 @@ def check_errors(tmp, hf, shard, files):
     d = hf_variant("hf_window", config={"sliding_window": 16})
     e("config.json sliding_window below the context: a clear error", ["./train_gpt_cpu", "-e", d] + base,
       "sliding_window 16 is less than max_position_embeddings 64")
-    e("-ep 2: expert parallelism is refused (not built yet)", ["./train_gpt_cpu", "-e", hf, "-ep", "2"] + base,
-      "flag -ep (--expert-parallel): expert parallelism is not built yet")
+    e("-ep 2 with one process: a clear error (expert parallelism needs ranks: test/test_moe_ep.py)",
+      ["./train_gpt_cpu", "-e", hf, "-ep", "2"] + base, "-ep 2 with one process: expert parallelism needs")
     # ./generate: greedy decoding (the KV cache) equals the reference's (a decode-only tokenizer whose
     # token i reads "<i>", end-of-text V - 1)
     tok = os.path.join(tmp, "tok.bin")

@@ -8,6 +8,7 @@
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/moe.h"
+#include "llmc/cpu/moe_ep.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/swiglu.h"
 
@@ -76,6 +77,35 @@ void mixtral_allocate_for(MixtralModel *model, int B, int T, int training) {
     model->dbuf_w = model->dbuf_y + N * K * C;
     model->dbuf_z = model->dbuf_w + N * K;
     model->grads_memory = cpu_training_alloc_grads(&model->train, model->num_parameters);
+    if (model->ep) moe_ep_allocate(model->ep, B, T);
+}
+
+/* ---- expert parallelism (moe_ep.h) ---- */
+void mixtral_set_expert_parallel(MixtralModel *model, MoeEp *ep) {
+    const int ways = ep->ways;
+    const size_t n = mixtral_shard_parameter_specs(&model->cfg, ways, model->param_specs);
+    float *local = (float *)mem_calloc(MEM_PARAMETERS, n, sizeof(float), "parameters (this rank's experts)");
+    mixtral_shard_copy(&model->cfg, ways, ep->shard, model->params_memory, local, 1, 0);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    model->params_memory = local;
+    model->num_parameters = model->train.params_floats = n;
+    model->ep = ep;
+}
+
+void mixtral_plan_expert_parallel(const MixtralConfig *cfg, int ways, int B, int T, int zero, int ranks, int rank,
+                                  MemPlan *p) {
+    TensorSpec specs[MIXTRAL_NUM_PARAMETERS];
+    const size_t n = mixtral_shard_parameter_specs(cfg, ways, specs);
+    const int training = p->host[MEM_GRADIENTS] != 0;
+    size_t acts, scratch;
+    moe_ep_bytes(cfg, ways, B, T, &acts, &scratch);
+    p->num_parameters = n;
+    p->host[MEM_PARAMETERS] = n * sizeof(float);
+    if (!training) return;
+    p->host[MEM_GRADIENTS] = n * sizeof(float);
+    p->host[MEM_ACTIVATIONS] += acts;
+    p->host[MEM_BWD_SCRATCH] += scratch;
+    if (zero >= 2) cpu_zero_plan(specs, MIXTRAL_NUM_PARAMETERS, n, zero, ranks, rank, p); /* the gradient buckets */
 }
 
 void mixtral_plan_shard(const MixtralConfig *cfg, int zero, int ranks, int rank, MemPlan *p) {
@@ -119,6 +149,11 @@ static void moe_forward(const MixtralModel *model, int l, const float *x, int n,
     moe_permute(rrow, count, offset, rexp, n, E, K);
     moe_gather(mx, x, rrow, n, K, C);
     const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
+    if (model->ep) { /* -ep: the experts on their ranks (moe_ep.h) */
+        moe_ep_forward(model->ep, l, w13, w2, mx, count, my);
+        moe_combine_forward(out, my, rw, rrow, n, K, C);
+        return;
+    }
     for (int e = 0; e < E; e++) {
         const int rows = offset[e + 1] - offset[e];
         const size_t r = (size_t)offset[e];
@@ -156,7 +191,8 @@ static void moe_ffn_backward(void *m, int l, int B, int T) {
     moe_combine_backward(dy, dw, dres, my, rw, rrow, N, K, C);
     const float *w13 = PARAM(expfcw, l), *w2 = PARAM(expprojw, l);
     float *dw13 = GRAD(expfcw, l), *dw2 = GRAD(expprojw, l);
-    for (int e = 0; e < E; e++) {
+    if (model->ep) moe_ep_backward(model->ep, l, w13, w2, dw13, dw2, dy, ACT(expert_count, l));
+    for (int e = 0; e < E && !model->ep; e++) {
         const int n = offset[e + 1] - offset[e];
         const size_t r = (size_t)offset[e];
         if (n == 0) continue;
@@ -238,6 +274,7 @@ void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T) {
 void mixtral_zero_grad(MixtralModel *model) {
     model->step_ce = model->step_aux = 0.0;
     model->step_micro = model->step_min_tokens = model->step_max_tokens = 0;
+    if (model->ep) moe_ep_clear_stats(model->ep);
     if (model->train.zs.zero >= 2) return;
     if (model->grads_memory) memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
@@ -249,14 +286,19 @@ void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger 
         log_float(lg, "train_aux", (float)(model->step_aux / n));
         log_int(lg, "expert_tokens_min", model->step_min_tokens);
         log_int(lg, "expert_tokens_max", model->step_max_tokens);
+        if (model->ep) log_int(lg, "a2a_bytes", model->ep->a2a_bytes), log_double(lg, "a2a_ms", model->ep->a2a_ms);
     }
-    if (text)
-        snprintf(text, len, " | ce %.6f | aux %.4f | expert tokens min %lld max %lld", model->step_ce / n,
-                 model->step_aux / n, model->step_min_tokens, model->step_max_tokens);
+    if (text) {
+        int k = snprintf(text, len, " | ce %.6f | aux %.4f | expert tokens min %lld max %lld", model->step_ce / n,
+                         model->step_aux / n, model->step_min_tokens, model->step_max_tokens);
+        if (model->ep && k > 0 && (size_t)k < len)
+            snprintf(text + k, len - (size_t)k, " | a2a %.2f MB, %.1f ms", model->ep->a2a_bytes / 1e6, model->ep->a2a_ms);
+    }
 }
 
 void mixtral_free(MixtralModel *model) {
     const ModelConfig *c = &model->cfg.base;
+    if (model->ep) moe_ep_free(model->ep);
     cpu_training_free(&model->train, model->params_memory, model->grads_memory, model->acts_memory,
                       model->num_activations + (size_t)model->T * (c->channels / c->num_heads));
     memset(model, 0, sizeof *model);
@@ -264,7 +306,10 @@ void mixtral_free(MixtralModel *model) {
 
 void mixtral_print_memory(const MixtralModel *model, FILE *out) {
     char note[64];
-    snprintf(note, sizeof note, "%zu active per token; ", mixtral_active_parameters(&model->cfg));
+    if (model->ep)
+        snprintf(note, sizeof note, "experts %d..%d of %d here (-ep %d); ", model->ep->shard * model->ep->local,
+                 (model->ep->shard + 1) * model->ep->local - 1, model->cfg.num_experts, model->ep->ways);
+    else snprintf(note, sizeof note, "%zu active per token; ", mixtral_active_parameters(&model->cfg));
     cpu_training_print_memory(out, "Mixtral", model->num_parameters, note, model->act_specs, MIXTRAL_NUM_ACTIVATIONS,
                               &model->train, model->grads_memory != NULL);
 }

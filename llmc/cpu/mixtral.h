@@ -50,6 +50,9 @@ typedef struct {
      * micro-steps, and per layer the min / max tokens per expert, summed over layers and micro-steps */
     double step_ce, step_aux;
     long long step_micro, step_min_tokens, step_max_tokens;
+    /* expert parallelism (-ep, llmc/cpu/moe_ep.h; NULL: every expert here): the parameter table and
+     * arenas are then this rank's shard (mixtral_shard_parameter_specs) */
+    struct MoeEp *ep;
 } MixtralModel;
 
 void mixtral_build(MixtralModel *model, const MixtralConfig *cfg);
@@ -62,6 +65,13 @@ void mixtral_print_memory(const MixtralModel *model, FILE *out);
 float mixtral_forward(MixtralModel *model, const int *inputs, const int *targets, int B, int T, float dloss);
 void mixtral_backward(MixtralModel *model, const int *inputs, int B, int T);
 void mixtral_free(MixtralModel *model);
+/* -ep (after the whole parameters are loaded, before allocate): the model keeps only ep's shard
+ * of the experts (its table, parameter arena and, allocated later, gradients); ep stays the
+ * caller's. mixtral_plan_expert_parallel: the plan's classes for it (after mixtral_plan), -z 2's gradient
+ * buckets over the shard's table included (mixtral_shard then takes the shard's table too). */
+void mixtral_set_expert_parallel(MixtralModel *model, struct MoeEp *ep);
+void mixtral_plan_expert_parallel(const MixtralConfig *cfg, int ways, int B, int T, int zero, int ranks, int rank,
+                                  MemPlan *p);
 /* The step's train_ce, train_aux (means over micro-steps) and routing statistics: as log fields
  * (lg) or as step-line text. */
 void mixtral_step_log(const MixtralModel *model, char *text, size_t len, Logger *lg);

@@ -445,8 +445,13 @@ static void mpi_finalize(Dist *d) {
     }
     MPI_Finalize();
 }
+/* expert parallelism's exchange (dist_alltoallv_f32) */
+static void mpi_alltoallv(Dist *d, const void *send, const int *scounts, const int *sdispls, void *recv, const int *rcounts,
+                          const int *rdispls, DistType t, const char *what) {
+    START(MPI_Ialltoallv(send, scounts, sdispls, mpi_type(t), recv, rcounts, rdispls, mpi_type(t), MPI_COMM_WORLD, &req_));
+}
 static const DistOps mpi_ops = {"MPI", mpi_reduce_scatter_f32, mpi_allgatherv, mpi_allgatherv_begin, mpi_wait,
-                                mpi_gatherv_f32, mpi_bcast, mpi_barrier, mpi_busy, mpi_finalize};
+                                mpi_gatherv_f32, mpi_bcast, mpi_barrier, mpi_busy, mpi_finalize, mpi_alltoallv};
 #endif
 
 /* ---- the collectives: what every transport shares ---- */
@@ -591,6 +596,110 @@ void dist_wait_request(Dist *d, DistRequest *req, const char *what) {
         COMM_END(0);
     }
     req->active = 0;
+}
+
+/* ---- all-to-all and rank-group collectives (expert parallelism, issue 24) ----
+ * One all-to-all over the world per call: ranks outside a group exchange nothing with it, so
+ * every group of a partition runs its collective in the same call. */
+static void alltoallv_displs(Dist *d, const void *send, const int *scounts, const int *sdispls, void *recv,
+                             const int *rcounts, const int *rdispls, const char *what) {
+    if (d->size == 1) {
+        if (scounts[0] != rcounts[0]) llmc_die("internal: dist all-to-all sends %d to itself, expects %d", scounts[0], rcounts[0]);
+        memmove((float *)recv + rdispls[0], (const float *)send + sdispls[0], (size_t)scounts[0] * sizeof(float));
+        return;
+    }
+    size_t sent = 0;
+    for (int r = 0; r < d->size; r++) sent += r == d->rank ? 0 : (size_t)scounts[r];
+    COMM_BEGIN;
+    next_collective(d);
+    d->ops->alltoallv(d, send, scounts, sdispls, recv, rcounts, rdispls, DIST_U32, what);
+    COMM_END(sent * 4);
+}
+
+/* displacements back to back from the counts: out[0 .. P) for the sends, out[P .. 2P) for the receives */
+static int *prefix_displs(const Dist *d, const int *scounts, const int *rcounts) {
+    int *out = (int *)mallocCheck(2 * (size_t)d->size * sizeof(int), "all-to-all displacements");
+    size_t a = 0, b = 0;
+    for (int r = 0; r < d->size; r++) {
+        out[r] = count_of(a), out[d->size + r] = count_of(b);
+        a += (size_t)scounts[r], b += (size_t)rcounts[r];
+    }
+    count_of(a), count_of(b);
+    return out;
+}
+
+void dist_alltoallv_f32(Dist *d, const float *send, const int *scounts, float *recv, const int *rcounts) {
+    int *displs = prefix_displs(d, scounts, rcounts);
+    alltoallv_displs(d, send, scounts, displs, recv, rcounts, displs + d->size, "all-to-all (experts)");
+    free(displs);
+}
+
+void dist_alltoall_i32(Dist *d, const int32_t *send, int n, int32_t *recv) {
+    int *c = (int *)mallocCheck(3 * (size_t)d->size * sizeof(int), "all-to-all counts");
+    for (int r = 0; r < d->size; r++) c[r] = n, c[d->size + r] = r * n;
+    alltoallv_displs(d, send, c, c + d->size, recv, c, c + d->size, "all-to-all (expert counts)");
+    free(c);
+}
+
+/* this rank's place in members (dies when it is not one) */
+static int member_index(const Dist *d, const int *members, int m) {
+    for (int j = 0; j < m; j++)
+        if (members[j] == d->rank) return j;
+    llmc_die("internal: rank %d is not in its own rank group", d->rank);
+}
+
+void dist_group_allreduce_f32(Dist *d, float *buf, size_t n, const int *members, int m) {
+    if (m <= 1) return;
+    const int P = d->size, me = member_index(d, members, m);
+    size_t lo, hi;
+    dist_shard(n, m, me, &lo, &hi);
+    const size_t k = hi - lo;
+    float *parts = (float *)mallocCheck(((size_t)m * k + 1) * sizeof(float), "group all-reduce");
+    int *c = (int *)callocCheck(4 * (size_t)P, sizeof(int), "group all-reduce counts");
+    /* reduce-scatter: member j gets every member's run j, summed here in member order */
+    for (int j = 0; j < m; j++) {
+        size_t a, b;
+        dist_shard(n, m, j, &a, &b);
+        c[members[j]] = count_of(b - a), c[P + members[j]] = count_of(a);
+        c[2 * P + members[j]] = count_of(k), c[3 * P + members[j]] = count_of((size_t)j * k);
+    }
+    alltoallv_displs(d, buf, c, c + P, parts, c + 2 * P, c + 3 * P, "group all-reduce (reduce-scatter)");
+    for (size_t i = 0; i < k; i++) {
+        float s = parts[i];
+        for (int j = 1; j < m; j++) s += parts[(size_t)j * k + i];
+        parts[i] = s;
+    }
+    /* all-gather: this rank's summed run to every member */
+    for (int j = 0; j < m; j++) {
+        int t;
+        t = c[members[j]], c[members[j]] = c[2 * P + members[j]], c[2 * P + members[j]] = t;
+        c[P + members[j]] = 0;
+        size_t a, b;
+        dist_shard(n, m, j, &a, &b);
+        c[3 * P + members[j]] = count_of(a);
+    }
+    alltoallv_displs(d, parts, c, c + P, buf, c + 2 * P, c + 3 * P, "group all-reduce (all-gather)");
+    free(parts);
+    free(c);
+}
+
+void dist_group_allgather_f32(Dist *d, float *full, size_t n, const int *members, int m) {
+    if (m <= 1) return;
+    const int P = d->size, me = member_index(d, members, m);
+    size_t lo, hi;
+    dist_shard(n, m, me, &lo, &hi);
+    float *mine = (float *)mallocCheck((hi - lo + 1) * sizeof(float), "group all-gather");
+    memcpy(mine, full + lo, (hi - lo) * sizeof(float));
+    int *c = (int *)callocCheck(4 * (size_t)P, sizeof(int), "group all-gather counts");
+    for (int j = 0; j < m; j++) {
+        size_t a, b;
+        dist_shard(n, m, j, &a, &b);
+        c[members[j]] = count_of(hi - lo);
+        c[2 * P + members[j]] = count_of(b - a), c[3 * P + members[j]] = count_of(a);
+    }
+    alltoallv_displs(d, mine, c, c + P, full, c + 2 * P, c + 3 * P, "group all-gather");
+    free(mine);
+    free(c);
 }
 
 static const char *const BUSY_NAMES[DIST_BUSY_COUNT] = {"preparing the output directory", "sampling",

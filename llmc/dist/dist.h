@@ -91,6 +91,20 @@ void dist_reduce_scatter_parts_f32(Dist *d, float *buf, const int *counts);
 void dist_allgather_parts_begin(Dist *d, float *buf, const int *counts, const int *displs, DistRequest *req);
 void dist_wait_request(Dist *d, DistRequest *req, const char *what);
 
+/* ---- expert parallelism (issue 24): all-to-all and collectives over a group of ranks ----
+ * Every rank calls each of these together (one collective over the world); a rank exchanges only
+ * with the ranks it names. dist_alltoallv_f32: scounts[r] floats of send (the runs back to back in
+ * rank order) go to rank r; rcounts[r] floats from rank r land in recv, back to back in rank
+ * order (counts must agree pairwise). dist_alltoall_i32: n ints to and from every rank, by rank.
+ * dist_group_*: over the m ranks members[] (this rank among them; every rank's group a part of one
+ * partition of the ranks): the in-place sum (each element summed by one member, in member order,
+ * then sent to all: the same bits on every member) and the in-place all-gather of dist_shard(n, m,
+ * j)'s runs, member j holding run j. */
+void dist_alltoallv_f32(Dist *d, const float *send, const int *scounts, float *recv, const int *rcounts);
+void dist_alltoall_i32(Dist *d, const int32_t *send, int n, int32_t *recv);
+void dist_group_allreduce_f32(Dist *d, float *buf, size_t n, const int *members, int m);
+void dist_group_allgather_f32(Dist *d, float *full, size_t n, const int *members, int m);
+
 /* Work only rank 0 does while the others wait in their next collective (DIST_BUSY_*: what it
  * is, named in the others' error when rank 0 goes silent in it). Between begin and end rank 0
  * sends the heartbeat (above) and may run no collective. On other ranks, and with one process,

@@ -35,6 +35,10 @@ typedef struct DistOps {
      * ranks (dist.h: dist_busy_begin). */
     void (*busy)(Dist *d, int what);
     void (*finalize)(Dist *d);
+    /* Expert parallelism (dist.h: dist_alltoallv_f32): rank r's send run sdispls[r] + scounts[r]
+     * goes to rank r, which receives it at rdispls[this rank] (rcounts[this rank] elements). */
+    void (*alltoallv)(Dist *d, const void *send, const int *scounts, const int *sdispls, void *recv, const int *rcounts,
+                      const int *rdispls, DistType t, const char *what);
 } DistOps;
 
 static inline size_t dist_type_size(DistType t) { return t == DIST_F32 || t == DIST_U32 ? 4 : 8; }

@@ -528,8 +528,75 @@ static void tcp_finalize(Dist *d) {
     d->transport = NULL;
 }
 
+/* Expert parallelism's all-to-all, through rank 0 (every rank talks to it): the others send it
+ * their counts, then their runs packed in destination order; rank 0 hands each rank the runs
+ * addressed to it, in source-rank order. */
+static void tcp_alltoallv(Dist *d, const void *send, const int *scounts, const int *sdispls, void *recv, const int *rcounts,
+                          const int *rdispls, DistType type, const char *what) {
+    const int P = d->size;
+    const size_t es = dist_type_size(type);
+    const char *src = (const char *)send;
+    char *dst = (char *)recv;
+    Io *io = (Io *)callocCheck((size_t)P, sizeof(Io), "transfers");
+    if (d->rank != 0) {
+        size_t out = 0, in = 0;
+        for (int r = 0; r < P; r++) out += (size_t)scounts[r], in += (size_t)rcounts[r];
+        char *pack = (char *)mallocCheck(out * es + 1, "all-to-all packing"), *got = (char *)mallocCheck(in * es + 1, "all-to-all packing");
+        for (size_t r = 0, o = 0; r < (size_t)P; o += (size_t)scounts[r] * es, r++)
+            memcpy(pack + o, src + (size_t)sdispls[r] * es, (size_t)scounts[r] * es);
+        io_send(d, io, 0, scounts, (size_t)P * sizeof(int));
+        xfer(d, io, 1, what);
+        memset(io, 0, sizeof(Io));
+        io_send(d, io, 0, pack, out * es);
+        io_recv(io, 0, got, in * es);
+        xfer(d, io, 1, what);
+        for (size_t r = 0, o = 0; r < (size_t)P; o += (size_t)rcounts[r] * es, r++)
+            memcpy(dst + (size_t)rdispls[r] * es, got + o, (size_t)rcounts[r] * es);
+        free(pack), free(got), free(io);
+        return;
+    }
+    int *cnt = (int *)mallocCheck((size_t)P * P * sizeof(int), "all-to-all counts"); /* cnt[s P + r]: s to r */
+    memcpy(cnt, scounts, (size_t)P * sizeof(int));
+    for (int s = 1; s < P; s++) io_recv(&io[s - 1], s, cnt + (size_t)s * P, (size_t)P * sizeof(int));
+    xfer(d, io, P - 1, what);
+    char **in = (char **)callocCheck((size_t)P, sizeof(char *), "all-to-all buffers");
+    char **out = (char **)callocCheck((size_t)P, sizeof(char *), "all-to-all buffers");
+    memset(io, 0, (size_t)P * sizeof(Io));
+    for (int s = 1; s < P; s++) {
+        size_t n = 0;
+        for (int r = 0; r < P; r++) n += (size_t)cnt[(size_t)s * P + r];
+        in[s] = (char *)mallocCheck(n * es + 1, "all-to-all buffers");
+        io_recv(&io[s - 1], s, in[s], n * es);
+    }
+    xfer(d, io, P - 1, what);
+    memset(io, 0, (size_t)P * sizeof(Io));
+    for (int r = 0; r < P; r++) {
+        size_t n = 0;
+        for (int s = 0; s < P; s++) n += (size_t)cnt[(size_t)s * P + r];
+        if (r == 0) {
+            for (int s = 0; s < P; s++)
+                if (cnt[(size_t)s * P] != rcounts[s])
+                    llmc_die("internal: -pi tcp/fs all-to-all: rank %d sends %d to rank 0, which expects %d", s, cnt[(size_t)s * P], rcounts[s]);
+        }
+        char *o = r == 0 ? NULL : (out[r] = (char *)mallocCheck(n * es + 1, "all-to-all buffers"));
+        size_t at = 0;
+        for (int s = 0; s < P; s++) { /* s's run to r: at sdispls[r] (rank 0), else after its runs to ranks < r */
+            size_t before = 0;
+            for (int q = 0; q < r; q++) before += (size_t)cnt[(size_t)s * P + q];
+            const char *from = s == 0 ? src + (size_t)sdispls[r] * es : in[s] + before * es;
+            const size_t k = (size_t)cnt[(size_t)s * P + r] * es;
+            if (r == 0) memcpy(dst + (size_t)rdispls[s] * es, from, k);
+            else memcpy(o + at, from, k), at += k;
+        }
+        if (r) io_send(d, &io[r - 1], r, out[r], n * es);
+    }
+    xfer(d, io, P - 1, what);
+    for (int r = 0; r < P; r++) free(in[r]), free(out[r]);
+    free(in), free(out), free(cnt), free(io);
+}
+
 static const DistOps tcp_ops = {"TCP", tcp_reduce_scatter_f32, tcp_allgatherv, tcp_allgatherv_begin, tcp_wait,
-                                tcp_gatherv_f32, tcp_bcast, tcp_barrier, tcp_busy, tcp_finalize};
+                                tcp_gatherv_f32, tcp_bcast, tcp_barrier, tcp_busy, tcp_finalize, tcp_alltoallv};
 
 /* ---- startup ---------------------------------------------------------------------------- */
 

@@ -68,3 +68,39 @@ size_t mixtral_active_parameters(const MixtralConfig *cfg) {
 double mixtral_flops_per_token(const MixtralConfig *cfg, int T) {
     return model_flops_per_token(mixtral_active_parameters(cfg), &cfg->base, T);
 }
+
+/* ---- expert parallelism (issue 24 item 5): a rank's shard of the table ---- */
+static int is_expert_row(int i) { return i == MIXTRAL_P_expfcw || i == MIXTRAL_P_expprojw; }
+
+size_t mixtral_shard_parameter_specs(const MixtralConfig *cfg, int ways, TensorSpec specs[MIXTRAL_NUM_PARAMETERS]) {
+    TensorSpec t[MIXTRAL_NUM_PARAMETERS];
+    mixtral_parameter_specs(cfg, t);
+    for (int i = 0; i < MIXTRAL_NUM_PARAMETERS; i++)
+        if (is_expert_row(i)) t[i].numel /= (size_t)ways;
+    size_t n = tensor_table_place_params(t, MIXTRAL_NUM_PARAMETERS, (size_t)cfg->base.num_layers);
+    if (specs) memcpy(specs, t, sizeof t);
+    return n;
+}
+
+void mixtral_shard_copy(const MixtralConfig *cfg, int ways, int shard, float *whole, float *local, int to_local,
+                        int experts_only) {
+    TensorSpec w[MIXTRAL_NUM_PARAMETERS], s[MIXTRAL_NUM_PARAMETERS];
+    mixtral_parameter_specs(cfg, w);
+    mixtral_shard_parameter_specs(cfg, ways, s);
+    const int L = cfg->base.num_layers;
+    for (int i = 0; i < MIXTRAL_NUM_PARAMETERS; i++) {
+        if (!is_expert_row(i)) {
+            if (experts_only) continue;
+            if (to_local) memcpy(local + s[i].offset, whole + w[i].offset, w[i].numel * sizeof(float));
+            else memcpy(whole + w[i].offset, local + s[i].offset, w[i].numel * sizeof(float));
+            continue;
+        }
+        /* layer l's experts [shard El, +El) of the whole row are the shard's layer l */
+        for (int l = 0; l < L; l++) {
+            float *a = whole + w[i].offset + (size_t)l * w[i].layer_numel + (size_t)shard * s[i].layer_numel;
+            float *b = local + s[i].offset + (size_t)l * s[i].layer_numel;
+            if (to_local) memcpy(b, a, s[i].layer_numel * sizeof(float));
+            else memcpy(a, b, s[i].layer_numel * sizeof(float));
+        }
+    }
+}

@@ -89,6 +89,16 @@ size_t mixtral_active_parameters(const MixtralConfig *cfg);
 /* Training flops per token: 6 * active parameters + 6LCT (the attention term as the Llama's). */
 double mixtral_flops_per_token(const MixtralConfig *cfg, int T);
 
+/* Expert parallelism (-ep ways, llmc/cpu/moe_ep.h): a rank's table, every row as the whole
+ * table's but the expert rows (expfcw, expprojw) holding E / ways experts a layer, placed back
+ * to back as usual; its total returned. mixtral_shard_copy copies between the whole arena and
+ * shard `shard`'s (experts [shard E/ways, +E/ways) of every layer): whole -> local (to_local 1)
+ * or back; experts_only: the expert rows alone (a shard's expert rows received by themselves
+ * pass local = buffer - the shard table's expfcw offset). */
+size_t mixtral_shard_parameter_specs(const MixtralConfig *cfg, int ways, TensorSpec specs[MIXTRAL_NUM_PARAMETERS]);
+void mixtral_shard_copy(const MixtralConfig *cfg, int ways, int shard, float *whole, float *local, int to_local,
+                        int experts_only);
+
 #ifdef __cplusplus
 }
 #endif

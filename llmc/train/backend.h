@@ -69,6 +69,10 @@ typedef struct {
      * or, what == 1, the checkpoint's model as printed. NULL: the architecture's model file. */
     uint32_t (*save_model)(void *model, const char *dir, int step, const float *params);
     void (*model_path)(void *model, const char *dir, int step, int what, char *path, size_t len);
+    /* Optional: the floats at host_params that every rank holds the same (the ranks' start-up
+     * check compares their CRC); 0: num_parameters (expert parallelism: the tensors before the
+     * experts, each rank's arena being its shard) */
+    size_t agree_floats;
 } TrainModelState;
 
 /* What the loop's host AdamW (hostopt.h) needs of a backend that has no optimizer of its own; only

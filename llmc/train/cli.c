@@ -649,6 +649,40 @@ static int is_integer(const char *s) {
     return end != s && *end == '\0' && errno == 0;
 }
 
+/* ---- MoE expert parallelism (issue 24 item 5): -ep N / --expert-parallel N ----
+ * Not a table row (cli.h). The model-dependent checks (a Mixtral, E % N, N | processes, more than
+ * one process) are the trainer's, once the model and the process group are known. */
+static void parse_expert_parallel(TrainConfig *c, const char *arg, size_t len, const char *value) {
+    if (!value) llmc_die("flag %.*s (--expert-parallel) needs a value", (int)len, arg);
+    char *end;
+    errno = 0;
+    long n = strtol(value, &end, 10);
+    if (end == value || *end || errno || n < 1 || n > 256)
+        llmc_die("flag %.*s (--expert-parallel): '%s' is not a number of ranks in [1, %d] to split the experts over",
+                 (int)len, arg, value, 256);
+    c->expert_parallel = (int)n;
+}
+
+/* What -ep N > 1 is not built with (checked after every flag is parsed). */
+static void validate_expert_parallel(const TrainConfig *c) {
+    const int n = c->expert_parallel;
+    if (n <= 1) return;
+    if (c->zero_stage >= 3)
+        llmc_die("-ep %d with -z %d: expert parallelism shards the optimizer up to -z 2 (the experts' moments and "
+                 "gradients over their replicas), not the parameters; use -z 0, 1 or 2", n, c->zero_stage);
+    if (strcmp(c->optimizer, "adamw") != 0) llmc_die("-ep %d with --optimizer %s: expert parallelism trains with AdamW only", n, c->optimizer);
+    if (c->optim_state[0] && strcmp(c->optim_state, "fp32") != 0)
+        llmc_die("-ep %d with --optim-state %s: expert parallelism keeps fp32 moments only", n, c->optim_state);
+    if (c->grad_compression[0] && strcmp(c->grad_compression, "none") != 0)
+        llmc_die("-ep %d with --grad-compression %s: not built for expert parallelism (use --grad-compression none)", n,
+                 c->grad_compression);
+    if (c->offload[0] && strcmp(c->offload, "none") != 0)
+        llmc_die("-ep %d with --offload %s: not built for expert parallelism", n, c->offload);
+    if (c->teacher[0]) llmc_die("-ep %d with --teacher: distillation is not built for expert parallelism", n);
+    if (c->lora_rank > 0 || c->adapter[0]) llmc_die("-ep %d with LoRA adapters: not built for expert parallelism", n);
+    if (c->memory_budget[0]) llmc_die("-ep %d with --memory-budget: the budget search does not price expert parallelism yet", n);
+}
+
 void train_config_parse(TrainConfig *c, int argc, char **argv, const char *program) {
     TrainConfig defaults = *c;
     for (int i = 1; i < argc; i++) {
@@ -660,11 +694,10 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         if (arg[0] != '-') llmc_die("unexpected argument '%s' (flags start with '-'; see --help)", arg);
         const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        /* MoE expert parallelism (issue 24): not built yet, refused whenever given (not a table
-         * row, so that DONE files and the flag listing stay as they were) */
-        if ((len == 3 && strncmp(arg, "-ep", 3) == 0) || (len == 17 && strncmp(arg, "--expert-parallel", 17) == 0))
-            llmc_die("flag %.*s (--expert-parallel): expert parallelism is not built yet (Mixtral trains "
-                     "data-parallel only, every rank holding every expert)", (int)len, arg);
+        if ((len == 3 && strncmp(arg, "-ep", 3) == 0) || (len == 17 && strncmp(arg, "--expert-parallel", 17) == 0)) {
+            parse_expert_parallel(c, arg, len, eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL);
+            continue;
+        }
         const Flag *f = find_flag(arg, len);
         if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
         const char *value;
@@ -681,6 +714,7 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         set_value(f, c, arg, value);
     }
     validate(c);
+    validate_expert_parallel(c);
     if (c->save_hf && !c->plan) hf_check_save_source(c->init); /* the files --save-hf will copy */
 }
 

@@ -99,6 +99,9 @@ typedef struct {
     int has_teacher_crc;
     /* gradient compression (llmc/train/gradcomp.h) */
     char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
+    /* MoE expert parallelism (issue 24; llmc/cpu/moe_ep.h): not a table row (cli.c's own block: the
+     * saved configuration and the flag listing stay as they were; a run resumes on any -ep) */
+    int expert_parallel;        /* -ep / --expert-parallel N: the experts over N ranks; 0 or 1: none */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

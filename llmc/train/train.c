@@ -88,7 +88,7 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
     size_t n = train_config_to_text(&c, mine, CAP - 256);
     uLong crc = crc32(0L, Z_NULL, 0);
     const unsigned char *p = (const unsigned char *)be->state.host_params;
-    for (size_t left = be->num_parameters * sizeof(float); left > 0;) {
+    for (size_t left = (be->state.agree_floats ? be->state.agree_floats : be->num_parameters) * sizeof(float); left > 0;) {
         uInt k = left > (1u << 30) ? (1u << 30) : (uInt)left;
         crc = crc32(crc, p, k);
         p += k;
@@ -590,8 +590,9 @@ static void run_after_step(Run *r, const StepResult *s) {
     if (val || mc) run_validate(r, step, val, mc);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
-    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3)) {
-        if (tc->zero_stage != 3) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
+    const int all_sample = tc->zero_stage == 3 || tc->expert_parallel > 1; /* (-ep: every rank holds some experts) */
+    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || all_sample)) {
+        if (!all_sample) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
         sample_text_generate(r->be, &r->text, &r->sampler_rng, r->T, tc->gen_tokens);
         dist_busy_end(r->dist);
     }
