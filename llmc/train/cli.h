@@ -99,6 +99,9 @@ typedef struct {
     int has_teacher_crc;
     /* gradient compression (llmc/train/gradcomp.h) */
     char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
+    /* NVMe offload (llmc/train/nvme.h) */
+    char offload_device[8];     /* --offload-device: cpu | nvme (the AdamW moments in files under --nvme-path) */
+    char nvme_path[1024];       /* --nvme-path DIR */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
