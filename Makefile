@@ -188,6 +188,11 @@ bench: train_gpt_cpu
 	@scripts/deps.sh test
 	scripts/bench_cpu.sh
 
+# benchmark, not a test: --offload-device nvme against cpu for GPT-2 124M, the disk measured with dd (scripts/bench_nvme.sh)
+.PHONY: bench-nvme
+bench-nvme: train_gpt_cpu
+	scripts/bench_nvme.sh
+
 # `make print-VAR` prints a variable's value (scripts build variants with the same flags)
 print-%:
 	@echo '$($*)'
