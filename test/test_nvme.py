@@ -4,8 +4,9 @@
 - Bit-identical to the in-memory optimizer: the same run with --offload-device cpu and nvme writes
   byte-identical model and state files and the same losses over 6 steps (checkpoints at 3 and 6),
   and an nvme run stopped at 3 and resumed (-y 1) writes the uninterrupted run's step-6 files:
-  GPT-2 (L 2, C 64, V 512: 137k parameters) with fp32 and --optim-state int8 moments, a Llama
-  (tiny HF directory), -z 0 and -z 1 on 2 ranks (mpirun), -z 2 and 3 on 2 ranks (fp32).
+  GPT-2 (L 2, C 64, V 512: 137k parameters) with fp32, int8 and bf16 moments at -z 0, fp32 and int8
+  at -z 1 on 2 ranks (mpirun), int8 at -z 2 and fp32 at -z 3 on 2 ranks; a Llama (tiny HF
+  directory) with fp32 and int8 moments.
   LLMC_TEST_NVME_CHUNK=4096 cuts the moments into 34 chunks, so the ring's pipeline (read of chunk
   c + 1 and write of c - 1 in flight during the update of c) really runs, and int8's blocks meet
   chunk boundaries.
@@ -270,11 +271,13 @@ def main():
             "--seed", "7"]
     bit_identical(tmp, "GPT-2 fp32 -z 0", base, [], nvdir)
     bit_identical(tmp, "GPT-2 int8 -z 0", base, ["--optim-state", "int8"], nvdir)
+    bit_identical(tmp, "GPT-2 bf16 -z 0", base, ["--optim-state", "bf16"], nvdir)
     if shutil.which("mpirun"):
         two = list(base)
         two[two.index("-b") + 1] = "2"
         bit_identical(tmp, "GPT-2 fp32 -z 1, 2 ranks", two, ["-z", "1"], nvdir, mpi=2)
         bit_identical(tmp, "GPT-2 int8 -z 1, 2 ranks", two, ["-z", "1", "--optim-state", "int8"], nvdir, mpi=2)
+        bit_identical(tmp, "GPT-2 int8 -z 2, 2 ranks", two, ["-z", "2", "--optim-state", "int8"], nvdir, mpi=2)
         bit_identical(tmp, "GPT-2 fp32 -z 3, 2 ranks", two, ["-z", "3"], nvdir, mpi=2)
     else:
         report(False, "OpenMPI is installed (mpirun)")
