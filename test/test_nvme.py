@@ -9,7 +9,8 @@
   directory) with fp32 and int8 moments.
   LLMC_TEST_NVME_CHUNK=4096 cuts the moments into 34 chunks, so the ring's pipeline (read of chunk
   c + 1 and write of c - 1 in flight during the update of c) really runs, and int8's blocks meet
-  chunk boundaries.
+  chunk boundaries. Also the paths of a filesystem that refuses O_DIRECT (LLMC_TEST_NVME_BUFFERED=1:
+  buffered I/O, a note) and of a kernel without io_uring (LLMC_TEST_NVME_SYNC=1: pread/pwrite).
 - ./train_gpt through cudasim: --offload optimizer --offload-device nvme writes --offload
   optimizer's bytes; --offload-device nvme without --offload optimizer is a clear error.
 - Peak RSS (VmHWM of the child, wait4): GPT-2 d4 (16.3M parameters, fp32 m + v 130 MB), one step at
@@ -73,15 +74,19 @@ def listing(d):
     return sorted(os.listdir(d))
 
 
-def bit_identical(tmp, name, base, extra, nvdir, mpi=0):
-    """cpu vs nvme over 6 steps, and nvme stopped at 3 and resumed to 6."""
+def bit_identical(tmp, name, base, extra, nvdir, mpi=0, env=None, note=None):
+    """cpu vs nvme over 6 steps, and nvme stopped at 3 and resumed to 6 (env: the nvme runs'; note:
+    a line their output must have)."""
     cpu, nv, part = (os.path.join(tmp, f"{name}_{k}") for k in ("cpu", "nvme", "part"))
     nvf = ["--offload-device", "nvme", "--nvme-path", nvdir]
     p = [run(base + extra + ["-x", "6", "-n", "3", "-o", cpu], mpi=mpi),
-         run(base + extra + nvf + ["-x", "6", "-n", "3", "-o", nv], mpi=mpi),
-         run(base + extra + nvf + ["-x", "3", "-n", "3", "-o", part], mpi=mpi)]
-    p.append(run(base + extra + nvf + ["-x", "6", "-n", "3", "-o", part, "-y", "1", "--allow-config-change", "1"], mpi=mpi) if p[2].returncode == 0 else p[2])
+         run(base + extra + nvf + ["-x", "6", "-n", "3", "-o", nv], mpi=mpi, env=env),
+         run(base + extra + nvf + ["-x", "3", "-n", "3", "-o", part], mpi=mpi, env=env)]
+    p.append(run(base + extra + nvf + ["-x", "6", "-n", "3", "-o", part, "-y", "1", "--allow-config-change", "1"], mpi=mpi,
+                 env=env) if p[2].returncode == 0 else p[2])
     ok = all(q.returncode == 0 for q in p)
+    if ok and note:
+        report(all(note in q.stdout for q in p[1:]), f"{name}: the runs say '{note}'", p[1].stdout[-600:])
     report(ok, f"{name}: the cpu, nvme and nvme-resumed runs train", "" if ok else (p[-1].stdout + p[-1].stderr)[-800:])
     if not ok:
         return
@@ -272,6 +277,11 @@ def main():
     bit_identical(tmp, "GPT-2 fp32 -z 0", base, [], nvdir)
     bit_identical(tmp, "GPT-2 int8 -z 0", base, ["--optim-state", "int8"], nvdir)
     bit_identical(tmp, "GPT-2 bf16 -z 0", base, ["--optim-state", "bf16"], nvdir)
+    # a filesystem that refuses O_DIRECT (buffered I/O) and a kernel without io_uring (pread/pwrite)
+    bit_identical(tmp, "GPT-2 int8 -z 0, buffered", base, ["--optim-state", "int8"], nvdir,
+                  env={"LLMC_TEST_NVME_BUFFERED": "1"}, note="refuses O_DIRECT; buffered I/O")
+    bit_identical(tmp, "GPT-2 fp32 -z 0, synchronous", base, [], nvdir, env={"LLMC_TEST_NVME_SYNC": "1"},
+                  note="synchronous reads and writes")
     if shutil.which("mpirun"):
         two = list(base)
         two[two.index("-b") + 1] = "2"
