@@ -45,7 +45,7 @@ run_one() { # trainer device -> "mean_step_ms read_MBps write_MBps"
     rm -rf "$o"
     local extra=()
     [ "$dev" = nvme ] && extra=(--offload-device nvme --nvme-path "$dir")
-    "$tr" -e d12 -i "$out/tokens.bin" -b "$b" -t "$t" -x "$steps" -v 0 -s 0 -o "$o" --offload optimizer "${extra[@]}" \
+    "$tr" -e d12 -i "$out/tokens.bin" -b "$b" -t "$t" -x "$steps" -v 0 -s 0 -n 0 -o "$o" --offload optimizer "${extra[@]}" \
         > "$o.log" 2>&1 || { echo "error: $tr --offload-device $dev failed: $(tail -3 "$o.log")" >&2; exit 1; }
     /usr/bin/python3 - "$o/log.jsonl" <<'PY'
 import json, sys
