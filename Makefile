@@ -61,6 +61,12 @@ else
   override CFLAGS += -DLLMC_USE_OPENBLAS=0
 endif
 override CFLAGS  += -DLLMC_HAVE_PCRE2=$(if $(HAVE_PCRE2),1,0)
+# liburing (io_uring) for --offload-device nvme's reads and writes; without it they are synchronous
+HAVE_LIBURING := $(call try_cc,$(H)include <liburing.h>\nint main(void){struct io_uring r;return io_uring_queue_init(1,&r,0);},-luring)
+override CFLAGS  += -DLLMC_HAVE_LIBURING=$(if $(HAVE_LIBURING),1,0)
+ifeq ($(HAVE_LIBURING),1)
+  LDLIBS += -luring
+endif
 # glibc's vector math library (vector tanhf for GELU), when this CPU and libc have it
 HAVE_LIBMVEC  := $(call try_cc,$(H)include <immintrin.h>\n__m256 _ZGVdN8v_tanhf(__m256);\nint main(void){return (int)_mm256_cvtss_f32(_ZGVdN8v_tanhf(_mm256_set1_ps(0.5f)));},$(ARCH) -lmvec)
 override CFLAGS  += -DLLMC_HAVE_LIBMVEC=$(if $(HAVE_LIBMVEC),1,0)
@@ -77,7 +83,7 @@ CORE_SRCS := llmc/core/check.c llmc/core/tensor.c llmc/core/sumfile.c llmc/core/
              llmc/formats/modelfile.c llmc/formats/llmcfile.c llmc/formats/statefile.c llmc/formats/rundir.c llmc/dist/dist.c llmc/generate/sampler.c \
              llmc/train/cli.c llmc/train/schedule.c llmc/train/train.c llmc/train/checkpoint.c llmc/train/report.c \
              llmc/train/optim.c llmc/train/hostopt.c llmc/train/plan.c llmc/cpu/adamw.c llmc/data/evalfile.c \
-             llmc/train/eval.c llmc/train/adafactor.c llmc/cpu/adafactor.c llmc/train/gradcomp.c
+             llmc/train/eval.c llmc/train/adafactor.c llmc/cpu/adafactor.c llmc/train/gradcomp.c llmc/train/nvme.c
 # (llmc/cpu/adamw.c and adafactor.c are the core's: the loop's optimizers, llmc/train/optim.c and
 # adafactor.c, run them)
 CPU_SRCS  := $(filter-out llmc/cpu/adamw.c llmc/cpu/adafactor.c,$(wildcard llmc/cpu/*.c))
@@ -110,6 +116,7 @@ features:
 	@echo "  $(if $(HAVE_NATIVE),✓,✗) -march=native"
 	@echo "  $(if $(HAVE_LIBMVEC),✓,✗) libmvec  $(if $(HAVE_LIBMVEC),(vector tanhf for GELU),(scalar tanhf))"
 	@echo "  $(if $(HAVE_PCRE2),✓,✗) PCRE2    $(if $(HAVE_PCRE2),,(apt-get install libpcre2-dev; needed by ./tokenizer))"
+	@echo "  $(if $(HAVE_LIBURING),✓,✗) liburing $(if $(HAVE_LIBURING),(io_uring for --offload-device nvme),(apt-get install liburing-dev; --offload-device nvme reads and writes synchronously))"
 	@echo "  $(if $(HAVE_CJSON),✓,✗) cJSON    $(if $(HAVE_CJSON),(Hugging Face directories: -e DIR, --save-hf, ./hf_convert),(apt-get install libcjson-dev; needed for Hugging Face directories and ./hf_convert))"
 	@echo "  $(if $(HAVE_MPI),✓,✗) MPI      $(if $(HAVE_MPI),(train_gpt_cpu runs data-parallel under mpirun/srun),(apt-get install openmpi-bin libopenmpi-dev for mpirun/srun; without it train_gpt_cpu runs data-parallel with -pi tcp|fs))"
 	@echo "  $(if $(HAVE_NVCC),✓,✗) nvcc     $(if $(HAVE_NVCC),$(NVCC),(CUDA toolkit not found; ./train_gpt and ./generate_gpu not built))"
@@ -180,6 +187,11 @@ demo:
 bench: train_gpt_cpu
 	@scripts/deps.sh test
 	scripts/bench_cpu.sh
+
+# benchmark, not a test: --offload-device nvme against cpu for GPT-2 124M, the disk measured with dd (scripts/bench_nvme.sh)
+.PHONY: bench-nvme
+bench-nvme: train_gpt_cpu
+	scripts/bench_nvme.sh
 
 # `make print-VAR` prints a variable's value (scripts build variants with the same flags)
 print-%:

@@ -238,6 +238,9 @@ static void check_flags(const TrainConfig *tc, int *precision) {
     if (tc->recompute < 0 || tc->recompute > 3) llmc_die("-r %d: recompute level must be 0, 1, 2 or 3", tc->recompute);
     if (tc->gelu_fusion < -1 || tc->gelu_fusion > 2) llmc_die("-ge %d: GELU fusion must be -1 (auto), 0, 1 or 2", tc->gelu_fusion);
     if (tc->zero_stage > CUDA_MAX_ZERO) llmc_die("-z %d: use -z 0, 1, 2 or 3", tc->zero_stage);
+    if (strcmp(tc->offload_device, "nvme") == 0 && strcmp(tc->offload, "optimizer") != 0)
+        llmc_die("flag --offload-device nvme: ./train_gpt keeps the optimizer state on the device unless --offload optimizer "
+                 "moves it to the host; give --offload optimizer --offload-device nvme");
     if (strcmp(tc->offload, "optimizer") == 0) {
         if (*precision == PRECISION_FP16)
             llmc_die("--offload optimizer with --precision fp16 is not built (the fp16 loss scaler lives in the device "

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # scripts/deps.sh MODE - the Debian packages (and a few PyPI packages) the project uses.
-#   MODE build: compilers' libraries (OpenBLAS, PCRE2, cJSON) for `make` and `make demo`
+#   MODE build: compilers' libraries (OpenBLAS, PCRE2, cJSON, liburing) for `make` and `make demo`
 #   MODE test:  build + what the test suite needs (PyTorch, NumPy, matplotlib, tiktoken, safetensors, MPI, clang
 #               for libFuzzer)
 # Checks what is missing; as root it installs it (apt-get, pip), otherwise it prints the
@@ -8,7 +8,7 @@
 set -euo pipefail
 mode="${1:-test}"
 mode="${mode#--}"
-build_pkgs=(gcc g++ make libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcjson-dev curl)
+build_pkgs=(gcc g++ make libopenblas-openmp-dev libpcre2-dev zlib1g-dev libcjson-dev liburing-dev curl)
 test_pkgs=(python3 python3-numpy python3-torch python3-matplotlib python3-pip openmpi-bin libopenmpi-dev clang)
 # libFuzzer's runtime (clang only recommends it); older releases ship it inside clang's packages
 apt-cache show libclang-rt-dev > /dev/null 2>&1 && test_pkgs+=(libclang-rt-dev)

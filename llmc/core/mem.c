@@ -12,8 +12,8 @@
 const char *const mem_class_names[MEM_NUM_CLASSES] = {
     "parameters", "master_weights", "gradients", "adamw_m", "adamw_v", "gradient_shard", "parameter_gather", "activations",
     "backward_scratch", "op_scratch", "workspaces", "token_buffers", "host_staging", "dataloader", "blas_packing", "checkpoint_gather",
-    "cudnn_workspace", "grad_compression", "test_leak"};
-const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1};
+    "cudnn_workspace", "grad_compression", "nvme_ring", "test_leak"};
+const int mem_class_accounted[MEM_NUM_CLASSES] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1};
 
 void mem_plan_tables(MemPlan *p, size_t num_parameters, const TensorSpec *act, int n_acts, size_t act_floats,
                      int training) {
@@ -77,6 +77,9 @@ void mem_plan_print(const MemPlan *p, FILE *out) {
         fprintf(out, "    %-10s %-18s %s %16zu %12.1f\n", s->name, s->shape, s->per_layer ? "x L" : "x 1",
                 p->act_bytes[i], mib(p->act_bytes[i]));
     }
+    if (p->disk_bytes)
+        fprintf(out, "  %-20s %16zu %12.1f   (disk: the AdamW moments' file under --nvme-path, not memory)\n", "nvme_disk",
+                p->disk_bytes, mib(p->disk_bytes));
     const char *phase;
     size_t step = mem_plan_peak(p, 1, NULL), peak = mem_plan_peak(p, 0, &phase);
     fprintf(out, "  step peak %zu bytes (%.1f MiB)\n", step, mib(step));
@@ -103,7 +106,8 @@ void mem_plan_print_json(const MemPlan *p, FILE *out) {
     }
     fprintf(out, "}, \"host_classes\": {");
     for (int c = 0; c < MEM_TEST_LEAK; c++) fprintf(out, "%s\"%s\": %zu", c ? ", " : "", mem_class_names[c], p->host[c]);
-    fprintf(out, "}, \"activations\": {");
+    if (p->disk_bytes) fprintf(out, "}, \"disk_bytes\": %zu, \"activations\": {", p->disk_bytes);
+    else fprintf(out, "}, \"activations\": {");
     for (int i = 0; i < MODEL_MAX_ACTIVATIONS && p->act[i].name; i++)
         fprintf(out, "%s\"%s\": %zu", i ? ", " : "", p->act[i].name, p->act_bytes[i]);
     fprintf(out, "}}\n");

@@ -44,6 +44,7 @@ typedef enum {
                          * states: one chunk decoded at a time into the state file */
     MEM_CUDNN_WORKSPACE, /* GPU, cuDNN builds: the attention graphs' workspace (planned bound, cuDNN sizes it) */
     MEM_GRAD_COMP,      /* --grad-compression: the error-feedback residual and the ranks' payloads (llmc/train/gradcomp.h) */
+    MEM_NVME_RING,      /* --offload-device nvme: the staging ring the moments stream through (llmc/train/nvme.h) */
     MEM_TEST_LEAK,      /* only the planted leak of LLMC_TEST_LEAK */
     MEM_NUM_CLASSES
 } MemClass;
@@ -63,6 +64,7 @@ typedef struct {
     int B, T, recompute, zero, ranks, rank, accum;
     int optim_state;                       /* --optim-state (OptStateType): the bytes of m and v */
     int offload;                           /* --offload optimizer: master weights and moments on the host */
+    size_t disk_bytes;                     /* --offload-device nvme: the moments' file under --nvme-path (not memory) */
     long long total_batch;
     char config[256];                      /* precision and backend knobs, as text */
 } MemPlan;

@@ -478,7 +478,7 @@ static void cuda_optim_load_begin(void *p, float **m, float **v) {
 static TrainOptimizer cuda_optimizer(CudaTrainer *tr) {
     /* ctx, zero_max, loss_weight, zero_grad, reduce, grad_norm, step, state, state_release, load_begin, load_end */
     TrainOptimizer o = {tr, CUDA_MAX_ZERO, cuda_loss_weight, NULL, cuda_reduce, cuda_grad_norm, cuda_update, cuda_optim_state, NULL,
-                        cuda_optim_load_begin, NULL, NULL, NULL};
+                        cuda_optim_load_begin, NULL, NULL, NULL, NULL};
     return o;
 }
 

@@ -197,7 +197,7 @@ void host_adafactor_open(TrainOptimizer *o, HostAdafactor *h, const TrainConfig 
         }
     }
     static const TrainOptimizer ops = {NULL, 1, af_loss_weight, NULL, af_reduce, af_grad_norm, af_step, af_state,
-                                       af_state_release, af_load_begin, af_load_end, af_print_memory, af_free};
+                                       af_state_release, af_load_begin, af_load_end, af_print_memory, af_free, NULL};
     *o = ops;
     o->ctx = h;
 }

@@ -4,6 +4,7 @@
 #include "llmc/dist/dist.h"
 #include "llmc/formats/hf.h"
 #include "llmc/train/gradcomp.h"
+#include "llmc/train/nvme.h"
 #include "llmc/train/schedule.h"
 
 #include <ctype.h>
@@ -116,6 +117,9 @@ static const Flag flags[] = {
     {NULL, "--teacher-quantize", F_STRING, FIELD(teacher_quantize), "distillation: the teacher's storage; '' = fp32 (bf16 and nf4 are not built yet)"},
     /* ---- gradient compression (llmc/train/gradcomp.h) ---- */
     {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value) | powersgd:RANK (each matrix as rank-RANK factors, warm-started; vectors uncompressed); ./train_gpt_cpu, -z 0/1, several ranks"},
+    /* ---- NVMe offload (llmc/train/nvme.h) ---- */
+    {NULL, "--offload-device", F_STRING, FIELD(offload_device), "cpu | nvme: where the host AdamW keeps its moments (fp32 or --optim-state's form): nvme = one file per rank under --nvme-path, streamed through a small staging ring each step (io_uring); the same bits as cpu (./train_gpt: with --offload optimizer)"},
+    {NULL, "--nvme-path", F_STRING, FIELD(nvme_path), "--offload-device nvme: an existing directory on a fast disk for the files (llmc-optstate-PID-RANK.bin, removed at exit)"},
 };
 #undef FIELD
 enum { NUM_FLAGS = sizeof flags / sizeof flags[0] };
@@ -167,6 +171,7 @@ void train_config_defaults(TrainConfig *c) {
     c->distill_alpha = 0.5f;
     c->distill_temperature = 2.0f;
     snprintf(c->grad_compression, sizeof c->grad_compression, "none"); /* llmc/train/gradcomp.h */
+    snprintf(c->offload_device, sizeof c->offload_device, "cpu"); /* llmc/train/nvme.h */
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -212,12 +217,12 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
                                           "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", "--teacher",
                                           "--distill-alpha", "--distill-temperature", "--teacher-quantize",
-                                          "--grad-compression", NULL};
+                                          "--grad-compression", "--offload-device", "--nvme-path", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
                                                  "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout",
-                                                 "--grad-compression", NULL};
+                                                 "--grad-compression", "--offload-device", "--nvme-path", NULL};
 
 static void flag_label(const Flag *f, char *buf, size_t len) {
     if (f->short_name) snprintf(buf, len, "%s (%s)", f->short_name, f->long_name);
@@ -259,6 +264,7 @@ static int feature_off(const Flag *f, const TrainConfig *c) {
     if (strncmp(n, "--lora-", 7) == 0 || strcmp(n, "--use-rslora") == 0 || strcmp(n, "--use-dora") == 0 ||
         strcmp(n, "--adapter") == 0)
         return c->lora_rank == 0 && !c->adapter[0];
+    if (strcmp(n, "--offload-device") == 0 || strcmp(n, "--nvme-path") == 0) return strcmp(c->offload_device, "nvme") != 0;
     return 0;
 }
 
@@ -500,6 +506,24 @@ static void validate_grad_compression(const TrainConfig *c) {
                  "-b/-r/-z yourself", c->grad_compression);
 }
 
+/* --offload-device and --nvme-path (llmc/train/nvme.h); the directory itself is checked here (it
+ * must exist: nothing is created in it but the run's files) and again when the files are made */
+static void validate_offload_device(const TrainConfig *c) {
+    if (strcmp(c->offload_device, "cpu") && strcmp(c->offload_device, "nvme"))
+        llmc_die("flag --offload-device: unknown value '%s' (cpu, nvme)", c->offload_device);
+    const int nvme = strcmp(c->offload_device, "nvme") == 0;
+    if (!nvme && c->nvme_path[0]) llmc_die("flag --nvme-path goes with --offload-device nvme (the optimizer state on disk)");
+    if (!nvme) return;
+    if (!c->nvme_path[0]) llmc_die("flag --offload-device nvme needs --nvme-path DIR (a directory for the optimizer state files)");
+    if (strcmp(c->optimizer, "adamw"))
+        llmc_die("flag --offload-device nvme with --optimizer %s is not built yet (the host AdamW's moments stream from "
+                 "disk); give --optimizer adamw or --offload-device cpu", c->optimizer);
+    if (c->memory_budget[0])
+        llmc_die("flag --offload-device nvme with --memory-budget is not built yet (its search does not price the disk); "
+                 "give -b/-r/-z yourself (--plan shows the ring and the file)");
+    if (!c->plan) nvme_check_dir(c->nvme_path);
+}
+
 static void validate(const TrainConfig *c) {
     check_positive("-b (--batch-size)", c->B);
     check_positive("-t (--seq-len)", c->T);
@@ -622,6 +646,7 @@ static void validate(const TrainConfig *c) {
                  c->optimizer);
     validate_distill(c);
     validate_grad_compression(c);
+    validate_offload_device(c);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

@@ -102,6 +102,9 @@ typedef struct {
     /* MoE expert parallelism (issue 24; llmc/cpu/moe_ep.h): not a table row (cli.c's own block: the
      * saved configuration and the flag listing stay as they were; a run resumes on any -ep) */
     int expert_parallel;        /* -ep / --expert-parallel N: the experts over N ranks; 0 or 1: none */
+    /* NVMe offload (llmc/train/nvme.h) */
+    char offload_device[8];     /* --offload-device: cpu | nvme (the AdamW moments in files under --nvme-path) */
+    char nvme_path[1024];       /* --nvme-path DIR */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

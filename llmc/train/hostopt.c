@@ -5,6 +5,7 @@
 #include "llmc/train/hostopt.h"
 #include "llmc/core/check.h"
 #include "llmc/core/optstate.h"
+#include "llmc/train/nvme.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +61,7 @@ static void host_state(void *p, OptimStateView *s) {
         s->m = o->m, s->v = o->v;
         return;
     }
-    if (optim_state_streamed_for(o->zero, o->state)) {
+    if (optim_state_streamed_for(o->zero, o->state) || (o->nvme && o->zero == 0)) { /* (nvme: read from the file) */
         s->moment = optim_moment_chunk, s->moment_ctx = o;
         return;
     }
@@ -102,6 +103,20 @@ static void host_print_memory(void *p, FILE *out) {
     if (h->gc.spec.kind != GC_NONE) gradcomp_print_memory(&h->gc, out);
 }
 
+/* --offload-device nvme: the I/O rate of the step's pass over the file */
+static void host_io_report(void *p, char *line, size_t len, Logger *lg) {
+    HostAdamW *h = (HostAdamW *)p;
+    if (!h->opt.nvme) return;
+    if (line) { /* the step line comes first: the rates are taken then, the log record repeats them */
+        nvme_take_rates(h->opt.nvme, &h->nvme_read_MBps, &h->nvme_write_MBps);
+        snprintf(line, len, " | nvme %.0f MB/s read, %.0f MB/s write", h->nvme_read_MBps, h->nvme_write_MBps);
+    }
+    if (lg) {
+        log_double(lg, "nvme_read_MBps", h->nvme_read_MBps);
+        log_double(lg, "nvme_write_MBps", h->nvme_write_MBps);
+    }
+}
+
 static void host_free(void *p) {
     gradcomp_free(&((HostAdamW *)p)->gc);
     optim_free(&((HostAdamW *)p)->opt);
@@ -111,9 +126,9 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     memset(h, 0, sizeof *h);
     h->be = be;
     h->offload = strcmp(tc->offload, "optimizer") == 0;
-    optim_init_state(&h->opt, d, tc->zero_stage, be->num_parameters, be->hostopt.param_specs,
-                     be->hostopt.num_param_specs ? be->hostopt.num_param_specs : be->arch->arch->num_param_specs,
-                     optstate_parse(tc->optim_state));
+    optim_init_nvme(&h->opt, d, tc->zero_stage, be->num_parameters, be->hostopt.param_specs,
+                    be->hostopt.num_param_specs ? be->hostopt.num_param_specs : be->arch->arch->num_param_specs,
+                    optstate_parse(tc->optim_state), strcmp(tc->offload_device, "nvme") == 0 ? tc->nvme_path : NULL);
     if (be->hostopt.attach_optimizer) be->hostopt.attach_optimizer(be->model, &h->opt, &be->state.host_params, &be->hostopt.host_grads);
     GradCompSpec gc;
     char err[256];
@@ -124,7 +139,7 @@ void host_adamw_open(TrainOptimizer *o, HostAdamW *h, const TrainConfig *tc, Tra
     /* in TrainOptimizer's order: ctx, zero_max, then the ops */
     static const TrainOptimizer ops = {NULL, OPTIM_MAX_ZERO, host_loss_weight, host_zero_grad, host_reduce, host_grad_norm,
                                        host_step, host_state, host_state_release, host_load_begin, host_load_end,
-                                       host_print_memory, host_free};
+                                       host_print_memory, host_free, host_io_report};
     *o = ops;
     o->ctx = h;
 }

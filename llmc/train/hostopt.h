@@ -23,6 +23,7 @@ typedef struct {
     TrainBackend *be;
     int offload; /* --offload optimizer: the bucketed norm and update */
     GradComp gc; /* --grad-compression (gradcomp.h): the ranks' sum at -z 0/1 sent compressed */
+    double nvme_read_MBps, nvme_write_MBps; /* --offload-device nvme: the last step's I/O rates */
 } HostAdamW;
 
 /* Builds h for tc's -z, --optim-state and --offload over be's parameter table, attaches it to the

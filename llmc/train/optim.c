@@ -3,6 +3,7 @@
 #include "llmc/cpu/adamw.h"
 #include "llmc/core/optstate.h"
 #include "llmc/core/mem.h"
+#include "llmc/train/nvme.h"
 
 #include <limits.h>
 #include <math.h>
@@ -14,13 +15,22 @@ void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *spe
 }
 
 void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state) {
+    optim_init_nvme(o, d, zero, n, specs, num_specs, state, NULL);
+}
+
+void optim_init_nvme(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state,
+                     const char *nvme_dir) {
     *o = (Optimizer){.dist = d, .zero = zero, .n = n, .specs = specs, .num_specs = num_specs, .state = state,
                      .lo = 0, .hi = n};
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
     size_t k = dist_shard_floats(n, zero, d->size, d->rank);
     size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
-    o->m = (float *)mem_calloc(MEM_ADAM_M, mb, 1, "AdamW m");
-    o->v = (float *)mem_calloc(MEM_ADAM_V, mb, 1, "AdamW v");
+    if (nvme_dir && nvme_dir[0]) {
+        o->nvme = nvme_open(nvme_dir, d->rank, o->hi - o->lo, state);
+    } else {
+        o->m = (float *)mem_calloc(MEM_ADAM_M, mb, 1, "AdamW m");
+        o->v = (float *)mem_calloc(MEM_ADAM_V, mb, 1, "AdamW v");
+    }
     if (zero >= 2) {
         o->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, k, sizeof(float), "gradient shard");
         o->parts = (int *)mallocCheck(4 * 2 * (size_t)d->size * sizeof(int), "bucket parts");
@@ -36,6 +46,7 @@ void optim_free(Optimizer *o) {
     size_t mb = optim_moment_bytes(o->n, o->zero, o->dist->size, o->dist->rank, o->state);
     mem_free(MEM_ADAM_M, o->m, mb);
     mem_free(MEM_ADAM_V, o->v, mb);
+    nvme_close(o->nvme);
     mem_free(MEM_GRAD_SHARD, o->gshard, k);
     free(o->parts);
     memset(o, 0, sizeof *o);
@@ -90,11 +101,49 @@ float optim_grad_norm(Optimizer *o, const float *grads) {
     return (float)sqrt(ss);
 }
 
+/* --offload-device nvme: the update of one chunk [c0, c0 + count) of the shard, its m and v in the
+ * ring: per element optim_step's arithmetic (fp32: adamw_update over each tensor's part; compact
+ * states: adamw_update_compact over the chunk's blocks, which are the shard's blocks) */
+typedef struct {
+    const Optimizer *o;
+    float *p;
+    const float *g;
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    int t;
+} NvmeUpdate;
+
+static void nvme_update_chunk(void *ctx, size_t c0, size_t count, void *m, void *v) {
+    const NvmeUpdate *u = (const NvmeUpdate *)ctx;
+    const Optimizer *o = u->o;
+    const size_t lo = o->lo + c0, hi = lo + count; /* global indices */
+    if (o->state != OPTSTATE_FP32) {
+        OptSegments seg;
+        optstate_segments(&seg, o->specs, o->num_specs, lo, hi, u->weight_decay);
+        adamw_update_compact(u->p + c0, u->g + c0, m, v, o->state, count, &seg, u->lr, u->beta1, u->beta2, u->eps, u->t,
+                             u->grad_scale);
+        return;
+    }
+    for (int i = 0; i < o->num_specs; i++) {
+        const TensorSpec *s = &o->specs[i];
+        size_t a = s->offset > lo ? s->offset : lo;
+        size_t b = s->offset + s->numel < hi ? s->offset + s->numel : hi;
+        if (a >= b) continue;
+        adamw_update(u->p + (a - o->lo), u->g + (a - o->lo), (float *)m + (a - lo), (float *)v + (a - lo), b - a, u->lr,
+                     u->beta1, u->beta2, u->eps, s->decay ? u->weight_decay : 0.0f, u->t, u->grad_scale);
+    }
+}
+
 void optim_step(Optimizer *o, float *params, const float *grads, float lr, float beta1, float beta2, float eps,
                 float weight_decay, int t, float grad_scale) {
     /* the shard's gradients: the summed gradient's [lo, hi); -z 3: params is the shard */
     const float *g = o->zero >= 2 ? o->gshard : grads + o->lo;
     float *p = o->zero == 3 ? params : params + o->lo;
+    if (o->nvme) {
+        NvmeUpdate u = {o, p, g, lr, beta1, beta2, eps, weight_decay, grad_scale, t};
+        nvme_stream(o->nvme, nvme_update_chunk, &u);
+        if (o->zero == 1 || o->zero == 2) dist_allgather_f32(o->dist, params, o->n);
+        return;
+    }
     if (o->state != OPTSTATE_FP32) {
         if (o->hi > o->lo) {
             OptSegments seg;
@@ -116,7 +165,7 @@ void optim_step(Optimizer *o, float *params, const float *grads, float lr, float
 }
 
 int optim_state_whole_for(int zero, int state) { return zero == 0 && state == OPTSTATE_FP32; }
-int optim_state_is_whole(const Optimizer *o) { return optim_state_whole_for(o->zero, o->state); }
+int optim_state_is_whole(const Optimizer *o) { return !o->nvme && optim_state_whole_for(o->zero, o->state); }
 int optim_state_streamed_for(int zero, int state) { return zero == 0 && state != OPTSTATE_FP32; }
 
 const float *optim_moment_chunk(void *p, int is_v, size_t offset, size_t count, float *x) {
@@ -125,6 +174,10 @@ const float *optim_moment_chunk(void *p, int is_v, size_t offset, size_t count, 
     if (o->zero != 0 || offset % OPTSTATE_BLOCK || offset + count > k)
         llmc_die("optim_moment_chunk: [%zu, %zu) is not a block-aligned range of a whole moment (-z %d, %zu elements)",
                  offset, offset + count, o->zero, k);
+    if (o->nvme) {
+        nvme_read(o->nvme, is_v, offset, count, x);
+        return x;
+    }
     const void *state = is_v ? (const void *)o->v : (const void *)o->m;
 #pragma omp parallel for schedule(static)
     for (long long b = 0; b < (long long)nb; b++)
@@ -133,6 +186,22 @@ const float *optim_moment_chunk(void *p, int is_v, size_t offset, size_t count, 
 }
 
 void optim_gather_state(Optimizer *o, float *m, float *v) {
+    if (o->nvme) { /* decoded from the file: straight into m, v (-z 0, rank 0), else gathered */
+        const size_t k = o->hi - o->lo;
+        if (o->zero == 0) {
+            if (o->dist->rank != 0) return;
+            nvme_read(o->nvme, 0, 0, k, m);
+            nvme_read(o->nvme, 1, 0, k, v);
+            return;
+        }
+        float *x = (float *)mallocCheck((k ? k : 1) * sizeof(float), "AdamW moment (read for a checkpoint)");
+        nvme_read(o->nvme, 0, 0, k, x);
+        dist_gather_f32(o->dist, x, m, o->n);
+        nvme_read(o->nvme, 1, 0, k, x);
+        dist_gather_f32(o->dist, x, v, o->n);
+        free(x);
+        return;
+    }
     if (o->state != OPTSTATE_FP32) { /* decoded to fp32, one moment at a time */
         const size_t k = o->hi - o->lo;
         if (o->zero == 0) {
@@ -160,6 +229,10 @@ void optim_gather_state(Optimizer *o, float *m, float *v) {
 }
 
 void optim_load_state(Optimizer *o, const float *m, const float *v) {
+    if (o->nvme) {
+        nvme_write_all(o->nvme, m + o->lo, v + o->lo);
+        return;
+    }
     if (o->state != OPTSTATE_FP32) {
         optstate_encode(o->m, o->state, 0, o->hi - o->lo, m + o->lo);
         optstate_encode(o->v, o->state, 1, o->hi - o->lo, v + o->lo);
@@ -174,10 +247,11 @@ void optim_print_memory(const Optimizer *o, FILE *out) {
     size_t k = o->hi - o->lo, mb = optstate_bytes(k, o->state);
     static const char *const what[] = {"not sharded", "moments sharded", "moments + gradients sharded",
                                        "moments + gradients + parameters sharded"};
+    if (o->nvme) nvme_print(o->nvme, out);
     fprintf(out, "optimizer (per rank, -z %d: %s, %d rank%s, %s moments): AdamW m %zu bytes (%.1f MiB), AdamW v %zu bytes "
-                 "(%.1f MiB), reduced gradient %zu bytes (%.1f MiB), parameters %zu bytes (%.1f MiB)\n",
+                 "(%.1f MiB)%s, reduced gradient %zu bytes (%.1f MiB), parameters %zu bytes (%.1f MiB)\n",
             o->zero, what[o->zero], o->dist->size, o->dist->size == 1 ? "" : "s", optstate_name(o->state), mb,
-            mb / MiB, mb, mb / MiB,
+            mb / MiB, mb, mb / MiB, o->nvme ? " (on disk, not in memory)" : "",
             (o->zero >= 2 ? k : o->n) * sizeof(float), (o->zero >= 2 ? k : o->n) * sizeof(float) / MiB,
             (o->zero == 3 ? k : o->n) * sizeof(float), (o->zero == 3 ? k : o->n) * sizeof(float) / MiB);
 }
@@ -221,7 +295,9 @@ void optim_step_buckets(Optimizer *o, float *params, const float *grads, float l
                         float weight_decay, int t, float grad_scale, OptimBucketDone bucket_done, void *ctx) {
     const int nb = optim_num_buckets(o), trace = getenv("LLMC_TEST_TRACE_BUCKETS") != NULL;
     Bucket b;
-    if (o->zero == 3) { /* the parameters are this rank's shard: no per-bucket copies to make */
+    /* -z 3: the parameters are this rank's shard, no per-bucket copies to make; --offload-device
+     * nvme: the moments stream in the file's (flat) order, each bucket's parameters final at the end */
+    if (o->zero == 3 || o->nvme) {
         optim_step(o, params, grads, lr, beta1, beta2, eps, weight_decay, t, grad_scale);
         for (int k = 0; k < nb && bucket_done; k++) optim_bucket(o, k, &b), bucket_done(ctx, &b);
         return;

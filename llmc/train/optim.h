@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "llmc/core/logger.h"
 #include "llmc/dist/dist.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/models/gpt2.h"
@@ -49,6 +50,7 @@ typedef struct Optimizer {
     DistRequest gather[3]; /* -z 3: gathers in flight, by slot */
     const TensorSpec *specs; /* the parameter table: offsets and weight decay choice */
     int num_specs;           /* its entries (the architecture's table) */
+    struct NvmeStore *nvme;  /* --offload-device nvme: m and v in a file (llmc/train/nvme.h); o->m, o->v NULL */
 } Optimizer;
 
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */
@@ -58,6 +60,11 @@ enum { OPTIM_MAX_ZERO = 3 };
  * bf16, int8; llmc/core/optstate.h). specs: the architecture's parameter table, num_specs entries. */
 void optim_init(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs);
 void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state);
+/* The same with m and v in a file under nvme_dir (--offload-device nvme; NULL or "": in memory):
+ * every step streams them through nvme.h's ring, the same bits as in memory; dies naming
+ * --nvme-path when the directory does not take the file. */
+void optim_init_nvme(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state,
+                     const char *nvme_dir);
 /* Bytes of m (and of v) that rank allocates for moments stored as state: the plan's and
  * optim_init_state's one rule. */
 size_t optim_moment_bytes(size_t n, int zero, int ranks, int rank, int state);
@@ -166,6 +173,9 @@ typedef struct TrainOptimizer {
     void (*load_end)(void *ctx, float *m, float *v);
     void (*print_memory)(void *ctx, FILE *out);
     void (*free)(void *ctx);
+    /* After a step (may be NULL): the optimizer's I/O since the last call, appended to the step
+     * line (line, len) and, lg not NULL, as fields of its log record (--offload-device nvme). */
+    void (*io_report)(void *ctx, char *line, size_t len, Logger *lg);
 } TrainOptimizer;
 
 #ifdef __cplusplus

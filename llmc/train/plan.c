@@ -9,6 +9,7 @@
 #include "llmc/formats/arch.h"
 #include "llmc/cpu/adafactor.h"
 #include "llmc/train/gradcomp.h"
+#include "llmc/train/nvme.h"
 #include "llmc/train/optim.h"
 
 #include <stdlib.h>
@@ -60,6 +61,18 @@ void train_memory_plan(const TrainConfig *tc, const ModelConfig *cfg, TrainPlanF
     backend_plan(tc, cfg, p);
     mem_plan_add_loop(p, tc->B, tc->T, tc->total_batch, tc->num_processes, tc->process_rank, tc->zero_stage, host_optimizer,
                       tc->output_dir[0] != 0, tc->val_every > 0);
+    if (host_optimizer && strcmp(tc->offload_device, "nvme") == 0) { /* the moments in a file, streamed through the ring */
+        const size_t k = dist_shard_floats(p->num_parameters, tc->zero_stage, tc->num_processes, tc->process_rank);
+        const size_t lo_hi = tc->zero_stage >= 1 ? k : p->num_parameters; /* the shard the file holds */
+        p->host[MEM_ADAM_M] = p->host[MEM_ADAM_V] = 0;
+        p->host[MEM_NVME_RING] = nvme_ring_bytes(p->optim_state);
+        p->disk_bytes = nvme_file_bytes(lo_hi, p->optim_state);
+        /* a checkpoint reads the file back: -z 0 a chunk at a time, else the shard decoded (and
+         * gathered whole on rank 0) */
+        if (tc->output_dir[0])
+            p->transient[MEM_CHECKPOINT] = tc->zero_stage == 0 ? (tc->process_rank == 0 ? STATE_CHUNK * sizeof(float) : 0)
+                                           : k * sizeof(float) + (tc->process_rank == 0 ? 2 * p->num_parameters * sizeof(float) : 0);
+    }
     GradCompSpec gc;
     char err[256];
     if (host_optimizer && gradcomp_parse(tc->grad_compression, &gc, err, sizeof err) == 0 && gc.kind != GC_NONE) {

@@ -494,9 +494,10 @@ static int run_update(Run *r, StepResult *s) {
 
 /* The step line: loss, lr, norm, time, throughput, data wait, epoch, elapsed and ETA. */
 static void run_print_step(const Run *r, const StepResult *s) {
-    char extra[256] = "", elapsed[32], eta[32], comm[96] = "";
+    char extra[256] = "", elapsed[32], eta[32], comm[160] = "";
     const TrainBackend *be = r->be;
     if (r->P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
+    if (r->opt.io_report) r->opt.io_report(r->opt.ctx, comm + strlen(comm), sizeof comm - strlen(comm), NULL);
     if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, extra, sizeof extra, NULL);
     else
         snprintf(extra, sizeof extra, " | mem %.2f GiB (peak %.2f)", mem_live_total(0) / 1073741824.0,
@@ -540,6 +541,7 @@ static void run_log_step(Run *r, const StepResult *s) {
         log_int(lg, "comm_bytes", s->comm_bytes);
     }
     if (s->skip) log_string(lg, "skipped", s->skip);
+    if (r->opt.io_report) r->opt.io_report(r->opt.ctx, NULL, 0, lg);
     if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, NULL, 0, lg);
     log_int(lg, "mem_bytes", (long long)mem_live_total(be->gpu));
     log_int(lg, "mem_peak_bytes", (long long)mem_peak_total(be->gpu));
