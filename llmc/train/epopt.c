@@ -226,7 +226,7 @@ void ep_adamw_open(TrainOptimizer *o, EpAdamW *h, const TrainConfig *tc, TrainBa
     h->v = (float *)mem_calloc(MEM_ADAM_V, h->k ? h->k : 1, sizeof(float), "AdamW v");
     if (h->zero >= 2) h->gshard = (float *)mem_calloc(MEM_GRAD_SHARD, h->k ? h->k : 1, sizeof(float), "gradient shard");
     static const TrainOptimizer ops = {NULL, 2, ep_loss_weight, ep_zero_grad, ep_reduce, ep_grad_norm, ep_step, ep_state,
-                                       ep_state_release, ep_load_begin, ep_load_end, ep_print_memory, ep_free};
+                                       ep_state_release, ep_load_begin, ep_load_end, ep_print_memory, ep_free, NULL};
     *o = ops;
     o->ctx = h;
 }
