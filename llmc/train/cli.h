@@ -99,6 +99,12 @@ typedef struct {
     int has_teacher_crc;
     /* gradient compression (llmc/train/gradcomp.h) */
     char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
+    /* model parallelism (issue 25; llmc/dist/layout.h): processes = tp x pp x data-parallel ranks */
+    int tensor_parallel;        /* -tp: ranks per tensor-parallel group (1 = none) */
+    int pipeline_parallel;      /* -pp: pipeline stages (1 = none; more: not built yet) */
+    int sequence_parallel;      /* -sp: 1 = sequence parallelism in the tp group (not built yet) */
+    char pipeline_schedule[16]; /* --pipeline-schedule: gpipe | 1f1b | interleaved */
+    int pipeline_virtual;       /* --pipeline-virtual: stages per rank (interleaved) */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);
