@@ -19,6 +19,7 @@
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/dist/dist.h"
+#include "llmc/dist/layout.h"
 #include "llmc/formats/arch.h"
 #include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
@@ -223,7 +224,8 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
-    run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    if (tc->tensor_parallel > 1) run_cpu->tp_plan(&run_arch, tc->tensor_parallel, tc->B, tc->T, tc->recompute, 1, p);
+    else run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (lora_wanted(tc)) lora_plan(tc, p);
     if (shard_stage(tc)) run_cpu->plan_shard(&run_arch, tc->zero_stage, tc->num_processes, tc->process_rank, p);
     /* (after the shard's classes: the teacher is whole on every rank) */
@@ -303,6 +305,7 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     run_cpu->build(run.model, &run_arch);
     CpuModelParts parts = run_cpu->parts(run.model);
     run_arch.arch->load_init(init, &run_arch, *parts.params, parts.num_parameters, tc->seed);
+    if (tc->tensor_parallel > 1) run_cpu->tp_split(run.model, dist_tp_group()); /* (the whole model loaded first) */
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     if (teacher_wanted(tc)) { /* (after the budget's -b: its activations are for the run's B) */
@@ -327,6 +330,11 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     const ModelArch *arch = model_arch_for_init(init, &run_arch);
     const CpuArch *a = cpu_arch_for(arch);
     if (!a) llmc_die("-e %s is a %s model: the CPU trainer has no block sequence for it", init, arch->display);
+    if (tc->tensor_parallel > 1 && !a->tp_split)
+        llmc_die("flag -tp %d with -e %s (a %s model): tensor parallelism is built for GPT-2 only so far (the Llama "
+                 "family's split is not built yet); give -tp 1", tc->tensor_parallel, init, arch->display);
+    const char *bad = tc->tensor_parallel > 1 ? a->tp_validate(&run_arch, tc->tensor_parallel) : NULL;
+    if (bad) llmc_die("flag -tp %d with -e %s: %s", tc->tensor_parallel, init, bad);
     if (a->fix_recompute) /* (--plan --json: stdout is the JSON) */
         tc->recompute = a->fix_recompute(tc->recompute, tc->plan && tc->json ? stderr : stdout);
     /* (adapters: -z 0 or 1 only, lora_check_flags) */
@@ -366,9 +374,15 @@ int main(int argc, char **argv) {
         if (lora_wanted(&tc)) lora_config_for(&tc, tc.adapter);
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
+        const int tp = tc.tensor_parallel; /* -tp: rank -pr's figures, of data-parallel rank -pr / tp */
+        tc.num_processes /= tp, tc.process_rank /= tp;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
+        if (tp > 1 && !tc.json)
+            printf("tensor parallel: -tp %d over %d data-parallel rank(s): the figures are one rank's (its 1/%d of the split "
+                   "tensors and activations; %zu parameters of the model's %zu)\n", tp, tc.num_processes, tp,
+                   p.num_parameters, run_cpu->arch->parameter_specs(&run_arch, NULL));
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
@@ -378,9 +392,14 @@ int main(int argc, char **argv) {
     if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_for(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
+    if (tc.tensor_parallel > 1) { /* a model that does not split stops before any process group or run directory */
+        BudgetSpace early;
+        cpu_arch_for_init(tc.init, &tc, &early);
+    }
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
-    tc.num_processes = dist->size;
-    tc.process_rank = dist->rank;
+    dist_layout_init(dist, tc.tensor_parallel); /* -tp: the loop's ranks are the data-parallel group's */
+    tc.num_processes = dist_data_group()->size;
+    tc.process_rank = dist_data_group()->rank;
     if (tc.gpu_log_every > 0)
         printf("note: -lg %d: the CPU trainer has no GPU telemetry; continuing without it\n", tc.gpu_log_every);
 

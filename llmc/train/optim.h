@@ -49,6 +49,8 @@ typedef struct Optimizer {
     DistRequest gather[3]; /* -z 3: gathers in flight, by slot */
     const TensorSpec *specs; /* the parameter table: offsets and weight decay choice */
     int num_specs;           /* its entries (the architecture's table) */
+    Dist *tp;                /* -tp: the tensor-parallel group (dist/layout.h; dist is then the data-parallel
+                              * one): the split tensors' squares are summed over it for the norm */
 } Optimizer;
 
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */

@@ -33,7 +33,7 @@ void train_tp_gather(const TensorSpec *local, int n, size_t nlocal, const float 
     const int tp = g->size;
     float *all = (float *)mallocCheck((g->rank == 0 ? (size_t)tp * nlocal : 1) * sizeof(float), "tensor-parallel gather");
     dist_gather_f32(g, mine, all, (size_t)tp * nlocal); /* (rank r's shard of tp x nlocal floats: its nlocal) */
-    if (g->rank == 0) {
+    if (g->rank == 0 && whole) {
         TensorSpec *w = whole_specs(local, n, tp);
         for (int r = 0; r < tp; r++) tensor_split_copy(w, local, n, tp, r, whole, all + (size_t)r * nlocal, 0);
         free(w);

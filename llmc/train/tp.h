@@ -20,7 +20,8 @@ int train_tp_size(void);
 /* The whole model's element count for a rank's table local (n rows) of a group of tp. */
 size_t train_tp_whole_numel(const TensorSpec *local, int n, int tp);
 /* Collective over the tensor-parallel group: every rank's arena mine (its table local, nlocal floats)
- * assembled into whole (the whole model's layout) on the group's rank 0; whole is not touched elsewhere. */
+ * assembled into whole (the whole model's layout) on the group's rank 0 (whole NULL: not wanted
+ * there); whole is not touched on the other ranks. */
 void train_tp_gather(const TensorSpec *local, int n, size_t nlocal, const float *mine, float *whole);
 /* This rank's part of the whole arena whole, into mine (no communication). */
 void train_tp_take(const TensorSpec *local, int n, const float *whole, float *mine);

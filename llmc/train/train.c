@@ -8,6 +8,7 @@
 #include "llmc/core/rng.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/dist/dist.h"
+#include "llmc/dist/layout.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/train/eval.h"
@@ -69,7 +70,7 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
         dataloader_next(val, inputs, targets);
         sum += be->ops.eval_loss(be->model, inputs, targets, B, T);
     }
-    Dist *d = dist_world();
+    Dist *d = dist_data_group(); /* (-tp: the ranks of a tensor-parallel group evaluated the same slice) */
     dist_allreduce_f64(d, &sum, 1); /* every rank evaluated its slice of each global batch */
     return (float)(sum / batches / d->size);
 }
@@ -158,7 +159,7 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
-    check_ranks_agree(dist_world(), tc, be, NULL, val);
+    check_ranks_agree(dist_data_group(), tc, be, NULL, val); /* (-tp: the ranks holding the same part) */
     printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
            resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
     printf("backend: %s\n", be->name);
@@ -217,7 +218,9 @@ typedef struct {
     TrainOptimizer opt;
     HostAdamW host; /* the loop's own optimizer, when the backend has none */
     HostAdafactor adafactor; /* or, --optimizer adafactor, the loop's Adafactor */
-    Dist *dist;
+    /* dist: every rank (rank 0 logs and writes); data: the data-parallel group (the whole group
+     * without -tp), whose ranks take their rows of each step and sum the gradients (dist/layout.h) */
+    Dist *dist, *data;
     int B, T, P, accum, max_steps, first_step, resume_step;
     long long micro_tokens, total_batch;
     DataLoader *train, *val;
@@ -301,7 +304,8 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
                      tc->batch_ramp, r->ramp_start, micro_tokens, total_batch);
     }
     Dist *dist = r->dist = dist_world();
-    if (P != dist->size) llmc_die("internal: -pn %d but the process group has %d ranks", P, dist->size);
+    r->data = dist_data_group();
+    if (P != r->data->size) llmc_die("internal: -pn %d but the data-parallel group has %d ranks", P, r->data->size);
 
     char origin[4200];
     if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, 0, origin, NULL, NULL, sizeof origin);
@@ -353,13 +357,15 @@ static void run_setup(Run *r) {
     r->targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->B * r->T, sizeof(int), "target tokens");
     r->step_inputs = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step input tokens");
     r->step_targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step target tokens");
-    check_ranks_agree(r->dist, &r->rc, be, r->train, r->val); /* (before -z 3 leaves each rank only its shard) */
+    /* (before -z 3 leaves each rank only its shard; -tp: over the data-parallel group, whose ranks hold
+     * the same part of the model) */
+    check_ranks_agree(r->data, &r->rc, be, r->train, r->val);
     const int host_optimizer = be->optimizer.step == NULL;
     r->opt = be->optimizer;
     if (!host_optimizer && adafactor_selected(tc))
         llmc_die("--optimizer adafactor on the device is not built yet; use --offload optimizer (Adafactor on the host)");
-    if (host_optimizer && adafactor_selected(tc)) host_adafactor_open(&r->opt, &r->adafactor, tc, be, r->dist);
-    else if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->dist);
+    if (host_optimizer && adafactor_selected(tc)) host_adafactor_open(&r->opt, &r->adafactor, tc, be, r->data);
+    else if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->data);
     if (tc->zero_stage > r->opt.zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, r->opt.zero_max);
     /* what is allocated now must be this rank's plan, class by class */
@@ -393,7 +399,10 @@ static void run_print_start(const Run *r) {
            dataloader_num_shards(r->train), r->val_batches, r->micro_tokens);
     printf("batch: %lld tokens per step = %d x %d x %d processes x %d accumulation steps; %d steps%s\n", r->total_batch,
            r->B, r->T, r->P, r->accum, r->max_steps, r->resume_step >= 0 ? " (resuming)" : "");
-    if (r->P > 1) printf("processes: %d ranks started by %s\n", r->P, r->dist->launcher);
+    if (r->dist->size > 1 && r->dist->size != r->P)
+        printf("processes: %d ranks started by %s: %d data-parallel x %d tensor-parallel (-tp; tp fastest in rank order)\n",
+               r->dist->size, r->dist->launcher, r->P, r->dist->size / r->P);
+    else if (r->P > 1) printf("processes: %d ranks started by %s\n", r->P, r->dist->launcher);
     if (r->resume_step >= 0) printf("resumed from step %d in '%s'\n", r->resume_step, r->tc->output_dir);
     be->state.print_memory(be->model, stdout);
     if (r->opt.print_memory) r->opt.print_memory(r->opt.ctx, stdout);
@@ -442,7 +451,7 @@ static float run_gradients(Run *r, StepResult *s) {
     const float loss_weight = r->opt.loss_weight(r->opt.ctx, accum); /* (the CUDA trainer takes accum from here) */
     for (int micro = 0; micro < accum; micro++) {
         /* this rank's rows of the step (dataloader.h: data-parallel split) */
-        size_t row = ((size_t)micro * r->P + (size_t)r->dist->rank) * (size_t)B;
+        size_t row = ((size_t)micro * r->P + (size_t)r->data->rank) * (size_t)B;
         memcpy(r->inputs, r->step_inputs + row * T, (size_t)B * T * sizeof(int));
         memcpy(r->targets, r->step_targets + row * T, (size_t)B * T * sizeof(int));
         loss_sum += be->ops.train_micro_step(be->model, r->inputs, r->targets, B, T, loss_weight);
@@ -450,11 +459,11 @@ static float run_gradients(Run *r, StepResult *s) {
     if (be->ops.step_loss) loss_sum = be->ops.step_loss(be->model); /* (the returns above were not waited for) */
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
-    dist_allreduce_f64(r->dist, &loss_sum, 1);
+    dist_allreduce_f64(r->data, &loss_sum, 1);
     if (be->ops.loss_parts) {
         double parts[2];
         be->ops.loss_parts(be->model, parts);
-        dist_allreduce_f64(r->dist, parts, 2);
+        dist_allreduce_f64(r->data, parts, 2);
         s->has_parts = 1, s->ce = parts[0] / accum / r->P, s->kd = parts[1] / accum / r->P;
     }
     return (float)(loss_sum / accum / r->P);
@@ -590,8 +599,10 @@ static void run_after_step(Run *r, const StepResult *s) {
     if (val || mc) run_validate(r, step, val, mc);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
-    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || tc->zero_stage == 3)) {
-        if (tc->zero_stage != 3) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
+    /* (-tp: every rank of a tensor-parallel group runs the forward, so every rank samples too) */
+    const int all_sample = tc->zero_stage == 3 || dist_tp_group()->size > 1;
+    if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || all_sample)) {
+        if (!all_sample) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
         sample_text_generate(r->be, &r->text, &r->sampler_rng, r->T, tc->gen_tokens);
         dist_busy_end(r->dist);
     }
