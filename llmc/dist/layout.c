@@ -138,8 +138,9 @@ static void make_group(Dist *d, Group *g, Dist *world, int tp, int by_tp) {
 
 void dist_layout_init(Dist *world, int tp) {
     if (tp < 1 || world->size % tp != 0)
-        llmc_die("-tp %d: the %d processes do not divide into tensor-parallel groups of %d (give a process count that is "
-                 "a multiple of -tp; the data-parallel size is processes / tp)", tp, world->size, tp);
+        llmc_die("flag -tp %d: %d process%s do%s not divide into tensor-parallel groups of %d (start a multiple of %d "
+                 "processes: the data-parallel size is processes / tp)", tp, world->size, world->size == 1 ? "" : "es",
+                 world->size == 1 ? "es" : "", tp, tp);
     if (tp == 1) return;
     make_group(&tp_group, &tp_state, world, tp, 1);
     make_group(&data_group, &data_state, world, tp, 0);
