@@ -78,8 +78,8 @@ def read_log(out):
         return [json.loads(line) for line in f]
 
 
-def losses(out):
-    return {r["step"]: r["train_loss"] for r in read_log(out) if "train_loss" in r}
+def losses(out, key="train_loss"):
+    return {r["step"]: r[key] for r in read_log(out) if key in r}
 
 
 def params(path):
@@ -131,7 +131,7 @@ def main():
         report(p.returncode == 0, "one process, -b 8: trains", p.stderr[-400:])
         if p.returncode != 0:
             return 1
-        ref_loss, ref_par = losses(ref), params(os.path.join(ref, final))
+        ref_loss, ref_par, ref_norm = losses(ref), params(os.path.join(ref, final)), losses(ref, "grad_norm")
 
         layouts = [("tp2", 2, ["-b", "8", "-tp", "2"], run, "tp2 on 2 ranks"),
                    ("tp4", 4, ["-b", "8", "-tp", "4"], run, "tp4 on 4 ranks"),
@@ -147,12 +147,17 @@ def main():
             if not ok:
                 continue
             ld, pd = loss_diff(losses(out), ref_loss), param_diff(params(os.path.join(out, final)), ref_par)
+            nd = loss_diff(losses(out, "grad_norm"), ref_norm)
+            report(nd <= LOSS_RTOL, f"{what}: the gradient norm (every element once) follows one process's within "
+                   f"{LOSS_RTOL} relative", f"largest relative difference {nd:.3g}")
             report(ld <= LOSS_RTOL, f"{what}: the loss trajectory follows one process's within {LOSS_RTOL} relative",
                    f"largest relative difference {ld:.3g}")
             report(pd <= PARAM_ATOL, f"{what}: the final model file (written by rank 0, whole) equals one process's "
                    f"within {PARAM_ATOL}", f"largest difference {pd:.3g}")
             report("bit-identical on the" in p.stderr and "tensor-parallel ranks" in p.stderr,
                    f"{what}: the replicated tensors' gradients are bit-identical over the tp ranks", p.stderr[-300:])
+            comm = [rec.get("comm_bytes", 0) for rec in read_log(out) if "train_loss" in rec]
+            report(comm and min(comm) > 0, f"{what}: the step records count the groups' communication", str(comm))
             if name == "tp2":
                 report("tensor parallel: rank 0 of 2 holds" in p.stdout, "tp2: the memory print names the rank's part",
                        p.stdout[-500:])

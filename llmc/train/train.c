@@ -505,7 +505,7 @@ static int run_update(Run *r, StepResult *s) {
 static void run_print_step(const Run *r, const StepResult *s) {
     char extra[256] = "", elapsed[32], eta[32], comm[96] = "";
     const TrainBackend *be = r->be;
-    if (r->P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
+    if (r->dist->size > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
     if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, extra, sizeof extra, NULL);
     else
         snprintf(extra, sizeof extra, " | mem %.2f GiB (peak %.2f)", mem_live_total(0) / 1073741824.0,
@@ -544,7 +544,7 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_double(lg, "step_ms", s->step_ms);
     log_double(lg, "tokens_per_s", s->tok_s);
     log_double(lg, "data_wait_ms", s->wait_ms);
-    if (r->P > 1) {
+    if (r->dist->size > 1) {
         log_double(lg, "comm_ms", s->comm_ms);
         log_int(lg, "comm_bytes", s->comm_bytes);
     }
@@ -621,13 +621,27 @@ static void run_after_step(Run *r, const StepResult *s) {
     }
 }
 
+/* The communication since the last call: the whole group's collectives and (-tp) those of the
+ * tensor- and data-parallel groups (dist/layout.h), which count on their own Dists. */
+static void take_comm(Run *r, double *ms, long long *bytes) {
+    Dist *groups[3] = {r->dist, dist_tp_group(), r->data};
+    *ms = 0.0, *bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i > 0 && (groups[i] == r->dist || groups[i]->size == 1)) continue;
+        double m;
+        long long b;
+        dist_take_comm(groups[i], &m, &b);
+        *ms += m, *bytes += b;
+    }
+}
+
 static void run_step(Run *r, int step) {
     StepResult s = {0};
     s.step = step;
     s.tokens = r->ramp_tokens ? batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, r->seen_tokens)
                               : r->total_batch;
     double t0 = now_ms();
-    dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes); /* counted from here */
+    take_comm(r, &s.comm_ms, &s.comm_bytes); /* counted from here */
     s.loss = run_gradients(r, &s);
     s.lr = lr_at(r->schedule, step - 1, r->max_steps, r->tc->warmup, r->tc->lr, r->tc->final_frac);
     s.norm = r->opt.grad_norm(r->opt.ctx);
@@ -636,7 +650,7 @@ static void run_step(Run *r, int step) {
     s.tok_s = s.tokens / (s.step_ms / 1e3);
     r->seen_tokens += s.tokens;
     r->trained_tokens += s.tokens;
-    dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes);
+    take_comm(r, &s.comm_ms, &s.comm_bytes);
     if (r->leak_class >= 0) mem_calloc((MemClass)r->leak_class, 4096, 1, "planted leak (LLMC_TEST_LEAK)");
     train_check_leaks(step, r->first_step + 1, r->leak_base);
     run_print_step(r, &s);
