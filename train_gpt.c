@@ -375,6 +375,9 @@ int main(int argc, char **argv) {
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
         const int tp = tc.tensor_parallel; /* -tp: rank -pr's figures, of data-parallel rank -pr / tp */
+        if (tc.num_processes % tp != 0)
+            llmc_die("flag --plan with -tp %d: give the processes of the run, -pn (a multiple of %d), whose rank -pr "
+                     "to plan", tp, tp);
         tc.num_processes /= tp, tc.process_rank /= tp;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);

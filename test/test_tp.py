@@ -137,6 +137,7 @@ def main():
                    ("tp4", 4, ["-b", "8", "-tp", "4"], run, "tp4 on 4 ranks"),
                    ("tp2dp2", 4, ["-b", "4", "-tp", "2", "-z", "0"], run, "tp2 x dp2 on 4 ranks, -z 0"),
                    ("tp2dp2z1", 4, ["-b", "4", "-tp", "2", "-z", "1"], run, "tp2 x dp2 on 4 ranks, -z 1"),
+                   ("tp2r2", 2, ["-b", "8", "-tp", "2", "-r", "2"], run, "tp2 on 2 ranks, -r 2 (layernorms recomputed)"),
                    ("tp2tcp", 2, ["-b", "8", "-tp", "2"], launch_tcp, "tp2 on 2 ranks over -pi tcp (no mpirun)")]
         outs = {}
         for name, np, extra, launcher, what in layouts:
@@ -214,7 +215,8 @@ def main():
                (0, ["-b", "8", "-sp", "1"], "sequence parallelism is not built yet", "-sp 1"),
                (0, ["-b", "8", "--pipeline-schedule", "gpipe"], "pipeline schedules are not built yet", "--pipeline-schedule gpipe"),
                (0, ["-b", "8", "--pipeline-schedule", "zb"], "unknown schedule 'zb'", "--pipeline-schedule zb"),
-               (0, ["-b", "8", "-tp", "2", "-z", "2"], "-z 2 and 3 (use -z 0 or 1)", "-tp 2 -z 2")]
+               (0, ["-b", "8", "-tp", "2", "-z", "2"], "-z 2 and 3 (use -z 0 or 1)", "-tp 2 -z 2"),
+               (0, ["-b", "8", "-tp", "2", "--plan"], "give the processes of the run, -pn", "--plan -tp 2 without -pn")]
         for i, (np, extra, want, what) in enumerate(bad):
             out = os.path.join(tmp, f"bad{i}")
             p = run(np, base + extra + ["-o", out])  # (a later -e wins)
