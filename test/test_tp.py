@@ -222,6 +222,15 @@ def main():
             p = run(np, base + extra + ["-o", out])  # (a later -e wins)
             report(p.returncode != 0 and "error: " in p.stderr and want in p.stderr and not os.path.exists(os.path.join(out, "log.jsonl")),
                    f"{what}: a clear error ({want})", f"rc {p.returncode}: {p.stderr[-300:]}")
+        # the two tp ranks started with different -l (each holds its own part: only the flags can be compared)
+        out = os.path.join(tmp, "unlike")
+        args = base + ["-b", "8", "-tp", "2", "-o", out]
+        lr = args.index("-l") + 1
+        other = args[:lr] + ["2e-3"] + args[lr + 1:]
+        p = subprocess.run(["mpirun", "--oversubscribe", "-np", "1", TRAINER] + args + [":", "-np", "1", TRAINER] + other,
+                           capture_output=True, text=True, timeout=120, env=ENV)
+        report(p.returncode != 0 and "was started differently from rank 0" in p.stderr and "--lr" in p.stderr,
+               "tp2 ranks started with different -l: a clear error naming the flag", p.stderr[-400:])
         if os.path.exists(SIM):
             p = subprocess.run([SIM] + base + ["-b", "8", "-tp", "2", "-o", os.path.join(tmp, "sim")], capture_output=True,
                                text=True, timeout=60, env=ENV)

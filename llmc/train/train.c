@@ -79,8 +79,8 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
  * description (resolved flags, training and validation data: size and content CRC, parameter
  * CRC) is sent to all; a rank whose own differs names the first differing line, and every rank
  * stops. (train, val: NULL when not used.) */
-static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
-                              DataLoader *val) {
+static void check_ranks_agree_in(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
+                                 DataLoader *val, int with_params) {
     if (d->size == 1) return;
     TrainConfig c = *rc;
     c.process_rank = 0;
@@ -102,7 +102,7 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
             n += (size_t)snprintf(mine + n, CAP - n, "%s data: %zu tokens in %d shard(s), content crc32 %08x\n", names[i],
                                   dataloader_num_tokens(loaders[i]), dataloader_num_shards(loaders[i]),
                                   (unsigned)dataloader_content_crc(loaders[i]));
-    snprintf(mine + n, CAP - n, "initial parameters: %zu, crc32 %08lx\n", be->num_parameters, (unsigned long)crc);
+    if (with_params) snprintf(mine + n, CAP - n, "initial parameters: %zu, crc32 %08lx\n", be->num_parameters, (unsigned long)crc);
     memcpy(root, mine, CAP);
     dist_bcast_bytes(d, root, CAP);
     uint64_t ok = strcmp(mine, root) == 0, *all = (uint64_t *)mallocCheck((size_t)d->size * sizeof(uint64_t), "ranks");
@@ -141,6 +141,18 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
 /* -x 0: the validation loss of the loaded model (-e, or with -y 1 the latest checkpoint in -o),
  * over the batches a training run's evaluation uses; printed, and logged with "eval_only" when
  * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
+/* Every rank against rank 0: flags and data over the whole group; the parameters over the ranks that
+ * hold the same ones (-tp: the data-parallel group; each tensor-parallel rank holds its own part). */
+static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
+                              DataLoader *val) {
+    if (d == dist_world() || dist_tp_group()->size == 1) {
+        check_ranks_agree_in(d, rc, be, train, val, 1);
+        return;
+    }
+    check_ranks_agree_in(dist_world(), rc, be, train, val, 0);
+    check_ranks_agree_in(d, rc, be, train, val, 1);
+}
+
 static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const int B = tc->B, T = tc->T;
     if (tc->val_every <= 0 && !tc->hellaswag)
@@ -393,8 +405,11 @@ static void run_print_start(const Run *r) {
     const ModelConfig *cfg = &be->cfg;
     train_config_print(&r->rc, be->gpu, stdout);
     printf("backend: %s\n", be->name);
-    printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers, cfg->num_heads,
-           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, be->num_parameters);
+    printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
+           dist_tp_group()->size > 1 ? be->arch->arch->parameter_specs(be->arch, NULL) : be->num_parameters);
+    if (dist_tp_group()->size > 1) printf(" (%zu on each of the %d tensor-parallel ranks: -tp)", be->num_parameters, dist_tp_group()->size);
+    printf("\n");
     printf("train data: %zu tokens in %d shard(s); val: %d batches of %lld tokens\n", dataloader_num_tokens(r->train),
            dataloader_num_shards(r->train), r->val_batches, r->micro_tokens);
     printf("batch: %lld tokens per step = %d x %d x %d processes x %d accumulation steps; %d steps%s\n", r->total_batch,
