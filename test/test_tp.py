@@ -137,6 +137,7 @@ def main():
                    ("tp4", 4, ["-b", "8", "-tp", "4"], run, "tp4 on 4 ranks"),
                    ("tp2dp2", 4, ["-b", "4", "-tp", "2", "-z", "0"], run, "tp2 x dp2 on 4 ranks, -z 0"),
                    ("tp2dp2z1", 4, ["-b", "4", "-tp", "2", "-z", "1"], run, "tp2 x dp2 on 4 ranks, -z 1"),
+                   ("tp2accum", 2, ["-b", "4", "-tp", "2"], run, "tp2 on 2 ranks with 2 accumulation steps (-b 4)"),
                    ("tp2r2", 2, ["-b", "8", "-tp", "2", "-r", "2"], run, "tp2 on 2 ranks, -r 2 (layernorms recomputed)"),
                    ("tp2tcp", 2, ["-b", "8", "-tp", "2"], launch_tcp, "tp2 on 2 ranks over -pi tcp (no mpirun)")]
         outs = {}
@@ -162,6 +163,19 @@ def main():
             if name == "tp2":
                 report("tensor parallel: rank 0 of 2 holds" in p.stdout, "tp2: the memory print names the rank's part",
                        p.stdout[-500:])
+
+        # --- the rank order: tp fastest (world rank w is tp rank w % 2 of data-parallel rank w / 2) -------
+        p = subprocess.run(["mpirun", "--oversubscribe", "--tag-output", "-np", "4", TRAINER] + base[:-4] +
+                           ["-x", "1", "-b", "4", "-tp", "2", "-v", "0", "-s", "0"], capture_output=True, text=True,
+                           timeout=120, env={**ENV, "LLMC_TEST_ALL_RANKS_STDOUT": "1"})
+        said = {}
+        for line in p.stdout.splitlines():
+            if "tensor parallel: rank " in line and line.startswith("["):
+                w = int(line[1:].split("]")[0].split(",")[1])
+                said[w] = int(line.split("tensor parallel: rank ")[1].split()[0])
+        report(p.returncode == 0 and said == {0: 0, 1: 1, 2: 0, 3: 1},
+               "4 ranks at -tp 2: world rank w is tensor-parallel rank w % 2 (tp fastest, as Megatron)",
+               f"rc {p.returncode}, tp rank by world rank {said}: {p.stderr[-300:]}")
 
         # --- resume: the same layout bit-exact, another layout within the tolerance ---------------------
         if os.path.isdir(outs.get("tp2", "")):
