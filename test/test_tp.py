@@ -164,6 +164,17 @@ def main():
                 report("tensor parallel: rank 0 of 2 holds" in p.stdout, "tp2: the memory print names the rank's part",
                        p.stdout[-500:])
 
+        # --- -x 0 (evaluation only) at tp2: the one process's validation loss --------------------------
+        ev = ["-i", tr, "-j", va, "-e", os.path.join(ref, final), "-t", str(T), "-b", "4", "-v", "1", "-m", "2",
+              "--threads", "1", "-x", "0"]
+        vals = []
+        for np, extra in ((0, []), (2, ["-tp", "2"])):
+            p = run(np, ev + extra)
+            got = [float(line.split()[2]) for line in p.stdout.splitlines() if line.startswith("val loss ")]
+            vals.append(got[0] if p.returncode == 0 and got else None)
+        report(None not in vals and abs(vals[0] - vals[1]) <= LOSS_RTOL * abs(vals[0]),
+               "-x 0 at tp2: the validation loss of one process", str(vals))
+
         # --- the rank order: tp fastest (world rank w is tp rank w % 2 of data-parallel rank w / 2) -------
         p = subprocess.run(["mpirun", "--oversubscribe", "--tag-output", "-np", "4", TRAINER] + base[:-4] +
                            ["-x", "1", "-b", "4", "-tp", "2", "-v", "0", "-s", "0"], capture_output=True, text=True,

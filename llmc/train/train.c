@@ -172,8 +172,9 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
     check_ranks_agree(dist_data_group(), tc, be, NULL, val); /* (-tp: the ranks holding the same part) */
-    printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
-           resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
+    printf("evaluation only (-x 0): %s, %zu parameters%s, %d validation batches of %d x %d tokens\n",
+           resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters,
+           dist_tp_group()->size > 1 ? " on each tensor-parallel rank (-tp)" : "", batches, B, T);
     printf("backend: %s\n", be->name);
     float vl = 0.0f;
     if (val) {
