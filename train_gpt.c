@@ -21,6 +21,7 @@
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/dist/dist.h"
+#include "llmc/dist/layout.h"
 #include "llmc/formats/arch.h"
 #include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
@@ -265,7 +266,8 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
-    run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    if (tc->tensor_parallel > 1) run_cpu->tp_plan(&run_arch, tc->tensor_parallel, tc->B, tc->T, tc->recompute, 1, p);
+    else run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
     if (ep_ways(tc) > 1) { /* this rank's experts and exchange buffers, and the expert-parallel AdamW */
         mixtral_plan_expert_parallel(ep_cfg(), ep_ways(tc), tc->B, tc->T, shard_stage(tc), tc->num_processes,
                                      tc->process_rank, p);
@@ -356,6 +358,7 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
         moe_ep_init(&run_ep, dist, ep_ways(tc), ep_cfg());
         mixtral_set_expert_parallel((MixtralModel *)run.model, &run_ep);
     }
+    if (tc->tensor_parallel > 1) run_cpu->tp_split(run.model, dist_tp_group()); /* (the whole model loaded first) */
     if (lora_wanted(tc)) lora_attach(tc, &run, resume_step);
     budget_fit_run(tc, arch_config_base(&run_arch), space, dist);
     if (teacher_wanted(tc)) { /* (after the budget's -b: its activations are for the run's B) */
@@ -392,6 +395,11 @@ static void cpu_arch_for_init(const char *init, TrainConfig *tc, BudgetSpace *sp
     const ModelArch *arch = model_arch_for_init(init, &run_arch);
     const CpuArch *a = cpu_arch_for(arch);
     if (!a) llmc_die("-e %s is a %s model: the CPU trainer has no block sequence for it", init, arch->display);
+    if (tc->tensor_parallel > 1 && !a->tp_split)
+        llmc_die("flag -tp %d with -e %s (a %s model): tensor parallelism is built for GPT-2 only so far (the Llama "
+                 "family's split is not built yet); give -tp 1", tc->tensor_parallel, init, arch->display);
+    const char *bad = tc->tensor_parallel > 1 ? a->tp_validate(&run_arch, tc->tensor_parallel) : NULL;
+    if (bad) llmc_die("flag -tp %d with -e %s: %s", tc->tensor_parallel, init, bad);
     if (a->fix_recompute) /* (--plan --json: stdout is the JSON) */
         tc->recompute = a->fix_recompute(tc->recompute, tc->plan && tc->json ? stderr : stdout);
     /* (adapters: -z 0 or 1 only, lora_check_flags) */
@@ -432,10 +440,19 @@ int main(int argc, char **argv) {
         if (tc.memory_budget[0]) return budget_plan_main_for(&tc, &space, arch_config_base(&run_arch));
         MemPlan p;
         ep_check(&tc, NULL);
+        const int tp = tc.tensor_parallel; /* -tp: rank -pr's figures, of data-parallel rank -pr / tp */
+        if (tc.num_processes % tp != 0)
+            llmc_die("flag --plan with -tp %d: give the processes of the run, -pn (a multiple of %d), whose rank -pr "
+                     "to plan", tp, tp);
+        tc.num_processes /= tp, tc.process_rank /= tp;
         train_memory_plan(&tc, arch_config_base(&run_arch), cpu_plan, ep_ways(&tc) == 1, "CPU", &p);
         if (tc.json) mem_plan_print_json(&p, stdout);
         else mem_plan_print(&p, stdout), train_plan_print_optimizer(&tc, &p, 1, stdout);
         if (ep_ways(&tc) > 1 && !tc.json) ep_plan_print(ep_cfg(), ep_ways(&tc), tc.num_processes, tc.B, tc.T, stdout);
+        if (tp > 1 && !tc.json)
+            printf("tensor parallel: -tp %d over %d data-parallel rank(s): the figures are one rank's (its 1/%d of the split "
+                   "tensors and activations; %zu parameters of the model's %zu)\n", tp, tc.num_processes, tp,
+                   p.num_parameters, run_cpu->arch->parameter_specs(&run_arch, NULL));
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }
@@ -445,9 +462,14 @@ int main(int argc, char **argv) {
     if (teacher_wanted(&tc)) model_arch_for_init(tc.init, &run_arch), teacher_for(&tc);
     /* the process group: mpirun/srun ranks (a build with MPI), or one process */
     const DistFlags dist_flags = train_config_dist_flags(&tc);
+    if (tc.tensor_parallel > 1) { /* a model that does not split stops before any process group or run directory */
+        BudgetSpace early;
+        cpu_arch_for_init(tc.init, &tc, &early);
+    }
     Dist *dist = dist_init(&argc, &argv, &dist_flags, 1);
-    tc.num_processes = dist->size;
-    tc.process_rank = dist->rank;
+    dist_layout_init(dist, tc.tensor_parallel); /* -tp: the loop's ranks are the data-parallel group's */
+    tc.num_processes = dist_data_group()->size;
+    tc.process_rank = dist_data_group()->rank;
     if (tc.gpu_log_every > 0)
         printf("note: -lg %d: the CPU trainer has no GPU telemetry; continuing without it\n", tc.gpu_log_every);
 

@@ -403,6 +403,9 @@ int main(int argc, char **argv) {
         llmc_die("--teacher is not built for ./train_gpt yet (knowledge distillation runs on ./train_gpt_cpu)");
     if (strcmp(tc.grad_compression, "none") != 0) /* llmc/train/gradcomp.h: the CPU trainer's for now */
         llmc_die("--grad-compression is not built for ./train_gpt yet (./train_gpt_cpu has it, -z 0/1 on several ranks)");
+    if (tc.tensor_parallel > 1) /* issue 25: the CPU trainer's for now */
+        llmc_die("flag -tp %d (--tensor-parallel): tensor parallelism is not built yet for ./train_gpt (./train_gpt_cpu "
+                 "has it for GPT-2)", tc.tensor_parallel);
     int precision;
     check_flags(&tc, &precision);
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */

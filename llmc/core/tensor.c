@@ -98,3 +98,31 @@ size_t tensor_table_acts(TensorSpec *specs, TensorSpec *table, int n, size_t L, 
 double model_flops_per_token(size_t n, const ModelConfig *cfg, int T) {
     return 6.0 * (double)n + 6.0 * cfg->num_layers * (double)cfg->channels * T;
 }
+
+void tensor_table_split(TensorSpec *t, int n, int tp) {
+    for (int i = 0; i < n; i++)
+        if (t[i].split.kind != TENSOR_SPLIT_NONE) t[i].numel /= (size_t)tp;
+}
+
+void tensor_split_copy(const TensorSpec *whole, const TensorSpec *local, int n, int tp, int rank, float *whole_arena,
+                       float *local_arena, int to_local) {
+    for (int i = 0; i < n; i++) {
+        const TensorSpec *w = &whole[i], *s = &local[i];
+        float *wp = whole_arena + w->offset, *lp = local_arena + s->offset;
+        if (s->split.kind == TENSOR_SPLIT_NONE) {
+            if (to_local) memcpy(lp, wp, s->numel * sizeof(float));
+            else memcpy(wp, lp, s->numel * sizeof(float));
+            continue;
+        }
+        const size_t wl = w->layer_numel ? w->layer_numel : w->numel, ll = s->layer_numel ? s->layer_numel : s->numel;
+        const size_t layers = w->numel / wl, D = s->split.dim, d = D / (size_t)tp;
+        const size_t outer = s->split.kind == TENSOR_SPLIT_COL ? (size_t)s->split.groups : wl / D;
+        const size_t inner = wl / (outer * D), run = d * inner;
+        for (size_t l = 0; l < layers; l++)
+            for (size_t o = 0; o < outer; o++) {
+                float *a = wp + l * wl + (o * D + (size_t)rank * d) * inner, *b = lp + l * ll + o * run;
+                if (to_local) memcpy(b, a, run * sizeof(float));
+                else memcpy(a, b, run * sizeof(float));
+            }
+    }
+}

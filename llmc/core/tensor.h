@@ -50,6 +50,24 @@ typedef enum { ACT_RESIDUAL, ACT_LAYERNORM, ACT_STATS, ACT_ATTENTION, ACT_MLP, A
                ACT_NUM_KINDS } ActivationKind;
 extern const char *const activation_kind_names[ACT_NUM_KINDS];
 
+/* How a parameter splits over the ranks of a tensor-parallel group (Megatron's layout; the parameter
+ * table's split column, e.g. llmc/models/gpt2.h). Weights are (out, in): SPLIT_COL splits the output
+ * features (Megatron's column-parallel linear; its bias splits with it), SPLIT_ROW the input features
+ * (row-parallel; its bias is whole on every rank and added once, after the sum over the group).
+ * One layer of the whole tensor is viewed as (outer, dim, inner) and the dim axis is cut into tp
+ * equal blocks, rank r holding block r: SPLIT_COL(G, D): outer = G groups of D output features
+ * (GPT-2's qkv: 3 groups q | k | v of C, so each rank holds its heads' q, k and v), inner = the rest
+ * of the layer; SPLIT_ROW(D): dim = D input features, outer = the rest, inner = 1. */
+enum { TENSOR_SPLIT_NONE, TENSOR_SPLIT_COL, TENSOR_SPLIT_ROW };
+typedef struct {
+    int kind;   /* TENSOR_SPLIT_* */
+    int groups; /* SPLIT_COL: the groups of output features (1, or 3 for a fused q | k | v) */
+    size_t dim; /* the split extent of the whole tensor (output features per group, or input features) */
+} TensorSplit;
+#define SPLIT_NONE {TENSOR_SPLIT_NONE, 0, 0}
+#define SPLIT_COL(groups, dim) {TENSOR_SPLIT_COL, groups, dim}
+#define SPLIT_ROW(dim) {TENSOR_SPLIT_ROW, 1, dim}
+
 typedef struct {
     const char *name;
     const char *shape;
@@ -60,6 +78,7 @@ typedef struct {
     int kind;       /* activations: an ActivationKind */
     int per_layer;  /* activations: numel counts all stored layers */
     size_t layer_numel; /* elements between layer l and l + 1 (0: one copy shared by every layer) */
+    TensorSplit split;  /* parameters: how it splits over a tensor-parallel group (kind 0: whole on every rank) */
 } TensorSpec;
 
 /* Training flops per token of a model of n parameters, the usual 6N + 6LCT (forward + backward,
@@ -69,8 +88,11 @@ double model_flops_per_token(size_t n, const ModelConfig *cfg, int T);
 /* A table row from an X-macro row: parameters X(name, shape, numel, decay, init, stacked) carry
  * "stacked" in layer_numel, activations X(name, shape, numel, kind, level) their per-layer level in
  * per_layer, until tensor_table_place_* lays the table out. */
-#define TENSOR_PARAM_ROW(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked},
-#define TENSOR_ACT_ROW(name, shape, numel, kind, level) {#name, shape, numel, 0, 0, 0, kind, level, 0},
+#define TENSOR_PARAM_ROW(name, shape, numel, decay, init, stacked) {#name, shape, numel, 0, decay, init, 0, 0, stacked, SPLIT_NONE},
+#define TENSOR_ACT_ROW(name, shape, numel, kind, level) {#name, shape, numel, 0, 0, 0, kind, level, 0, SPLIT_NONE},
+/* A parameter row with a tensor-parallel split column (SPLIT_NONE, SPLIT_COL(G, D), SPLIT_ROW(D)). */
+#define TENSOR_PARAM_SPLIT_ROW(name, shape, numel, decay, init, stacked, split) \
+    {#name, shape, numel, 0, decay, init, 0, 0, stacked, split},
 /* Offsets back to back in table order; a stacked parameter gets layer_numel = numel / L. Returns
  * the total element count. */
 size_t tensor_table_place_params(TensorSpec *t, int n, size_t L);
@@ -110,6 +132,14 @@ size_t tensor_table_acts(TensorSpec *specs, TensorSpec *table, int n, size_t L, 
         TensorSpec table[] = {ACTS(TENSOR_ACT_ROW)};                                                   \
         return tensor_table_acts(specs, table, NA, L, recompute);                                      \
     }
+
+/* Tensor parallelism over a table whose rows carry a split: tensor_table_split divides each split row's
+ * numel by tp (before tensor_table_place_params: a rank's own table). tensor_split_copy moves rank
+ * `rank`'s part of every tensor between a whole arena (laid out by whole, the table for tp 1) and the
+ * rank's arena (laid out by local): to_local 1 copies whole -> local, 0 local -> whole. */
+void tensor_table_split(TensorSpec *t, int n, int tp);
+void tensor_split_copy(const TensorSpec *whole, const TensorSpec *local, int n, int tp, int rank, float *whole_arena,
+                       float *local_arena, int to_local);
 
 /* Layer l's view of the tensor s in arena: per-layer views and strides come from the table,
  * never from hand-written shape products. */

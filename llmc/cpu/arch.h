@@ -15,6 +15,7 @@
 #include "llmc/core/logger.h"
 #include "llmc/core/mem.h"
 #include "llmc/cpu/zero.h"
+#include "llmc/dist/group.h"
 #include "llmc/formats/arch.h"
 
 #ifdef __cplusplus
@@ -91,6 +92,14 @@ typedef struct CpuArch {
     /* Optional (NULL: none): the architecture's own parts of a training step since zero_grad,
      * as log fields (lg) or step-line text (Mixtral: train_ce, train_aux, tokens per expert). */
     void (*step_log)(const void *model, char *text, size_t len, Logger *lg);
+
+    /* Tensor parallelism (-tp N; NULL: not built for the architecture): tp_split keeps this rank's part
+     * of a built model whose whole parameters are loaded (before allocate; tp: the group, dist/layout.h),
+     * tp_validate says why cfg does not split over tp ranks (NULL: it does), tp_plan is plan for one
+     * rank of tp. */
+    void (*tp_split)(void *model, Dist *tp);
+    const char *(*tp_validate)(const ArchConfig *cfg, int tp);
+    void (*tp_plan)(const ArchConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p);
 } CpuArch;
 
 /* The uniform wrappers over a block sequence with llmc/cpu/llama.h's function shapes (P_build(Model *,

@@ -6,6 +6,7 @@
 
 #include "llmc/core/check.h"
 #include "llmc/core/mem.h"
+#include "llmc/core/sumfile.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
@@ -17,6 +18,63 @@
 #include "llmc/cpu/residual.h"
 
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
+
+/* ---- tensor parallelism (-tp N, Megatron's split; the table's split column) ------------------ */
+static int tp_size(const GPT2 *model) { return model->tp ? model->tp->size : 1; }
+
+void gpt2_tp_split(GPT2 *model, Dist *tp) {
+    if (!tp || tp->size == 1) return;
+    const char *bad = gpt2_tp_validate(&model->cfg, tp->size);
+    if (bad) llmc_die("-tp %d: %s", tp->size, bad);
+    if (model->acts_memory || model->grads_memory) llmc_die("internal: gpt2_tp_split after gpt2_allocate");
+    TensorSpec local[NUM_PARAMETER_TENSORS];
+    size_t n = gpt2_parameter_specs_tp(&model->cfg, tp->size, local);
+    float *mine = (float *)mem_calloc(MEM_PARAMETERS, n, sizeof(float), "parameters (this tensor-parallel rank's)");
+    tensor_split_copy(model->param_specs, local, NUM_PARAMETER_TENSORS, tp->size, tp->rank, model->params_memory, mine, 1);
+    mem_free(MEM_PARAMETERS, model->params_memory, model->train.params_floats * sizeof(float));
+    model->params_memory = mine;
+    model->num_parameters = model->train.params_floats = n;
+    memcpy(model->param_specs, local, sizeof local);
+    gpt2_point_parameters(&model->params, mine, local);
+    model->tp = tp;
+}
+
+/* A row-parallel product's output (N, C): every rank's partial sum added over the group, then the
+ * bias (whole on every rank, added once). Without -tp the matmul added the bias already. */
+static void tp_sum_rows(const GPT2 *model, float *out, const float *bias, int N, int C) {
+    if (tp_size(model) == 1) return;
+    dist_allreduce_f32(model->tp, out, (size_t)N * C);
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] += bias[c];
+}
+/* A column-parallel product's input gradient (N, C): each rank's part summed over the group. */
+static void tp_sum_input_grad(const GPT2 *model, float *dinp, int N, int C) {
+    if (tp_size(model) > 1) dist_allreduce_f32(model->tp, dinp, (size_t)N * C);
+}
+
+/* LLMC_TEST_TP_CHECK=1 (tests): the gradients of the tensors that are whole on every rank must be
+ * bit-identical over the group after each backward (every rank computes them from the same summed
+ * inputs); dies otherwise. */
+static void tp_check_replicated(const GPT2 *model) {
+    static int said;
+    const char *e = getenv("LLMC_TEST_TP_CHECK");
+    if (tp_size(model) == 1 || !e || !e[0] || !model->grads_memory) return;
+    uint32_t crc = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++)
+        if (model->param_specs[i].split.kind == TENSOR_SPLIT_NONE)
+            crc = sumfile_crc_update(crc, model->grads_memory + model->param_specs[i].offset,
+                                     model->param_specs[i].numel * sizeof(float));
+    uint64_t all[64];
+    if (model->tp->size > 64) return;
+    dist_allgather_u64(model->tp, crc, all);
+    for (int r = 1; r < model->tp->size; r++)
+        if (all[r] != all[0])
+            llmc_die("LLMC_TEST_TP_CHECK: the replicated tensors' gradients differ between tensor-parallel ranks 0 and %d "
+                     "(crc32 %08x, %08x)", r, (unsigned)all[0], (unsigned)all[r]);
+    if (!said++)
+        fprintf(stderr, "tp check: the replicated tensors' gradients are bit-identical on the %d tensor-parallel ranks\n",
+                model->tp->size);
+}
 
 void gpt2_build(GPT2 *model, const ModelConfig *cfg) {
     memset(model, 0, sizeof *model);
@@ -35,19 +93,24 @@ void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long s
 }
 
 void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p) {
-    p->num_parameters = gpt2_parameter_specs(cfg, NULL);
+    gpt2_plan_tp(cfg, 1, B, T, recompute, training, p);
+}
+
+void gpt2_plan_tp(const ModelConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p) {
+    p->num_parameters = gpt2_parameter_specs_tp(cfg, tp, NULL);
     p->recompute = recompute;
     p->host[MEM_PARAMETERS] = p->num_parameters * sizeof(float);
-    p->host[MEM_ACTIVATIONS] = gpt2_activation_specs(cfg, B, T, recompute, p->act) * sizeof(float);
+    p->host[MEM_ACTIVATIONS] = gpt2_activation_specs_tp(cfg, B, T, recompute, tp, p->act) * sizeof(float);
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) p->act_bytes[i] = p->act[i].numel * sizeof(float);
     if (!training) return;
     p->host[MEM_GRADIENTS] = p->num_parameters * sizeof(float);
-    /* dresidual, dbuf_c (B,T,C each); dbuf_f1 (B,T,max(F,QKV)), dbuf_f2 (B,T,F): see GPT2 */
-    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
-    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
+    /* dresidual, dbuf_c (B,T,C each); dbuf_f1 (B,T,max(F,QKV)), dbuf_f2 (B,T,F): see GPT2 (-tp: F and
+     * QKV are this rank's F/tp and QKV/tp) */
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden / (size_t)tp;
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads) / (size_t)tp;
     p->host[MEM_BWD_SCRATCH] = N * (2 * C + (F > QKV ? F : QKV) + F) * sizeof(float);
     /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
-    const size_t layers[][2] = {{QKV, C}, {C, C}, {F, C}, {C, F}, {(size_t)cfg->padded_vocab_size, C}};
+    const size_t layers[][2] = {{QKV, C}, {C, C / (size_t)tp}, {F, C}, {C, F}, {(size_t)cfg->padded_vocab_size, C}};
     p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 5);
 }
 
@@ -62,15 +125,16 @@ void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training) {
     model->recompute = recompute;
     MemPlan plan;
     mem_plan_init(&plan, "CPU");
-    gpt2_plan(cfg, B, T, recompute, training, &plan);
+    gpt2_plan_tp(cfg, tp_size(model), B, T, recompute, training, &plan);
     memcpy(model->act_specs, plan.act, sizeof model->act_specs);
     model->num_activations = plan.host[MEM_ACTIVATIONS] / sizeof(float);
     model->acts_memory = (float *)mem_calloc(MEM_ACTIVATIONS, model->num_activations, sizeof(float), "activations");
     gpt2_point_activations(&model->acts, model->acts_memory, model->act_specs);
     if (!training) return;
-    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
-    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads);
-    size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) */
+    const size_t tp = (size_t)tp_size(model);
+    size_t N = (size_t)B * T, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden / tp;
+    size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads) / tp;
+    size_t F1 = F > QKV ? F : QKV; /* dbuf_f1 holds dfch_gelu (F) and later dqkv (QKV) (-tp: this rank's) */
     model->train.num_scratch = plan.host[MEM_BWD_SCRATCH] / sizeof(float);
     model->train.scratch_memory = (float *)mem_calloc(MEM_BWD_SCRATCH, model->train.num_scratch, sizeof(float), "backward scratch");
     model->train.dresidual = model->train.scratch_memory;
@@ -131,7 +195,9 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     const ParameterTensors *p = &model->params;
     ActivationTensors *a = &model->acts;
 
-    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
+    /* -tp: this rank's heads (NH/tp, NKV/tp), qkv rows (QKV/tp) and MLP columns (F/tp) */
+    const int tp = tp_size(model), HS = C / NH, NHr = NH / tp, NKVr = cfg->num_kv_heads / tp, QKVr = (NHr + 2 * NKVr) * HS;
+    const int Cr = C / tp, Fr = F / tp;
     cpu_zero_gather_outer(&model->train.zs);
     cpu_zero_prefetch_layer(&model->train.zs, 0);
     encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
@@ -141,17 +207,19 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         float *residual3 = ACT(residual3, l);
         layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
-        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
-        LORA_FWD(QKV, qkv, QKV, ln1);
-        attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
-        matmul_forward(residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
+        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKVr);
+        LORA_FWD(QKV, qkv, QKVr, ln1);
+        attention_forward(atty, ACT(att, l), qkv, B, T, NHr, NKVr, HS);
+        matmul_forward(residual2, atty, PARAM(attprojw, l), tp > 1 ? NULL : PARAM(attprojb, l), N, Cr, C);
+        tp_sum_rows(model, residual2, PARAM(attprojb, l), N, C);
         LORA_FWD(ATTPROJ, residual2, C, atty);
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
-        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
-        LORA_FWD(FC, fch, F, ln2);
-        gelu_forward(fch_gelu, fch, (size_t)N * F);
-        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
+        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, Fr);
+        LORA_FWD(FC, fch, Fr, ln2);
+        gelu_forward(fch_gelu, fch, (size_t)N * Fr);
+        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), tp > 1 ? NULL : PARAM(fcprojb, l), N, Fr, C);
+        tp_sum_rows(model, residual3, PARAM(fcprojb, l), N, C);
         LORA_FWD(FCPROJ, residual3, C, fch_gelu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
@@ -170,8 +238,9 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     const ModelConfig *cfg = &model->cfg;
     if (!model->grads_memory && !model->train.lora) llmc_die("gpt2_backward: the model was allocated without training buffers");
     const int C = cfg->channels, L = cfg->num_layers, NH = cfg->num_heads, F = cfg->ffn_hidden;
-    const int Vp = cfg->padded_vocab_size, N = B * T;
-    const size_t NC = (size_t)N * C, NF = (size_t)N * F;
+    const int Vp = cfg->padded_vocab_size, N = B * T, tp = tp_size(model);
+    const int Cr = C / tp, Fr = F / tp; /* -tp: this rank's attention output and MLP columns */
+    const size_t NC = (size_t)N * C, NF = (size_t)N * Fr;
     const ParameterTensors *p = &model->params;
     ParameterTensors *g = &model->grads;
     ActivationTensors *a = &model->acts;
@@ -185,7 +254,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     const float *top = ACT(residual3, L - 1);
     layernorm_backward(dres, g->lnfw, g->lnfb, model->train.dbuf_c, top, p->lnfw, a->lnf_mean, a->lnf_rstd, N, C);
 
-    const int NKV = cfg->num_kv_heads, HS = C / NH, QKV = (NH + 2 * NKV) * HS;
+    const int HS = C / NH, NHr = NH / tp, NKVr = cfg->num_kv_heads / tp, QKVr = (NHr + 2 * NKVr) * HS;
     for (int l = L - 1; l >= 0; l--) {
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
@@ -197,30 +266,32 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
             layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->train.dbuf_f1, *dfch = model->train.dbuf_f2;
-        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
+        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, Fr, C);
         LORA_BWD(FCPROJ, dfch_gelu, dres, C, fch_gelu);
         /* fch_gelu = gelu(fch) */
         gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->train.dbuf_c;
-        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
-        LORA_BWD(FC, dln2, dfch, F, ln2);
+        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, Fr);
+        LORA_BWD(FC, dln2, dfch, Fr, ln2);
+        tp_sum_input_grad(model, dln2, N, C);
         /* ln2 = layernorm(residual2) */
         layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
                            ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->train.dbuf_c;
-        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
+        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, Cr, C);
         LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(qkv) */
         float *dqkv = model->train.dbuf_f1;
-        attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NH, NKV, HS);
+        attention_backward(dqkv, datty, qkv, ACT(att, l), B, T, NHr, NKVr, HS);
         /* qkv = ln1 @ qkvw^T + qkvb */
         if (model->recompute >= 2)
             layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         float *dln1 = model->train.dbuf_c;
-        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
-        LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
+        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKVr);
+        LORA_BWD(QKV, dln1, dqkv, QKVr, ln1);
+        tp_sum_input_grad(model, dln1, N, C);
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),
                            ACT(ln1_rstd, l), N, C);
@@ -230,6 +301,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     /* encoded = wte[inputs] + wpe */
     if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
     cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
+    tp_check_replicated(model);
 }
 
 void gpt2_zero_grad(GPT2 *model) {
@@ -295,4 +367,9 @@ void gpt2_print_memory(const GPT2 *model, FILE *out) {
         fprintf(out, "| backward scratch (one layer)        | %10.1f |\n", model->train.num_scratch * sizeof(float) / MiB);
     fprintf(out, "| total                               | %10.1f |\n", total / MiB);
     fprintf(out, "+-------------------------------------+------------+\n");
+    if (tp_size(model) > 1)
+        fprintf(out, "tensor parallel: rank %d of %d holds %zu of the model's %zu parameters (its 1/%d of c_attn, c_fc and both "
+                     "c_proj; embeddings, LM head and layernorms whole) and its 1/%d of qkv, atty, att, fch and fch_gelu\n",
+                model->tp->rank, model->tp->size, model->num_parameters, gpt2_parameter_specs(&model->cfg, NULL),
+                model->tp->size, model->tp->size);
 }

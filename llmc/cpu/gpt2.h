@@ -39,6 +39,9 @@ typedef struct {
      * written); dbuf_f1 (B,T,max(F,QKV)): dfch_gelu, later reused as dqkv (B,T,QKV); dbuf_f2
      * (B,T,F): dfch. ZeRO: gpt2_shard. */
     CpuTraining train;
+    /* -tp N (gpt2_tp_split): this rank's tensor-parallel group (NULL: none); the arenas then hold this
+     * rank's part of each split tensor (the table's split column) and of the split activations */
+    Dist *tp;
 } GPT2;
 
 /* gpt2_build: the model for cfg with its parameter arena allocated (zero; the caller fills it, e.g.
@@ -49,6 +52,13 @@ void gpt2_build_random(GPT2 *model, const ModelConfig *cfg, unsigned long long s
 /* The CPU backend's memory plan for (B, T, recompute, training): parameters, gradients,
  * activations by tensor, backward scratch. gpt2_allocate allocates exactly these sizes. */
 void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training, MemPlan *p);
+/* gpt2_plan for one rank of a tensor-parallel group of tp (gpt2_plan: tp 1). */
+void gpt2_plan_tp(const ModelConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p);
+/* -tp: a built model (its whole parameters loaded, not yet allocated) keeps only this rank's part
+ * of each split tensor (Megatron's split: llmc/models/gpt2.h's split column); its forward and backward
+ * then sum over tp after each row-parallel product and each column-parallel input gradient. Dies
+ * when the shape does not divide (gpt2_tp_validate). tp NULL or of one rank: nothing changes. */
+void gpt2_tp_split(GPT2 *model, Dist *tp);
 /* Activations for batches up to (B, T), plus gradients if training. */
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);
 /* Returns the mean loss over B*T positions when targets != NULL (else 0; logits are left in

@@ -37,6 +37,11 @@ static const float *arch_forward_cached(const void *m, void *c, const int *token
     return gpt2_forward_cached(m, c, tokens, n);
 }
 static void arch_set_lora(void *m, struct LoraRun *lora) { ((GPT2 *)m)->train.lora = lora; }
+static void arch_tp_split(void *m, Dist *tp) { gpt2_tp_split(m, tp); }
+static const char *arch_tp_validate(const ArchConfig *cfg, int tp) { return gpt2_tp_validate(arch_config_cbase(cfg), tp); }
+static void arch_tp_plan(const ArchConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p) {
+    gpt2_plan_tp(arch_config_cbase(cfg), tp, B, T, recompute, training, p);
+}
 static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
     (void)cfg;
     snprintf(out, len, "%s", "");
@@ -66,4 +71,7 @@ const CpuArch gpt2_cpu_arch = {
     .describe = arch_describe,
     .lora_family = LORA_FAMILY_GPT2,
     .set_lora = arch_set_lora,
+    .tp_split = arch_tp_split,
+    .tp_validate = arch_tp_validate,
+    .tp_plan = arch_tp_plan,
 };

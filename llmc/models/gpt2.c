@@ -75,9 +75,26 @@ int model_config_from_descriptor(ModelConfig *cfg, const char *desc) {
     (void)Vp, (void)C, (void)L, (void)maxT, (void)F, (void)NH, (void)QKV
 
 size_t gpt2_parameter_specs(const ModelConfig *cfg, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
+    return gpt2_parameter_specs_tp(cfg, 1, specs);
+}
+
+size_t gpt2_parameter_specs_tp(const ModelConfig *cfg, int tp, TensorSpec specs[NUM_PARAMETER_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
-    TensorSpec table[] = {GPT2_PARAMETERS(TENSOR_PARAM_ROW)};
+    TensorSpec table[] = {GPT2_PARAMETERS(TENSOR_PARAM_SPLIT_ROW)};
+    tensor_table_split(table, NUM_PARAMETER_TENSORS, tp);
     return tensor_table_params(specs, table, NUM_PARAMETER_TENSORS, L);
+}
+
+const char *gpt2_tp_validate(const ModelConfig *cfg, int tp) {
+    static char msg[200];
+    if (cfg->num_heads % tp != 0)
+        snprintf(msg, sizeof msg, "the model's %d attention heads (NH) do not divide by -tp %d (each rank holds NH/tp heads)",
+                 cfg->num_heads, tp);
+    else if (cfg->ffn_hidden % tp != 0)
+        snprintf(msg, sizeof msg, "the model's MLP width %d (4*C) does not divide by -tp %d (each rank holds F/tp columns)",
+                 cfg->ffn_hidden, tp);
+    else return NULL;
+    return msg;
 }
 
 float **gpt2_parameter_slots(ParameterTensors *p) {
@@ -93,7 +110,7 @@ void gpt2_point_parameters(ParameterTensors *p, float *arena, const TensorSpec s
 }
 
 int gpt2_activation_stored_per_layer(const char *name, int recompute) {
-#define LLMC_ACT_LEVEL(name, shape, numel, kind, keep_below) {#name, keep_below},
+#define LLMC_ACT_LEVEL(name, shape, numel, kind, keep_below, tp) {#name, keep_below},
     static const struct { const char *name; int keep_below; } levels[] = {GPT2_ACTIVATIONS(LLMC_ACT_LEVEL)};
 #undef LLMC_ACT_LEVEL
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
@@ -103,9 +120,21 @@ int gpt2_activation_stored_per_layer(const char *name, int recompute) {
 
 size_t gpt2_activation_specs(const ModelConfig *cfg, int Bi, int Ti, int recompute,
                              TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
+    return gpt2_activation_specs_tp(cfg, Bi, Ti, recompute, 1, specs);
+}
+
+size_t gpt2_activation_specs_tp(const ModelConfig *cfg, int Bi, int Ti, int recompute, int tp,
+                                TensorSpec specs[NUM_ACTIVATION_TENSORS]) {
     LLMC_SHAPE_NAMES(cfg);
     const size_t B = (size_t)Bi, T = (size_t)Ti;
-    TensorSpec table[] = {GPT2_ACTIVATIONS(TENSOR_ACT_ROW)};
+#define LLMC_ACT_ROW(name, shape, numel, kind, level, split) TENSOR_ACT_ROW(name, shape, numel, kind, level)
+#define LLMC_ACT_SPLIT(name, shape, numel, kind, level, split) split,
+    TensorSpec table[] = {GPT2_ACTIVATIONS(LLMC_ACT_ROW)};
+    static const int split[] = {GPT2_ACTIVATIONS(LLMC_ACT_SPLIT)};
+#undef LLMC_ACT_ROW
+#undef LLMC_ACT_SPLIT
+    for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++)
+        if (split[i]) table[i].numel /= (size_t)tp;
     return tensor_table_acts(specs, table, NUM_ACTIVATION_TENSORS, L, recompute);
 }
 

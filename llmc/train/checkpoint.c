@@ -13,6 +13,8 @@
 #include "llmc/train/lora.h"
 #include "llmc/train/adafactor.h"
 #include "llmc/train/gradcomp.h"
+#include "llmc/train/tp.h"
+#include "llmc/dist/layout.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -102,6 +104,21 @@ static int resolve_init_rank0(const TrainConfig *tc, char *init_path, size_t len
     return -1;
 }
 
+/* -tp: the whole model, m and v (3 x the whole count, *n) on rank 0 from the tensor-parallel ranks'
+ * parts (NULL elsewhere); a collective over every rank. m and v are whole on the data-parallel group's
+ * rank 0 (-z 1 gathered them there); the other ranks send their parameters in their place (unused). */
+static float *tp_gather_whole(const TrainBackend *be, const OptimStateView *sv, size_t *n) {
+    const TensorSpec *specs = be->hostopt.param_specs;
+    const int ns = be->arch->arch->num_param_specs, have = dist_data_group()->rank == 0;
+    const size_t nl = be->num_parameters, nw = train_tp_whole_numel(specs, ns, train_tp_size());
+    float *w = dist_world()->rank == 0 ? (float *)mallocCheck(3 * nw * sizeof(float), "the whole model (checkpoint)") : NULL;
+    train_tp_gather(specs, ns, nl, sv->params, w);
+    train_tp_gather(specs, ns, nl, have ? sv->m : sv->params, w ? w + nw : NULL);
+    train_tp_gather(specs, ns, nl, have ? sv->v : sv->params, w ? w + 2 * nw : NULL);
+    *n = nw;
+    return w;
+}
+
 void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBackend *be, TrainOptimizer *opt,
                             DataLoader *loader, const Rng *sampler_rng, int step, int healthy) {
     char model[4200], state[4200];
@@ -112,9 +129,16 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     be->state.sync_to_host(be->model);
     OptimStateView sv;
     opt->state(opt->ctx, &sv);
-    const float *params = sv.params;
+    const float *params = sv.params, *m = sv.m, *v = sv.v;
+    size_t n = be->num_parameters;
+    float *tp_whole = NULL; /* -tp: rank 0 writes the whole model (every layout's checkpoint is the same) */
+    if (train_tp_size() > 1) {
+        size_t nw;
+        tp_whole = tp_gather_whole(be, &sv, &nw);
+        if (tp_whole) params = tp_whole, m = tp_whole + nw, v = tp_whole + 2 * nw, n = nw;
+    }
     if (sv.whole_params) /* (-z 3: the whole model is rank 0's) */
-        for (size_t i = 0; i < be->num_parameters; i++)
+        for (size_t i = 0; i < n; i++)
             if (!isfinite(params[i]))
                 llmc_die("training diverged: weight %zu is %g at step %d; no checkpoint was written (earlier "
                          "checkpoints in '%s' are kept); lower the learning rate (-l) or clip gradients (--grad-clip)",
@@ -150,13 +174,13 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
         be->state.model_path(be->model, tc->output_dir, step, 1, model, sizeof model);
     } else if (tc->process_rank == 0) {
         const ModelArch *arch = be->arch->arch;
-        st.model_crc = arch->save(model, be->arch, params, be->num_parameters, tc->ckpt_bf16);
+        st.model_crc = arch->save(model, be->arch, params, n, tc->ckpt_bf16);
         st.has_model_crc = 1;
         if (tc->save_hf)
-            arch->save_hf_checkpoint(tc->output_dir, step, be->arch, params, be->num_parameters, tc->ckpt_bf16, tc->init);
+            arch->save_hf_checkpoint(tc->output_dir, step, be->arch, params, n, tc->ckpt_bf16, tc->init);
     }
     st.step = step;
-    st.numel = be->num_parameters;
+    st.numel = n;
     st.B = tc->B;
     st.T = tc->T;
     st.processes = tc->num_processes;
@@ -170,10 +194,11 @@ void train_save_checkpoint(const TrainConfig *tc, const TrainConfig *rc, TrainBa
     st.sampler_rng = sampler_rng->state;
     st.optimizer = train_state_optimizer(tc);
     if (be->state.save_backend_state) be->state.save_backend_state(be->model, st.backend);
-    if (sv.m) state_file_save(state, &st, sv.m, sv.v);
+    if (m) state_file_save(state, &st, m, v);
     else state_file_save_chunks(state, &st, sv.moment, sv.moment_ctx); /* compact moments, a chunk at a time */
     if (opt->state_release) opt->state_release(opt->ctx, &sv);
     free(residuals);
+    free(tp_whole);
     if (tc->process_rank == 0) {
         char config[16384];
         train_config_to_text(rc, config, sizeof config);
@@ -248,7 +273,18 @@ void train_load_state(const TrainConfig *tc, TrainBackend *be, TrainOptimizer *o
     TrainState st;
     float *m, *v;
     opt->load_begin(opt->ctx, &m, &v);
-    state_file_load(state, &st, m, v, be->num_parameters);
+    if (train_tp_size() > 1) { /* -tp: the file holds the whole model's m and v (any layout's): this rank's part */
+        const TensorSpec *specs = be->hostopt.param_specs;
+        const int ns = be->arch->arch->num_param_specs;
+        const size_t nw = train_tp_whole_numel(specs, ns, train_tp_size());
+        float *wm = (float *)mallocCheck(nw * sizeof(float), "AdamW m (checkpoint)");
+        float *wv = (float *)mallocCheck(nw * sizeof(float), "AdamW v (checkpoint)");
+        state_file_load(state, &st, wm, wv, nw);
+        train_tp_take(specs, ns, wm, m);
+        train_tp_take(specs, ns, wv, v);
+        free(wm), free(wv);
+    } else
+        state_file_load(state, &st, m, v, be->num_parameters);
     if (st.optimizer != train_state_optimizer(tc)) {
         static const char *const names[] = {"", "adamw", "adafactor"};
         llmc_die("cannot resume from '%s': it holds the state of --optimizer %s, this run has --optimizer %s (an "

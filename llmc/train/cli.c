@@ -116,6 +116,12 @@ static const Flag flags[] = {
     {NULL, "--distill-temperature", F_FLOAT, FIELD(distill_temperature), "distillation: the softmax temperature t > 0 of both distributions"},
     {NULL, "--teacher-quantize", F_STRING, FIELD(teacher_quantize), "distillation: the teacher's storage; '' = fp32 (bf16 and nf4 are not built yet)"},
     /* ---- gradient compression (llmc/train/gradcomp.h) ---- */
+    /* ---- model parallelism (issue 25; llmc/dist/layout.h) ---- */
+    {"-tp", "--tensor-parallel", F_INT, FIELD(tensor_parallel), "tensor parallelism: ranks per group that split each block's matrices (Megatron: c_attn and c_fc by columns, the c_proj by rows); data-parallel ranks = processes / tp, tp fastest in rank order (./train_gpt_cpu, GPT-2, -z 0/1)"},
+    {"-pp", "--pipeline-parallel", F_INT, FIELD(pipeline_parallel), "pipeline parallelism: stages the layers are split into (not built yet: 1)"},
+    {"-sp", "--sequence-parallel", F_INT, FIELD(sequence_parallel), "1 = sequence parallelism in the tensor-parallel group (not built yet: 0)"},
+    {NULL, "--pipeline-schedule", F_STRING, FIELD(pipeline_schedule), "gpipe | 1f1b | interleaved (with -pp; not built yet)"},
+    {NULL, "--pipeline-virtual", F_INT, FIELD(pipeline_virtual), "pipeline stages per rank for --pipeline-schedule interleaved (with -pp; not built yet)"},
     {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value) | powersgd:RANK (each matrix as rank-RANK factors, warm-started; vectors uncompressed); ./train_gpt_cpu, -z 0/1, several ranks"},
     /* ---- NVMe offload (llmc/train/nvme.h) ---- */
     {NULL, "--offload-device", F_STRING, FIELD(offload_device), "cpu | nvme: where the host AdamW keeps its moments (fp32 or --optim-state's form): nvme = one file per rank under --nvme-path, streamed through a small staging ring each step (io_uring); the same bits as cpu (./train_gpt: with --offload optimizer)"},
@@ -172,6 +178,8 @@ void train_config_defaults(TrainConfig *c) {
     c->distill_temperature = 2.0f;
     snprintf(c->grad_compression, sizeof c->grad_compression, "none"); /* llmc/train/gradcomp.h */
     snprintf(c->offload_device, sizeof c->offload_device, "cpu"); /* llmc/train/nvme.h */
+    c->tensor_parallel = 1, c->pipeline_parallel = 1, c->pipeline_virtual = 1; /* (issue 25) */
+    snprintf(c->pipeline_schedule, sizeof c->pipeline_schedule, "1f1b");
 }
 
 static void format_value(const Flag *f, const TrainConfig *c, char *buf, size_t len) {
@@ -217,7 +225,9 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip",
                                           "--adafactor-decay-rate", "--adafactor-relative-step", "--use-dora", "--teacher",
                                           "--distill-alpha", "--distill-temperature", "--teacher-quantize",
-                                          "--grad-compression", "--offload-device", "--nvme-path", NULL};
+                                          "--grad-compression", "--offload-device", "--nvme-path", "--tensor-parallel",
+                                          "--pipeline-parallel", "--sequence-parallel", "--pipeline-schedule",
+                                          "--pipeline-virtual", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -265,6 +275,8 @@ static int feature_off(const Flag *f, const TrainConfig *c) {
         strcmp(n, "--adapter") == 0)
         return c->lora_rank == 0 && !c->adapter[0];
     if (strcmp(n, "--offload-device") == 0 || strcmp(n, "--nvme-path") == 0) return strcmp(c->offload_device, "nvme") != 0;
+    if (strcmp(n, "--tensor-parallel") == 0 || strncmp(n, "--pipeline-", 11) == 0 || strcmp(n, "--sequence-parallel") == 0)
+        return c->tensor_parallel == 1 && c->pipeline_parallel == 1;
     return 0;
 }
 
@@ -524,6 +536,40 @@ static void validate_offload_device(const TrainConfig *c) {
     if (!c->plan) nvme_check_dir(c->nvme_path);
 }
 
+/* -tp, -pp, -sp and the pipeline's schedule (issue 25: tensor parallelism is built, the rest not yet) */
+static void validate_layout(const TrainConfig *c) {
+    check_range("-tp (--tensor-parallel)", c->tensor_parallel, 1, 4096);
+    check_range("-pp (--pipeline-parallel)", c->pipeline_parallel, 1, 4096);
+    check_range("-sp (--sequence-parallel)", c->sequence_parallel, 0, 1);
+    check_range("--pipeline-virtual", c->pipeline_virtual, 1, 4096);
+    if (strcmp(c->pipeline_schedule, "gpipe") && strcmp(c->pipeline_schedule, "1f1b") && strcmp(c->pipeline_schedule, "interleaved"))
+        llmc_die("flag --pipeline-schedule: unknown schedule '%s' (gpipe, 1f1b, interleaved)", c->pipeline_schedule);
+    if (c->pipeline_parallel > 1)
+        llmc_die("flag -pp %d (--pipeline-parallel): pipeline parallelism is not built yet (give -pp 1; tensor "
+                 "parallelism -tp is)", c->pipeline_parallel);
+    if (strcmp(c->pipeline_schedule, "1f1b") || c->pipeline_virtual != 1)
+        llmc_die("flag %s: pipeline schedules are not built yet (pipeline parallelism -pp is not)",
+                 strcmp(c->pipeline_schedule, "1f1b") ? "--pipeline-schedule" : "--pipeline-virtual");
+    if (c->sequence_parallel)
+        llmc_die("flag -sp 1 (--sequence-parallel): sequence parallelism is not built yet (give -sp 0; -tp runs without it)");
+    const int tp = c->tensor_parallel;
+    if (tp == 1) return;
+    if (c->num_processes > 1 && c->num_processes % tp != 0)
+        llmc_die("flag -tp %d: the %d processes (-pn) do not divide into tensor-parallel groups of %d (the data-parallel "
+                 "size is processes / tp)", tp, c->num_processes, tp);
+    const char *what = c->zero_stage > 1 ? "-z 2 and 3 (use -z 0 or 1)"
+                       : c->lora_rank > 0 || c->adapter[0] ? "LoRA adapters (--lora-rank, --adapter)"
+                       : c->teacher[0] ? "distillation (--teacher)"
+                       : strcmp(c->grad_compression, "none") ? "--grad-compression"
+                       : strcmp(c->optimizer, "adamw") ? "--optimizer adafactor"
+                       : strcmp(c->optim_state, "fp32") ? "--optim-state bf16/int8 (use fp32)"
+                       : strcmp(c->offload, "none") ? "--offload"
+                       : strcmp(c->offload_device, "cpu") ? "--offload-device nvme"
+                       : c->expert_parallel > 1 ? "-ep (--expert-parallel)"
+                       : c->memory_budget[0] ? "--memory-budget" : NULL;
+    if (what) llmc_die("flag -tp %d with %s is not built yet", tp, what);
+}
+
 static void validate(const TrainConfig *c) {
     check_positive("-b (--batch-size)", c->B);
     check_positive("-t (--seq-len)", c->T);
@@ -647,6 +693,7 @@ static void validate(const TrainConfig *c) {
     validate_distill(c);
     validate_grad_compression(c);
     validate_offload_device(c);
+    validate_layout(c);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);
     if (strcmp(c->nccl_init, "tcp") == 0 && !c->server_ip[0])

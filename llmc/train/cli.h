@@ -105,6 +105,12 @@ typedef struct {
     /* NVMe offload (llmc/train/nvme.h) */
     char offload_device[8];     /* --offload-device: cpu | nvme (the AdamW moments in files under --nvme-path) */
     char nvme_path[1024];       /* --nvme-path DIR */
+    /* model parallelism (issue 25; llmc/dist/layout.h): processes = tp x pp x data-parallel ranks */
+    int tensor_parallel;        /* -tp: ranks per tensor-parallel group (1 = none) */
+    int pipeline_parallel;      /* -pp: pipeline stages (1 = none; more: not built yet) */
+    int sequence_parallel;      /* -sp: 1 = sequence parallelism in the tp group (not built yet) */
+    char pipeline_schedule[16]; /* --pipeline-schedule: gpipe | 1f1b | interleaved */
+    int pipeline_virtual;       /* --pipeline-virtual: stages per rank (interleaved) */
 } TrainConfig;
 
 void train_config_defaults(TrainConfig *cfg);

@@ -4,6 +4,7 @@
 #include "llmc/train/eval.h"
 #include "llmc/core/check.h"
 #include "llmc/dist/dist.h"
+#include "llmc/dist/layout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,7 +59,7 @@ McResult mc_eval_run(McEval *e, TrainBackend *be) {
         counts[0] += evalfile_score(e->mask, e->losses, e->labels, e->slice.per_batch, e->T);
         counts[1] += n;
     }
-    dist_allreduce_f64(dist_world(), counts, 2);
+    dist_allreduce_f64(dist_data_group(), counts, 2); /* (-tp: a tensor-parallel group scored one slice) */
     r.correct = (long long)counts[0];
     r.total = (long long)counts[1];
     r.seconds = wall_s() - t0;

@@ -4,6 +4,7 @@
 #include "llmc/core/optstate.h"
 #include "llmc/core/mem.h"
 #include "llmc/train/nvme.h"
+#include "llmc/dist/layout.h"
 
 #include <limits.h>
 #include <math.h>
@@ -21,7 +22,7 @@ void optim_init_state(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpe
 void optim_init_nvme(Optimizer *o, Dist *d, int zero, size_t n, const TensorSpec *specs, int num_specs, int state,
                      const char *nvme_dir) {
     *o = (Optimizer){.dist = d, .zero = zero, .n = n, .specs = specs, .num_specs = num_specs, .state = state,
-                     .lo = 0, .hi = n};
+                     .lo = 0, .hi = n, .tp = dist_tp_group()};
     if (zero >= 1) dist_shard(n, d->size, d->rank, &o->lo, &o->hi);
     size_t k = dist_shard_floats(n, zero, d->size, d->rank);
     size_t mb = optim_moment_bytes(n, zero, d->size, d->rank, state);
@@ -94,7 +95,21 @@ void optim_gather_bucket_end(Optimizer *o, int slot) { dist_wait_request(o->dist
 
 void optim_gather_params(Optimizer *o, const float *pshard, float *full) { dist_gather_f32(o->dist, pshard, full, o->n); }
 
+/* -tp (-z 0/1): the whole model's norm, each element counted once: the split tensors' squares summed
+ * over the tensor-parallel group, the whole ones (the same on every rank of it) taken once. */
+static float tp_grad_norm(Optimizer *o, const float *grads) {
+    double split = 0.0, whole = 0.0;
+    for (int i = 0; i < o->num_specs; i++) {
+        double ss = global_norm_squared(grads + o->specs[i].offset, o->specs[i].numel);
+        if (o->specs[i].split.kind != TENSOR_SPLIT_NONE) split += ss;
+        else whole += ss;
+    }
+    dist_allreduce_f64(o->tp, &split, 1);
+    return (float)sqrt(split + whole);
+}
+
 float optim_grad_norm(Optimizer *o, const float *grads) {
+    if (o->zero < 2 && o->tp && o->tp->size > 1) return tp_grad_norm(o, grads);
     if (o->zero < 2) return (float)sqrt(global_norm_squared(grads, o->n)); /* identical grads everywhere */
     double ss = o->hi > o->lo ? global_norm_squared(o->gshard, o->hi - o->lo) : 0.0;
     dist_allreduce_f64(o->dist, &ss, 1);

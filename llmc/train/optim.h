@@ -51,6 +51,8 @@ typedef struct Optimizer {
     const TensorSpec *specs; /* the parameter table: offsets and weight decay choice */
     int num_specs;           /* its entries (the architecture's table) */
     struct NvmeStore *nvme;  /* --offload-device nvme: m and v in a file (llmc/train/nvme.h); o->m, o->v NULL */
+    Dist *tp;                /* -tp: the tensor-parallel group (dist/layout.h; dist is then the data-parallel
+                              * one): the split tensors' squares are summed over it for the norm */
 } Optimizer;
 
 /* The highest ZeRO stage optim_init builds (--memory-budget searches up to it). */

@@ -8,6 +8,7 @@
 #include "llmc/core/rng.h"
 #include "llmc/data/dataloader.h"
 #include "llmc/dist/dist.h"
+#include "llmc/dist/layout.h"
 #include "llmc/formats/statefile.h"
 #include "llmc/formats/rundir.h"
 #include "llmc/train/eval.h"
@@ -69,7 +70,7 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
         dataloader_next(val, inputs, targets);
         sum += be->ops.eval_loss(be->model, inputs, targets, B, T);
     }
-    Dist *d = dist_world();
+    Dist *d = dist_data_group(); /* (-tp: the ranks of a tensor-parallel group evaluated the same slice) */
     dist_allreduce_f64(d, &sum, 1); /* every rank evaluated its slice of each global batch */
     return (float)(sum / batches / d->size);
 }
@@ -78,8 +79,8 @@ static float evaluate(TrainBackend *be, DataLoader *val, int batches, int *input
  * description (resolved flags, training and validation data: size and content CRC, parameter
  * CRC) is sent to all; a rank whose own differs names the first differing line, and every rank
  * stops. (train, val: NULL when not used.) */
-static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
-                              DataLoader *val) {
+static void check_ranks_agree_in(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
+                                 DataLoader *val, int with_params) {
     if (d->size == 1) return;
     TrainConfig c = *rc;
     c.process_rank = 0;
@@ -101,7 +102,7 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
             n += (size_t)snprintf(mine + n, CAP - n, "%s data: %zu tokens in %d shard(s), content crc32 %08x\n", names[i],
                                   dataloader_num_tokens(loaders[i]), dataloader_num_shards(loaders[i]),
                                   (unsigned)dataloader_content_crc(loaders[i]));
-    snprintf(mine + n, CAP - n, "initial parameters: %zu, crc32 %08lx\n", be->num_parameters, (unsigned long)crc);
+    if (with_params) snprintf(mine + n, CAP - n, "initial parameters: %zu, crc32 %08lx\n", be->num_parameters, (unsigned long)crc);
     memcpy(root, mine, CAP);
     dist_bcast_bytes(d, root, CAP);
     uint64_t ok = strcmp(mine, root) == 0, *all = (uint64_t *)mallocCheck((size_t)d->size * sizeof(uint64_t), "ranks");
@@ -140,6 +141,18 @@ static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend
 /* -x 0: the validation loss of the loaded model (-e, or with -y 1 the latest checkpoint in -o),
  * over the batches a training run's evaluation uses; printed, and logged with "eval_only" when
  * -o is given (appended: the log's existing lines are kept). No training data, no checkpoint. */
+/* Every rank against rank 0: flags and data over the whole group; the parameters over the ranks that
+ * hold the same ones (-tp: the data-parallel group; each tensor-parallel rank holds its own part). */
+static void check_ranks_agree(Dist *d, const TrainConfig *rc, const TrainBackend *be, DataLoader *train,
+                              DataLoader *val) {
+    if (d == dist_world() || dist_tp_group()->size == 1) {
+        check_ranks_agree_in(d, rc, be, train, val, 1);
+        return;
+    }
+    check_ranks_agree_in(dist_world(), rc, be, train, val, 0);
+    check_ranks_agree_in(d, rc, be, train, val, 1);
+}
+
 static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_step) {
     const int B = tc->B, T = tc->T;
     if (tc->val_every <= 0 && !tc->hellaswag)
@@ -158,9 +171,10 @@ static int evaluate_only(const TrainConfig *tc, TrainBackend *be, int resume_ste
     int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int), "input tokens");
     int *targets = (int *)mallocCheck((size_t)B * T * sizeof(int), "target tokens");
     const int step = resume_step < 0 ? 0 : resume_step;
-    check_ranks_agree(dist_world(), tc, be, NULL, val);
-    printf("evaluation only (-x 0): %s, %zu parameters, %d validation batches of %d x %d tokens\n",
-           resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters, batches, B, T);
+    check_ranks_agree(dist_data_group(), tc, be, NULL, val); /* (-tp: the ranks holding the same part) */
+    printf("evaluation only (-x 0): %s, %zu parameters%s, %d validation batches of %d x %d tokens\n",
+           resume_step < 0 ? tc->init : tc->output_dir, be->num_parameters,
+           dist_tp_group()->size > 1 ? " on each tensor-parallel rank (-tp)" : "", batches, B, T);
     printf("backend: %s\n", be->name);
     float vl = 0.0f;
     if (val) {
@@ -217,7 +231,9 @@ typedef struct {
     TrainOptimizer opt;
     HostAdamW host; /* the loop's own optimizer, when the backend has none */
     HostAdafactor adafactor; /* or, --optimizer adafactor, the loop's Adafactor */
-    Dist *dist;
+    /* dist: every rank (rank 0 logs and writes); data: the data-parallel group (the whole group
+     * without -tp), whose ranks take their rows of each step and sum the gradients (dist/layout.h) */
+    Dist *dist, *data;
     int B, T, P, accum, max_steps, first_step, resume_step;
     long long micro_tokens, total_batch;
     DataLoader *train, *val;
@@ -301,7 +317,8 @@ static int run_open(Run *r, const TrainConfig *tc, TrainBackend *be, int resume_
                      tc->batch_ramp, r->ramp_start, micro_tokens, total_batch);
     }
     Dist *dist = r->dist = dist_world();
-    if (P != dist->size) llmc_die("internal: -pn %d but the process group has %d ranks", P, dist->size);
+    r->data = dist_data_group();
+    if (P != r->data->size) llmc_die("internal: -pn %d but the data-parallel group has %d ranks", P, r->data->size);
 
     char origin[4200];
     if (resume_step >= 0) checkpoint_paths(tc->output_dir, resume_step, 0, origin, NULL, NULL, sizeof origin);
@@ -353,13 +370,15 @@ static void run_setup(Run *r) {
     r->targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->B * r->T, sizeof(int), "target tokens");
     r->step_inputs = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step input tokens");
     r->step_targets = (int *)mem_calloc(MEM_TOKENS, (size_t)r->total_batch, sizeof(int), "step target tokens");
-    check_ranks_agree(r->dist, &r->rc, be, r->train, r->val); /* (before -z 3 leaves each rank only its shard) */
+    /* (before -z 3 leaves each rank only its shard; -tp: over the data-parallel group, whose ranks hold
+     * the same part of the model) */
+    check_ranks_agree(r->data, &r->rc, be, r->train, r->val);
     const int host_optimizer = be->optimizer.step == NULL;
     r->opt = be->optimizer;
     if (!host_optimizer && adafactor_selected(tc))
         llmc_die("--optimizer adafactor on the device is not built yet; use --offload optimizer (Adafactor on the host)");
-    if (host_optimizer && adafactor_selected(tc)) host_adafactor_open(&r->opt, &r->adafactor, tc, be, r->dist);
-    else if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->dist);
+    if (host_optimizer && adafactor_selected(tc)) host_adafactor_open(&r->opt, &r->adafactor, tc, be, r->data);
+    else if (host_optimizer) host_adamw_open(&r->opt, &r->host, tc, be, r->data);
     if (tc->zero_stage > r->opt.zero_max)
         llmc_die("-z %d: this backend keeps its own optimizer, which shards up to -z %d", tc->zero_stage, r->opt.zero_max);
     /* what is allocated now must be this rank's plan, class by class */
@@ -387,13 +406,19 @@ static void run_print_start(const Run *r) {
     const ModelConfig *cfg = &be->cfg;
     train_config_print(&r->rc, be->gpu, stdout);
     printf("backend: %s\n", be->name);
-    printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters\n", cfg->num_layers, cfg->num_heads,
-           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size, be->num_parameters);
+    printf("model: L %d, NH %d, C %d, maxT %d, V %d (padded %d): %zu parameters", cfg->num_layers, cfg->num_heads,
+           cfg->channels, cfg->max_seq_len, cfg->vocab_size, cfg->padded_vocab_size,
+           dist_tp_group()->size > 1 ? be->arch->arch->parameter_specs(be->arch, NULL) : be->num_parameters);
+    if (dist_tp_group()->size > 1) printf(" (%zu on each of the %d tensor-parallel ranks: -tp)", be->num_parameters, dist_tp_group()->size);
+    printf("\n");
     printf("train data: %zu tokens in %d shard(s); val: %d batches of %lld tokens\n", dataloader_num_tokens(r->train),
            dataloader_num_shards(r->train), r->val_batches, r->micro_tokens);
     printf("batch: %lld tokens per step = %d x %d x %d processes x %d accumulation steps; %d steps%s\n", r->total_batch,
            r->B, r->T, r->P, r->accum, r->max_steps, r->resume_step >= 0 ? " (resuming)" : "");
-    if (r->P > 1) printf("processes: %d ranks started by %s\n", r->P, r->dist->launcher);
+    if (r->dist->size > 1 && r->dist->size != r->P)
+        printf("processes: %d ranks started by %s: %d data-parallel x %d tensor-parallel (-tp; tp fastest in rank order)\n",
+               r->dist->size, r->dist->launcher, r->P, r->dist->size / r->P);
+    else if (r->P > 1) printf("processes: %d ranks started by %s\n", r->P, r->dist->launcher);
     if (r->resume_step >= 0) printf("resumed from step %d in '%s'\n", r->resume_step, r->tc->output_dir);
     be->state.print_memory(be->model, stdout);
     if (r->opt.print_memory) r->opt.print_memory(r->opt.ctx, stdout);
@@ -442,7 +467,7 @@ static float run_gradients(Run *r, StepResult *s) {
     const float loss_weight = r->opt.loss_weight(r->opt.ctx, accum); /* (the CUDA trainer takes accum from here) */
     for (int micro = 0; micro < accum; micro++) {
         /* this rank's rows of the step (dataloader.h: data-parallel split) */
-        size_t row = ((size_t)micro * r->P + (size_t)r->dist->rank) * (size_t)B;
+        size_t row = ((size_t)micro * r->P + (size_t)r->data->rank) * (size_t)B;
         memcpy(r->inputs, r->step_inputs + row * T, (size_t)B * T * sizeof(int));
         memcpy(r->targets, r->step_targets + row * T, (size_t)B * T * sizeof(int));
         loss_sum += be->ops.train_micro_step(be->model, r->inputs, r->targets, B, T, loss_weight);
@@ -450,11 +475,11 @@ static float run_gradients(Run *r, StepResult *s) {
     if (be->ops.step_loss) loss_sum = be->ops.step_loss(be->model); /* (the returns above were not waited for) */
     test_hang(r->dist, s->step);
     r->opt.reduce(r->opt.ctx);
-    dist_allreduce_f64(r->dist, &loss_sum, 1);
+    dist_allreduce_f64(r->data, &loss_sum, 1);
     if (be->ops.loss_parts) {
         double parts[2];
         be->ops.loss_parts(be->model, parts);
-        dist_allreduce_f64(r->dist, parts, 2);
+        dist_allreduce_f64(r->data, parts, 2);
         s->has_parts = 1, s->ce = parts[0] / accum / r->P, s->kd = parts[1] / accum / r->P;
     }
     return (float)(loss_sum / accum / r->P);
@@ -496,7 +521,7 @@ static int run_update(Run *r, StepResult *s) {
 static void run_print_step(const Run *r, const StepResult *s) {
     char extra[256] = "", elapsed[32], eta[32], comm[160] = "";
     const TrainBackend *be = r->be;
-    if (r->P > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
+    if (r->dist->size > 1) snprintf(comm, sizeof comm, " | comm %.1f ms, %.2f MB", s->comm_ms, s->comm_bytes / 1e6);
     if (r->opt.io_report) r->opt.io_report(r->opt.ctx, comm + strlen(comm), sizeof comm - strlen(comm), NULL);
     if (be->report.step_extras) be->report.step_extras(be->model, s->step_ms, s->tok_s, extra, sizeof extra, NULL);
     else
@@ -536,7 +561,7 @@ static void run_log_step(Run *r, const StepResult *s) {
     log_double(lg, "step_ms", s->step_ms);
     log_double(lg, "tokens_per_s", s->tok_s);
     log_double(lg, "data_wait_ms", s->wait_ms);
-    if (r->P > 1) {
+    if (r->dist->size > 1) {
         log_double(lg, "comm_ms", s->comm_ms);
         log_int(lg, "comm_bytes", s->comm_bytes);
     }
@@ -592,7 +617,8 @@ static void run_after_step(Run *r, const StepResult *s) {
     if (val || mc) run_validate(r, step, val, mc);
     /* rank 0 prints the sample; with -z 3 every rank runs it (each forward gathers from all; the
      * GPU's own optimizer too, hence the flag, not the optimizer's stage) */
-    const int all_sample = tc->zero_stage == 3 || tc->expert_parallel > 1; /* (-ep: every rank holds some experts) */
+    /* (-ep: every rank holds some experts; -tp: every rank of a tensor-parallel group runs the forward) */
+    const int all_sample = tc->zero_stage == 3 || tc->expert_parallel > 1 || dist_tp_group()->size > 1;
     if (tc->sample_every > 0 && (step % tc->sample_every == 0 || last) && (r->dist->rank == 0 || all_sample)) {
         if (!all_sample) dist_busy_begin(r->dist, DIST_BUSY_SAMPLE); /* the others wait: rank 0's heartbeat */
         sample_text_generate(r->be, &r->text, &r->sampler_rng, r->T, tc->gen_tokens);
@@ -613,13 +639,27 @@ static void run_after_step(Run *r, const StepResult *s) {
     }
 }
 
+/* The communication since the last call: the whole group's collectives and (-tp) those of the
+ * tensor- and data-parallel groups (dist/layout.h), which count on their own Dists. */
+static void take_comm(Run *r, double *ms, long long *bytes) {
+    Dist *groups[3] = {r->dist, dist_tp_group(), r->data};
+    *ms = 0.0, *bytes = 0;
+    for (int i = 0; i < 3; i++) {
+        if (i > 0 && (groups[i] == r->dist || groups[i]->size == 1)) continue;
+        double m;
+        long long b;
+        dist_take_comm(groups[i], &m, &b);
+        *ms += m, *bytes += b;
+    }
+}
+
 static void run_step(Run *r, int step) {
     StepResult s = {0};
     s.step = step;
     s.tokens = r->ramp_tokens ? batch_ramp_step_tokens(r->ramp_tokens, r->ramp_start, r->total_batch, r->seen_tokens)
                               : r->total_batch;
     double t0 = now_ms();
-    dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes); /* counted from here */
+    take_comm(r, &s.comm_ms, &s.comm_bytes); /* counted from here */
     s.loss = run_gradients(r, &s);
     s.lr = lr_at(r->schedule, step - 1, r->max_steps, r->tc->warmup, r->tc->lr, r->tc->final_frac);
     s.norm = r->opt.grad_norm(r->opt.ctx);
@@ -628,7 +668,7 @@ static void run_step(Run *r, int step) {
     s.tok_s = s.tokens / (s.step_ms / 1e3);
     r->seen_tokens += s.tokens;
     r->trained_tokens += s.tokens;
-    dist_take_comm(r->dist, &s.comm_ms, &s.comm_bytes);
+    take_comm(r, &s.comm_ms, &s.comm_bytes);
     if (r->leak_class >= 0) mem_calloc((MemClass)r->leak_class, 4096, 1, "planted leak (LLMC_TEST_LEAK)");
     train_check_leaks(step, r->first_step + 1, r->leak_base);
     run_print_step(r, &s);
