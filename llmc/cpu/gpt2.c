@@ -14,6 +14,7 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/cpu/residual.h"
 
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
@@ -141,17 +142,17 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         float *residual3 = ACT(residual3, l);
         layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
-        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_QKV, l, qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKV);
         LORA_FWD(QKV, qkv, QKV, ln1);
         attention_forward(atty, ACT(att, l), qkv, B, T, NH, NKV, HS);
-        matmul_forward(residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_ATTPROJ, l, residual2, atty, PARAM(attprojw, l), PARAM(attprojb, l), N, C, C);
         LORA_FWD(ATTPROJ, residual2, C, atty);
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
-        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FC, l, fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, F);
         LORA_FWD(FC, fch, F, ln2);
         gelu_forward(fch_gelu, fch, (size_t)N * F);
-        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FCPROJ, l, residual3, fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), N, F, C);
         LORA_FWD(FCPROJ, residual3, C, fch_gelu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
     }
@@ -197,20 +198,20 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
             layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->train.dbuf_f1, *dfch = model->train.dbuf_f2;
-        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_FCPROJ, l, dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, F, C);
         LORA_BWD(FCPROJ, dfch_gelu, dres, C, fch_gelu);
         /* fch_gelu = gelu(fch) */
         gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->train.dbuf_c;
-        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_FC, l, dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, F);
         LORA_BWD(FC, dln2, dfch, F, ln2);
         /* ln2 = layernorm(residual2) */
         layernorm_backward(dres, GRAD(ln2w, l), GRAD(ln2b, l), dln2, residual2, PARAM(ln2w, l), ACT(ln2_mean, l),
                            ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->train.dbuf_c;
-        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_ATTPROJ, l, datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, C, C);
         LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(qkv) */
         float *dqkv = model->train.dbuf_f1;
@@ -219,7 +220,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
         if (model->recompute >= 2)
             layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         float *dln1 = model->train.dbuf_c;
-        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_QKV, l, dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKV);
         LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
         /* ln1 = layernorm(residual) */
         layernorm_backward(dres, GRAD(ln1w, l), GRAD(ln1b, l), dln1, residual, PARAM(ln1w, l), ACT(ln1_mean, l),

@@ -37,6 +37,7 @@ static const float *arch_forward_cached(const void *m, void *c, const int *token
     return gpt2_forward_cached(m, c, tokens, n);
 }
 static void arch_set_lora(void *m, struct LoraRun *lora) { ((GPT2 *)m)->train.lora = lora; }
+static void arch_set_qbase(void *m, struct QBase *qbase) { ((GPT2 *)m)->train.qbase = qbase; }
 static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
     (void)cfg;
     snprintf(out, len, "%s", "");
@@ -66,4 +67,5 @@ const CpuArch gpt2_cpu_arch = {
     .describe = arch_describe,
     .lora_family = LORA_FAMILY_GPT2,
     .set_lora = arch_set_lora,
+    .set_qbase = arch_set_qbase,
 };

@@ -12,6 +12,7 @@
 #include "llmc/cpu/zero.h"
 
 struct LoraRun;
+struct QBase;
 
 typedef struct {
     /* backward scratch, one layer's worth, reused by every layer: dresidual (B,T,C), the gradient
@@ -27,6 +28,9 @@ typedef struct {
     /* LoRA adapters (llmc/cpu/lora.h; NULL: none), set before allocate: the base is then frozen (no
      * gradient arena; the backward computes the adapters' gradients and the inputs' only) */
     struct LoraRun *lora;
+    /* a quantised frozen base (llmc/cpu/qbase.h; NULL: fp32): the block sequences' site matmuls
+     * (cpu_site_matmul_forward / _backward) read its codes instead of the fp32 weights */
+    struct QBase *qbase;
 } CpuTraining;
 
 /* The training fields' buffers freed with the parameter and gradient arenas (params_floats and
