@@ -188,12 +188,18 @@ static void qbase_attach(const TrainConfig *tc, CpuRun *run, const char *from, i
     char was[32];
     if (resume_step >= 0) {
         adapter_read_quantize_base(from, was, sizeof was);
+        const char *hint = !was[0]                      ? "no --quantize-base"
+                           : strcmp(was, "nf4+dq") == 0 ? "--quantize-base nf4 --double-quant 1"
+                           : strcmp(was, "nf4") == 0    ? "--quantize-base nf4 --double-quant 0"
+                           : strcmp(was, "int8") == 0   ? "--quantize-base int8"
+                                                        : NULL;
+        if (!hint)
+            llmc_die("-y 1: the adapter of step %d (%s) records an unknown quantised base '%s' (llmc_quantize_base: nf4, "
+                     "nf4+dq or int8)", resume_step, from, was);
         if (strcmp(was, qbase_file_name(tc)) != 0)
             llmc_die("-y 1: the adapter of step %d (%s) was trained on a %s base, this run asks for %s: resume with %s",
                      resume_step, from, was[0] ? was : "fp32", tc->quantize_base[0] ? qbase_file_name(tc) : "fp32 (no --quantize-base)",
-                     was[0] ? (strcmp(was, "nf4+dq") == 0 ? "--quantize-base nf4 --double-quant 1" : strcmp(was, "nf4") == 0
-                                   ? "--quantize-base nf4 --double-quant 0" : "--quantize-base int8")
-                            : "no --quantize-base");
+                     hint);
     }
     snprintf(run_quantize_name, sizeof run_quantize_name, "%s", qbase_file_name(tc));
     if (!tc->quantize_base[0]) return;

@@ -209,6 +209,11 @@ def check_resume(w, data):
     plain = args[:args.index("--quantize-base")]  # (qflags come last)
     tl.expect("resume_with_another_mode", plain + ["--quantize-base", "int8", "-y", "1"], "quantize")
     tl.expect("resume_without_quantize_base", plain + ["-y", "1"], "quantize")
+    # past the run's saved flags (--allow-config-change 1), the adapter's own record refuses it
+    tl.expect("resume_adapter_records_another_mode", plain + ["--quantize-base", "int8", "-y", "1", "--allow-config-change", "1"],
+              "was trained on a nf4+dq base, this run asks for int8")
+    tl.expect("resume_adapter_records_a_quantised_base", plain + ["-y", "1", "--allow-config-change", "1"],
+              "was trained on a nf4+dq base, this run asks for fp32")
     tl.run(args + ["-y", "1"])
     key = os.path.join(f"adapter_{STEPS:08d}", "adapter_model.safetensors")
     a, b = (open(os.path.join(d, key), "rb").read() for d in (straight, res))
