@@ -130,7 +130,8 @@ static size_t hf_row_of(const QBase *qb, int m, size_t r) {
 /* rows [r0, r0 + p) of module m's layer l, dequantised into the panel (p x in) */
 static void dequant_panel(const QBase *qb, int m, int l, int r0, int p) {
     const QuantMatrix *q = &qb->q[(size_t)m * qb->units.num_layers + l];
-#pragma omp parallel for schedule(static)
+    const int threaded = (size_t)p * q->cols >= ((size_t)1 << 17); /* (a small panel: fewer than a thread start's worth) */
+#pragma omp parallel for schedule(static) if (threaded)
     for (int i = 0; i < p; i++) quant_dequant_row(q, hf_row_of(qb, m, (size_t)(r0 + i)), qb->panel + (size_t)i * q->cols);
 }
 
