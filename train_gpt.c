@@ -182,6 +182,19 @@ static void cpu_lora_model_path(void *r, const char *dir, int step, int what, ch
     else adapter_model_path(d, path, len);
 }
 
+/* --quantize-base's mode for the model of run_arch (and its adapters, run_lora_cfg); dies naming the flags:
+ * a module NF4 cannot quantise, a DoRA adapter (its norms read the fp32 weights; --adapter's config too). */
+static int qbase_flags_check(const TrainConfig *tc) {
+    char err[512];
+    const int mode = quant_parse(tc->quantize_base);
+    if (qbase_check(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), err, sizeof err) != 0)
+        llmc_die("-e %s: %s", tc->init, err);
+    if (run_lora_cfg.dora)
+        llmc_die("--quantize-base %s with a DoRA adapter (%s): DoRA on a quantised base is not built yet (its row norms "
+                 "read the fp32 weights)", tc->quantize_base, tc->adapter[0] ? tc->adapter : "--use-dora 1");
+    return mode;
+}
+
 /* --quantize-base: the loaded base's block weights quantised (their fp32 pages released); -y 1: the
  * checkpoint's adapter must record the same quantisation (its steps ran on that base). */
 static void qbase_attach(const TrainConfig *tc, CpuRun *run, const char *from, int resume_step) {
@@ -203,10 +216,7 @@ static void qbase_attach(const TrainConfig *tc, CpuRun *run, const char *from, i
     }
     snprintf(run_quantize_name, sizeof run_quantize_name, "%s", qbase_file_name(tc));
     if (!tc->quantize_base[0]) return;
-    char err[512];
-    const int mode = quant_parse(tc->quantize_base);
-    if (qbase_check(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), err, sizeof err) != 0)
-        llmc_die("-e %s: %s", tc->init, err);
+    const int mode = qbase_flags_check(tc);
     CpuModelParts parts = run->a->parts(run->model);
     qbase_build(&run_qbase, mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), *parts.params,
                 parts.specs, run_arch.arch->num_param_specs);
@@ -244,7 +254,7 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
     p->host[MEM_ACTIVATIONS] += lora_plan_activations(&run_lora_cfg, tc->B, tc->T, training);
     if (!tc->quantize_base[0]) return;
     size_t codes, fp32, panel; /* QLoRA: the codes in place of the block weights' fp32, and the panel */
-    qbase_plan(quant_parse(tc->quantize_base), tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes,
+    qbase_plan(qbase_flags_check(tc), tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes,
                &fp32, &panel);
     p->host[MEM_PARAMETERS] += codes - fp32;
     p->host[MEM_OP_SCRATCH] += panel;
@@ -253,10 +263,7 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
 /* --plan with --quantize-base: what the quantisation keeps, by part (the classes above hold it). */
 static void qbase_plan_print(const TrainConfig *tc, FILE *out) {
     size_t codes, fp32, panel;
-    char err[512];
-    const int mode = quant_parse(tc->quantize_base);
-    if (qbase_check(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), err, sizeof err) != 0)
-        llmc_die("-e %s: %s", tc->init, err);
+    const int mode = qbase_flags_check(tc);
     qbase_plan(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes, &fp32, &panel);
     fprintf(out, "  quantised base (--quantize-base %s): block linear weights %zu bytes fp32 -> %zu bytes of codes and "
                  "scales (in parameters), dequantisation panel %zu bytes (in op_scratch)\n",

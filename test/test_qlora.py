@@ -300,6 +300,12 @@ def check_errors(w, data):
               "DoRA on a quantised base is not built yet")
     tl.expect("nf4_in_features_not_multiple_of_64", ["-e", os.path.join(w, "llama96"), "--lora-rank", "4",
                                                      "--quantize-base", "nf4"] + base, "mlp.down_proj is (64, 96)")
+    dora = os.path.join(w, "dora_run")
+    tl.run(["-e", g, "--lora-rank", "4", "--use-dora", "1", "-o", dora] + base)
+    tl.expect("dora_adapter_on_quantised_base", ["-e", g, "--adapter", os.path.join(dora, "adapter_00000001"),
+                                                 "--quantize-base", "int8"] + base, "DoRA on a quantised base is not built yet")
+    tl.expect("plan_nf4_in_features_not_multiple_of_64", ["-e", os.path.join(w, "llama96"), "--lora-rank", "4",
+                                                          "--quantize-base", "nf4", "-t", "32", "--plan", "--json"], "mlp.down_proj is (64, 96)")
     tl.expect("generate_unknown_mode", ["-e", g, "--quantize-base", "fp4"], "unknown mode 'fp4'", prog=os.path.join(ROOT, "generate"))
     cuda = tl.cuda_trainer()
     if cuda:
