@@ -121,8 +121,9 @@ static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
 /* The quantised base's line: the codes in place of the fp32 block weights, and the scratch. */
 static void qbase_print_memory(FILE *out) {
     const double MiB = 1048576.0;
-    fprintf(out, "quantised base (%s): the block linear weights' %.2f MiB fp32 held as %.2f MiB of codes and scales "
-                 "(%.2fx), a %.2f MiB dequantisation panel; embeddings, norms, biases and the head stay fp32\n",
+    fprintf(out, "quantised base (%s): of the parameters above, the block linear weights' %.2f MiB fp32 are held as "
+                 "%.2f MiB of codes and scales (%.2fx; their fp32 pages released), a %.2f MiB dequantisation panel; "
+                 "embeddings, norms, biases and the head stay fp32\n",
             quant_name(run_qbase.mode, run_qbase.double_quant), run_qbase.fp32_bytes / MiB, run_qbase.storage_bytes / MiB,
             (double)run_qbase.storage_bytes / (double)run_qbase.fp32_bytes, run_qbase.panel_floats * sizeof(float) / MiB);
 }
