@@ -75,13 +75,14 @@ void qbase_build(QBase *qb, int mode, int double_quant, int family, const ModelC
     qb->panel_floats = panel_bytes / sizeof(float);
     qb->panel = (float *)mem_calloc(MEM_OP_SCRATCH, qb->panel_floats, sizeof(float), "quantised base: dequantisation panel");
     qb->q = (QuantMatrix *)callocCheck((size_t)M * L, sizeof(QuantMatrix), "quantised base");
-    size_t rows_total = 0, most = 0;
+    size_t rows_total = 0, most = 0; /* the rope_rows modules' rows, and the largest of them (out x in) */
     for (int m = 0; m < M; m++) {
-        rows_total += lc->modules[m].rope_rows ? (size_t)lc->modules[m].out : 0;
+        if (!lc->modules[m].rope_rows) continue;
+        rows_total += (size_t)lc->modules[m].out;
         if ((size_t)lc->modules[m].out * lc->modules[m].in > most) most = (size_t)lc->modules[m].out * lc->modules[m].in;
     }
     qb->hf_row_memory = rows_total ? (int *)callocCheck(rows_total, sizeof(int), "quantised base rows") : NULL;
-    float *hf = (float *)mallocCheck(most * sizeof(float), "quantised base: one module in HF's row order");
+    float *hf = most ? (float *)mallocCheck(most * sizeof(float), "quantised base: q_proj / k_proj in HF's row order") : NULL;
     char *next = (char *)qb->storage;
     int *rows = qb->hf_row_memory;
     for (int m = 0; m < M; m++) {
@@ -92,9 +93,10 @@ void qbase_build(QBase *qb, int mode, int double_quant, int family, const ModelC
             for (int r = 0; r < u->out; r++) rows[lora_peft_row(lc, m, (size_t)r)] = r;
         for (int l = 0; l < L; l++) {
             const float *W = tensor_layer(params, w, l) + (size_t)u->out_offset * u->in;
-            for (int r = 0; r < u->out; r++)
+            for (int r = 0; u->rope_rows && r < u->out; r++) /* (other modules' rows are HF's already) */
                 memcpy(hf + (size_t)r * u->in, W + lora_peft_row(lc, m, (size_t)r) * u->in, (size_t)u->in * sizeof(float));
-            quant_matrix(&qb->q[(size_t)m * L + l], mode, double_quant, hf, (size_t)u->out, (size_t)u->in, next);
+            quant_matrix(&qb->q[(size_t)m * L + l], mode, double_quant, u->rope_rows ? hf : W, (size_t)u->out, (size_t)u->in,
+                         next);
             next += quant_storage_bytes(mode, double_quant, (size_t)u->out, (size_t)u->in);
         }
         if (u->rope_rows) rows += u->out;
