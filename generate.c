@@ -13,6 +13,7 @@
 #include "llmc/cpu/blas_select.h"
 #include "llmc/cpu/arch.h"
 #include "llmc/cpu/lora.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/arch.h"
@@ -32,7 +33,24 @@ typedef struct {
     void *model, *cache;
     char blas[320];
     LoraRun lora; /* --adapter's (cfg.num_parameters 0: none) */
+    QBase qbase;  /* --quantize-base's (storage NULL: none) */
 } CpuGenerator;
+
+/* --quantize-base: the loaded base's block linear weights quantised (after --adapter checked its CRC on
+ * the fp32 base), their fp32 pages released; the decoder's site matmuls read the codes. */
+static void cpu_quantize_base(CpuGenerator *cg, const GenConfig *g) {
+    char err[512];
+    const int mode = quant_parse(g->quantize_base);
+    if (cg->lora.cfg.dora)
+        llmc_die("--quantize-base with the DoRA adapter %s is not built yet (its row norms read the fp32 weights)", g->adapter);
+    if (!cg->a->set_qbase) llmc_die("--quantize-base: ./generate has no quantised base for %s models", cg->ac.arch->display);
+    if (qbase_check(mode, g->double_quant, cg->a->lora_family, arch_config_base(&cg->ac), err, sizeof err) != 0)
+        llmc_die("-e %s: %s", g->init, err);
+    CpuModelParts parts = cg->a->parts(cg->model);
+    qbase_build(&cg->qbase, mode, g->double_quant, cg->a->lora_family, arch_config_base(&cg->ac), *parts.params, parts.specs,
+                cg->ac.arch->num_param_specs);
+    cg->a->set_qbase(cg->model, &cg->qbase);
+}
 
 /* --adapter DIR on the loaded base: PEFT's adapter, unmerged (the forward adds s B (A x) at each
  * targeted module); an adapter trained on another base (the CRC it records, or its shapes) is an error. */
@@ -73,11 +91,14 @@ static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *n
     CpuModelParts parts = cg->a->parts(cg->model);
     cg->ac.arch->load_init(g->init, &cg->ac, *parts.params, parts.num_parameters, g->seed);
     if (g->adapter) cpu_load_adapter(cg, g);
+    if (g->quantize_base) cpu_quantize_base(cg, g);
     cg->cache = callocCheck(1, cg->a->cache_size, "KV cache");
     cg->a->kvcache_init(cg->cache, cg->model, GENERATE_CHUNK);
     char what[160];
     cg->a->describe(&cg->ac, what, sizeof what);
-    snprintf(desc, len, "CPU fp32, %s%sblas: %s", what, g->adapter ? "LoRA adapter (unmerged), " : "", cg->blas);
+    char quant[64] = "";
+    if (g->quantize_base) snprintf(quant, sizeof quant, "base quantised %s, ", quant_name(cg->qbase.mode, cg->qbase.double_quant));
+    snprintf(desc, len, "CPU fp32, %s%s%sblas: %s", what, g->adapter ? "LoRA adapter (unmerged), " : "", quant, cg->blas);
     *cfg = *arch_config_base(&cg->ac);
     *num_parameters = parts.num_parameters;
 }
@@ -92,6 +113,7 @@ static void cpu_free(void *self) {
     CpuGenerator *cg = (CpuGenerator *)self;
     cg->a->kvcache_free(cg->cache);
     free(cg->cache);
+    qbase_free(&cg->qbase); /* (before the model: the released pages are counted back to its arena) */
     cg->a->free(cg->model);
     free(cg->model);
     if (cg->lora.params) lora_run_free(&cg->lora);

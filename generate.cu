@@ -21,6 +21,7 @@ typedef struct {
 
 static void cuda_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *num_parameters, char *desc, size_t len) {
     if (g->adapter) llmc_die("--adapter %s: LoRA adapters are not built yet on CUDA; use ./generate", g->adapter);
+    if (g->quantize_base) llmc_die("--quantize-base is not built for ./generate_gpu yet; use ./generate");
     CudaGenerator *cg = (CudaGenerator *)self;
     int precision = precision_parse(g->precision ? g->precision : "bf16");
     if (precision < 0) llmc_die("--precision %s: use fp32, bf16 or fp16", g->precision);

@@ -17,6 +17,7 @@
 #include "llmc/cpu/lora.h"
 #include "llmc/cpu/mixtral.h"
 #include "llmc/cpu/moe_ep.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/core/sumfile.h"
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/rundir.h"
@@ -140,14 +141,39 @@ static int use_lora;
 static uint32_t run_base_crc;
 static char run_base_name[1100];
 
+/* QLoRA (--quantize-base, llmc/cpu/qbase.h): the base's block weights held quantised; run_held_crc: the
+ * CRC of what the run holds of the base after quantising (the fp32 arena and the codes), checked at
+ * every checkpoint as run_base_crc is without it */
+static QBase run_qbase;
+static int use_qbase;
+static uint32_t run_held_crc;
+static char run_quantize_name[16]; /* qbase_file_name: what each adapter records */
+
+/* the adapter files' name of the run's quantised base: "nf4", "nf4+dq", "int8" ("" = fp32) */
+static const char *qbase_file_name(const TrainConfig *tc) {
+    if (!tc->quantize_base[0]) return "";
+    return tc->double_quant ? "nf4+dq" : tc->quantize_base;
+}
+
 /* run_lora_cfg for tc on the model (the flags, or from_dir's adapter_config.json). */
 static void lora_config_for(const TrainConfig *tc, const char *from_dir) {
     lora_resolve_config(tc, run_cpu->lora_family, run_arch.arch->display, arch_config_base(&run_arch), from_dir, &run_lora_cfg);
 }
 
+/* The quantised base's line: the codes in place of the fp32 block weights, and the scratch. */
+static void qbase_print_memory(FILE *out) {
+    const double MiB = 1048576.0;
+    fprintf(out, "quantised base (%s): of the parameters above, the block linear weights' %.2f MiB fp32 are held as "
+                 "%.2f MiB of codes and scales (%.2fx; their fp32 pages released), a %.2f MiB dequantisation panel; "
+                 "embeddings, norms, biases and the head stay fp32\n",
+            quant_name(run_qbase.mode, run_qbase.double_quant), run_qbase.fp32_bytes / MiB, run_qbase.storage_bytes / MiB,
+            (double)run_qbase.storage_bytes / (double)run_qbase.fp32_bytes, run_qbase.panel_floats * sizeof(float) / MiB);
+}
+
 /* The adapter's line under the model's memory table: what trains and what is frozen. */
 static void lora_print_memory(void *r, FILE *out) {
     if (!use_lora) return;
+    if (use_qbase) qbase_print_memory(out);
     const LoraConfig *c = &run_lora_cfg;
     char names[512];
     lora_target_names(c, names, sizeof names);
@@ -174,11 +200,11 @@ static uint32_t base_crc_now(CpuRun *run) {
 static uint32_t cpu_lora_save(void *r, const char *dir, int step, const float *params) {
     char path[4200];
     rundir_adapter_dir(dir, step, path, sizeof path);
-    uint32_t crc = base_crc_now((CpuRun *)r);
-    if (crc != run_base_crc)
+    uint32_t crc = base_crc_now((CpuRun *)r) ^ (use_qbase ? qbase_crc_now(&run_qbase) : 0);
+    if (crc != run_held_crc)
         llmc_die("internal: the frozen base model changed during training (crc32 %08x, %08x at the start); no adapter written",
-                 (unsigned)crc, (unsigned)run_base_crc);
-    return adapter_save(path, &run_lora_cfg, params, crc, run_base_name);
+                 (unsigned)crc, (unsigned)run_held_crc);
+    return adapter_save_quant(path, &run_lora_cfg, params, run_base_crc, run_base_name, run_quantize_name);
 }
 
 /* LLMC_LORA_DUMP_GRADS=DIR (tests): the first micro-step's adapter gradients written as an adapter
@@ -199,6 +225,48 @@ static void cpu_lora_model_path(void *r, const char *dir, int step, int what, ch
     else adapter_model_path(d, path, len);
 }
 
+/* --quantize-base's mode for the model of run_arch (and its adapters, run_lora_cfg); dies naming the flags:
+ * a module NF4 cannot quantise, a DoRA adapter (its norms read the fp32 weights; --adapter's config too). */
+static int qbase_flags_check(const TrainConfig *tc) {
+    char err[512];
+    const int mode = quant_parse(tc->quantize_base);
+    if (qbase_check(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), err, sizeof err) != 0)
+        llmc_die("-e %s: %s", tc->init, err);
+    if (run_lora_cfg.dora)
+        llmc_die("--quantize-base %s with a DoRA adapter (%s): DoRA on a quantised base is not built yet (its row norms "
+                 "read the fp32 weights)", tc->quantize_base, tc->adapter[0] ? tc->adapter : "--use-dora 1");
+    return mode;
+}
+
+/* --quantize-base: the loaded base's block weights quantised (their fp32 pages released); -y 1: the
+ * checkpoint's adapter must record the same quantisation (its steps ran on that base). */
+static void qbase_attach(const TrainConfig *tc, CpuRun *run, const char *from, int resume_step) {
+    char was[32];
+    if (resume_step >= 0) {
+        adapter_read_quantize_base(from, was, sizeof was);
+        const char *hint = !was[0]                      ? "no --quantize-base"
+                           : strcmp(was, "nf4+dq") == 0 ? "--quantize-base nf4 --double-quant 1"
+                           : strcmp(was, "nf4") == 0    ? "--quantize-base nf4 --double-quant 0"
+                           : strcmp(was, "int8") == 0   ? "--quantize-base int8"
+                                                        : NULL;
+        if (!hint)
+            llmc_die("-y 1: the adapter of step %d (%s) records an unknown quantised base '%s' (llmc_quantize_base: nf4, "
+                     "nf4+dq or int8)", resume_step, from, was);
+        if (strcmp(was, qbase_file_name(tc)) != 0)
+            llmc_die("-y 1: the adapter of step %d (%s) was trained on a %s base, this run asks for %s: resume with %s",
+                     resume_step, from, was[0] ? was : "fp32", tc->quantize_base[0] ? qbase_file_name(tc) : "fp32 (no --quantize-base)",
+                     hint);
+    }
+    snprintf(run_quantize_name, sizeof run_quantize_name, "%s", qbase_file_name(tc));
+    if (!tc->quantize_base[0]) return;
+    const int mode = qbase_flags_check(tc);
+    CpuModelParts parts = run->a->parts(run->model);
+    qbase_build(&run_qbase, mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), *parts.params,
+                parts.specs, run_arch.arch->num_param_specs);
+    run->a->set_qbase(run->model, &run_qbase);
+    use_qbase = 1;
+}
+
 /* The adapters for the built model (its base parameters loaded): the table, A and B from the seed
  * or from the adapter directory (the resumed checkpoint's, else --adapter's), the base's CRC checked
  * against the one the directory records; the model's sites get them (its base is then frozen). */
@@ -214,6 +282,8 @@ static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     lora_run_set_base(&run_lora, *parts.params, parts.specs, run_arch.arch->num_param_specs, !from[0]);
     run->a->set_lora(run->model, &run_lora);
     use_lora = 1;
+    qbase_attach(tc, run, from, resume_step);
+    run_held_crc = base_crc_now(run) ^ (use_qbase ? qbase_crc_now(&run_qbase) : 0);
 }
 
 /* The plan's figures with adapters: the base's parameters plus the adapter's, gradients and AdamW
@@ -225,6 +295,22 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
     int training = p->host[MEM_GRADIENTS] != 0;
     p->host[MEM_GRADIENTS] = training ? n * sizeof(float) : 0;
     p->host[MEM_ACTIVATIONS] += lora_plan_activations(&run_lora_cfg, tc->B, tc->T, training);
+    if (!tc->quantize_base[0]) return;
+    size_t codes, fp32, panel; /* QLoRA: the codes in place of the block weights' fp32, and the panel */
+    qbase_plan(qbase_flags_check(tc), tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes,
+               &fp32, &panel);
+    p->host[MEM_PARAMETERS] += codes - fp32;
+    p->host[MEM_OP_SCRATCH] += panel;
+}
+
+/* --plan with --quantize-base: what the quantisation keeps, by part (the classes above hold it). */
+static void qbase_plan_print(const TrainConfig *tc, FILE *out) {
+    size_t codes, fp32, panel;
+    const int mode = qbase_flags_check(tc);
+    qbase_plan(mode, tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes, &fp32, &panel);
+    fprintf(out, "  quantised base (--quantize-base %s): block linear weights %zu bytes fp32 -> %zu bytes of codes and "
+                 "scales (in parameters), dequantisation panel %zu bytes (in op_scratch)\n",
+            quant_name(mode, tc->double_quant), fp32, codes, panel);
 }
 
 static void cpu_zero_grad(void *r) {
@@ -383,6 +469,7 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     }
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);
+    if (use_qbase) qbase_free(&run_qbase);
     if (use_teacher) teacher_free(&run_teacher);
     run_cpu->free(run.model);
     free(run.model);
@@ -453,6 +540,7 @@ int main(int argc, char **argv) {
             printf("tensor parallel: -tp %d over %d data-parallel rank(s): the figures are one rank's (its 1/%d of the split "
                    "tensors and activations; %zu parameters of the model's %zu)\n", tp, tc.num_processes, tp,
                    p.num_parameters, run_cpu->arch->parameter_specs(&run_arch, NULL));
+        if (tc.quantize_base[0] && !tc.json) qbase_plan_print(&tc, stdout);
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }

@@ -396,6 +396,8 @@ int main(int argc, char **argv) {
     if (tc.expert_parallel > 1) /* MoE expert parallelism: the CPU trainer's for now (llmc/cpu/moe_ep.h) */
         llmc_die("-ep %d (--expert-parallel): expert parallelism is not built yet on CUDA (Mixtral trains on "
                  "./train_gpt_cpu)", tc.expert_parallel);
+    if (tc.quantize_base[0]) /* QLoRA: the CPU trainer's for now (llmc/cpu/qbase.h) */
+        llmc_die("--quantize-base is not built for ./train_gpt yet (QLoRA on a quantised base runs on ./train_gpt_cpu)");
     if (tc.lora_rank || tc.adapter[0]) /* LoRA: the CPU trainer's for now (llmc/cpu/lora.h) */
         llmc_die("--lora-rank / --adapter%s: LoRA%s fine-tuning is not built yet on CUDA; use ./train_gpt_cpu",
                  tc.use_dora ? " / --use-dora" : "", tc.use_dora ? " and DoRA" : "");

@@ -13,6 +13,10 @@ them with `pip install --no-deps --target` into a folder of its own).
 
     python3 dev/reference/lora.py --model HF_DIR --adapter ADAPTER_DIR --data SHARD -b B -t T -x STEPS \
         [-l LR] [-c WD] [--beta1 .9] [--beta2 .95] [--eps 1e-8] --out OUT_DIR
+With --quantize-base nf4|int8 (and --double-quant for NF4) the base is QLoRA's: every linear weight of the
+blocks (GPT-2's c_attn, c_proj, c_fc; the Llama's q/k/v/o_proj, gate/up/down_proj; not the head) replaced
+by its dequantised quantisation (dev/reference/nf4.py, the (out, in) matrix as HF holds it) before PEFT
+wraps the model: the same fp32 base ./train_gpt_cpu --quantize-base computes with.
 writes OUT_DIR/losses.json (the loss of every step), OUT_DIR/grads.safetensors (step 1's gradient
 of every adapter tensor, PEFT's keys) and OUT_DIR/adapter (the trained adapter, save_pretrained).
 """
@@ -48,11 +52,32 @@ def dora_zero_norm_gain0():
     DoraLinearLayer.get_weight_norm = norm
 
 
-def load(model_dir, adapter_dir, trainable=True):
+def quantize_base(base, mode, double_quant):
+    """QLoRA: each block's linear weights (a module under transformer.h.N / model.layers.N) replaced by
+    nf4.roundtrip of its (out, in) matrix (GPT-2's Conv1D holds (in, out): transposed there and back)."""
+    import re
+    import nf4
+    from transformers.pytorch_utils import Conv1D
+    n = 0
+    for name, mod in base.named_modules():
+        if not re.search(r"\.(h|layers)\.\d+\.", name) or not isinstance(mod, (torch.nn.Linear, Conv1D)):
+            continue
+        w = mod.weight.detach().numpy()
+        oi = w.T if isinstance(mod, Conv1D) else w
+        deq = nf4.roundtrip(np.ascontiguousarray(oi), mode, double_quant)
+        with torch.no_grad():
+            mod.weight.copy_(torch.from_numpy(np.ascontiguousarray(deq.T if isinstance(mod, Conv1D) else deq)))
+        n += 1
+    return n
+
+
+def load(model_dir, adapter_dir, trainable=True, quantize=None, double_quant=False):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
     base = AutoModelForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
     base.config.use_cache = False
+    if quantize:
+        quantize_base(base, quantize, double_quant)
     model = PeftModel.from_pretrained(base, adapter_dir, is_trainable=trainable)
     model.train()  # (no dropout: lora_dropout 0 and the tiny configs' dropouts are set to 0)
     return model
@@ -101,11 +126,13 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--eval", action="store_true", help="only the loss of the batch (no training): losses.json [loss]")
     ap.add_argument("--dora-zero-rows", action="store_true", help="DoRA: zero-norm rows get gain 0 (llmc's rule) instead of NaN")
+    ap.add_argument("--quantize-base", choices=["nf4", "int8"], help="QLoRA: the block linear weights quantised and dequantised (nf4.py)")
+    ap.add_argument("--double-quant", action="store_true", help="with --quantize-base nf4: the absmax values quantised too")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    model = load(a.model, a.adapter, trainable=not a.eval)
+    model = load(a.model, a.adapter, trainable=not a.eval, quantize=a.quantize_base, double_quant=a.double_quant)
     if a.dora_zero_rows:
         dora_zero_norm_gain0()
     V = model.config.vocab_size

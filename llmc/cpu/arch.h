@@ -23,6 +23,7 @@ extern "C" {
 #endif
 
 struct LoraRun; /* llmc/cpu/lora.h */
+struct QBase;   /* llmc/cpu/qbase.h */
 
 /* A built model's parameter arena, as the trainer's optimizer sees it. params and grads are the
  * addresses of the model's arena pointers: -z 3 (shard) replaces the arena with this rank's shard. */
@@ -88,6 +89,9 @@ typedef struct CpuArch {
      * then frozen). NULL / 0 where the block sequence has no LoRA sites. */
     int lora_family;
     void (*set_lora)(void *model, struct LoraRun *lora);
+    /* QLoRA (llmc/cpu/qbase.h): gives the built model its quantised base (after quantising, the fp32
+     * block weights are not read). NULL where the block sequence has no LoRA sites. */
+    void (*set_qbase)(void *model, struct QBase *qbase);
 
     /* Optional (NULL: none): the architecture's own parts of a training step since zero_grad,
      * as log fields (lg) or step-line text (Mixtral: train_ce, train_aux, tokens per expert). */

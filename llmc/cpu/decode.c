@@ -10,6 +10,7 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/cpu/residual.h"
 
 void kvcache_init(KVCache *cache, const GPT2 *model, int max_chunk) {
@@ -81,19 +82,19 @@ const float *gpt2_forward_cached(const GPT2 *model, KVCache *c, const int *token
     for (int l = 0; l < L; l++) {
         float *kv = c->kv + (size_t)l * c->max_len * 2 * C;
         layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln1w, l), PARAM(ln1b, l), n, C);
-        matmul_forward(c->qkv, c->ln, PARAM(qkvw, l), PARAM(qkvb, l), n, C, 3 * C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_QKV, l, c->qkv, c->ln, PARAM(qkvw, l), PARAM(qkvb, l), n, C, 3 * C);
         LORA_FWD(QKV, c->qkv, 3 * C, c->ln);
         for (int i = 0; i < n; i++) /* cache this position's key and value */
             memcpy(kv + (size_t)(pos + i) * 2 * C, c->qkv + (size_t)i * 3 * C + C, 2 * (size_t)C * sizeof(float));
         attention_forward_cached(c->atty, c->att, c->qkv, kv, pos, n, C, NH);
-        matmul_forward(c->proj, c->atty, PARAM(attprojw, l), PARAM(attprojb, l), n, C, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_ATTPROJ, l, c->proj, c->atty, PARAM(attprojw, l), PARAM(attprojb, l), n, C, C);
         LORA_FWD(ATTPROJ, c->proj, C, c->atty);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
         layernorm_forward(c->ln, c->mean, c->rstd, c->residual, PARAM(ln2w, l), PARAM(ln2b, l), n, C);
-        matmul_forward(c->fch, c->ln, PARAM(fcw, l), PARAM(fcb, l), n, C, F);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FC, l, c->fch, c->ln, PARAM(fcw, l), PARAM(fcb, l), n, C, F);
         LORA_FWD(FC, c->fch, F, c->ln);
         gelu_forward(c->fch_gelu, c->fch, (size_t)n * F);
-        matmul_forward(c->proj, c->fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), n, F, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FCPROJ, l, c->proj, c->fch_gelu, PARAM(fcprojw, l), PARAM(fcprojb, l), n, F, C);
         LORA_FWD(FCPROJ, c->proj, C, c->fch_gelu);
         residual_forward(c->residual, c->proj, c->residual, (size_t)n * C);
     }

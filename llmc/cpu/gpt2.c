@@ -15,6 +15,7 @@
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/cpu/residual.h"
 
 static void zero(float *p, size_t n) { memset(p, 0, n * sizeof(float)); }
@@ -207,18 +208,20 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
         float *ln1 = ACT(ln1, l), *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_gelu = ACT(fch_gelu, l);
         float *residual3 = ACT(residual3, l);
         layernorm_forward(ln1, ACT(ln1_mean, l), ACT(ln1_rstd, l), residual, PARAM(ln1w, l), PARAM(ln1b, l), N, C);
-        matmul_forward(qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKVr);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_QKV, l, qkv, ln1, PARAM(qkvw, l), PARAM(qkvb, l), N, C, QKVr);
         LORA_FWD(QKV, qkv, QKVr, ln1);
         attention_forward(atty, ACT(att, l), qkv, B, T, NHr, NKVr, HS);
-        matmul_forward(residual2, atty, PARAM(attprojw, l), tp > 1 ? NULL : PARAM(attprojb, l), N, Cr, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_ATTPROJ, l, residual2, atty, PARAM(attprojw, l),
+                                tp > 1 ? NULL : PARAM(attprojb, l), N, Cr, C);
         tp_sum_rows(model, residual2, PARAM(attprojb, l), N, C);
         LORA_FWD(ATTPROJ, residual2, C, atty);
         residual_forward(residual2, residual2, residual, (size_t)N * C);
         layernorm_forward(ln2, ACT(ln2_mean, l), ACT(ln2_rstd, l), residual2, PARAM(ln2w, l), PARAM(ln2b, l), N, C);
-        matmul_forward(fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, Fr);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FC, l, fch, ln2, PARAM(fcw, l), PARAM(fcb, l), N, C, Fr);
         LORA_FWD(FC, fch, Fr, ln2);
         gelu_forward(fch_gelu, fch, (size_t)N * Fr);
-        matmul_forward(residual3, fch_gelu, PARAM(fcprojw, l), tp > 1 ? NULL : PARAM(fcprojb, l), N, Fr, C);
+        cpu_site_matmul_forward(&model->train, LORA_SITE_FCPROJ, l, residual3, fch_gelu, PARAM(fcprojw, l),
+                                tp > 1 ? NULL : PARAM(fcprojb, l), N, Fr, C);
         tp_sum_rows(model, residual3, PARAM(fcprojb, l), N, C);
         LORA_FWD(FCPROJ, residual3, C, fch_gelu);
         residual_forward(residual3, residual3, residual2, (size_t)N * C);
@@ -266,13 +269,15 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
             layernorm_recompute(ln2, residual2, ACT(ln2_mean, l), ACT(ln2_rstd, l), PARAM(ln2w, l), PARAM(ln2b, l), N, C);
         /* residual3 = residual2 + fch_gelu @ fcprojw^T + fcprojb: dres flows on to residual2 */
         float *dfch_gelu = model->train.dbuf_f1, *dfch = model->train.dbuf_f2;
-        matmul_backward(dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres, fch_gelu, PARAM(fcprojw, l), N, Fr, C);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_FCPROJ, l, dfch_gelu, GRAD(fcprojw, l), GRAD(fcprojb, l), dres,
+                                 fch_gelu, PARAM(fcprojw, l), N, Fr, C);
         LORA_BWD(FCPROJ, dfch_gelu, dres, C, fch_gelu);
         /* fch_gelu = gelu(fch) */
         gelu_backward(dfch, fch, dfch_gelu, NF);
         /* fch = ln2 @ fcw^T + fcb */
         float *dln2 = model->train.dbuf_c;
-        matmul_backward(dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l), N, C, Fr);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_FC, l, dln2, GRAD(fcw, l), GRAD(fcb, l), dfch, ln2, PARAM(fcw, l),
+                                 N, C, Fr);
         LORA_BWD(FC, dln2, dfch, Fr, ln2);
         tp_sum_input_grad(model, dln2, N, C);
         /* ln2 = layernorm(residual2) */
@@ -280,7 +285,8 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
                            ACT(ln2_rstd, l), N, C);
         /* residual2 = residual + atty @ attprojw^T + attprojb */
         float *datty = model->train.dbuf_c;
-        matmul_backward(datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty, PARAM(attprojw, l), N, Cr, C);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_ATTPROJ, l, datty, GRAD(attprojw, l), GRAD(attprojb, l), dres, atty,
+                                 PARAM(attprojw, l), N, Cr, C);
         LORA_BWD(ATTPROJ, datty, dres, C, atty);
         /* atty = attention(qkv) */
         float *dqkv = model->train.dbuf_f1;
@@ -289,7 +295,8 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
         if (model->recompute >= 2)
             layernorm_recompute(ln1, residual, ACT(ln1_mean, l), ACT(ln1_rstd, l), PARAM(ln1w, l), PARAM(ln1b, l), N, C);
         float *dln1 = model->train.dbuf_c;
-        matmul_backward(dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1, PARAM(qkvw, l), N, C, QKVr);
+        cpu_site_matmul_backward(&model->train, LORA_SITE_QKV, l, dln1, GRAD(qkvw, l), GRAD(qkvb, l), dqkv, ln1,
+                                 PARAM(qkvw, l), N, C, QKVr);
         LORA_BWD(QKV, dln1, dqkv, QKVr, ln1);
         tp_sum_input_grad(model, dln1, N, C);
         /* ln1 = layernorm(residual) */

@@ -42,6 +42,7 @@ static const char *arch_tp_validate(const ArchConfig *cfg, int tp) { return gpt2
 static void arch_tp_plan(const ArchConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p) {
     gpt2_plan_tp(arch_config_cbase(cfg), tp, B, T, recompute, training, p);
 }
+static void arch_set_qbase(void *m, struct QBase *qbase) { ((GPT2 *)m)->train.qbase = qbase; }
 static void arch_describe(const ArchConfig *cfg, char *out, size_t len) {
     (void)cfg;
     snprintf(out, len, "%s", "");
@@ -74,4 +75,5 @@ const CpuArch gpt2_cpu_arch = {
     .tp_split = arch_tp_split,
     .tp_validate = arch_tp_validate,
     .tp_plan = arch_tp_plan,
+    .set_qbase = arch_set_qbase,
 };

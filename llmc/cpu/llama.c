@@ -11,6 +11,7 @@
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/lora.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/qbase.h"
 #include "llmc/cpu/residual.h"
 #include "llmc/cpu/rmsnorm.h"
 #include "llmc/cpu/rope.h"
@@ -134,11 +135,11 @@ void llama_trunk_forward(const LlamaTrunk *t, int l, const float *x, int B, int 
     const float eps = t->cfg->norm_eps;
     float *ln1 = T_ACT(ln1, l), *qkv = T_ACT(qkv, l), *atty = T_ACT(atty, l), *residual2 = T_ACT(residual2, l);
     rmsnorm_forward(ln1, T_ACT(ln1_rstd, l), x, T_PARAM(ln1w, l), N, C, eps);
-    matmul_forward(qkv, ln1, T_PARAM(qkvw, l), NULL, N, C, QKV);
+    cpu_site_matmul_forward(t->train, LORA_SITE_QKV, l, qkv, ln1, T_PARAM(qkvw, l), NULL, N, C, QKV);
     LORA_FWD(QKV, qkv, QKV, ln1, N); /* before RoPE rotates q and k in place */
     rope_forward(qkv, t->freqs, B, T, NH, NKV, HS);
     attention_forward(atty, T_ACT(att, l), qkv, B, T, NH, NKV, HS);
-    matmul_forward(residual2, atty, T_PARAM(attprojw, l), NULL, N, C, C);
+    cpu_site_matmul_forward(t->train, LORA_SITE_ATTPROJ, l, residual2, atty, T_PARAM(attprojw, l), NULL, N, C, C);
     LORA_FWD(ATTPROJ, residual2, C, atty, N);
     residual_forward(residual2, residual2, x, (size_t)N * C);
     rmsnorm_forward(T_ACT(ln2, l), T_ACT(ln2_rstd, l), residual2, T_PARAM(ln2w, l), N, C, eps);
@@ -154,14 +155,14 @@ void llama_trunk_backward(const LlamaTrunk *t, int l, const float *x, int B, int
     rmsnorm_backward(dres, T_GRAD(ln2w, l), dbuf_c, T_ACT(residual2, l), T_PARAM(ln2w, l), T_ACT(ln2_rstd, l), N, C);
     /* residual2 = x + atty @ attprojw^T */
     float *datty = dbuf_c;
-    matmul_backward(datty, T_GRAD(attprojw, l), NULL, dres, atty, T_PARAM(attprojw, l), N, C, C);
+    cpu_site_matmul_backward(t->train, LORA_SITE_ATTPROJ, l, datty, T_GRAD(attprojw, l), NULL, dres, atty, T_PARAM(attprojw, l), N, C, C);
     LORA_BWD(ATTPROJ, datty, dres, C, atty);
     /* atty = attention(rope(qkv)): the saved qkv holds the rotated q and k */
     float *dqkv = dbuf_f1;
     attention_backward(dqkv, datty, qkv, T_ACT(att, l), B, T, NH, NKV, HS);
     rope_backward(dqkv, t->freqs, B, T, NH, NKV, HS);
     float *dln1 = dbuf_c;
-    matmul_backward(dln1, T_GRAD(qkvw, l), NULL, dqkv, ln1, T_PARAM(qkvw, l), N, C, QKV);
+    cpu_site_matmul_backward(t->train, LORA_SITE_QKV, l, dln1, T_GRAD(qkvw, l), NULL, dqkv, ln1, T_PARAM(qkvw, l), N, C, QKV);
     LORA_BWD(QKV, dln1, dqkv, QKV, ln1);
     rmsnorm_backward(dres, T_GRAD(ln1w, l), dln1, x, T_PARAM(ln1w, l), T_ACT(ln1_rstd, l), N, C);
 }
@@ -227,7 +228,7 @@ void llama_decode_attention(const LlamaTrunk *t, LlamaDecode *d, int l, int n) {
     const float eps = t->cfg->norm_eps, scale = 1.0f / sqrtf((float)HS);
     float *kv = d->kv + (size_t)l * d->max_len * KV;
     rmsnorm_forward(d->ln, d->rstd, d->residual, T_PARAM(ln1w, l), n, C, eps);
-    matmul_forward(d->qkv, d->ln, T_PARAM(qkvw, l), NULL, n, C, QKV);
+    cpu_site_matmul_forward(t->train, LORA_SITE_QKV, l, d->qkv, d->ln, T_PARAM(qkvw, l), NULL, n, C, QKV);
     LORA_FWD(QKV, d->qkv, QKV, d->ln, n); /* before RoPE */
     /* positions [pos, pos + n): the cos/sin rows from pos on */
     rope_forward(d->qkv, d->freqs + (size_t)pos * HS, 1, n, NH, NKV, HS);
@@ -241,7 +242,7 @@ void llama_decode_attention(const LlamaTrunk *t, LlamaDecode *d, int l, int n) {
                           d->qkv + (size_t)i * QKV + h * HS, k, k + NKV * HS, (size_t)KV, pos + i, HS, scale);
         }
     }
-    matmul_forward(d->proj, d->atty, T_PARAM(attprojw, l), NULL, n, C, C);
+    cpu_site_matmul_forward(t->train, LORA_SITE_ATTPROJ, l, d->proj, d->atty, T_PARAM(attprojw, l), NULL, n, C, C);
     LORA_FWD(ATTPROJ, d->proj, C, d->atty, n);
     residual_forward(d->residual, d->proj, d->residual, (size_t)n * C);
     rmsnorm_forward(d->ln, d->rstd, d->residual, T_PARAM(ln2w, l), n, C, eps);
@@ -322,10 +323,10 @@ static void swiglu_ffn_forward(void *m, int l, int B, int T) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden, N = B * T;
     float *ln2 = ACT(ln2, l), *fch = ACT(fch, l), *fch_swiglu = ACT(fch_swiglu, l), *residual3 = ACT(residual3, l);
-    matmul_forward(fch, ln2, PARAM(fcw, l), NULL, N, C, 2 * F);
+    cpu_site_matmul_forward(&model->train, LORA_SITE_FC, l, fch, ln2, PARAM(fcw, l), NULL, N, C, 2 * F);
     LORA_FWD(FC, fch, 2 * F, ln2, N);
     swiglu_forward(fch_swiglu, fch, N, F);
-    matmul_forward(residual3, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
+    cpu_site_matmul_forward(&model->train, LORA_SITE_FCPROJ, l, residual3, fch_swiglu, PARAM(fcprojw, l), NULL, N, F, C);
     LORA_FWD(FCPROJ, residual3, C, fch_swiglu, N);
     residual_forward(residual3, residual3, ACT(residual2, l), (size_t)N * C);
 }
@@ -337,12 +338,12 @@ static void swiglu_ffn_backward(void *m, int l, int B, int T) {
     if (model->train.recompute >= 1) swiglu_forward(fch_swiglu, fch, N, F); /* not kept by the forward (-r 1) */
     /* residual3 = residual2 + fch_swiglu @ fcprojw^T */
     float *dfch_swiglu = model->train.dbuf_f2, *dfch = model->train.dbuf_f1;
-    matmul_backward(dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
+    cpu_site_matmul_backward(&model->train, LORA_SITE_FCPROJ, l, dfch_swiglu, GRAD(fcprojw, l), NULL, dres, fch_swiglu, PARAM(fcprojw, l), N, F, C);
     LORA_BWD(FCPROJ, dfch_swiglu, dres, C, fch_swiglu);
     swiglu_backward(dfch, fch, dfch_swiglu, N, F);
     /* fch = ln2 @ fcw^T */
     float *dln2 = model->train.dbuf_c;
-    matmul_backward(dln2, GRAD(fcw, l), NULL, dfch, ln2, PARAM(fcw, l), N, C, 2 * F);
+    cpu_site_matmul_backward(&model->train, LORA_SITE_FC, l, dln2, GRAD(fcw, l), NULL, dfch, ln2, PARAM(fcw, l), N, C, 2 * F);
     LORA_BWD(FC, dln2, dfch, 2 * F, ln2);
 }
 
@@ -350,10 +351,10 @@ static void swiglu_ffn_decode(void *m, LlamaDecode *d, int l, int n) {
     LlamaModel *model = (LlamaModel *)m;
     const int C = model->cfg.base.channels, F = model->cfg.base.ffn_hidden;
     LlamaKVCache *c = (LlamaKVCache *)d; /* d is the cache's first member */
-    matmul_forward(c->fch, d->ln, PARAM(fcw, l), NULL, n, C, 2 * F);
+    cpu_site_matmul_forward(&model->train, LORA_SITE_FC, l, c->fch, d->ln, PARAM(fcw, l), NULL, n, C, 2 * F);
     LORA_FWD(FC, c->fch, 2 * F, d->ln, n);
     swiglu_forward(c->fch_swiglu, c->fch, n, F);
-    matmul_forward(d->proj, c->fch_swiglu, PARAM(fcprojw, l), NULL, n, F, C);
+    cpu_site_matmul_forward(&model->train, LORA_SITE_FCPROJ, l, d->proj, c->fch_swiglu, PARAM(fcprojw, l), NULL, n, F, C);
     LORA_FWD(FCPROJ, d->proj, C, c->fch_swiglu, n);
 }
 
@@ -430,6 +431,7 @@ static void llama_cpu_describe(const ArchConfig *cfg, char *out, size_t len) {
 }
 
 static void llama_cpu_set_lora(void *m, struct LoraRun *lora) { ((LlamaModel *)m)->train.lora = lora; }
+static void llama_cpu_set_qbase(void *m, struct QBase *qbase) { ((LlamaModel *)m)->train.qbase = qbase; }
 
 const CpuArch llama3_cpu_arch = {
     .arch = &llama3_arch,
@@ -440,4 +442,5 @@ const CpuArch llama3_cpu_arch = {
     .describe = llama_cpu_describe,
     .lora_family = LORA_FAMILY_LLAMA,
     .set_lora = llama_cpu_set_lora,
+    .set_qbase = llama_cpu_set_qbase,
 };

@@ -12,6 +12,7 @@
 #include "llmc/cpu/zero.h"
 
 struct LoraRun;
+struct QBase;
 
 typedef struct {
     /* backward scratch, one layer's worth, reused by every layer: dresidual (B,T,C), the gradient
@@ -29,6 +30,9 @@ typedef struct {
     struct LoraRun *lora;
     /* the -r level the activations were allocated for (the Llama family's; 0: every one stored) */
     int recompute;
+    /* a quantised frozen base (llmc/cpu/qbase.h; NULL: fp32): the block sequences' site matmuls
+     * (cpu_site_matmul_forward / _backward) read its codes instead of the fp32 weights */
+    struct QBase *qbase;
 } CpuTraining;
 
 /* The training fields' buffers freed with the parameter and gradient arenas (params_floats and

@@ -110,8 +110,8 @@ void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     cJSON_Delete(j);
 }
 
-/* "__metadata__".llmc_base_crc32 of a safetensors file, if any */
-static int read_base_crc(const char *path, uint32_t *crc) {
+/* "__metadata__".key of a safetensors file as a string into out (len bytes), if the file has it */
+static int read_meta(const char *path, const char *key, char *out, size_t len) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     unsigned char le[8];
@@ -125,12 +125,9 @@ static int read_base_crc(const char *path, uint32_t *crc) {
                 json[n] = '\0';
                 cJSON *j = cJSON_Parse(json);
                 const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "__metadata__");
-                const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, "llmc_base_crc32");
-                unsigned v = 0;
-                char end;
-                if (c && (!cJSON_IsString(c) || strlen(c->valuestring) != 8 || sscanf(c->valuestring, "%8x%c", &v, &end) != 1))
-                    llmc_die("adapter '%s': its __metadata__ llmc_base_crc32 is not 8 hex digits", path);
-                if (c) *crc = v, found = 1;
+                const cJSON *c = cJSON_GetObjectItemCaseSensitive(m, key);
+                if (c && !cJSON_IsString(c)) llmc_die("adapter '%s': its __metadata__ %s is not a string", path, key);
+                if (c) snprintf(out, len, "%s", c->valuestring), found = 1;
                 cJSON_Delete(j);
             }
             free(json);
@@ -138,6 +135,24 @@ static int read_base_crc(const char *path, uint32_t *crc) {
     }
     fclose(f);
     return found;
+}
+
+/* "__metadata__".llmc_base_crc32 of a safetensors file, if any */
+static int read_base_crc(const char *path, uint32_t *crc) {
+    char text[64];
+    if (!read_meta(path, "llmc_base_crc32", text, sizeof text)) return 0;
+    unsigned v = 0;
+    char end;
+    if (strlen(text) != 8 || sscanf(text, "%8x%c", &v, &end) != 1)
+        llmc_die("adapter '%s': its __metadata__ llmc_base_crc32 is not 8 hex digits", path);
+    *crc = v;
+    return 1;
+}
+
+void adapter_read_quantize_base(const char *dir, char *out, size_t len) {
+    char path[4200];
+    adapter_model_path(dir, path, sizeof path);
+    if (!read_meta(path, "llmc_quantize_base", out, len)) snprintf(out, len, "%s", "");
 }
 
 void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has_crc, uint32_t *base_crc) {
@@ -213,6 +228,11 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
 }
 
 uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc, const char *base_name) {
+    return adapter_save_quant(dir, lc, params, base_crc, base_name, "");
+}
+
+uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc,
+                            const char *base_name, const char *quantize_base) {
     AtomicDir ad;
     atomic_dir_open(&ad, dir);
     /* adapter_config.json: PEFT 0.13's LoraConfig fields that describe this adapter */
@@ -281,7 +301,7 @@ uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params
         }
     char crc_text[16];
     snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)base_crc);
-    const char *meta[] = {"llmc_base_crc32", crc_text, NULL};
+    const char *meta[] = {"llmc_base_crc32", crc_text, quantize_base[0] ? "llmc_quantize_base" : NULL, quantize_base, NULL};
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", ad.tmp_path);
     uint64_t bytes;
     uint32_t crc = safetensors_write_meta(path, w, n, ST_F32, meta, &bytes);
@@ -303,7 +323,15 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
     llmc_die("--adapter %s: %s", dir, NO_CJSON);
 }
 uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc, const char *base_name) {
-    (void)lc, (void)params, (void)base_crc, (void)base_name;
+    return adapter_save_quant(dir, lc, params, base_crc, base_name, "");
+}
+uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc,
+                            const char *base_name, const char *quantize_base) {
+    (void)lc, (void)params, (void)base_crc, (void)base_name, (void)quantize_base;
     llmc_die("cannot write the LoRA adapter '%s': %s", dir, NO_CJSON);
+}
+void adapter_read_quantize_base(const char *dir, char *out, size_t len) {
+    (void)dir;
+    snprintf(out, len, "%s", "");
 }
 #endif

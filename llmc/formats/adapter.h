@@ -46,6 +46,12 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
 /* Writes dir (atomically; an existing adapter directory there is replaced). Returns the CRC-32 of its
  * adapter_model.safetensors. */
 uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc, const char *base_name);
+/* adapter_save, the file's __metadata__ also recording "llmc_quantize_base": the quantised base the
+ * adapter was trained on (QLoRA: "nf4", "nf4+dq", "int8"; "" writes none, as adapter_save). */
+uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc,
+                            const char *base_name, const char *quantize_base);
+/* dir's adapter_model.safetensors' llmc_quantize_base into out ("" when it records none: an fp32 base). */
+void adapter_read_quantize_base(const char *dir, char *out, size_t len);
 
 #ifdef __cplusplus
 }

@@ -58,6 +58,9 @@ static void usage(FILE *out, const GenerateBackend *be) {
             "  --threads N          CPU threads; 0 = all cores (default: 0)\n"
             "  --adapter DIR        a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors)\n"
             "                       applied unmerged on -e, the base it was trained on (./generate)\n"
+            "  --quantize-base M    nf4 | int8: the block linear weights quantised after loading (QLoRA's formats:\n"
+            "                       post-training quantised inference, with or without --adapter; ./generate)\n"
+            "  --double-quant 1     with nf4: the absmax values quantised too (bitsandbytes' double quantisation)\n"
             "  --help               print this help and exit\n",
             be->program, be->precisions);
 }
@@ -83,7 +86,7 @@ static float parse_number(const char *flag, const char *v) {
 }
 
 static void parse_args(GenConfig *g, int argc, char **argv, const GenerateBackend *be) {
-    *g = (GenConfig){NULL, NULL, NULL, NULL, 256, 1.0f, 0, 1.0f, 1337, 0, NULL};
+    *g = (GenConfig){NULL, NULL, NULL, NULL, 256, 1.0f, 0, 1.0f, 1337, 0, NULL, NULL, 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) {
@@ -101,6 +104,8 @@ static void parse_args(GenConfig *g, int argc, char **argv, const GenerateBacken
         else if (strcmp(a, "--seed") == 0) g->seed = (unsigned long long)parse_integer(a, v, 0, LLONG_MAX);
         else if (strcmp(a, "--threads") == 0) g->threads = (int)parse_integer(a, v, 0, 4096);
         else if (strcmp(a, "--adapter") == 0) g->adapter = v;
+        else if (strcmp(a, "--quantize-base") == 0) g->quantize_base = v;
+        else if (strcmp(a, "--double-quant") == 0) g->double_quant = (int)parse_integer(a, v, 0, 1);
         else if (strcmp(a, "--temperature") == 0) {
             g->temperature = parse_number(a, v);
             if (g->temperature < 0.0f) llmc_die("flag --temperature must be >= 0, got '%s'", v);
@@ -110,6 +115,10 @@ static void parse_args(GenConfig *g, int argc, char **argv, const GenerateBacken
         } else llmc_die("unknown flag '%s' (see %s --help)", a, be->program);
     }
     if (!g->init) llmc_die("flag -e is required: the model to generate with (a model_*.bin checkpoint or dN)");
+    if (g->quantize_base && strcmp(g->quantize_base, "nf4") && strcmp(g->quantize_base, "int8"))
+        llmc_die("flag --quantize-base: unknown mode '%s' (nf4, int8)", g->quantize_base);
+    if (g->double_quant && !(g->quantize_base && strcmp(g->quantize_base, "nf4") == 0))
+        llmc_die("flag --double-quant 1 is for --quantize-base nf4 only");
 }
 
 static char *read_all(FILE *f, size_t *len) {

@@ -28,6 +28,8 @@ typedef struct {
     unsigned long long seed;
     int threads;           /* --threads; 0 = all cores */
     const char *adapter;   /* --adapter: a PEFT LoRA adapter directory applied unmerged; NULL = none */
+    const char *quantize_base; /* --quantize-base nf4|int8: the block linear weights quantised after loading; NULL = fp32 */
+    int double_quant;      /* --double-quant 1: NF4's absmax values quantised too */
 } GenConfig;
 
 /* Prompt tokens per forward call: a backend's forward takes 1..GENERATE_CHUNK tokens. */

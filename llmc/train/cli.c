@@ -104,6 +104,9 @@ static const Flag flags[] = {
     {NULL, "--use-rslora", F_INT, FIELD(use_rslora), "LoRA: 1 = rank-stabilised scale alpha/sqrt(R)"},
     {NULL, "--use-dora", F_INT, FIELD(use_dora), "LoRA: 1 = DoRA, a trained magnitude per output row times the normalised W + sBA"},
     {NULL, "--adapter", F_STRING, FIELD(adapter), "LoRA: start from this PEFT adapter directory (adapter_config.json + adapter_model.safetensors); '' = new adapters"},
+    /* QLoRA: the frozen base quantised (llmc/core/quant.h, llmc/cpu/qbase.h; the CPU trainer) */
+    {NULL, "--quantize-base", F_STRING, FIELD(quantize_base), "QLoRA: store the frozen base's block linear weights quantised: nf4 (bitsandbytes' NF4, blocks of 64) | int8 (per output row); embeddings, norms, biases and the head stay fp32; '' = fp32 (with LoRA adapters only)"},
+    {NULL, "--double-quant", F_INT, FIELD(double_quant), "QLoRA: 1 = quantise the NF4 absmax values too (8-bit, blocks of 256: bitsandbytes' double quantisation)"},
     /* ---- the optimizer (llmc/train/adafactor.h) ---- */
     {NULL, "--optimizer", F_STRING, FIELD(optimizer), "adamw | adafactor: factored second moments (row and column statistics) for 2-D weights, a fraction of AdamW's state; the -l schedule, -c and --grad-clip apply (./train_gpt: with --offload optimizer)"},
     {NULL, "--adafactor-beta1", F_FLOAT, FIELD(adafactor_beta1), "Adafactor: first-moment decay in [0, 1); 0 = no first moment (HF's beta1=None)"},
@@ -213,7 +216,7 @@ static const char *const math_flags[] = {
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
     "--adafactor-relative-step", "--use-dora", "--teacher", "--distill-alpha", "--distill-temperature",
-    "--teacher-quantize", "--grad-compression", NULL};
+    "--teacher-quantize", "--grad-compression", "--quantize-base", "--double-quant", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -227,7 +230,7 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--distill-alpha", "--distill-temperature", "--teacher-quantize",
                                           "--grad-compression", "--offload-device", "--nvme-path", "--tensor-parallel",
                                           "--pipeline-parallel", "--sequence-parallel", "--pipeline-schedule",
-                                          "--pipeline-virtual", NULL};
+                                          "--pipeline-virtual", "--quantize-base", "--double-quant", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -272,7 +275,7 @@ static int feature_off(const Flag *f, const TrainConfig *c) {
     if (strncmp(n, "--adafactor-", 12) == 0 || strcmp(n, "--optimizer") == 0) return strcmp(c->optimizer, "adafactor") != 0;
     if (strncmp(n, "--distill-", 10) == 0 || strncmp(n, "--teacher", 9) == 0) return !c->teacher[0];
     if (strncmp(n, "--lora-", 7) == 0 || strcmp(n, "--use-rslora") == 0 || strcmp(n, "--use-dora") == 0 ||
-        strcmp(n, "--adapter") == 0)
+        strcmp(n, "--adapter") == 0 || strcmp(n, "--quantize-base") == 0 || strcmp(n, "--double-quant") == 0)
         return c->lora_rank == 0 && !c->adapter[0];
     if (strcmp(n, "--offload-device") == 0 || strcmp(n, "--nvme-path") == 0) return strcmp(c->offload_device, "nvme") != 0;
     if (strcmp(n, "--tensor-parallel") == 0 || strncmp(n, "--pipeline-", 11) == 0 || strcmp(n, "--sequence-parallel") == 0)
@@ -498,6 +501,23 @@ static void validate_distill(const TrainConfig *c) {
                  c->teacher_quantize);
 }
 
+/* QLoRA: --quantize-base and --double-quant (the model's shapes are checked at setup, llmc/cpu/qbase.h) */
+static void validate_quantize_base(const TrainConfig *c) {
+    const char *q = c->quantize_base;
+    check_range("--double-quant", c->double_quant, 0, 1);
+    if (q[0] && strcmp(q, "nf4") && strcmp(q, "int8"))
+        llmc_die("flag --quantize-base: unknown mode '%s' (nf4, int8; '' = the fp32 base)", q);
+    if (c->double_quant && strcmp(q, "nf4"))
+        llmc_die("flag --double-quant 1 is for --quantize-base nf4 only (it quantises NF4's absmax values), got "
+                 "--quantize-base '%s'", q);
+    if (q[0] && !c->lora_rank && !c->adapter[0])
+        llmc_die("flag --quantize-base %s needs LoRA adapters (--lora-rank R or --adapter DIR): the quantised base is "
+                 "frozen, only adapters train on it", q);
+    if (q[0] && c->use_dora)
+        llmc_die("flags --quantize-base %s and --use-dora 1: DoRA on a quantised base is not built yet (its row norms "
+                 "read the fp32 weights)", q);
+}
+
 /* --grad-compression (llmc/train/gradcomp.h) and what it is built with */
 static void validate_grad_compression(const TrainConfig *c) {
     GradCompSpec gc;
@@ -691,6 +711,7 @@ static void validate(const TrainConfig *c) {
         llmc_die("flags --adafactor-*: they set Adafactor, but the optimizer is --optimizer %s (give --optimizer adafactor)",
                  c->optimizer);
     validate_distill(c);
+    validate_quantize_base(c);
     validate_grad_compression(c);
     validate_offload_device(c);
     validate_layout(c);

@@ -83,6 +83,8 @@ typedef struct {
     int use_rslora;             /* --use-rslora: scale alpha/sqrt(R) instead of alpha/R */
     int use_dora;               /* --use-dora: DoRA, a trained magnitude per output row (llmc/models/lora.h) */
     char adapter[1024];         /* --adapter DIR: start from a PEFT adapter directory ('' = new adapters) */
+    char quantize_base[16];     /* --quantize-base: '' (fp32) | nf4 | int8: the frozen base quantised (QLoRA) */
+    int double_quant;           /* --double-quant: 1 = NF4's absmax values quantised too */
     /* the optimizer (llmc/train/adafactor.h) */
     char optimizer[16];         /* --optimizer: adamw | adafactor */
     float adafactor_beta1;      /* --adafactor-beta1: 0 = no first moment */
