@@ -19,13 +19,11 @@ t=${BENCH_T:-128}
 threads=${BENCH_THREADS:-2}
 /usr/bin/python3 - "$out" "${BENCH_E:-8}" "${BENCH_K:-2}" "${BENCH_C:-256}" "${BENCH_L:-4}" "${BENCH_F:-512}" "$t" <<'PY'
 import json, os, random, struct, sys
-import numpy as np
 from safetensors.numpy import save_file
+sys.path.insert(0, "test")
+from hf_tiny import decoder_tensors  # noqa: E402 (the Llama-family tensors at these sizes)
 out, E, K, C, L, F, T = sys.argv[1], *map(int, sys.argv[2:])
 V, NH, NKV = 4096, 8, 4
-HS = C // NH
-rng = np.random.default_rng(0)
-g = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
 def config(arch, ffn, **extra):
     c = {"architectures": [arch], "vocab_size": V, "hidden_size": C, "intermediate_size": ffn,
          "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV,
@@ -36,19 +34,10 @@ def config(arch, ffn, **extra):
 def write(name, cfg, ffn):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
-    t = {"model.embed_tokens.weight": g(V, C), "model.norm.weight": np.ones(C, np.float32), "lm_head.weight": g(V, C)}
-    for layer in range(L):
-        p = f"model.layers.{layer}."
-        t[p + "input_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "post_attention_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "self_attn.q_proj.weight"] = g(C, C)
-        t[p + "self_attn.k_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.v_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.o_proj.weight"] = g(C, C)
-        t.update(ffn(p))
     json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=1)
-    save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
-def moe(p):
+    save_file(decoder_tensors(0, ffn, v=V, c=C, layers=L, kv=NKV * (C // NH)), os.path.join(d, "model.safetensors"),
+              metadata={"format": "pt"})
+def moe(p, g):
     t = {p + "block_sparse_moe.gate.weight": g(E, C)}
     for e in range(E):
         q = p + f"block_sparse_moe.experts.{e}."
@@ -57,8 +46,8 @@ def moe(p):
 write("moe", config("MixtralForCausalLM", F, num_local_experts=E, num_experts_per_tok=K, router_aux_loss_coef=0.02,
                     output_router_logits=True, sliding_window=None), moe)
 write("dense", config("LlamaForCausalLM", K * F),
-      lambda p: {p + "mlp.gate_proj.weight": g(K * F, C), p + "mlp.up_proj.weight": g(K * F, C),
-                 p + "mlp.down_proj.weight": g(C, K * F)})
+      lambda p, g: {p + "mlp.gate_proj.weight": g(K * F, C), p + "mlp.up_proj.weight": g(K * F, C),
+                    p + "mlp.down_proj.weight": g(C, K * F)})
 r = random.Random(0)
 n = 64 * 8 * 256 + 1
 with open(os.path.join(out, "tokens.bin"), "wb") as f:

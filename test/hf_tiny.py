@@ -25,21 +25,22 @@ def llama_config(**extra):
     return c
 
 
-def decoder_tensors(seed, ffn):
-    """A Llama-family decoder's tensors (these sizes, untied head) with N(0, 0.02) weights and unit norms
-    drawn from seed; ffn(prefix, g) gives each layer's feed-forward tensors (g(*shape) draws one)."""
+def decoder_tensors(seed, ffn, v=V, c=C, layers=L, kv=NKV * HS):
+    """A Llama-family decoder's tensors (these sizes unless given: vocabulary v, width c, layers, kv =
+    NKV x HS; untied head) with N(0, 0.02) weights and unit norms drawn from seed; ffn(prefix, g) gives
+    each layer's feed-forward tensors (g(*shape) draws one)."""
     rng = np.random.default_rng(seed)
     g = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
-    t = {"model.embed_tokens.weight": g(V, C), "model.norm.weight": np.ones(C, np.float32),
-         "lm_head.weight": g(V, C)}
-    for layer in range(L):
+    t = {"model.embed_tokens.weight": g(v, c), "model.norm.weight": np.ones(c, np.float32),
+         "lm_head.weight": g(v, c)}
+    for layer in range(layers):
         p = f"model.layers.{layer}."
-        t[p + "input_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "post_attention_layernorm.weight"] = np.ones(C, np.float32)
-        t[p + "self_attn.q_proj.weight"] = g(C, C)
-        t[p + "self_attn.k_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.v_proj.weight"] = g(NKV * HS, C)
-        t[p + "self_attn.o_proj.weight"] = g(C, C)
+        t[p + "input_layernorm.weight"] = np.ones(c, np.float32)
+        t[p + "post_attention_layernorm.weight"] = np.ones(c, np.float32)
+        t[p + "self_attn.q_proj.weight"] = g(c, c)
+        t[p + "self_attn.k_proj.weight"] = g(kv, c)
+        t[p + "self_attn.v_proj.weight"] = g(kv, c)
+        t[p + "self_attn.o_proj.weight"] = g(c, c)
         t.update(ffn(p, g))
     return t
 

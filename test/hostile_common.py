@@ -66,6 +66,18 @@ def checkpoint_copy(src, d, drop):
     return d
 
 
+def rank_checkpoint(ctx, name, args, n, launch, what):
+    """A resume category's run directory: args trained 3 steps (a checkpoint each) on n processes that
+    launch(args, n) starts, returning (outcome, stderr); None, with a note naming the category (what),
+    when that run fails."""
+    d = ctx.path(name)
+    o, err = launch(base_args(ctx) + args + ["-x", "3", "-n", "1", "-o", d], n)
+    if o != "ok":
+        print(f"note: {what} category setup failed: {err[-300:]}")
+        return None
+    return d
+
+
 def digests(d):
     """sha256 of the run's checkpoint files of steps 1 and 2 (a failed resume must leave them as they were)."""
     import hashlib

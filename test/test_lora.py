@@ -146,6 +146,22 @@ def close(a, b, rtol, atol):
     return bool(np.all(err <= 0)), float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
+def gradient_mismatches(grads, ref_grads):
+    """What differs between two {name: gradient} maps: a tensor missing or misshapen, or off by more than
+    1e-3 relative + 1e-4 of its largest reference value, or a reference gradient that is all zero (it
+    tests nothing); [] when they agree."""
+    bad = []
+    for k in sorted(ref_grads):
+        if k not in grads or grads[k].shape != ref_grads[k].shape:
+            bad.append(f"{k}: missing or shape {grads.get(k, np.zeros(0)).shape} vs {ref_grads[k].shape}")
+            continue
+        scale = float(np.max(np.abs(ref_grads[k]))) or 1.0
+        ok, err = close(grads[k], ref_grads[k], 1e-3, 1e-4 * scale)
+        if not ok or not np.any(ref_grads[k]):
+            bad.append(f"{k}: max |diff| {err:.3g} (max |g| {scale:.3g})")
+    return bad
+
+
 def train_args(model, adapter, data, outdir, steps, extra=()):
     return ["-e", model, "--adapter", adapter, "-i", data, "-j", data, "-b", str(B), "-t", str(T), "-x", str(steps),
             "-a", "1", "--shuffle", "0", "-k", "constant", "-u", "0", "-l", str(LR), "-c", str(WD), "--grad-clip", "0",
@@ -178,15 +194,7 @@ def check_family(name, w, data):
     grads, _ = read_safetensors(os.path.join(gdir, "adapter_model.safetensors"))
     report(sorted(grads) == sorted(ref_grads), f"{name}_gradient_keys",
            f"llmc {sorted(grads)[:3]}..., PEFT {sorted(ref_grads)[:3]}...")
-    bad = []
-    for k in sorted(ref_grads):
-        if k not in grads or grads[k].shape != ref_grads[k].shape:
-            bad.append(f"{k}: missing or shape {grads.get(k, np.zeros(0)).shape} vs {ref_grads[k].shape}")
-            continue
-        scale = float(np.max(np.abs(ref_grads[k]))) or 1.0
-        ok, err = close(grads[k], ref_grads[k], 1e-3, 1e-4 * scale)
-        if not ok or not np.any(ref_grads[k]):
-            bad.append(f"{k}: max |diff| {err:.3g} (max |g| {scale:.3g})")
+    bad = gradient_mismatches(grads, ref_grads)
     report(not bad, f"{name}_every_adapter_gradient", f"{len(ref_grads)} tensors; " + "; ".join(bad[:4]))
 
     ok, err = close(losses, ref_losses, 1e-4, 1e-5)

@@ -37,7 +37,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hardening_util import limit_file_size, write_model  # noqa: E402 (sets OMP_NUM_THREADS=1)
-from testlib import LOOPBACK_MPI, failures, report, run_trainer, write_shard  # noqa: E402
+from testlib import LOOPBACK_MPI, failed_count, report, run_trainer, write_shard  # noqa: E402
 
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", "./train_gpt_cpu")
 SIM = "build/cudasim/train_gpt"
@@ -307,9 +307,7 @@ def main():
     report(listing(nvdir) == ["keep.txt"] and open(os.path.join(nvdir, "keep.txt")).read() == "not the run's",
            "the file in --nvme-path that was there before is untouched, nothing else left")
     shutil.rmtree(tmp, ignore_errors=True)
-    n = failures()
-    print(f"{'FAIL' if n else 'PASS'}: test_nvme ({n} failure{'s' if n != 1 else ''})")
-    return 1 if n else 0
+    return failed_count()
 
 
 if __name__ == "__main__":

@@ -164,15 +164,7 @@ def check_family(name, mode, dq, w, data):
     report(abs(mine - theirs) <= 3e-6 and abs(mine - fp32) > 1e-5, f"{tag}_eval_is_the_dequantised_model",
            f"-x 0 val loss: {mode} base {mine!r}, the reference's dequantised model {theirs!r}, the fp32 base {fp32!r}")
     grads, _ = read_safetensors(os.path.join(gdir, "adapter_model.safetensors"))
-    bad = []
-    for k in sorted(ref_grads):
-        if k not in grads or grads[k].shape != ref_grads[k].shape:
-            bad.append(f"{k}: missing or misshapen")
-            continue
-        scale = float(np.max(np.abs(ref_grads[k]))) or 1.0
-        ok, err = tl.close(grads[k], ref_grads[k], 1e-3, 1e-4 * scale)
-        if not ok or not np.any(ref_grads[k]):
-            bad.append(f"{k}: max |diff| {err:.3g} (max |g| {scale:.3g})")
+    bad = tl.gradient_mismatches(grads, ref_grads)
     report(not bad and sorted(grads) == sorted(ref_grads), f"{tag}_every_adapter_gradient",
            f"{len(ref_grads)} tensors; " + "; ".join(bad[:4]))
     ok, err = tl.close(losses, ref_losses, 1e-4, 1e-5)

@@ -31,6 +31,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import LOOPBACK_MPI, failures, report, write_shard  # noqa: E402
+from testlib import log_losses, log_records, model_floats, rel_loss_diff  # noqa: E402
 
 TRAINER = "./train_gpt_cpu"
 NOMPI = "build/test/train_gpt_cpu_nompi"
@@ -73,28 +74,6 @@ def launch_tcp(np, args, timeout=120):
                           text=True, timeout=timeout, env=env)
 
 
-def read_log(out):
-    with open(os.path.join(out, "log.jsonl")) as f:
-        return [json.loads(line) for line in f]
-
-
-def losses(out, key="train_loss"):
-    return {r["step"]: r[key] for r in read_log(out) if key in r}
-
-
-def params(path):
-    with open(path, "rb") as f:
-        f.seek(1024)
-        data = f.read()
-    return struct.unpack(f"<{len(data) // 4}f", data)
-
-
-def loss_diff(a, b):
-    if sorted(a) != sorted(b) or not a:
-        return float("inf")
-    return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
-
-
 def param_diff(a, b):
     return float("inf") if len(a) != len(b) else max(abs(x - y) for x, y in zip(a, b))
 
@@ -131,7 +110,7 @@ def main():
         report(p.returncode == 0, "one process, -b 8: trains", p.stderr[-400:])
         if p.returncode != 0:
             return 1
-        ref_loss, ref_par, ref_norm = losses(ref), params(os.path.join(ref, final)), losses(ref, "grad_norm")
+        ref_loss, ref_par, ref_norm = log_losses(ref), model_floats(os.path.join(ref, final)), log_losses(ref, "grad_norm")
 
         layouts = [("tp2", 2, ["-b", "8", "-tp", "2"], run, "tp2 on 2 ranks"),
                    ("tp4", 4, ["-b", "8", "-tp", "4"], run, "tp4 on 4 ranks"),
@@ -148,8 +127,8 @@ def main():
             report(ok, f"{what}: trains", (p.stdout + p.stderr)[-600:])
             if not ok:
                 continue
-            ld, pd = loss_diff(losses(out), ref_loss), param_diff(params(os.path.join(out, final)), ref_par)
-            nd = loss_diff(losses(out, "grad_norm"), ref_norm)
+            ld, pd = rel_loss_diff(log_losses(out), ref_loss), param_diff(model_floats(os.path.join(out, final)), ref_par)
+            nd = rel_loss_diff(log_losses(out, "grad_norm"), ref_norm)
             report(nd <= LOSS_RTOL, f"{what}: the gradient norm (every element once) follows one process's within "
                    f"{LOSS_RTOL} relative", f"largest relative difference {nd:.3g}")
             report(ld <= LOSS_RTOL, f"{what}: the loss trajectory follows one process's within {LOSS_RTOL} relative",
@@ -158,7 +137,7 @@ def main():
                    f"within {PARAM_ATOL}", f"largest difference {pd:.3g}")
             report("bit-identical on the" in p.stderr and "tensor-parallel ranks" in p.stderr,
                    f"{what}: the replicated tensors' gradients are bit-identical over the tp ranks", p.stderr[-300:])
-            comm = [rec.get("comm_bytes", 0) for rec in read_log(out) if "train_loss" in rec]
+            comm = [rec.get("comm_bytes", 0) for rec in log_records(out) if "train_loss" in rec]
             report(comm and min(comm) > 0, f"{what}: the step records count the groups' communication", str(comm))
             if name == "tp2":
                 report("tensor parallel: rank 0 of 2 holds" in p.stdout, "tp2: the memory print names the rank's part",
@@ -205,13 +184,13 @@ def main():
                 if name == "same":
                     same = read(os.path.join(d, final)) == read(os.path.join(full, final)) and \
                         read(os.path.join(d, "state_00000006_00000.bin")) == read(os.path.join(full, "state_00000006_00000.bin"))
-                    la, lb = losses(d), losses(full)
+                    la, lb = log_losses(d), log_losses(full)
                     report(same and all(la[s] == lb[s] for s in (4, 5, 6)),
                            f"resume {what}: model, state and losses of steps 4-6 bit-identical to the uninterrupted run")
                 else:
-                    la = {s: v for s, v in losses(d).items() if s > 3}
-                    lb = {s: v for s, v in losses(full).items() if s > 3}
-                    ld, pd = loss_diff(la, lb), param_diff(params(os.path.join(d, final)), params(os.path.join(full, final)))
+                    la = {s: v for s, v in log_losses(d).items() if s > 3}
+                    lb = {s: v for s, v in log_losses(full).items() if s > 3}
+                    ld, pd = rel_loss_diff(la, lb), param_diff(model_floats(os.path.join(d, final)), model_floats(os.path.join(full, final)))
                     report(ld <= LOSS_RTOL and pd <= PARAM_ATOL,
                            f"resume {what}: follows the uninterrupted run (the state holds the whole m, v)",
                            f"loss {ld:.3g}, parameters {pd:.3g}")
@@ -224,7 +203,7 @@ def main():
         if ok and os.path.isdir(outs.get("tp2", "")):
             c1, c2 = json.loads(p1.stdout)["classes"], json.loads(p2.stdout)["classes"]
             get = lambda c, k: c[k]["bytes"] if isinstance(c[k], dict) else c[k]  # noqa: E731
-            alloc = next(r["mem_by_class"] for r in read_log(outs["tp2"]) if "mem_by_class" in r)
+            alloc = next(r["mem_by_class"] for r in log_records(outs["tp2"]) if "mem_by_class" in r)
             for k in ("parameters", "activations"):
                 report(get(c2, k) < get(c1, k) and get(c2, k) == alloc.get(k),
                        f"--plan -tp 2: per-rank {k} bytes below one process's and equal to a tp2 rank's allocation",

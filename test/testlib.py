@@ -91,6 +91,29 @@ def log_losses(outdir, key="train_loss"):
         return {r["step"]: r[key] for r in map(json.loads, f) if key in r}
 
 
+def log_records(outdir):
+    """outdir/log.jsonl's records, in order."""
+    import json
+    import os
+    with open(os.path.join(outdir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def model_floats(path, header=1024):
+    """The fp32 parameters of a model file after its header (bytes)."""
+    with open(path, "rb") as f:
+        f.seek(header)
+        data = f.read()
+    return struct.unpack(f"<{len(data) // 4}f", data)
+
+
+def rel_loss_diff(a, b):
+    """The largest relative difference of two {step: value} maps; inf when their steps differ (or none)."""
+    if sorted(a) != sorted(b) or not a:
+        return float("inf")
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in a)
+
+
 def same_bytes(a, b):
     """Do both files exist, byte for byte the same?"""
     import os

@@ -11,7 +11,7 @@ import subprocess
 import time
 
 from hardening_util import TRAINER, clean_outcome, state_rewrite
-from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models
+from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models, rank_checkpoint
 
 VALUES = ["int8", "int8", "bf16", "topk:0.05", "powersgd:2", "none", "topk:0", "topk:1e-30", "int9", "powersgd:0", ""]
 
@@ -48,12 +48,8 @@ def ranks(args, n):
 
 
 def setup(ctx):
-    ctx.gc_ckpt = ctx.path("gc_ck")
-    o, err = ranks(base_args(ctx) + ["-e", ctx.model, "-x", "3", "-n", "1", "-o", ctx.gc_ckpt,
-                                     "--grad-compression", "int8"], 2)
-    if o != "ok":
-        print(f"note: gradient compression category setup failed: {err[-300:]}")
-        ctx.gc_ckpt = None
+    ctx.gc_ckpt = rank_checkpoint(ctx, "gc_ck", ["-e", ctx.model, "--grad-compression", "int8"], 2, ranks,
+                                  "gradient compression")
 
 
 def case_gradcomp(ctx, r, tag, k):

@@ -10,7 +10,7 @@ import struct
 import subprocess
 
 from hardening_util import TRAINER, clean_outcome, write_model
-from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models
+from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models, rank_checkpoint
 
 T, STEP_SEQS = 32, 2  # base_args' -t; sequences per optimizer step (-d)
 
@@ -30,12 +30,9 @@ def tp_ranks(args, n):
 
 
 def setup(ctx):
-    ctx.tp_model, ctx.tp_ckpt = ctx.path("tiny_nh2.bin"), ctx.path("tp_ck")
+    ctx.tp_model = ctx.path("tiny_nh2.bin")
     write_model(ctx.tp_model, NH=2)
-    o, err = tp_ranks(base_args(ctx) + ["-e", ctx.tp_model, "-x", "3", "-n", "1", "-o", ctx.tp_ckpt, "-tp", "2"], 2)
-    if o != "ok":
-        print(f"note: tensor-parallel category setup failed: {err[-300:]}")
-        ctx.tp_ckpt = None
+    ctx.tp_ckpt = rank_checkpoint(ctx, "tp_ck", ["-e", ctx.tp_model, "-tp", "2"], 2, tp_ranks, "tensor-parallel")
 
 
 def case_tp(ctx, r, tag, k):
