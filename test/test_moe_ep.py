@@ -191,9 +191,9 @@ def main():
         bad("-ep 2 on a dense model (-e d4, GPT-2): a clear error", 1, ["-ep", "2", "-e", "d4"],
             "-e d4 is a dense GPT-2 model (no experts)")
         bad("-ep 2 with -z 3: a clear error", 1, ["-ep", "2", "-z", "3"], "-ep 2 with -z 3: expert parallelism shards")
-        bad("-ep 0: a clear error", 1, ["-ep", "0"], "flag -ep (--expert-parallel): '0' is not a number of ranks")
+        bad("-ep 0: a clear error", 1, ["-ep", "0"], "flag -ep (--expert-parallel) must be between 1 and 256, got 0")
         bad("--expert-parallel=x: a clear error", 1, ["--expert-parallel=x"],
-            "flag --expert-parallel (--expert-parallel): 'x' is not a number of ranks")
+            "flag --expert-parallel=x expects an integer, got 'x'")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return failed_count()

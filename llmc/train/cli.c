@@ -125,6 +125,7 @@ static const Flag flags[] = {
     {"-sp", "--sequence-parallel", F_INT, FIELD(sequence_parallel), "1 = sequence parallelism in the tensor-parallel group (not built yet: 0)"},
     {NULL, "--pipeline-schedule", F_STRING, FIELD(pipeline_schedule), "gpipe | 1f1b | interleaved (with -pp; not built yet)"},
     {NULL, "--pipeline-virtual", F_INT, FIELD(pipeline_virtual), "pipeline stages per rank for --pipeline-schedule interleaved (with -pp; not built yet)"},
+    {"-ep", "--expert-parallel", F_INT, FIELD(expert_parallel), "MoE expert parallelism: the experts of each layer split over groups of N ranks, tokens exchanged all-to-all (./train_gpt_cpu, Mixtral, -z 0..2); 1 = every rank holds every expert"},
     {NULL, "--grad-compression", F_STRING, FIELD(grad_compression), "the ranks' gradient sum sent compressed, with an error-feedback residual per rank: none | bf16 | int8 (chunks of 256, an fp32 scale each) | topk:FRAC (the largest FRAC of each bucket, as index + value) | powersgd:RANK (each matrix as rank-RANK factors, warm-started; vectors uncompressed); ./train_gpt_cpu, -z 0/1, several ranks"},
     /* ---- NVMe offload (llmc/train/nvme.h) ---- */
     {NULL, "--offload-device", F_STRING, FIELD(offload_device), "cpu | nvme: where the host AdamW keeps its moments (fp32 or --optim-state's form): nvme = one file per rank under --nvme-path, streamed through a small staging ring each step (io_uring); the same bits as cpu (./train_gpt: with --offload optimizer)"},
@@ -182,6 +183,7 @@ void train_config_defaults(TrainConfig *c) {
     snprintf(c->grad_compression, sizeof c->grad_compression, "none"); /* llmc/train/gradcomp.h */
     snprintf(c->offload_device, sizeof c->offload_device, "cpu"); /* llmc/train/nvme.h */
     c->tensor_parallel = 1, c->pipeline_parallel = 1, c->pipeline_virtual = 1; /* (issue 25) */
+    c->expert_parallel = 1;                                                    /* (issue 24) */
     snprintf(c->pipeline_schedule, sizeof c->pipeline_schedule, "1f1b");
 }
 
@@ -230,7 +232,7 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--distill-alpha", "--distill-temperature", "--teacher-quantize",
                                           "--grad-compression", "--offload-device", "--nvme-path", "--tensor-parallel",
                                           "--pipeline-parallel", "--sequence-parallel", "--pipeline-schedule",
-                                          "--pipeline-virtual", "--quantize-base", "--double-quant", NULL};
+                                          "--pipeline-virtual", "--expert-parallel", "--quantize-base", "--double-quant", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -280,6 +282,7 @@ static int feature_off(const Flag *f, const TrainConfig *c) {
     if (strcmp(n, "--offload-device") == 0 || strcmp(n, "--nvme-path") == 0) return strcmp(c->offload_device, "nvme") != 0;
     if (strcmp(n, "--tensor-parallel") == 0 || strncmp(n, "--pipeline-", 11) == 0 || strcmp(n, "--sequence-parallel") == 0)
         return c->tensor_parallel == 1 && c->pipeline_parallel == 1;
+    if (strcmp(n, "--expert-parallel") == 0) return c->expert_parallel == 1;
     return 0;
 }
 
@@ -745,21 +748,10 @@ static int is_integer(const char *s) {
 /* ---- MoE expert parallelism (issue 24 item 5): -ep N / --expert-parallel N ----
  * Not a table row (cli.h). The model-dependent checks (a Mixtral, E % N, N | processes, more than
  * one process) are the trainer's, once the model and the process group are known. */
-static void parse_expert_parallel(TrainConfig *c, const char *arg, size_t len, const char *value) {
-    if (!value) llmc_die("flag %.*s (--expert-parallel) needs a value", (int)len, arg);
-    char *end;
-    errno = 0;
-    long n = strtol(value, &end, 10);
-    if (end == value || *end || errno || n < 1 || n > 256)
-        llmc_die("flag %.*s (--expert-parallel): '%s' is not a number of ranks in [1, %d] to split the experts over",
-                 (int)len, arg, value, 256);
-    c->expert_parallel = (int)n;
-}
-
-/* What -ep N > 1 is not built with (checked after every flag is parsed). */
 static void validate_expert_parallel(const TrainConfig *c) {
     const int n = c->expert_parallel;
-    if (n <= 1) return;
+    check_range("-ep (--expert-parallel)", n, 1, 256);
+    if (n == 1) return;
     if (c->zero_stage >= 3)
         llmc_die("-ep %d with -z %d: expert parallelism shards the optimizer up to -z 2 (the experts' moments and "
                  "gradients over their replicas), not the parameters; use -z 0, 1 or 2", n, c->zero_stage);
@@ -771,6 +763,8 @@ static void validate_expert_parallel(const TrainConfig *c) {
                  c->grad_compression);
     if (c->offload[0] && strcmp(c->offload, "none") != 0)
         llmc_die("-ep %d with --offload %s: not built for expert parallelism", n, c->offload);
+    if (strcmp(c->offload_device, "cpu") != 0)
+        llmc_die("-ep %d with --offload-device %s: not built for expert parallelism", n, c->offload_device);
     if (c->teacher[0]) llmc_die("-ep %d with --teacher: distillation is not built for expert parallelism", n);
     if (c->lora_rank > 0 || c->adapter[0]) llmc_die("-ep %d with LoRA adapters: not built for expert parallelism", n);
     if (c->memory_budget[0]) llmc_die("-ep %d with --memory-budget: the budget search does not price expert parallelism yet", n);
@@ -787,10 +781,6 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
         if (arg[0] != '-') llmc_die("unexpected argument '%s' (flags start with '-'; see --help)", arg);
         const char *eq = strncmp(arg, "--", 2) == 0 ? strchr(arg, '=') : NULL;
         size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
-        if ((len == 3 && strncmp(arg, "-ep", 3) == 0) || (len == 17 && strncmp(arg, "--expert-parallel", 17) == 0)) {
-            parse_expert_parallel(c, arg, len, eq ? eq + 1 : i + 1 < argc ? argv[++i] : NULL);
-            continue;
-        }
         const Flag *f = find_flag(arg, len);
         if (!f) llmc_die("unknown flag '%.*s' (see --help)", (int)len, arg);
         const char *value;

@@ -101,9 +101,8 @@ typedef struct {
     int has_teacher_crc;
     /* gradient compression (llmc/train/gradcomp.h) */
     char grad_compression[32];  /* --grad-compression: none | bf16 | int8 | topk:FRAC | powersgd:RANK */
-    /* MoE expert parallelism (issue 24; llmc/cpu/moe_ep.h): not a table row (cli.c's own block: the
-     * saved configuration and the flag listing stay as they were; a run resumes on any -ep) */
-    int expert_parallel;        /* -ep / --expert-parallel N: the experts over N ranks; 0 or 1: none */
+    /* MoE expert parallelism (issue 24; llmc/cpu/moe_ep.h; a run resumes on any -ep) */
+    int expert_parallel;        /* -ep / --expert-parallel N: the experts over N ranks; 1: none */
     /* NVMe offload (llmc/train/nvme.h) */
     char offload_device[8];     /* --offload-device: cpu | nvme (the AdamW moments in files under --nvme-path) */
     char nvme_path[1024];       /* --nvme-path DIR */
