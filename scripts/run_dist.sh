@@ -10,7 +10,7 @@
 #   scripts/run_dist.sh local N --pi fs  FLAGS...
 #                                            one node, N ranks started here without mpirun (any
 #                                            build): each gets -pn N -pr RANK and -pi tcp -ps
-#                                            127.0.0.1:$PORT (default 12345) or -pi fs -pf a
+#                                            127.0.0.1:$PORT (default: a free port) or -pi fs -pf a
 #                                            fresh temporary directory. When a rank fails, the
 #                                            others get RUN_DIST_GRACE seconds (default 5) to
 #                                            stop by themselves, then SIGTERM; the exit status is
@@ -66,7 +66,9 @@ local)
         need mpirun "'local $n' starts the ranks with mpirun, which is not installed here: use 'local $n --pi tcp' or '--pi fs' (no MPI needed), or install OpenMPI"
         exec mpirun -np "$n" --bind-to none ${MPIRUN_ARGS:-} -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-$per}" "$trainer" "$@" ;;
     tcp)
-        port=${PORT:-12345}
+        # PORT unset: a port the kernel says is free now (two local jobs on one machine must not meet
+        # each other's ranks on a fixed port); 12345 where python3 is missing
+        port=${PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2> /dev/null || echo 12345)}
         [[ "$port" =~ ^[0-9]{1,5}$ ]] && [ "$((10#$port))" -ge 1 ] && [ "$((10#$port))" -le 65535 ] ||
             die "PORT '$port': expected a TCP port, 1 .. 65535"
         group=(-pi tcp -ps "127.0.0.1:$((10#$port))") ;;
