@@ -1,18 +1,15 @@
 """Hostile-driver category "tensor-parallel vocabulary" (issue 25, the vocabulary-parallel wte / LM head):
-tp2 runs (2 ranks over -pi tcp, each on a port of its own) of GPT-2 models whose vocabulary V and padded
+tp2 runs (2 ranks over -pi tcp) of GPT-2 models whose vocabulary V and padded
 vocabulary Vp put the padding across rank 1's slice, fill rank 1's slice with padding only, or leave
 Vp odd (does not divide over -tp 2), and of data holding token ids in the padding [V, Vp). A model
 whose Vp divides and data within V must train and write finite models of the whole vocabulary; any
 other case must stop with a clean error before training (silent otherwise); the model file trained
 from must stay as it was (lost)."""
 import os
-import signal
-import socket
 import struct
-import subprocess
 
-from hardening_util import TRAINER, clean_outcome, numel, write_model, write_shard
-from hostile_common import TIMEOUT, base_args
+from hardening_util import numel, write_model, write_shard
+from hostile_common import base_args, dist_ranks
 
 C, MAXT = 32, 64
 
@@ -25,23 +22,6 @@ def scenario(r, k):
             (r.randrange(200, 255), 255, False),  # Vp odd: does not divide over -tp 2
             (257, 257, False),                    # odd, no padding
             (200, 256, True)][k]                  # data with ids in [V, Vp): outside the vocabulary
-
-
-def two_ranks(args):
-    """args on 2 ranks started by scripts/run_dist.sh over -pi tcp: (outcome, stderr)"""
-    with socket.socket() as s:  # (a port of this launch's own: cases run 2 at a time)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINER": os.path.abspath(TRAINER), "PORT": str(port)}
-    p = subprocess.Popen(["scripts/run_dist.sh", "local", "2", "--pi", "tcp"] + args, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return "hang", ""
-    return clean_outcome(p.returncode, err), err
 
 
 def whole_finite(path, V, Vp):
@@ -69,7 +49,7 @@ def case_vocab(ctx, r, tag, k):
     args[args.index("-j") + 1] = shard
     runnable = Vp % 2 == 0 and not padded_ids
     note = f"V {V}, Vp {Vp}{', a token id in the padding' if padded_ids else ''}"
-    o, err = two_ranks(args)
+    o, err = dist_ranks(args, 2)
     if open(model, "rb").read() != before:
         return "lost", f"{note}: the model trained from changed"
     if o == "ok" and not runnable:
