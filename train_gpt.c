@@ -27,6 +27,7 @@
 #include "llmc/train/lora.h"
 #include "llmc/train/optim.h"
 #include "llmc/train/train.h"
+#include "llmc/train/tp.h"
 #include "llmc/train/epopt.h"
 
 #ifdef _OPENMP
@@ -322,7 +323,9 @@ static void cpu_zero_grad(void *r) {
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     CpuRun *run = (CpuRun *)r;
     run->a->forward(run->model, tokens, NULL, 1, n, 0.0f);
-    const float *row = run->a->logits(run->model) + (size_t)(n - 1) * run->a->parts(run->model).cfg->padded_vocab_size;
+    const int Vp = run->a->parts(run->model).cfg->padded_vocab_size, tp = train_tp_size();
+    const float *row = run->a->logits(run->model) + (size_t)(n - 1) * (size_t)(Vp / tp); /* (-tp: this rank's columns) */
+    if (tp > 1) return train_tp_logits_row(row, Vp);
     return run_ep.ways > 1 ? ep_share_logits(row) : row;
 }
 

@@ -3,7 +3,10 @@
 import glob
 import os
 import shutil
+import signal
+import socket
 import struct
+import subprocess
 
 from hardening_util import TRAINER, clean_outcome, numel, run
 
@@ -22,6 +25,24 @@ class Ctx:
     def fresh(self, stem):
         self.counter += 1
         return self.path(f"{stem}_{self.counter}")
+
+
+def dist_ranks(args, n):
+    """n ranks of the trainer started by scripts/run_dist.sh over -pi tcp, on a port of their own (cases run
+    2 at a time; n 1: the trainer alone): (outcome, stderr)"""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [TRAINER] + args if n == 1 else ["scripts/run_dist.sh", "local", str(n), "--pi", "tcp"] + args
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINER": os.path.abspath(TRAINER), "PORT": str(port)}
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return "hang", ""
+    return clean_outcome(p.returncode, err), err
 
 
 def leftovers(d):

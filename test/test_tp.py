@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """Tensor parallelism of ./train_gpt_cpu (issue 25, first slice: -tp N for GPT-2), ranks on loopback.
 
-A tiny GPT-2 (L 2, NH 4, C 64, V 256, written here) trains 6 steps of the same tokens per step
+A tiny GPT-2 (L 2, NH 4, C 64, V 180 padded to Vp 256, written here) trains 6 steps of the same tokens per step
 (-d = 8 sequences) as one process with -b 8 and as:
   tp2 on 2 ranks (-b 8), tp4 on 4 ranks (-b 8), tp2 x dp2 on 4 ranks (-b 4, -z 0 and -z 1),
   tp2 on 2 ranks without mpirun (-pi tcp, the build without MPI);
 each follows the one process's loss trajectory within 1e-5 relative and ends with parameters within
 float reordering (the one model file rank 0 writes, in the usual format); the replicated tensors'
 gradients are checked bit-identical over the tp ranks after every backward (LLMC_TEST_TP_CHECK).
+The vocabulary-parallel wte and LM head: each rank holds Vp/tp rows of wte (the padding straddles tp2's
+rank 1 and fills tp4's rank 3: the cross-entropy must skip it), the per-position sample of the text
+generated during training (-s, -g) is the one process's (the logits row gathered over the group).
 Checkpoints: a tp2 run stopped at step 3 and resumed at tp2 is bit-identical to the uninterrupted
 run (model and state files, losses); resumed as one process and as tp2 x dp2 it follows the
-uninterrupted run within the tolerance (the state holds the whole model's m and v: any layout).
---plan -tp 2: the per-rank parameter and activation bytes, equal to what a tp2 rank allocates.
+uninterrupted run within the tolerance (the state holds the whole model's m and v: any layout); the
+one process's checkpoint resumed at tp2 follows the one process's run.
+--plan -tp 2: the per-rank parameter and activation bytes, equal to what a tp2 rank allocates; the
+parameters are the whole count less (1 - 1/tp) of the split tensors' (wte among them) and the logits
+(B, T, Vp/tp).
 Bad layouts and flags: a clear error (exit 1, nothing written): processes not divisible by tp, NH not
-divisible by tp, a Llama with -tp 2, -pp 2, -sp 1, --pipeline-schedule, -z 2 with -tp, ./train_gpt -tp 2.
+divisible by tp, Vp not divisible by tp (258 at -tp 4), a Llama with -tp 2, -pp 2, -sp 1, --pipeline-schedule, -z 2 with -tp, ./train_gpt -tp 2.
 (4*C not divisible by tp cannot happen for a GPT-2 whose NH divides: C = NH * HS.)
 Prints PASS:/FAIL: lines; exits non-zero on any failure. Run from the repository root.
 
@@ -39,20 +45,27 @@ SIM = "build/cudasim/train_gpt"
 ENV = {**os.environ, **LOOPBACK_MPI, "LLMC_TEST_TP_CHECK": "1", "OMP_NUM_THREADS": "1"}
 LOSS_RTOL = 1e-5
 PARAM_ATOL = 1e-4
-L, NH, C, V, MAXT = 2, 4, 64, 256, 32
+L, NH, C, V, VP, MAXT = 2, 4, 64, 180, 256, 32
 
 
-def write_model(path, seed=3):
-    """A random GPT-2 in llm.c's format, tensors in llmc/models/gpt2.h's order (gains 1, biases 0)."""
+def split_floats(vp=VP):
+    """The floats of the tensors -tp splits (llmc/models/gpt2.h's split column: wte, c_attn, c_fc, both c_proj weights)."""
+    F = 4 * C
+    return vp * C + L * (3 * C * C + 3 * C + C * C + F * C + F + C * F)
+
+
+def write_model(path, seed=3, vp=VP):
+    """A random GPT-2 in llm.c's format, tensors in llmc/models/gpt2.h's order (gains 1, biases 0; the
+    padded rows of wte zero)."""
     rng = random.Random(seed)
     normal = lambda n, sd=0.02: [rng.gauss(0.0, sd) for _ in range(n)]  # noqa: E731
     ones, zeros = (lambda n: [1.0] * n), (lambda n: [0.0] * n)
     F, rs = 4 * C, 0.02 / (2 * L) ** 0.5
-    vals = (normal(V * C) + normal(MAXT * C) + ones(L * C) + zeros(L * C) + normal(L * 3 * C * C) + zeros(L * 3 * C) +
+    vals = (normal(V * C) + zeros((vp - V) * C) + normal(MAXT * C) + ones(L * C) + zeros(L * C) + normal(L * 3 * C * C) + zeros(L * 3 * C) +
             normal(L * C * C, rs) + zeros(L * C) + ones(L * C) + zeros(L * C) + normal(L * F * C) + zeros(L * F) +
             normal(L * C * F, rs) + zeros(L * C) + ones(C) + zeros(C))
     with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *([20240326, 3, MAXT, V, L, NH, C, V] + [0] * 248)))
+        f.write(struct.pack("<256i", *([20240326, 3, MAXT, V, L, NH, C, vp] + [0] * 248)))
         f.write(struct.pack(f"<{len(vals)}f", *vals))
 
 
@@ -72,6 +85,15 @@ def launch_tcp(np, args, timeout=120):
     env = {**ENV, "TRAINER": NOMPI, "PORT": str(free_port())}
     return subprocess.run(["scripts/run_dist.sh", "local", str(np), "--pi", "tcp"] + args, capture_output=True,
                           text=True, timeout=timeout, env=env)
+
+
+def samples(stdout):
+    """The texts generated during training (-s, -g): the lines between 'generating:' and the closing '---'."""
+    out, lines = [], stdout.splitlines()
+    for i, line in enumerate(lines):
+        if line == "generating:" and i + 2 < len(lines):
+            out.append(lines[i + 2])
+    return out
 
 
 def param_diff(a, b):
@@ -111,6 +133,8 @@ def main():
         if p.returncode != 0:
             return 1
         ref_loss, ref_par, ref_norm = log_losses(ref), model_floats(os.path.join(ref, final)), log_losses(ref, "grad_norm")
+        ref_samples = samples(p.stdout)
+        report(len(ref_samples) == 2, "one process: generates a text at steps 3 and 6 (-s 3)", p.stdout[-300:])
 
         layouts = [("tp2", 2, ["-b", "8", "-tp", "2"], run, "tp2 on 2 ranks"),
                    ("tp4", 4, ["-b", "8", "-tp", "4"], run, "tp4 on 4 ranks"),
@@ -142,6 +166,13 @@ def main():
             if name == "tp2":
                 report("tensor parallel: rank 0 of 2 holds" in p.stdout, "tp2: the memory print names the rank's part",
                        p.stdout[-500:])
+                report(f"wte's vocabulary rows 0..{VP // 2 - 1}" in p.stdout and "and the logits" in p.stdout,
+                       "tp2: the memory print says rank 0 holds the first half of wte's rows and its part of the logits",
+                       p.stdout[-500:])
+            if name in ("tp2", "tp4", "tp2dp2"):
+                report(samples(p.stdout) == ref_samples, f"{what}: the texts generated during training are the one "
+                       "process's (each position's logits gathered over the vocabulary slices)",
+                       f"{samples(p.stdout)} vs {ref_samples}")
 
         # --- -x 0 (evaluation only) at tp2: the one process's validation loss --------------------------
         ev = ["-i", tr, "-j", va, "-e", os.path.join(ref, final), "-t", str(T), "-b", "4", "-v", "1", "-m", "2",
@@ -168,19 +199,21 @@ def main():
                f"rc {p.returncode}, tp rank by world rank {said}: {p.stderr[-300:]}")
 
         # --- resume: the same layout bit-exact, another layout within the tolerance ---------------------
+        outs["one"] = ref
         if os.path.isdir(outs.get("tp2", "")):
-            for name, np, extra, what in [("same", 2, ["-b", "8", "-tp", "2"], "tp2 -> tp2"),
-                                          ("to_one", 0, ["-b", "8"], "tp2 -> one process"),
-                                          ("to_tp2dp2", 4, ["-b", "4", "-tp", "2"], "tp2 -> tp2 x dp2")]:
-                d = os.path.join(tmp, "resume_" + name)  # the tp2 run as it was after its step-3 checkpoint
-                shutil.copytree(outs["tp2"], d)
+            for name, src, np, extra, what in [("same", "tp2", 2, ["-b", "8", "-tp", "2"], "tp2 -> tp2"),
+                                               ("to_one", "tp2", 0, ["-b", "8"], "tp2 -> one process"),
+                                               ("to_tp2dp2", "tp2", 4, ["-b", "4", "-tp", "2"], "tp2 -> tp2 x dp2"),
+                                               ("from_one", "one", 2, ["-b", "8", "-tp", "2"], "one process -> tp2")]:
+                d = os.path.join(tmp, "resume_" + name)  # the run as it was after its step-3 checkpoint
+                shutil.copytree(outs[src], d)
                 for f in ("DONE_00000006", final, final + ".sum", "state_00000006_00000.bin"):
                     os.remove(os.path.join(d, f))
                 p = run(np, base + extra + ["-o", d, "-y", "1"])
                 if not report(p.returncode == 0 and "resumed from step 3" in p.stdout, f"resume {what}: continues from step 3",
                               (p.stdout + p.stderr)[-500:]):
                     continue
-                full = outs["tp2"]
+                full = outs[src]
                 if name == "same":
                     same = read(os.path.join(d, final)) == read(os.path.join(full, final)) and \
                         read(os.path.join(d, "state_00000006_00000.bin")) == read(os.path.join(full, "state_00000006_00000.bin"))
@@ -208,12 +241,24 @@ def main():
                 report(get(c2, k) < get(c1, k) and get(c2, k) == alloc.get(k),
                        f"--plan -tp 2: per-rank {k} bytes below one process's and equal to a tp2 rank's allocation",
                        f"plan {get(c2, k)}, one process {get(c1, k)}, allocated {alloc.get(k)}")
+            want = get(c1, "parameters") - split_floats() // 2 * 4
+            report(get(c2, "parameters") == want, "--plan -tp 2: per-rank parameters are the whole less half of the split "
+                   "tensors' (wte's vocabulary rows among them)", f"plan {get(c2, 'parameters')}, expected {want}")
+        for tp in (2, 4):
+            p = plan(["-tp", str(tp), "-pn", str(tp)])
+            got = json.loads(p.stdout)["activations"].get("logits") if p.returncode == 0 else None
+            report(got == 8 * T * VP // tp * 4, f"--plan -tp {tp}: the per-rank logits are (B, T, Vp/tp)",
+                   f"plan {got}, expected {8 * T * VP // tp * 4}: {p.stderr[-200:]}")
 
         # --- bad layouts and flags: a clear error, exit 1, no run directory -----------------------------
         llama_init = ["-e", "llama3:d1"]
+        odd_vp = os.path.join(tmp, "vp258.bin")
+        write_model(odd_vp, vp=258)
         bad = [(3, ["-b", "8", "-tp", "2"], "do not divide into tensor-parallel groups", "3 processes with -tp 2"),
                (0, ["-b", "8", "-tp", "2"], "1 process does not divide", "one process with -tp 2"),
                (3, ["-b", "8", "-tp", "3"], "4 attention heads (NH) do not divide by -tp 3", "NH 4 with -tp 3"),
+               (4, ["-b", "8", "-tp", "4", "-e", odd_vp], "padded vocabulary Vp 258 does not divide by -tp 4",
+                "Vp 258 with -tp 4"),
                (2, ["-b", "8", "-tp", "2"] + llama_init, "tensor parallelism is built for GPT-2 only", "a Llama with -tp 2"),
                (0, ["-b", "8", "-pp", "2"], "pipeline parallelism is not built yet", "-pp 2"),
                (0, ["-b", "8", "-sp", "1"], "sequence parallelism is not built yet", "-sp 1"),

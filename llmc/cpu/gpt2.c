@@ -53,6 +53,106 @@ static void tp_sum_input_grad(const GPT2 *model, float *dinp, int N, int C) {
     if (tp_size(model) > 1) dist_allreduce_f32(model->tp, dinp, (size_t)N * C);
 }
 
+/* ---- the vocabulary-parallel wte, tied LM head and cross-entropy (-tp, as Megatron) ----------
+ * When the table splits wte (its split column: rows, the vocabulary), rank r holds rows [lo, lo + Vr)
+ * of it, Vr = Vp/tp, and its Vr columns of the logits; the full logits are never gathered. */
+static int tp_vocab_split(const GPT2 *model, int *lo, int *Vr) {
+    const TensorSpec *s = &model->param_specs[GPT2_P_wte];
+    if (tp_size(model) == 1 || s->split.kind == TENSOR_SPLIT_NONE) return 0;
+    *Vr = (int)(s->split.dim / (size_t)tp_size(model));
+    *lo = model->tp->rank * *Vr;
+    return 1;
+}
+
+/* encoded = wte[inputs] + wpe: each rank writes the rows of the tokens in its slice (zeros for the
+ * others), one all-reduce over the group (one nonzero term per element: exactly wte's row), then wpe. */
+static void tp_encoder_forward(const GPT2 *model, float *out, const int *inp, const float *wte, const float *wpe, int B,
+                               int T, int C) {
+    int lo, Vr;
+    tp_vocab_split(model, &lo, &Vr);
+    const size_t N = (size_t)B * T;
+    for (size_t bt = 0; bt < N; bt++) {
+        float *o = out + bt * C;
+        const int k = inp[bt] - lo;
+        if (k >= 0 && k < Vr) memcpy(o, wte + (size_t)k * C, (size_t)C * sizeof(float));
+        else zero(o, (size_t)C);
+    }
+    dist_allreduce_f32(model->tp, out, N * C);
+    for (size_t bt = 0; bt < N; bt++)
+        for (int c = 0; c < C; c++) out[bt * C + c] += wpe[(bt % (size_t)T) * C + c];
+}
+
+/* encoder_backward over this rank's rows: dwpe (whole) from every position, dwte (its slice) from the
+ * positions whose token it holds; dout is the same on every rank (no communication). The same (b, t)
+ * order per channel as encoder_backward. */
+static void tp_encoder_backward(const GPT2 *model, float *dwte, float *dwpe, const float *dout, const int *inp, int B,
+                                int T, int C) {
+    int lo, Vr;
+    tp_vocab_split(model, &lo, &Vr);
+    enum { CB = 64 };
+#pragma omp parallel for schedule(static)
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        const int c1 = c0 + CB < C ? c0 + CB : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const float *d = dout + (size_t)bt * C;
+            const int k = inp[bt] - lo;
+            float *dpe = dwpe + (size_t)(bt % T) * C, *dwe = k >= 0 && k < Vr ? dwte + (size_t)k * C : NULL;
+            for (int c = c0; c < c1; c++) dpe[c] += d[c];
+            if (dwe)
+                for (int c = c0; c < c1; c++) dwe[c] += d[c];
+        }
+    }
+}
+
+/* fused_classifier over the vocabulary slices (logits: (N, Vr), this rank's columns lo..lo+Vr-1, of
+ * which those below V are real): each row's max over the group (all-gathered, then the max), then the
+ * sums of exps and the target's logit (the one rank that holds it) summed over the group in double;
+ * every rank gets every position's loss; dlogits (dloss != 0) for this rank's slice only. */
+static void tp_classifier(const GPT2 *model, float *logits, float *losses, const int *targets, float dloss, int N, int V,
+                          int write_dlogits) {
+    int lo, Vr;
+    tp_vocab_split(model, &lo, &Vr);
+    const int tp = model->tp->size, nv = V - lo < 0 ? 0 : V - lo > Vr ? Vr : V - lo; /* the real columns held */
+    float *maxes = (float *)mallocCheck((size_t)tp * N * sizeof(float), "vocabulary-parallel maxima");
+    double *sums = (double *)mallocCheck(2 * (size_t)N * sizeof(double), "vocabulary-parallel sums");
+    float *mine = maxes + (size_t)model->tp->rank * N;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *z = logits + (size_t)i * Vr;
+        float m = -INFINITY;
+        for (int v = 0; v < nv; v++) m = z[v] > m ? z[v] : m;
+        mine[i] = m;
+    }
+    dist_allgather_f32(model->tp, maxes, (size_t)tp * N);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float m = maxes[i];
+        for (int r = 1; r < tp; r++) m = maxes[(size_t)r * N + i] > m ? maxes[(size_t)r * N + i] : m;
+        maxes[i] = m;
+        const float *z = logits + (size_t)i * Vr;
+        double sum = 0.0;
+        for (int v = 0; v < nv; v++) sum += expf(z[v] - m);
+        const int k = targets[i] - lo;
+        sums[2 * i] = sum;
+        sums[2 * i + 1] = k >= 0 && k < nv ? (double)z[k] : 0.0;
+    }
+    dist_allreduce_f64(model->tp, sums, 2 * N);
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        float *z = logits + (size_t)i * Vr;
+        const float m = maxes[i];
+        const double sum = sums[2 * i];
+        losses[i] = (float)log(sum) + m - (float)sums[2 * i + 1];
+        if (!write_dlogits) continue;
+        const float inv = (float)(1.0 / sum);
+        for (int v = 0; v < nv; v++) z[v] = expf(z[v] - m) * inv * dloss;
+        const int k = targets[i] - lo;
+        if (k >= 0 && k < nv) z[k] -= dloss;
+        for (int v = nv; v < Vr; v++) z[v] = 0.0f;
+    }
+    free(maxes), free(sums);
+}
+
 /* LLMC_TEST_TP_CHECK=1 (tests): the gradients of the tensors that are whole on every rank must be
  * bit-identical over the group after each backward (every rank computes them from the same summed
  * inputs); dies otherwise. */
@@ -111,7 +211,7 @@ void gpt2_plan_tp(const ModelConfig *cfg, int tp, int B, int T, int recompute, i
     size_t QKV = (size_t)(cfg->num_heads + 2 * cfg->num_kv_heads) * (C / cfg->num_heads) / (size_t)tp;
     p->host[MEM_BWD_SCRATCH] = N * (2 * C + (F > QKV ? F : QKV) + F) * sizeof(float);
     /* the sgemm's own buffer at its largest call over the linear layers (out, in) */
-    const size_t layers[][2] = {{QKV, C}, {C, C / (size_t)tp}, {F, C}, {C, F}, {(size_t)cfg->padded_vocab_size, C}};
+    const size_t layers[][2] = {{QKV, C}, {C, C / (size_t)tp}, {F, C}, {C, F}, {(size_t)cfg->padded_vocab_size / (size_t)tp, C}};
     p->host[MEM_BLAS_PACKING] = matmul_blas_buffer_bytes(N, layers, 5);
 }
 
@@ -201,7 +301,10 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     const int Cr = C / tp, Fr = F / tp;
     cpu_zero_gather_outer(&model->train.zs);
     cpu_zero_prefetch_layer(&model->train.zs, 0);
-    encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    int vlo, Vr; /* -tp: this rank's vocabulary rows [vlo, vlo + Vr) of wte and columns of the logits */
+    const int vocab_split = tp_vocab_split(model, &vlo, &Vr);
+    if (vocab_split) tp_encoder_forward(model, a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    else encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         cpu_zero_use_layer(&model->train.zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
@@ -229,9 +332,10 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     cpu_zero_end_layers(&model->train.zs);
     const float *top = ACT(residual3, L - 1);
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, top, p->lnfw, p->lnfb, N, C);
-    matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, Vp);
+    matmul_forward(a->logits, a->lnf, p->wte, NULL, N, C, vocab_split ? Vr : Vp);
     if (!targets) return model->train.mean_loss = 0.0f;
-    fused_classifier(a->logits, a->losses, targets, dloss, N, V, Vp, dloss != 0.0f);
+    if (vocab_split) tp_classifier(model, a->logits, a->losses, targets, dloss, N, V, dloss != 0.0f);
+    else fused_classifier(a->logits, a->losses, targets, dloss, N, V, Vp, dloss != 0.0f);
     float sum = 0.0f;
     for (int i = 0; i < N; i++) sum += a->losses[i];
     return model->train.mean_loss = sum / N;
@@ -250,8 +354,11 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     float *dres = model->train.dresidual;
     cpu_zero_backward_begin(&model->train.zs, model->grads_memory);
 
-    /* logits = lnf @ wte^T (dlogits already in a->logits) */
-    matmul_backward(model->train.dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, Vp);
+    /* logits = lnf @ wte^T (dlogits already in a->logits; -tp: this rank's vocabulary columns, dlnf summed) */
+    int vlo, Vr;
+    const int vocab_split = tp_vocab_split(model, &vlo, &Vr);
+    matmul_backward(model->train.dbuf_c, g->wte, NULL, a->logits, a->lnf, p->wte, N, C, vocab_split ? Vr : Vp);
+    if (vocab_split) tp_sum_input_grad(model, model->train.dbuf_c, N, C);
     /* lnf = layernorm(residual3[L-1]) */
     zero(dres, NC);
     const float *top = ACT(residual3, L - 1);
@@ -306,7 +413,8 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     }
     cpu_zero_end_layers(&model->train.zs);
     /* encoded = wte[inputs] + wpe */
-    if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
+    if (g->wte && vocab_split) tp_encoder_backward(model, g->wte, g->wpe, dres, inputs, B, T, C);
+    else if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
     cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);
     tp_check_replicated(model);
 }
@@ -376,7 +484,9 @@ void gpt2_print_memory(const GPT2 *model, FILE *out) {
     fprintf(out, "+-------------------------------------+------------+\n");
     if (tp_size(model) > 1)
         fprintf(out, "tensor parallel: rank %d of %d holds %zu of the model's %zu parameters (its 1/%d of c_attn, c_fc and both "
-                     "c_proj; embeddings, LM head and layernorms whole) and its 1/%d of qkv, atty, att, fch and fch_gelu\n",
+                     "c_proj, and wte's vocabulary rows %d..%d, the tied LM head; wpe and layernorms whole) and its 1/%d of "
+                     "qkv, atty, att, fch, fch_gelu and the logits\n",
                 model->tp->rank, model->tp->size, model->num_parameters, gpt2_parameter_specs(&model->cfg, NULL),
-                model->tp->size, model->tp->size);
+                model->tp->size, model->tp->rank * (model->cfg.padded_vocab_size / model->tp->size),
+                (model->tp->rank + 1) * (model->cfg.padded_vocab_size / model->tp->size) - 1, model->tp->size);
 }

@@ -56,8 +56,11 @@ void gpt2_plan(const ModelConfig *cfg, int B, int T, int recompute, int training
 void gpt2_plan_tp(const ModelConfig *cfg, int tp, int B, int T, int recompute, int training, MemPlan *p);
 /* -tp: a built model (its whole parameters loaded, not yet allocated) keeps only this rank's part
  * of each split tensor (Megatron's split: llmc/models/gpt2.h's split column); its forward and backward
- * then sum over tp after each row-parallel product and each column-parallel input gradient. Dies
- * when the shape does not divide (gpt2_tp_validate). tp NULL or of one rank: nothing changes. */
+ * then sum over tp after each row-parallel product and each column-parallel input gradient, and with
+ * wte split by its vocabulary rows the embedding sums its rows over tp, the LM head computes this
+ * rank's Vp/tp columns of acts.logits ((B, T, Vp/tp)) and the cross-entropy reduces each position's
+ * max and sum of exps over tp (acts.losses whole on every rank). Dies when the shape does not divide
+ * (gpt2_tp_validate). tp NULL or of one rank: nothing changes. */
 void gpt2_tp_split(GPT2 *model, Dist *tp);
 /* Activations for batches up to (B, T), plus gradients if training. */
 void gpt2_allocate(GPT2 *model, int B, int T, int recompute, int training);

@@ -86,13 +86,17 @@ size_t gpt2_parameter_specs_tp(const ModelConfig *cfg, int tp, TensorSpec specs[
 }
 
 const char *gpt2_tp_validate(const ModelConfig *cfg, int tp) {
-    static char msg[200];
+    static char msg[256];
     if (cfg->num_heads % tp != 0)
         snprintf(msg, sizeof msg, "the model's %d attention heads (NH) do not divide by -tp %d (each rank holds NH/tp heads)",
                  cfg->num_heads, tp);
     else if (cfg->ffn_hidden % tp != 0)
         snprintf(msg, sizeof msg, "the model's MLP width %d (4*C) does not divide by -tp %d (each rank holds F/tp columns)",
                  cfg->ffn_hidden, tp);
+    else if (cfg->padded_vocab_size % tp != 0)
+        snprintf(msg, sizeof msg, "the model's padded vocabulary Vp %d does not divide by -tp %d (each rank holds Vp/tp "
+                 "rows of wte and of the LM head's logits; pad the vocabulary to a multiple of %d)",
+                 cfg->padded_vocab_size, tp, tp);
     else return NULL;
     return msg;
 }

@@ -31,10 +31,11 @@ const char *gpt2_config_validate(const ModelConfig *cfg);
  * A stacked tensor holds L equal slices, layer l at offset l * numel / L (tensor_layer).
  * The split (llmc/core/tensor.h's TensorSplit; -tp N): c_attn (qkv) and c_fc by their output features
  * (qkv in its three q | k | v groups of C: each rank its heads' rows of each), the two c_proj by their
- * input features (their biases whole, added once after the sum over the group); the embeddings (and
- * so the tied LM head) and the layernorms whole on every rank. */
+ * input features (their biases whole, added once after the sum over the group); wte by its rows, the
+ * vocabulary (the tied LM head's output features: Megatron's vocabulary-parallel embedding, rank r
+ * holding rows [r Vp/tp, (r+1) Vp/tp)); wpe and the layernorms whole on every rank. */
 #define GPT2_PARAMETERS(X)                                                                        \
-    X(wte,      "(Vp, C)",     (size_t)Vp * C,        1, INIT_NORMAL, 0, SPLIT_NONE)               \
+    X(wte,      "(Vp, C)",     (size_t)Vp * C,        1, INIT_NORMAL, 0, SPLIT_COL(1, Vp))         \
     X(wpe,      "(maxT, C)",   (size_t)maxT * C,      1, INIT_NORMAL, 0, SPLIT_NONE)               \
     X(ln1w,     "(L, C)",      (size_t)L * C,         0, INIT_ONES, 1, SPLIT_NONE)                 \
     X(ln1b,     "(L, C)",      (size_t)L * C,         0, INIT_ZEROS, 1, SPLIT_NONE)                \
@@ -64,7 +65,7 @@ enum { GPT2_PARAMETERS(LLMC_PARAM_INDEX) };
  * per layer; otherwise R: the tensor is stored for every layer when the recompute level is below
  * R, else one layer's worth is kept and recomputed in backward (R = 4: always per layer). The last
  * column is 1 for the tensors of the split regions (-tp N: a rank holds its heads' / its MLP
- * columns' 1/N of them), 0 for those whole on every rank.
+ * columns' / its vocabulary slice's 1/N of them), 0 for those whole on every rank.
  * Aliasing: logits is overwritten in place by dlogits during the training forward pass. */
 #define GPT2_ACTIVATIONS(X) \
     X(encoded,  "(B, T, C)",        (size_t)B * T * C,       ACT_RESIDUAL,  0, 0) \
@@ -84,7 +85,7 @@ enum { GPT2_PARAMETERS(LLMC_PARAM_INDEX) };
     X(lnf,      "(B, T, C)",        (size_t)B * T * C,       ACT_LAYERNORM, 0, 0) \
     X(lnf_mean, "(B, T)",           (size_t)B * T,           ACT_STATS,     0, 0) \
     X(lnf_rstd, "(B, T)",           (size_t)B * T,           ACT_STATS,     0, 0) \
-    X(logits,   "(B, T, Vp)",       (size_t)B * T * Vp,      ACT_LOGITS,    0, 0) \
+    X(logits,   "(B, T, Vp)",       (size_t)B * T * Vp,      ACT_LOGITS,    0, 1) \
     X(losses,   "(B, T)",           (size_t)B * T,           ACT_STATS,     0, 0)
 
 typedef struct {

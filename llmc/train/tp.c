@@ -5,6 +5,7 @@
 #include "llmc/dist/layout.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 int train_tp_size(void) { return dist_tp_group()->size; }
 
@@ -46,4 +47,19 @@ void train_tp_take(const TensorSpec *local, int n, const float *whole, float *mi
     TensorSpec *w = whole_specs(local, n, g->size);
     tensor_split_copy(w, local, n, g->size, g->rank, (float *)whole, mine, 1);
     free(w);
+}
+
+const float *train_tp_logits_row(const float *mine, int Vp) {
+    static float *row;
+    static int have;
+    Dist *g = dist_tp_group();
+    const int part = Vp / g->size;
+    if (have < Vp) {
+        free(row);
+        row = (float *)mallocCheck((size_t)Vp * sizeof(float), "the sampled position's logits");
+        have = Vp;
+    }
+    memcpy(row + (size_t)g->rank * part, mine, (size_t)part * sizeof(float));
+    dist_allgather_f32(g, row, (size_t)Vp); /* (Vp divides by tp: rank r's shard is its part) */
+    return row;
 }

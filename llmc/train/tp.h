@@ -25,6 +25,10 @@ size_t train_tp_whole_numel(const TensorSpec *local, int n, int tp);
 void train_tp_gather(const TensorSpec *local, int n, size_t nlocal, const float *mine, float *whole);
 /* This rank's part of the whole arena whole, into mine (no communication). */
 void train_tp_take(const TensorSpec *local, int n, const float *whole, float *mine);
+/* Collective over the tensor-parallel group (the vocabulary-parallel LM head): every rank's Vp/tp
+ * logits of one position (rank r's: vocabulary entries r Vp/tp onwards) assembled into all Vp, on every
+ * rank; the result lives in a buffer of this module's until the next call. */
+const float *train_tp_logits_row(const float *mine, int Vp);
 
 #ifdef __cplusplus
 }

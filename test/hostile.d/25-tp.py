@@ -5,28 +5,12 @@ the resumed model file's head count rewritten (3: does not split over -tp 2). Ev
 or stop with a clean error; a layout that cannot run must never train (silent); the run's earlier
 checkpoints must stay as they were (lost) and a model it writes must be finite."""
 import os
-import signal
 import struct
-import subprocess
 
-from hardening_util import TRAINER, clean_outcome, write_model
-from hostile_common import TIMEOUT, base_args, checkpoint_copy, digests, finite_models, rank_checkpoint
+from hardening_util import write_model
+from hostile_common import base_args, checkpoint_copy, digests, dist_ranks as tp_ranks, finite_models, rank_checkpoint
 
 T, STEP_SEQS = 32, 2  # base_args' -t; sequences per optimizer step (-d)
-
-
-def tp_ranks(args, n):
-    """n ranks started by scripts/run_dist.sh (-pi tcp for 2; the trainer alone for 1): (outcome, stderr)"""
-    cmd = [TRAINER] + args if n == 1 else ["scripts/run_dist.sh", "local", str(n), "--pi", "tcp"] + args
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRAINER": os.path.abspath(TRAINER)}
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.communicate()
-        return "hang", ""
-    return clean_outcome(p.returncode, err), err
 
 
 def setup(ctx):
