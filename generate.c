@@ -58,6 +58,9 @@ static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
     if (!cg->a->lora_family) llmc_die("--adapter %s: ./generate has no LoRA sites for %s models", g->adapter, cg->ac.arch->display);
     AdapterFileConfig fc;
     adapter_read_config(g->adapter, &fc);
+    if (fc.prompt_tokens)
+        llmc_die("--adapter %s is a prompt-tuning adapter (PROMPT_TUNING): generation with soft tokens is not built yet "
+                 "in ./generate; evaluate it with ./train_gpt_cpu -e BASE --adapter %s -x 0", g->adapter, g->adapter);
     LoraConfig lc;
     char err[512];
     if (lora_config_build(&lc, cg->a->lora_family, arch_config_base(&cg->ac), fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,

@@ -76,8 +76,8 @@ REFERENCE = os.path.join(ROOT, "dev", "reference", "lora.py")
 
 
 def py(code, *args):
-    """Runs python code (or the script REFERENCE) with the reference libraries; returns its stdout (dies on failure)."""
-    cmd = [sys.executable, code] if code == REFERENCE else [sys.executable, "-c", code]
+    """Runs python code (or a script, a path ending .py) with the reference libraries; returns its stdout (dies on failure)."""
+    cmd = [sys.executable, code] if code.endswith(".py") else [sys.executable, "-c", code]
     p = subprocess.run(cmd + list(args), env=pyenv(), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"python failed: {p.stderr[-3000:]}")
@@ -175,10 +175,13 @@ def run(args, env=None, expect_ok=True):
     return p
 
 
-def check_family(name, w, data):
-    model, adapter = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
+def check_family(name, w, data, kind="adapter", reference=REFERENCE):
+    """The checks above of model w/NAME from the PEFT adapter w/NAME_KIND against reference (a script taking
+    lora.py's flags); the checks are named NAME_... (KIND other than "adapter": NAME_KIND_...)."""
+    model, adapter = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    name = name if kind == "adapter" else f"{name}_{kind}"
     ref = os.path.join(w, f"{name}_ref")
-    py(REFERENCE, "--model", model, "--adapter", adapter,
+    py(reference, "--model", model, "--adapter", adapter,
        "--data", data, "-b", str(B), "-t", str(T), "-x", str(STEPS), "-l", str(LR), "-c", str(WD), "--out", ref)
     ref_losses = json.load(open(os.path.join(ref, "losses.json")))
     ref_grads, _ = read_safetensors(os.path.join(ref, "grads.safetensors"))
@@ -211,7 +214,7 @@ def check_family(name, w, data):
 
     # PEFT loads the adapter llmc wrote; its loss on the batch is what llmc computes from it
     ev = os.path.join(w, f"{name}_eval")
-    py(REFERENCE, "--model", model, "--adapter",
+    py(reference, "--model", model, "--adapter",
        os.path.join(out, f"adapter_{STEPS:08d}"), "--data", data, "-b", str(B), "-t", str(T), "--eval", "--out", ev)
     peft_loss = json.load(open(os.path.join(ev, "losses.json")))[0]
     p = run(["-e", model, "--adapter", os.path.join(out, f"adapter_{STEPS:08d}"), "-i", data, "-j", data, "-b", str(B),
