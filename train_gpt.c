@@ -329,6 +329,9 @@ static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     run_prompt = run_lora_cfg.prompt_tokens;
     if (run_prompt && use_teacher_flags(tc))
         llmc_die("--prompt-tokens with --teacher: distillation with prompt tuning is not built yet");
+    if (run_prompt && tc->quantize_base[0])
+        llmc_die("--quantize-base %s with prompt tuning (--prompt-tokens / a PROMPT_TUNING --adapter): not built yet; "
+                 "QLoRA's quantised base is for LoRA adapters", tc->quantize_base);
     if (run_prompt && tc->tensor_parallel > 1) llmc_die("--prompt-tokens with -tp %d: not built for tensor parallelism", tc->tensor_parallel);
     qbase_attach(tc, run, from, resume_step);
     run_held_crc = base_crc_now(run) ^ (use_qbase ? qbase_crc_now(&run_qbase) : 0);

@@ -13,7 +13,7 @@ against dev/reference/prompt.py:
 Also: a fresh --prompt-tokens run starts from a seeded N(0, 1) draw (PEFT's RANDOM init) and writes
 PEFT's config fields; --plan counts the P * C parameters (gradients and AdamW state for them only) and
 activations for P + T positions; ./generate and ./hf_convert refuse the adapter clearly. Bad inputs are
-clear errors: --prompt-tokens 0 and -1, P + T > maxT, with --lora-rank, an adapter of another base (CRC;
+clear errors: --prompt-tokens 0 and -3, P + T > maxT, with --lora-rank or --quantize-base, an adapter of another base (CRC;
 other channels), a P that differs from the adapter's.
 """
 import json
@@ -103,6 +103,7 @@ def check_errors(w, data):
     tl.expect("prompt_with_lora_rank", base + ["--prompt-tokens", str(P), "--lora-rank", "4"], "do not combine")
     tl.expect("prompt_with_lora_adapter", base + ["--prompt-tokens", str(P), "--adapter", os.path.join(w, "gpt2_adapter")],
               "do not combine")
+    tl.expect("prompt_with_quantize_base", base + ["--adapter", ga, "--quantize-base", "nf4"], "with prompt tuning")
     tl.expect("adapter_prompt_tokens_differ", base + ["--prompt-tokens", str(P + 1), "--adapter", ga],
               "differs from the adapter's num_virtual_tokens")
     tl.expect("adapter_of_other_channels", ["-e", os.path.join(w, "gpt2_wide"), "--adapter", ga] + base_flags(data),

@@ -388,26 +388,6 @@ uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *
 
 #else /* no cJSON */
 #define NO_CJSON "this build has no JSON support (cJSON was not found when it was built: apt-get install libcjson-dev, then make)"
-/* a count field j[key] in 1..most; dies naming the file */
-static int count_field(const cJSON *j, const char *key, int most, const char *path) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
-    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > most)
-        llmc_die("PEFT adapter config '%s': %s is not a count between 1 and %d", path, key, most);
-    return (int)v->valuedouble;
-}
-
-/* PROMPT_TUNING's fields: soft tokens at the input of a causal LM, one transformer submodule */
-static void read_prompt_config(const cJSON *j, const char *path, AdapterFileConfig *out) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "task_type");
-    if (!cJSON_IsString(v) || strcmp(v->valuestring, "CAUSAL_LM") != 0)
-        llmc_die("PEFT adapter config '%s': prompt tuning with task_type %s; only \"CAUSAL_LM\" is supported", path,
-                 cJSON_IsString(v) ? v->valuestring : "missing");
-    out->prompt_tokens = count_field(j, "num_virtual_tokens", MODEL_MAX_SEQ_LEN, path);
-    out->token_dim = count_field(j, "token_dim", MODEL_MAX_CHANNELS, path);
-    if (number_field(j, "num_transformer_submodules", 1.0, path) != 1.0)
-        llmc_die("PEFT adapter config '%s': num_transformer_submodules is not 1 (a causal LM has one)", path);
-}
-
 void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     (void)out;
     llmc_die("--adapter %s: %s", dir, NO_CJSON);
