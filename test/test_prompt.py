@@ -12,7 +12,8 @@ against dev/reference/prompt.py:
     writes the same adapter bytes as the run that never stopped.
 Also: a fresh --prompt-tokens run starts from a seeded N(0, 1) draw (PEFT's RANDOM init) and writes
 PEFT's config fields; --plan counts the P * C parameters (gradients and AdamW state for them only) and
-activations for P + T positions; ./generate and ./hf_convert refuse the adapter clearly. Bad inputs are
+activations for P + T positions; ./generate --adapter continues a prompt greedily as PEFT's generate
+with the soft tokens does; ./hf_convert refuses the adapter clearly. Bad inputs are
 clear errors: --prompt-tokens 0 and -3, P + T > maxT, with --lora-rank or --quantize-base, an adapter of another base (CRC;
 other channels), a P that differs from the adapter's.
 """
@@ -94,6 +95,52 @@ def check_plan(w):
     report(f"prompt tuning: {P} soft tokens x 64 channels" in text, "memory_print_prompt_line", text[-600:])
 
 
+MAKE_GEN = tl.MAKE_FAMILIES.replace("out, V = sys.argv[1], int(sys.argv[2])", "out, P, ids = sys.argv[1], int(sys.argv[2]), "
+                                    "[int(t) for t in sys.argv[3].split(',')]") + r"""
+import json
+from peft import PromptTuningConfig
+torch.manual_seed(4)
+m = GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=50257, n_positions=64, resid_pdrop=0.0,
+                               embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.5))  # (large: the text varies)
+m.save_pretrained(f"{out}/gen_base", safe_serialization=True)
+torch.manual_seed(6)
+pm = get_peft_model(m, PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=P))
+save_adapter(pm, f"{out}/gen_prompt")
+pm.eval()
+x = torch.tensor([ids])
+with torch.no_grad():
+    g = pm.generate(input_ids=x, attention_mask=torch.ones_like(x), max_new_tokens=12, do_sample=False, pad_token_id=0)
+new = g[0, -12:].tolist()
+print(json.dumps(new[:new.index(50256)] if 50256 in new else new))
+"""
+
+
+def check_generate(w):
+    """./generate -e BASE --adapter DIR (a PEFT prompt-tuning directory) continues a prompt greedily as PEFT's
+    generate does with the soft tokens (a tiny GPT-2 on GPT-2's vocabulary; the tokens through ./tokenizer),
+    and not as the base alone."""
+    tokenizer = os.path.join(tl.ROOT, "tokenizer")
+    tok = subprocess.run([tokenizer, "find-gpt2"], capture_output=True, text=True, cwd=tl.ROOT)
+    if not report(tok.returncode == 0, "generate_gpt2_tokenizer_files", tok.stderr[-300:]):
+        return
+    tokdir = os.path.join(tl.ROOT, tok.stdout.strip())
+    open(os.path.join(w, "prompt.txt"), "w").write("The king said")
+    subprocess.run([tokenizer, "encode", os.path.join(w, "prompt.txt"), os.path.join(w, "prompt.bin")], check=True,
+                   capture_output=True)
+    ids = np.fromfile(os.path.join(w, "prompt.bin"), dtype=np.uint16, offset=1024).tolist()
+    new = json.loads(tl.py(MAKE_GEN, w, str(P), ",".join(map(str, ids))).strip().splitlines()[-1])
+    tl.testlib.write_shard(os.path.join(w, "new.bin"), new)
+    want = subprocess.run([tokenizer, "decode", os.path.join(w, "new.bin")], capture_output=True, text=True).stdout
+    gen = os.path.join(tl.ROOT, "generate")
+    g = ["--prompt", "The king said", "--temperature", "0", "-g", "12", "--threads", "1", "--tokenizer", tokdir]
+    a = subprocess.run([gen, "-e", os.path.join(w, "gen_base"), "--adapter", os.path.join(w, "gen_prompt")] + g,
+                       capture_output=True, text=True)
+    b = subprocess.run([gen, "-e", os.path.join(w, "gen_base")] + g, capture_output=True, text=True)
+    text = lambda r: r.stdout.split("The king said", 1)[-1]  # noqa: E731
+    report(a.returncode == 0 and want and text(a) == want and text(b) != want, "generate_prompt_adapter_as_peft",
+           f"rc {a.returncode}: llmc {text(a)!r}, PEFT {want!r}, base alone {text(b)!r} {a.stderr[-300:]!r}")
+
+
 def check_errors(w, data):
     g, ga = os.path.join(w, "gpt2"), os.path.join(w, "gpt2_prompt")
     base = ["-e", g] + base_flags(data)
@@ -111,8 +158,8 @@ def check_errors(w, data):
     trained = os.path.join(w, "gpt2_prompt_run", f"adapter_{tl.STEPS:08d}")
     tl.expect("adapter_of_other_base_crc", ["-e", os.path.join(w, "gpt2_other"), "--adapter", trained] + base_flags(data),
               "trained on another base model")
-    tl.expect("generate_prompt_adapter", ["-e", g, "--adapter", trained], "generation with soft tokens is not built yet",
-              prog=os.path.join(tl.ROOT, "generate"))
+    tl.expect("generate_prompt_adapter_other_channels", ["-e", os.path.join(w, "gpt2_wide"), "--adapter", trained],
+              "belongs to another base model", prog=os.path.join(tl.ROOT, "generate"))
     tl.expect("hf_convert_prompt_adapter", [g, os.path.join(w, "merged.bin"), "--adapter", trained], "no weights to merge",
               prog=os.path.join(tl.ROOT, "hf_convert"))
     report(not os.path.exists(os.path.join(w, "merged.bin")), "hf_convert_prompt_adapter_writes_nothing", "")
@@ -126,6 +173,7 @@ def checks(w, data):
     tl.guarded("fresh", lambda: check_fresh(w, data))
     tl.guarded("plan", lambda: check_plan(w))
     tl.guarded("errors", lambda: check_errors(w, data))
+    tl.guarded("generate", lambda: check_generate(w))
 
 
 if __name__ == "__main__":
