@@ -312,22 +312,24 @@ def check_generate(w, dora=False):
            other.stderr[-300:])
 
 
-def check_recompute(w, data, name="gpt2"):
-    """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter."""
-    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
+def check_recompute(w, data, name="gpt2", kind="adapter"):
+    """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter
+    (started from w/NAME_KIND)."""
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    tag = name if kind == "adapter" else f"{name}_{kind}"
     files = []
     for r in (0, 1, 2):
-        out = os.path.join(w, f"{name}_recompute_{r}")
+        out = os.path.join(w, f"{tag}_recompute_{r}")
         run(train_args(g, ga, data, out, 3, ["-r", str(r)]))
         files.append(open(os.path.join(out, "adapter_00000003", "adapter_model.safetensors"), "rb").read())
-    report(files[0] == files[1] == files[2], f"{name}_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
+    report(files[0] == files[1] == files[2], f"{tag}_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
 
 
-def check_ranks(w, data, name="gpt2"):
+def check_ranks(w, data, name="gpt2", kind="adapter"):
     """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
-    losses of one process accumulating the same -d."""
-    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
-    tag = "" if name == "gpt2" else f"{name}_"
+    losses of one process accumulating the same -d (started from w/NAME_KIND)."""
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    tag = ("" if name == "gpt2" else f"{name}_") + ("" if kind == "adapter" else f"{kind}_")
     outs = {}
     for run_name, launch in [("z0", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]),
                          ("z1", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]), ("one", [CPU])]:

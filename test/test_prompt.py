@@ -9,7 +9,9 @@ against dev/reference/prompt.py:
   - a 10-step AdamW trajectory follows PEFT's (losses relative 1e-4, the trained prompt relative 1e-3);
   - PEFT loads the adapter llmc writes (its loss on the batch is llmc's -x 0 --adapter loss);
   - the base is bit-identical through training (each checkpoint recomputes its CRC); -y 1 from step 5
-    writes the same adapter bytes as the run that never stopped.
+    writes the same adapter bytes as the run that never stopped;
+  - GPT-2's -r 0, 1, 2 write the same adapter; 2 ranks at -z 0 and -z 1 write the same adapter, with the
+    losses of one process accumulating the same -d.
 Also: a fresh --prompt-tokens run starts from a seeded N(0, 1) draw (PEFT's RANDOM init) and writes
 PEFT's config fields; --plan counts the P * C parameters (gradients and AdamW state for them only) and
 activations for P + T positions; ./generate --adapter continues a prompt greedily as PEFT's generate
@@ -52,7 +54,7 @@ def base_flags(data, steps=1):
 
 
 def check_fresh(w, data):
-    """--prompt-tokens P from the seed: PEFT's RANDOM init (N(0, 1)), PEFT's config, PEFT loads it."""
+    """--prompt-tokens P from the seed: PEFT's RANDOM init (N(0, 1)) and PEFT's config."""
     out = os.path.join(w, "fresh")
     tl.run(["-e", os.path.join(w, "gpt2"), "--prompt-tokens", str(P), "-o", out, "-l", "0"] + base_flags(data))
     d = os.path.join(out, "adapter_00000001")
@@ -72,9 +74,6 @@ def check_fresh(w, data):
     same = open(os.path.join(d, "adapter_model.safetensors"), "rb").read() == \
         open(os.path.join(again, "adapter_00000001", "adapter_model.safetensors"), "rb").read()
     report(same, "fresh_prompt_seeded", "two runs with the same -rs wrote different prompts")
-    tl.py(REFERENCE, "--model", os.path.join(w, "gpt2"), "--adapter", d, "--data", data, "-b", str(tl.B), "-t",
-          str(tl.T), "--eval", "--out", os.path.join(w, "fresh_eval"))
-    report(True, "fresh_peft_loads", "")
 
 
 def check_plan(w):
@@ -170,6 +169,8 @@ def checks(w, data):
     tl.py(tl.MAKE_FAMILIES + "pm = peft(gpt2(1), ['c_attn'], False)\nsave_adapter(pm, f'{out}/gpt2_adapter')\n", w, str(tl.V))
     for name in ("gpt2", "llama"):
         tl.guarded(f"{name}_prompt", lambda: tl.check_family(name, w, data, kind="prompt", reference=REFERENCE))
+    tl.guarded("recompute", lambda: tl.check_recompute(w, data, "gpt2", kind="prompt"))
+    tl.guarded("ranks", lambda: tl.check_ranks(w, data, "gpt2", kind="prompt"))
     tl.guarded("fresh", lambda: check_fresh(w, data))
     tl.guarded("plan", lambda: check_plan(w))
     tl.guarded("errors", lambda: check_errors(w, data))

@@ -7,9 +7,9 @@ tensor renamed, dropped, misshapen, one added, the base CRC changed); and flags 
 (--prompt-tokens, --lora-rank, -t beyond maxT). Every run must train or stop with a clean error (exit 1,
 'error: '), and the adapter directory it read must be left as it was (lost otherwise)."""
 import importlib.util
-import json
 import os
 
+import lora_common
 from lora_common import adapter_case, train_adapter
 
 _spec = importlib.util.spec_from_file_location("hostile_lora", os.path.join(os.path.dirname(__file__), "60-lora.py"))
@@ -37,13 +37,7 @@ def mangle_config(r, cfg):
 
 
 def edit_config(r, d):
-    p = os.path.join(d, "adapter_config.json")
-    if r.random() < 0.15:
-        open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"peft_type": "PROMPT_TUNING"}']))
-        return "config not an adapter config"
-    text = json.dumps(mangle_config(r, json.load(open(p))))
-    open(p, "w").write(text)
-    return "config mangled"
+    return lora_common.edit_config(r, d, mangle_config, '{"peft_type": "PROMPT_TUNING"}')
 
 
 def case_adapter(ctx, r, tag):
