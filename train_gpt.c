@@ -600,6 +600,10 @@ int main(int argc, char **argv) {
                    "tensors and activations; %zu parameters of the model's %zu)\n", tp, tc.num_processes, tp,
                    p.num_parameters, run_cpu->arch->parameter_specs(&run_arch, NULL));
         if (tc.quantize_base[0] && !tc.json) qbase_plan_print(&tc, stdout);
+        if (lora_wanted(&tc) && run_lora_cfg.prompt_tokens && !tc.json)
+            printf("  prompt tuning (--prompt-tokens %d): %d x %d = %zu trained parameters (gradients and AdamW state for them "
+                   "only; the base frozen), activations for %d + %d positions per sequence\n", run_lora_cfg.prompt_tokens,
+                   run_lora_cfg.prompt_tokens, run_lora_cfg.token_dim, run_lora_cfg.num_parameters, run_lora_cfg.prompt_tokens, tc.T);
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }

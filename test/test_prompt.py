@@ -90,6 +90,9 @@ def check_plan(w):
     want = (n, 4 * n, 4 * n, 4 * n, 4 * n, 2 * 4 * tl.B * (tl.T + P))
     report(got == want, "plan_counts_prompt", f"(trained, parameters up, gradients, m, v, activations over -t T+P) {got}, "
            f"want {want}")
+    text = tl.run(["-e", g, "-b", str(tl.B), "-t", str(tl.T), "--plan", "--prompt-tokens", str(P)]).stdout
+    report(f"prompt tuning (--prompt-tokens {P}): {P} x 64 = {n} trained parameters" in text and
+           f"activations for {P} + {tl.T} positions" in text, "plan_prompt_line", text[-600:])
     text = tl.run(["-e", g, "--prompt-tokens", str(P)] + base_flags(os.path.join(w, "data.bin"))).stdout
     report(f"prompt tuning: {P} soft tokens x 64 channels" in text, "memory_print_prompt_line", text[-600:])
 
