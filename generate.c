@@ -33,6 +33,8 @@ typedef struct {
     void *model, *cache;
     char blas[320];
     LoraRun lora; /* --adapter's (cfg.num_parameters 0: none) */
+    int *seq, len;  /* prompt tuning (lora.cfg.prompt_tokens P): the tokens so far, behind the P soft tokens */
+    int *inputs;    /* (P + maxT - P): what the full forward of each call runs */
     QBase qbase;  /* --quantize-base's (storage NULL: none) */
 } CpuGenerator;
 
@@ -60,8 +62,13 @@ static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
     adapter_read_config(g->adapter, &fc);
     LoraConfig lc;
     char err[512];
-    if (lora_config_build(&lc, cg->a->lora_family, arch_config_base(&cg->ac), fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,
-                          sizeof err) != 0)
+    const ModelConfig *mc = arch_config_base(&cg->ac);
+    if (fc.prompt_tokens && fc.token_dim != mc->channels)
+        llmc_die("%s/adapter_config.json: token_dim %d, but -e %s has %d channels: the adapter belongs to another base model",
+                 g->adapter, fc.token_dim, g->init, mc->channels);
+    if (fc.prompt_tokens ? lora_prompt_config_build(&lc, cg->a->lora_family, mc, fc.prompt_tokens, 1, err, sizeof err)
+                         : lora_config_build(&lc, cg->a->lora_family, mc, fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,
+                                             sizeof err))
         llmc_die("%s/adapter_config.json: %s", g->adapter, err);
     CpuModelParts parts = cg->a->parts(cg->model);
     uint32_t base = sumfile_crc_update(0, *parts.params, parts.num_parameters * sizeof(float)), crc = 0;
@@ -72,8 +79,17 @@ static void cpu_load_adapter(CpuGenerator *cg, const GenConfig *g) {
         llmc_die("adapter '%s' was trained on another base model: it records the base's crc32 %08x, -e %s has %08x", g->adapter,
                  (unsigned)crc, g->init, (unsigned)base);
     lora_run_set_base(&cg->lora, *parts.params, parts.specs, cg->ac.arch->num_param_specs, 0); /* (DoRA reads W, b) */
-    lora_run_allocate(&cg->lora, 1, GENERATE_CHUNK, 0);
     cg->a->set_lora(cg->model, &cg->lora);
+    if (!lc.prompt_tokens) {
+        lora_run_allocate(&cg->lora, 1, GENERATE_CHUNK, 0);
+        return;
+    }
+    /* prompt tuning: the soft tokens go in front of the sequence at the embedding of the full forward
+     * (the KV-cache decoder has no hook for them): each call runs the whole sequence again */
+    lora_run_allocate(&cg->lora, 1, mc->max_seq_len, 0);
+    cg->a->allocate(cg->model, 1, mc->max_seq_len, 0, 0);
+    cg->seq = (int *)callocCheck((size_t)mc->max_seq_len, sizeof(int), "sequence");
+    cg->inputs = (int *)callocCheck((size_t)mc->max_seq_len, sizeof(int), "sequence with the soft tokens");
 }
 
 static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *num_parameters, char *desc, size_t len) {
@@ -98,13 +114,25 @@ static void cpu_load(void *self, const GenConfig *g, ModelConfig *cfg, size_t *n
     cg->a->describe(&cg->ac, what, sizeof what);
     char quant[64] = "";
     if (g->quantize_base) snprintf(quant, sizeof quant, "base quantised %s, ", quant_name(cg->qbase.mode, cg->qbase.double_quant));
-    snprintf(desc, len, "CPU fp32, %s%s%sblas: %s", what, g->adapter ? "LoRA adapter (unmerged), " : "", quant, cg->blas);
+    const int P = cg->lora.cfg.prompt_tokens;
+    char kind[96];
+    snprintf(kind, sizeof kind, P ? "prompt-tuning adapter (%d soft tokens), " : "LoRA adapter (unmerged), ", P);
+    snprintf(desc, len, "CPU fp32, %s%s%sblas: %s", what, g->adapter ? kind : "", quant, cg->blas);
     *cfg = *arch_config_base(&cg->ac);
+    cfg->max_seq_len -= P; /* (the soft tokens take P of the model's positions) */
     *num_parameters = parts.num_parameters;
 }
 
 static const float *cpu_forward(void *self, const int *tokens, int n) {
     CpuGenerator *cg = (CpuGenerator *)self;
+    const int P = cg->lora.cfg.prompt_tokens;
+    if (P) { /* the whole sequence so far behind the soft tokens (P + len <= maxT: the front end's limit) */
+        memcpy(cg->seq + cg->len, tokens, (size_t)n * sizeof(int));
+        cg->len += n;
+        lora_prompt_inputs(&cg->lora.cfg, cg->seq, NULL, 1, cg->len, cg->inputs, NULL);
+        cg->a->forward(cg->model, cg->inputs, NULL, 1, P + cg->len, 0.0f);
+        return cg->a->logits(cg->model) + (size_t)(P + cg->len - 1) * arch_config_base(&cg->ac)->padded_vocab_size;
+    }
     return cg->a->forward_cached(cg->model, cg->cache, tokens, n) +
            (size_t)(n - 1) * arch_config_base(&cg->ac)->padded_vocab_size;
 }
@@ -117,6 +145,8 @@ static void cpu_free(void *self) {
     cg->a->free(cg->model);
     free(cg->model);
     if (cg->lora.params) lora_run_free(&cg->lora);
+    free(cg->seq);
+    free(cg->inputs);
 }
 
 int main(int argc, char **argv) {

@@ -43,6 +43,9 @@ static void merge_adapter(const ArchConfig *ac, float *params, size_t n) {
     const int family = ac->arch == &llama3_arch ? LORA_FAMILY_LLAMA : ac->arch == &gpt2_arch ? LORA_FAMILY_GPT2 : 0;
     AdapterFileConfig fc;
     adapter_read_config(adapter_dir, &fc);
+    if (fc.prompt_tokens)
+        llmc_die("--adapter %s is a prompt-tuning adapter (PROMPT_TUNING): soft tokens at the input have no weights to merge "
+                 "into; use the model with the adapter directory (./train_gpt_cpu -e IN --adapter %s)", adapter_dir, adapter_dir);
     LoraConfig lc;
     char err[512];
     if (lora_config_build(&lc, family, arch_config_cbase(ac), fc.rank, fc.alpha, fc.rslora, fc.dora, fc.targets, err,

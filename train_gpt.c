@@ -57,6 +57,7 @@ static int use_teacher; /* (the teacher is loaded: the run trains with it) */
 
 /* the teacher runs when the run trains (-x 0 evaluates the student's cross-entropy alone) */
 static int teacher_wanted(const TrainConfig *tc) { return tc->teacher[0] && tc->max_steps != 0; }
+static int use_teacher_flags(const TrainConfig *tc) { return teacher_wanted(tc); }
 
 /* run_teacher for tc, checked against the student run_arch (-e tc->init) */
 static void teacher_for(const TrainConfig *tc) {
@@ -112,9 +113,38 @@ static void cpu_loss_parts(void *r, double parts[2]) {
     parts[1] = run_teacher.kd_sum;
 }
 
+/* ---- prompt tuning (--prompt-tokens, llmc/cpu/lora.h): the model runs P + T positions ---------------- */
+static int run_prompt;             /* P (0: none) */
+static int *prompt_inputs, *prompt_targets; /* (B, P + T): the batch with the P soft-token positions in front */
+static size_t prompt_ints;
+static const LoraConfig *prompt_cfg(void);
+static size_t prompt_plan_bytes(int B, int T) { return 2 * (size_t)B * (size_t)(run_prompt + T) * sizeof(int); }
+static void prompt_allocate(int B, int T) {
+    prompt_ints = prompt_plan_bytes(B, T) / sizeof(int);
+    prompt_inputs = (int *)mem_calloc(MEM_ACTIVATIONS, prompt_ints, sizeof(int), "prompt tuning's batch");
+    prompt_targets = prompt_inputs + prompt_ints / 2;
+}
+/* forward (and backward when dloss != 0) over the prompt and the batch; the loss over the batch's positions */
+static float prompt_step(CpuRun *run, const int *inputs, const int *targets, int B, int T, float dloss, float *losses) {
+    const int W = run_prompt + T, Vp = run->a->parts(run->model).cfg->padded_vocab_size;
+    lora_prompt_inputs(prompt_cfg(), inputs, targets, B, T, prompt_inputs, prompt_targets);
+    run->a->forward(run->model, prompt_inputs, targets ? prompt_targets : NULL, B, W, dloss);
+    if (!targets) return 0.0f;
+    const float *all = run->a->losses(run->model);
+    float loss = lora_prompt_mask(prompt_cfg(), all, dloss != 0.0f ? (float *)run->a->logits(run->model) : NULL, B, T, Vp);
+    for (int b = 0; losses && b < B; b++) memcpy(losses + (size_t)b * T, all + (size_t)b * W + run_prompt, (size_t)T * sizeof(float));
+    if (dloss != 0.0f) run->a->backward(run->model, prompt_inputs, B, W);
+    return loss;
+}
+
 static float cpu_train_micro_step(void *r, const int *inputs, const int *targets, int B, int T, float dloss_scale) {
     CpuRun *run = (CpuRun *)r;
     const float dloss = dloss_scale / (float)(B * T);
+    if (run_prompt) {
+        float loss = prompt_step(run, inputs, targets, B, T, dloss, NULL);
+        lora_dump_grads();
+        return loss;
+    }
     float loss = use_teacher ? teacher_distill_forward(&run_teacher, run->a, run->model, inputs, targets, B, T, dloss)
                              : run->a->forward(run->model, inputs, targets, B, T, dloss);
     run->a->backward(run->model, inputs, B, T);
@@ -124,11 +154,16 @@ static float cpu_train_micro_step(void *r, const int *inputs, const int *targets
 
 static float cpu_eval_loss(void *r, const int *inputs, const int *targets, int B, int T) {
     CpuRun *run = (CpuRun *)r;
+    if (run_prompt) return prompt_step(run, inputs, targets, B, T, 0.0f, NULL);
     return run->a->forward(run->model, inputs, targets, B, T, 0.0f);
 }
 
 static void cpu_eval_losses(void *r, const int *inputs, const int *targets, int B, int T, float *losses) {
     CpuRun *run = (CpuRun *)r;
+    if (run_prompt) {
+        prompt_step(run, inputs, targets, B, T, 0.0f, losses);
+        return;
+    }
     run->a->forward(run->model, inputs, targets, B, T, 0.0f);
     memcpy(losses, run->a->losses(run->model), (size_t)B * T * sizeof(float));
 }
@@ -139,6 +174,7 @@ static void cpu_eval_losses(void *r, const int *inputs, const int *targets, int 
 static LoraRun run_lora;
 static LoraConfig run_lora_cfg;
 static int use_lora;
+static const LoraConfig *prompt_cfg(void) { return &run_lora_cfg; }
 static uint32_t run_base_crc;
 static char run_base_name[1100];
 
@@ -176,6 +212,14 @@ static void lora_print_memory(void *r, FILE *out) {
     if (!use_lora) return;
     if (use_qbase) qbase_print_memory(out);
     const LoraConfig *c = &run_lora_cfg;
+    if (c->prompt_tokens) {
+        fprintf(out, "prompt tuning: %d soft tokens x %d channels = %zu parameters (%.2f MiB) trained, gradients %.2f MiB; the "
+                     "activations above are for the %d + -t positions of each sequence; the base's %zu parameters frozen (no "
+                     "gradients, no AdamW state, no master copy)\n", c->prompt_tokens, c->token_dim, c->num_parameters,
+                c->num_parameters * sizeof(float) / 1048576.0, run_lora.grads ? c->num_parameters * sizeof(float) / 1048576.0 : 0.0,
+                c->prompt_tokens, ((CpuRun *)r)->a->parts(((CpuRun *)r)->model).num_parameters);
+        return;
+    }
     char names[512];
     lora_target_names(c, names, sizeof names);
     const double MiB = 1048576.0, bytes = (double)c->num_parameters * sizeof(float);
@@ -283,6 +327,13 @@ static void lora_attach(const TrainConfig *tc, CpuRun *run, int resume_step) {
     lora_run_set_base(&run_lora, *parts.params, parts.specs, run_arch.arch->num_param_specs, !from[0]);
     run->a->set_lora(run->model, &run_lora);
     use_lora = 1;
+    run_prompt = run_lora_cfg.prompt_tokens;
+    if (run_prompt && use_teacher_flags(tc))
+        llmc_die("--prompt-tokens with --teacher: distillation with prompt tuning is not built yet");
+    if (run_prompt && tc->quantize_base[0])
+        llmc_die("--quantize-base %s with prompt tuning (--prompt-tokens / a PROMPT_TUNING --adapter): not built yet; "
+                 "QLoRA's quantised base is for LoRA adapters", tc->quantize_base);
+    if (run_prompt && tc->tensor_parallel > 1) llmc_die("--prompt-tokens with -tp %d: not built for tensor parallelism", tc->tensor_parallel);
     qbase_attach(tc, run, from, resume_step);
     run_held_crc = base_crc_now(run) ^ (use_qbase ? qbase_crc_now(&run_qbase) : 0);
 }
@@ -296,6 +347,10 @@ static void lora_plan(const TrainConfig *tc, MemPlan *p) {
     int training = p->host[MEM_GRADIENTS] != 0;
     p->host[MEM_GRADIENTS] = training ? n * sizeof(float) : 0;
     p->host[MEM_ACTIVATIONS] += lora_plan_activations(&run_lora_cfg, tc->B, tc->T, training);
+    if (run_lora_cfg.prompt_tokens) { /* (the model's plan is for T + P positions: cpu_plan) */
+        run_prompt = run_lora_cfg.prompt_tokens;
+        p->host[MEM_ACTIVATIONS] += prompt_plan_bytes(tc->B, tc->T);
+    }
     if (!tc->quantize_base[0]) return;
     size_t codes, fp32, panel; /* QLoRA: the codes in place of the block weights' fp32, and the panel */
     qbase_plan(qbase_flags_check(tc), tc->double_quant, run_cpu->lora_family, arch_config_base(&run_arch), &codes,
@@ -322,7 +377,8 @@ static void cpu_zero_grad(void *r) {
 
 static const float *cpu_next_logits(void *r, const int *tokens, int n) {
     CpuRun *run = (CpuRun *)r;
-    run->a->forward(run->model, tokens, NULL, 1, n, 0.0f);
+    if (run_prompt) prompt_step(run, tokens, NULL, 1, n, 0.0f, NULL), n += run_prompt; /* (the row after the prompt) */
+    else run->a->forward(run->model, tokens, NULL, 1, n, 0.0f);
     const int Vp = run->a->parts(run->model).cfg->padded_vocab_size, tp = train_tp_size();
     const float *row = run->a->logits(run->model) + (size_t)(n - 1) * (size_t)(Vp / tp); /* (-tp: this rank's columns) */
     if (tp > 1) return train_tp_logits_row(row, Vp);
@@ -355,8 +411,9 @@ static int shard_stage(const TrainConfig *tc) { return tc->zero_stage >= 2 && tc
 
 static void cpu_plan(const TrainConfig *tc, const ModelConfig *cfg, MemPlan *p) {
     (void)cfg; /* run_arch's base */
-    if (tc->tensor_parallel > 1) run_cpu->tp_plan(&run_arch, tc->tensor_parallel, tc->B, tc->T, tc->recompute, 1, p);
-    else run_cpu->plan(&run_arch, tc->B, tc->T, tc->recompute, 1, p);
+    const int T = tc->T + (lora_wanted(tc) ? run_lora_cfg.prompt_tokens : 0); /* prompt tuning: the P soft tokens' positions too */
+    if (tc->tensor_parallel > 1) run_cpu->tp_plan(&run_arch, tc->tensor_parallel, tc->B, T, tc->recompute, 1, p);
+    else run_cpu->plan(&run_arch, tc->B, T, tc->recompute, 1, p);
     if (ep_ways(tc) > 1) { /* this rank's experts and exchange buffers, and the expert-parallel AdamW */
         mixtral_plan_expert_parallel(ep_cfg(), ep_ways(tc), tc->B, tc->T, shard_stage(tc), tc->num_processes,
                                      tc->process_rank, p);
@@ -455,8 +512,9 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
         tc->teacher_crc = run_teacher.crc, tc->has_teacher_crc = 1; /* (saved with each checkpoint) */
         use_teacher = 1;
     }
-    run_cpu->allocate(run.model, tc->B, tc->T, tc->recompute, 1);
-    if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T, 1);
+    run_cpu->allocate(run.model, tc->B, tc->T + run_prompt, tc->recompute, 1);
+    if (use_lora) lora_run_allocate(&run_lora, tc->B, tc->T + run_prompt, 1);
+    if (run_prompt) prompt_allocate(tc->B, tc->T);
     host_backend(be, &run, tc);
     if (run_ep.ways > 1) { /* checkpoints are of the whole model; the ranks agree on the shared tensors */
         TensorSpec s[MIXTRAL_NUM_PARAMETERS];
@@ -472,6 +530,7 @@ static int cpu_run(TrainConfig *tc, const char *init, const BudgetSpace *space, 
     }
     int status = train_run(tc, be, resume_step);
     if (use_lora) lora_run_free(&run_lora);
+    if (run_prompt) mem_free(MEM_ACTIVATIONS, prompt_inputs, prompt_ints * sizeof(int));
     if (use_qbase) qbase_free(&run_qbase);
     if (use_teacher) teacher_free(&run_teacher);
     run_cpu->free(run.model);
@@ -544,6 +603,10 @@ int main(int argc, char **argv) {
                    "tensors and activations; %zu parameters of the model's %zu)\n", tp, tc.num_processes, tp,
                    p.num_parameters, run_cpu->arch->parameter_specs(&run_arch, NULL));
         if (tc.quantize_base[0] && !tc.json) qbase_plan_print(&tc, stdout);
+        if (lora_wanted(&tc) && run_lora_cfg.prompt_tokens && !tc.json)
+            printf("  prompt tuning (--prompt-tokens %d): %d x %d = %zu trained parameters (gradients and AdamW state for them "
+                   "only; the base frozen), activations for %d + %d positions per sequence\n", run_lora_cfg.prompt_tokens,
+                   run_lora_cfg.prompt_tokens, run_lora_cfg.token_dim, run_lora_cfg.num_parameters, run_lora_cfg.prompt_tokens, tc.T);
         if (teacher_wanted(&tc) && !tc.json) teacher_print(&run_teacher, tc.B, tc.T, stdout);
         return 0;
     }

@@ -29,6 +29,18 @@ def join_safetensors(header, body):
     return struct.pack("<Q", len(text)) + text + bytes(body)
 
 
+def edit_config(r, d, mangle, junk):
+    """d/adapter_config.json mangled: now and then replaced by text that is no adapter config (junk among
+    it), else its JSON through mangle(r, cfg). Returns what it did."""
+    p = os.path.join(d, "adapter_config.json")
+    if r.random() < 0.15:
+        open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", junk]))
+        return "config not an adapter config"
+    text = json.dumps(mangle(r, json.load(open(p))))
+    open(p, "w").write(text)
+    return "config mangled"
+
+
 def snapshot(d):
     return {f: open(os.path.join(d, f), "rb").read() for f in sorted(os.listdir(d))}
 

@@ -76,8 +76,8 @@ REFERENCE = os.path.join(ROOT, "dev", "reference", "lora.py")
 
 
 def py(code, *args):
-    """Runs python code (or the script REFERENCE) with the reference libraries; returns its stdout (dies on failure)."""
-    cmd = [sys.executable, code] if code == REFERENCE else [sys.executable, "-c", code]
+    """Runs python code (or a script, a path ending .py) with the reference libraries; returns its stdout (dies on failure)."""
+    cmd = [sys.executable, code] if code.endswith(".py") else [sys.executable, "-c", code]
     p = subprocess.run(cmd + list(args), env=pyenv(), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"python failed: {p.stderr[-3000:]}")
@@ -175,10 +175,13 @@ def run(args, env=None, expect_ok=True):
     return p
 
 
-def check_family(name, w, data):
-    model, adapter = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
+def check_family(name, w, data, kind="adapter", reference=REFERENCE):
+    """The checks above of model w/NAME from the PEFT adapter w/NAME_KIND against reference (a script taking
+    lora.py's flags); the checks are named NAME_... (KIND other than "adapter": NAME_KIND_...)."""
+    model, adapter = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    name = name if kind == "adapter" else f"{name}_{kind}"
     ref = os.path.join(w, f"{name}_ref")
-    py(REFERENCE, "--model", model, "--adapter", adapter,
+    py(reference, "--model", model, "--adapter", adapter,
        "--data", data, "-b", str(B), "-t", str(T), "-x", str(STEPS), "-l", str(LR), "-c", str(WD), "--out", ref)
     ref_losses = json.load(open(os.path.join(ref, "losses.json")))
     ref_grads, _ = read_safetensors(os.path.join(ref, "grads.safetensors"))
@@ -211,7 +214,7 @@ def check_family(name, w, data):
 
     # PEFT loads the adapter llmc wrote; its loss on the batch is what llmc computes from it
     ev = os.path.join(w, f"{name}_eval")
-    py(REFERENCE, "--model", model, "--adapter",
+    py(reference, "--model", model, "--adapter",
        os.path.join(out, f"adapter_{STEPS:08d}"), "--data", data, "-b", str(B), "-t", str(T), "--eval", "--out", ev)
     peft_loss = json.load(open(os.path.join(ev, "losses.json")))[0]
     p = run(["-e", model, "--adapter", os.path.join(out, f"adapter_{STEPS:08d}"), "-i", data, "-j", data, "-b", str(B),
@@ -309,22 +312,24 @@ def check_generate(w, dora=False):
            other.stderr[-300:])
 
 
-def check_recompute(w, data, name="gpt2"):
-    """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter."""
-    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
+def check_recompute(w, data, name="gpt2", kind="adapter"):
+    """GPT-2's -r 0, 1, 2 (what the adapters' backward reads is recomputed first) write the same adapter
+    (started from w/NAME_KIND)."""
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    tag = name if kind == "adapter" else f"{name}_{kind}"
     files = []
     for r in (0, 1, 2):
-        out = os.path.join(w, f"{name}_recompute_{r}")
+        out = os.path.join(w, f"{tag}_recompute_{r}")
         run(train_args(g, ga, data, out, 3, ["-r", str(r)]))
         files.append(open(os.path.join(out, "adapter_00000003", "adapter_model.safetensors"), "rb").read())
-    report(files[0] == files[1] == files[2], f"{name}_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
+    report(files[0] == files[1] == files[2], f"{tag}_recompute_levels_same_adapter", "-r 0, 1, 2 adapters differ")
 
 
-def check_ranks(w, data, name="gpt2"):
+def check_ranks(w, data, name="gpt2", kind="adapter"):
     """2 ranks (-pi tcp) at -z 0 and -z 1 (the adapter's moments sharded): the same adapter bytes, and the
-    losses of one process accumulating the same -d."""
-    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_adapter")
-    tag = "" if name == "gpt2" else f"{name}_"
+    losses of one process accumulating the same -d (started from w/NAME_KIND)."""
+    g, ga = os.path.join(w, name), os.path.join(w, f"{name}_{kind}")
+    tag = ("" if name == "gpt2" else f"{name}_") + ("" if kind == "adapter" else f"{kind}_")
     outs = {}
     for run_name, launch in [("z0", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]),
                          ("z1", ["scripts/run_dist.sh", "local", "2", "--pi", "tcp"]), ("one", [CPU])]:

@@ -305,6 +305,7 @@ float gpt2_forward(GPT2 *model, const int *inputs, const int *targets, int B, in
     const int vocab_split = tp_vocab_split(model, &vlo, &Vr);
     if (vocab_split) tp_encoder_forward(model, a->encoded, inputs, p->wte, p->wpe, B, T, C);
     else encoder_forward(a->encoded, inputs, p->wte, p->wpe, B, T, C);
+    if (model->train.lora) lora_prompt_forward(model->train.lora, a->encoded, p->wpe, B, T, C); /* (never with -tp) */
     for (int l = 0; l < L; l++) {
         cpu_zero_use_layer(&model->train.zs, l, l + 1);
         float *residual = BLOCK_INPUT(l), *qkv = ACT(qkv, l), *atty = ACT(atty, l), *residual2 = ACT(residual2, l);
@@ -413,6 +414,7 @@ void gpt2_backward(GPT2 *model, const int *inputs, int B, int T) {
     }
     cpu_zero_end_layers(&model->train.zs);
     /* encoded = wte[inputs] + wpe */
+    if (model->train.lora) lora_prompt_backward(model->train.lora, dres, B, T, C); /* prompt tuning's soft tokens */
     if (g->wte && vocab_split) tp_encoder_backward(model, g->wte, g->wpe, dres, inputs, B, T, C);
     else if (g->wte) encoder_backward(g->wte, g->wpe, dres, inputs, B, T, C); /* (a frozen base: none) */
     cpu_zero_reduce_outer(&model->train.zs, model->grads_memory);

@@ -262,6 +262,7 @@ float llama_family_forward(const LlamaTrunk *t, const int *inputs, const int *ta
     cpu_zero_gather_outer(zs);
     cpu_zero_prefetch_layer(zs, 0);
     llama_trunk_embed(t, inputs, targets, N);
+    if (t->train->lora) lora_prompt_forward(t->train->lora, T_ACT(encoded, 0), NULL, B, T, t->cfg->base.channels);
     for (int l = 0; l < L; l++) {
         cpu_zero_use_layer(zs, l, l + 1);
         llama_trunk_forward(t, l, l == 0 ? T_ACT(encoded, 0) : H_ACT(residual3, l - 1), B, T);
@@ -288,6 +289,7 @@ void llama_family_backward(const LlamaTrunk *t, const int *inputs, int B, int T)
         cpu_zero_reduce_layer(&tr->zs, l);
     }
     cpu_zero_end_layers(&tr->zs);
+    if (tr->lora) lora_prompt_backward(tr->lora, dres, B, T, C); /* prompt tuning: the soft tokens' rows */
     if (t->grads) embedding_backward(T_GRAD(wte, 0), dres, inputs, N, C); /* encoded = wte[inputs] */
     cpu_zero_reduce_outer(&tr->zs, t->grads);
 }

@@ -43,6 +43,10 @@ void lora_run_allocate(LoraRun *r, int B, int T, int training) {
     size_t most, outs = dora_outs(c, &most);
     r->N = B * T;
     r->xa_floats = lora_plan_activations(c, B, T, training) / sizeof(float);
+    if (!r->xa_floats) { /* prompt tuning: no sites, nothing saved */
+        if (training) r->grads = (float *)mem_calloc(MEM_GRADIENTS, c->num_parameters, sizeof(float), "adapter gradients");
+        return;
+    }
     r->xa = (float *)mem_calloc(MEM_ACTIVATIONS, r->xa_floats, sizeof(float), "LoRA activations");
     float *next = r->xa + (size_t)r->N * c->rank * c->num_modules * c->num_layers;
     if (training) {
@@ -176,4 +180,50 @@ void lora_backward_site(LoraRun *r, int site, int l, float *dinp, const float *d
             llmc_sgemm(0, 0, N, mod->in, out, 1.0f, dg, out, W, mod->in, 1.0f, dinp, mod->in);
         }
     }
+}
+
+/* ---- prompt tuning (cfg.prompt_tokens) ---------------------------------------------------------- */
+void lora_prompt_forward(LoraRun *r, float *encoded, const float *wpe, int B, int T, int C) {
+    const int P = r->cfg.prompt_tokens;
+    if (!P) return;
+    if (P > T || C != r->cfg.token_dim) llmc_die("internal: prompt forward of (%d, %d, %d), %d soft tokens", B, T, C, P);
+    for (int b = 0; b < B; b++)
+        for (int p = 0; p < P; p++) {
+            float *row = encoded + ((size_t)b * T + p) * C;
+            const float *e = r->params + (size_t)p * C;
+            for (int c = 0; c < C; c++) row[c] = wpe ? e[c] + wpe[(size_t)p * C + c] : e[c];
+        }
+}
+
+void lora_prompt_backward(LoraRun *r, const float *dencoded, int B, int T, int C) {
+    const int P = r->cfg.prompt_tokens;
+    if (!P || !r->grads) return;
+    for (int b = 0; b < B; b++)
+        for (int p = 0; p < P; p++) {
+            const float *d = dencoded + ((size_t)b * T + p) * C;
+            float *g = r->grads + (size_t)p * C;
+            for (int c = 0; c < C; c++) g[c] += d[c];
+        }
+}
+
+void lora_prompt_inputs(const LoraConfig *cfg, const int *inputs, const int *targets, int B, int T, int *out_inputs,
+                        int *out_targets) {
+    const int P = cfg->prompt_tokens, W = P + T;
+    for (int b = 0; b < B; b++) {
+        memset(out_inputs + (size_t)b * W, 0, (size_t)P * sizeof(int));
+        memcpy(out_inputs + (size_t)b * W + P, inputs + (size_t)b * T, (size_t)T * sizeof(int));
+        if (!targets) continue;
+        memset(out_targets + (size_t)b * W, 0, (size_t)P * sizeof(int));
+        memcpy(out_targets + (size_t)b * W + P, targets + (size_t)b * T, (size_t)T * sizeof(int));
+    }
+}
+
+float lora_prompt_mask(const LoraConfig *cfg, const float *losses, float *dlogits, int B, int T, int Vp) {
+    const int P = cfg->prompt_tokens, W = P + T;
+    float sum = 0.0f;
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) sum += losses[(size_t)b * W + P + t];
+        if (dlogits) memset(dlogits + (size_t)b * W * Vp, 0, (size_t)P * Vp * sizeof(float));
+    }
+    return sum / (float)(B * T);
 }

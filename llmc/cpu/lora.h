@@ -13,6 +13,10 @@
  *   backward: dm += (dout . v) / n summed over the rows of the batch; the LoRA backward above with
  *             g dout for dout; dx += ((g - 1) dout) W (the base matmul's backward gave dout W)
  * which needs the base weights and biases (lora_run_set_base).
+ * Prompt tuning (cfg.prompt_tokens = P; no sites): the model runs P + T positions, the caller's
+ * inputs hold any token at the first P of each row (lora_prompt_inputs); the two ops at the input:
+ *   forward:  encoded[b, p] = prompt[p] (+ wpe[p] for GPT-2), p < P (after the embedding lookup)
+ *   backward: dprompt[p] += sum_b dencoded[b, p] (the gradient reaching the block stack's input)
  */
 #ifndef LLMC_CPU_LORA_H
 #define LLMC_CPU_LORA_H
@@ -51,6 +55,18 @@ void lora_run_allocate(LoraRun *r, int B, int T, int training);
 void lora_run_free(LoraRun *r);
 /* Bytes lora_run_init + lora_run_allocate take, by class (the memory plan). */
 size_t lora_plan_activations(const LoraConfig *cfg, int B, int T, int training);
+
+/* Prompt tuning's ops (no-ops without it): encoded, dencoded (B, T, C) with T = P + the sequence;
+ * wpe (T, C) or NULL (the Llama: no learned positions). */
+void lora_prompt_forward(LoraRun *r, float *encoded, const float *wpe, int B, int T, int C);
+void lora_prompt_backward(LoraRun *r, const float *dencoded, int B, int T, int C);
+/* Prompt tuning's batch: inputs, targets (B, T) -> out_inputs, out_targets (B, P + T), the first P of
+ * each row token 0 (replaced by the prompt in the forward) and target 0 (masked: lora_prompt_mask). */
+void lora_prompt_inputs(const LoraConfig *cfg, const int *inputs, const int *targets, int B, int T, int *out_inputs,
+                        int *out_targets);
+/* After a forward over (B, P + T) with targets: the mean of the losses over the B * T real positions;
+ * dlogits (B, P + T, Vp), when not NULL, zeroed at the P prompt positions (no loss there). */
+float lora_prompt_mask(const LoraConfig *cfg, const float *losses, float *dlogits, int B, int T, int Vp);
 
 /* The ops of every targeted module at `site` of layer l: out (N, width) the site's output, inp (N, in). */
 void lora_forward_site(LoraRun *r, int site, int l, float *out, int width, const float *inp, int N);

@@ -47,6 +47,26 @@ static int bool_field(const cJSON *j, const char *key, const char *path) {
     return cJSON_IsTrue(v);
 }
 
+/* a count field j[key] in 1..most; dies naming the file */
+static int count_field(const cJSON *j, const char *key, int most, const char *path) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > most)
+        llmc_die("PEFT adapter config '%s': %s is not a count between 1 and %d", path, key, most);
+    return (int)v->valuedouble;
+}
+
+/* PROMPT_TUNING's fields: soft tokens at the input of a causal LM, one transformer submodule */
+static void read_prompt_config(const cJSON *j, const char *path, AdapterFileConfig *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "task_type");
+    if (!cJSON_IsString(v) || strcmp(v->valuestring, "CAUSAL_LM") != 0)
+        llmc_die("PEFT adapter config '%s': prompt tuning with task_type %s; only \"CAUSAL_LM\" is supported", path,
+                 cJSON_IsString(v) ? v->valuestring : "missing");
+    out->prompt_tokens = count_field(j, "num_virtual_tokens", MODEL_MAX_SEQ_LEN, path);
+    out->token_dim = count_field(j, "token_dim", MODEL_MAX_CHANNELS, path);
+    if (number_field(j, "num_transformer_submodules", 1.0, path) != 1.0)
+        llmc_die("PEFT adapter config '%s': num_transformer_submodules is not 1 (a causal LM has one)", path);
+}
+
 void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
@@ -60,9 +80,14 @@ void adapter_read_config(const char *dir, AdapterFileConfig *out) {
     if (!j || !cJSON_IsObject(j)) llmc_die("PEFT adapter config '%s' is not a JSON object", path);
     memset(out, 0, sizeof *out);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "peft_type");
+    if (cJSON_IsString(v) && strcmp(v->valuestring, "PROMPT_TUNING") == 0) {
+        read_prompt_config(j, path, out);
+        cJSON_Delete(j);
+        return;
+    }
     if (!cJSON_IsString(v) || strcmp(v->valuestring, "LORA") != 0)
-        llmc_die("PEFT adapter config '%s': peft_type is %s, expected \"LORA\" (only LoRA adapters are supported)", path,
-                 cJSON_IsString(v) ? v->valuestring : "missing");
+        llmc_die("PEFT adapter config '%s': peft_type is %s, expected \"LORA\" or \"PROMPT_TUNING\" (the adapters "
+                 "supported)", path, cJSON_IsString(v) ? v->valuestring : "missing");
     v = cJSON_GetObjectItemCaseSensitive(j, "r");
     if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble) || v->valuedouble < 1 || v->valuedouble > LORA_MAX_RANK)
         llmc_die("PEFT adapter config '%s': r is not a rank between 1 and %d", path, LORA_MAX_RANK);
@@ -160,6 +185,19 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
     adapter_model_path(dir, path, sizeof path);
     Safetensors *st = safetensors_open_file(path);
     int used = 0;
+    if (lc->prompt_tokens) { /* prompt_embeddings [P, C], and nothing else */
+        const StTensor *t = safetensors_find(st, "prompt_embeddings");
+        if (!t) llmc_die("adapter '%s' has no tensor prompt_embeddings (its adapter_config.json is PROMPT_TUNING)", path);
+        if (t->ndim != 2 || t->shape[0] != lc->prompt_tokens || t->shape[1] != lc->token_dim)
+            llmc_die("adapter '%s': prompt_embeddings has shape [%lld, %lld], this base model needs [%d, %d] (num_virtual_tokens, "
+                     "its channels): the adapter belongs to another base model", path,
+                     (long long)(t->ndim > 0 ? t->shape[0] : 0), (long long)(t->ndim > 1 ? t->shape[1] : 0),
+                     lc->prompt_tokens, lc->token_dim);
+        safetensors_read_f32(st, t, params);
+        if (st->num_tensors != 1)
+            llmc_die("adapter '%s' holds %d tensors; a prompt-tuning adapter holds prompt_embeddings only", path, st->num_tensors);
+        used = 1;
+    }
     for (int m = 0; m < lc->num_modules; m++) {
         const LoraModule *mod = &lc->modules[m];
         for (int w = 0; w < 2; w++) {
@@ -227,6 +265,54 @@ void adapter_load(const char *dir, const LoraConfig *lc, float *params, int *has
     *has_crc = read_base_crc(path, base_crc);
 }
 
+/* the directory's adapter_config.json from j (deleted) */
+static void write_config(AtomicDir *ad, cJSON *j) {
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    char path[4400];
+    snprintf(path, sizeof path, "%s/adapter_config.json", ad->tmp_path);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
+    atomic_commit(&af);
+    free(text);
+}
+
+/* the directory's adapter_model.safetensors (F32, the base's CRC in __metadata__); returns its CRC-32 */
+static uint32_t write_tensors(AtomicDir *ad, const StWriteTensor *w, int n, uint32_t base_crc, const char *quantize_base) {
+    char crc_text[16], path[4400];
+    snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)base_crc);
+    const char *meta[] = {"llmc_base_crc32", crc_text, quantize_base[0] ? "llmc_quantize_base" : NULL, quantize_base, NULL};
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", ad->tmp_path);
+    uint64_t bytes;
+    return safetensors_write_meta(path, w, n, ST_F32, meta, &bytes);
+}
+
+/* PEFT 0.13's PromptTuningConfig fields, and prompt_embeddings [P, C] */
+static uint32_t prompt_save(AtomicDir *ad, const LoraConfig *lc, const float *params, uint32_t base_crc, const char *base_name) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNullToObject(j, "auto_mapping");
+    cJSON_AddStringToObject(j, "base_model_name_or_path", base_name);
+    cJSON_AddBoolToObject(j, "inference_mode", 1);
+    cJSON_AddNumberToObject(j, "num_attention_heads", lc->token_dim / lc->head_size);
+    cJSON_AddNumberToObject(j, "num_layers", lc->num_layers);
+    cJSON_AddNumberToObject(j, "num_transformer_submodules", 1);
+    cJSON_AddNumberToObject(j, "num_virtual_tokens", lc->prompt_tokens);
+    cJSON_AddStringToObject(j, "peft_type", "PROMPT_TUNING");
+    cJSON_AddStringToObject(j, "prompt_tuning_init", "RANDOM");
+    cJSON_AddNullToObject(j, "prompt_tuning_init_text");
+    cJSON_AddNullToObject(j, "revision");
+    cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
+    cJSON_AddNumberToObject(j, "token_dim", lc->token_dim);
+    cJSON_AddNullToObject(j, "tokenizer_kwargs");
+    cJSON_AddNullToObject(j, "tokenizer_name_or_path");
+    write_config(ad, j);
+    StWriteTensor w = {"prompt_embeddings", 2, {lc->prompt_tokens, lc->token_dim}, params, 0};
+    uint32_t crc = write_tensors(ad, &w, 1, base_crc, "");
+    atomic_dir_commit(ad);
+    return crc;
+}
+
 uint32_t adapter_save(const char *dir, const LoraConfig *lc, const float *params, uint32_t base_crc, const char *base_name) {
     return adapter_save_quant(dir, lc, params, base_crc, base_name, "");
 }
@@ -235,6 +321,7 @@ uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *
                             const char *base_name, const char *quantize_base) {
     AtomicDir ad;
     atomic_dir_open(&ad, dir);
+    if (lc->prompt_tokens) return prompt_save(&ad, lc, params, base_crc, base_name);
     /* adapter_config.json: PEFT 0.13's LoraConfig fields that describe this adapter */
     cJSON *j = cJSON_CreateObject();
     cJSON_AddItemToObject(j, "alpha_pattern", cJSON_CreateObject());
@@ -261,15 +348,7 @@ uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *
     cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
     cJSON_AddBoolToObject(j, "use_dora", lc->dora);
     cJSON_AddBoolToObject(j, "use_rslora", lc->rslora);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    char path[4400];
-    snprintf(path, sizeof path, "%s/adapter_config.json", ad.tmp_path);
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(text, 1, strlen(text), af.f, af.tmp_path);
-    atomic_commit(&af);
-    free(text);
+    write_config(&ad, j);
     /* adapter_model.safetensors: F32, PEFT's keys, B rows in PEFT's order */
     const int n = (lc->dora ? 3 : 2) * lc->num_modules * lc->num_layers;
     StWriteTensor *w = (StWriteTensor *)callocCheck((size_t)n, sizeof *w, "adapter tensors");
@@ -299,12 +378,7 @@ uint32_t adapter_save_quant(const char *dir, const LoraConfig *lc, const float *
             lora_peft_key(lc, m, l, 2, keys[k], sizeof keys[k]);
             w[k] = (StWriteTensor){keys[k], 1, {(int64_t)mod->out}, dst, 0};
         }
-    char crc_text[16];
-    snprintf(crc_text, sizeof crc_text, "%08x", (unsigned)base_crc);
-    const char *meta[] = {"llmc_base_crc32", crc_text, quantize_base[0] ? "llmc_quantize_base" : NULL, quantize_base, NULL};
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", ad.tmp_path);
-    uint64_t bytes;
-    uint32_t crc = safetensors_write_meta(path, w, n, ST_F32, meta, &bytes);
+    uint32_t crc = write_tensors(&ad, w, n, base_crc, quantize_base);
     free(permuted);
     free(keys);
     free(w);

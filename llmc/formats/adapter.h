@@ -9,6 +9,10 @@
  *                              "use_dora": true also "....lora_magnitude_vector" [out]; its
  *                              "__metadata__" also holds "llmc_base_crc32": the CRC-32 of the base model's fp32
  *                              parameters the adapter was trained on (written by llmc; PEFT ignores it).
+ * Prompt tuning (LoraConfig.prompt_tokens; PEFT's PROMPT_TUNING): adapter_config.json {"peft_type":
+ * "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": P, "token_dim": C, "num_layers", 
+ * "num_attention_heads", "num_transformer_submodules": 1, "prompt_tuning_init": "RANDOM", ...} and the
+ * one tensor "prompt_embeddings" [P, C] F32 (with the same llmc_base_crc32).
  * Directories are written atomically (atomicfile.h's atomic_dir_*). Reading checks everything and dies
  * naming the file: a config PEFT would not load as LoRA / DoRA on these modules (per-layer rank or
  * alpha patterns, layers_to_transform, a regular-expression target), a missing, misshapen or extra tensor.
@@ -33,6 +37,8 @@ typedef struct {
     int dora;          /* use_dora */
     float dropout;
     char targets[512]; /* target_modules joined with commas ("all-linear" as given) */
+    int prompt_tokens; /* PROMPT_TUNING: num_virtual_tokens (0: a LoRA adapter) */
+    int token_dim;     /* PROMPT_TUNING: token_dim */
 } AdapterFileConfig;
 
 /* dir/adapter_model.safetensors */

@@ -155,6 +155,26 @@ int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int ra
     return 0;
 }
 
+int lora_prompt_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int P, int T, char *err, size_t errlen) {
+    memset(lc, 0, sizeof *lc);
+    if (P < 1) return snprintf(err, errlen, "--prompt-tokens %d: give at least one soft token (P >= 1)", P), -1;
+    if ((long long)P + T > cfg->max_seq_len)
+        return snprintf(err, errlen, "--prompt-tokens %d + -t %d = %lld positions exceed the model's maximum %d (maxT): "
+                                     "the model sees the P soft tokens and the T tokens of each sequence; lower one of them",
+                        P, T, (long long)P + T, cfg->max_seq_len), -1;
+    lc->family = family, lc->prompt_tokens = P, lc->token_dim = cfg->channels;
+    lc->num_layers = cfg->num_layers, lc->head_size = cfg->channels / cfg->num_heads;
+    TensorSpec *s = &lc->specs[0];
+    s->name = "prompt_embeddings";
+    s->shape = "(P, C)";
+    s->numel = (size_t)P * (size_t)cfg->channels;
+    s->decay = 1; /* HF Trainer's rule: no bias or norm weight, it decays */
+    s->init = INIT_NORMAL;
+    lc->num_specs = 1;
+    lc->num_parameters = s->numel;
+    return 0;
+}
+
 void lora_target_names(const LoraConfig *lc, char *out, size_t len) {
     size_t used = 0;
     out[0] = '\0';
@@ -264,6 +284,12 @@ size_t lora_merge(const LoraConfig *lc, const float *adapter, const TensorSpec *
 }
 
 void lora_init_parameters(const LoraConfig *lc, float *params, unsigned long long seed) {
+    if (lc->prompt_tokens) { /* PEFT's RANDOM init: the nn.Embedding's N(0, 1) */
+        Rng rng;
+        rng_seed(&rng, splitmix64(seed ^ 0x9e0ULL));
+        rng_normal(&rng, params, lc->specs[0].numel, 0.0f, 1.0f);
+        return;
+    }
     for (int i = 0; i < lc->num_modules; i++) {
         const TensorSpec *a = &lc->specs[2 * i], *b = &lc->specs[2 * i + 1];
         Rng rng;

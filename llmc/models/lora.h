@@ -22,6 +22,13 @@
  * constant in the backward (detached, as PEFT does). A row where W + scale B A is all zero (n = 0:
  * PEFT 0.13.2 computes 0/0 = NaN there) gets g = 0 and no gradient: it outputs its bias only, as its
  * merged weight g (W + scale B A) = 0 does (lora_dora_gain).
+ *
+ * Prompt tuning (Lester et al.; PEFT's PROMPT_TUNING, task_type CAUSAL_LM) is the other adapter kind
+ * this table holds (prompt_tokens > 0, no modules): P trained soft token embeddings
+ * "prompt_embeddings" [P, C] put in place of the token embeddings of P extra positions in front of
+ * every sequence, at the input only (GPT-2 still adds wpe[0..P); the Llama's RoPE positions are
+ * 0..P+T-1), the loss over the T real positions only. Initialised as PEFT's RANDOM init (an
+ * nn.Embedding's N(0, 1)), from a seeded draw.
  */
 #ifndef LLMC_MODELS_LORA_H
 #define LLMC_MODELS_LORA_H
@@ -65,6 +72,8 @@ typedef struct {
      * (specs[2 num_modules + m], (L, out)); every one decays */
     TensorSpec specs[3 * LORA_MAX_MODULES];
     int num_specs;
+    int prompt_tokens; /* prompt tuning: P (specs[0] is prompt_embeddings (P, C), no modules); 0 = LoRA */
+    int token_dim;     /* prompt tuning: C */
     size_t num_parameters;
 } LoraConfig;
 
@@ -81,6 +90,9 @@ void lora_module_names(int family, char *out, size_t len);
  * of a targeted module, a target that matches no module, alpha not positive. */
 int lora_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int rank, float alpha, int rslora, int dora,
                       const char *targets, char *err, size_t errlen);
+/* Fills lc for prompt tuning with P soft tokens on a model of shape cfg running sequences of T
+ * tokens: returns 0, or -1 with a message naming the flags in err (P < 1, P + T > maxT). */
+int lora_prompt_config_build(LoraConfig *lc, int family, const ModelConfig *cfg, int P, int T, char *err, size_t errlen);
 /* The targets as PEFT's adapter_config.json lists them: module names, comma-separated. */
 void lora_target_names(const LoraConfig *lc, char *out, size_t len);
 

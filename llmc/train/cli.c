@@ -104,6 +104,7 @@ static const Flag flags[] = {
     {NULL, "--use-rslora", F_INT, FIELD(use_rslora), "LoRA: 1 = rank-stabilised scale alpha/sqrt(R)"},
     {NULL, "--use-dora", F_INT, FIELD(use_dora), "LoRA: 1 = DoRA, a trained magnitude per output row times the normalised W + sBA"},
     {NULL, "--adapter", F_STRING, FIELD(adapter), "LoRA: start from this PEFT adapter directory (adapter_config.json + adapter_model.safetensors); '' = new adapters"},
+    {NULL, "--prompt-tokens", F_INT, FIELD(prompt_tokens), "prompt tuning: train P soft token embeddings prepended to every sequence at the input, on a frozen base (CPU trainer; PEFT's PROMPT_TUNING); 0 = off"},
     /* QLoRA: the frozen base quantised (llmc/core/quant.h, llmc/cpu/qbase.h; the CPU trainer) */
     {NULL, "--quantize-base", F_STRING, FIELD(quantize_base), "QLoRA: store the frozen base's block linear weights quantised: nf4 (bitsandbytes' NF4, blocks of 64) | int8 (per output row); embeddings, norms, biases and the head stay fp32; '' = fp32 (with LoRA adapters only)"},
     {NULL, "--double-quant", F_INT, FIELD(double_quant), "QLoRA: 1 = quantise the NF4 absmax values too (8-bit, blocks of 256: bitsandbytes' double quantisation)"},
@@ -218,7 +219,7 @@ static const char *const math_flags[] = {
     "--master-weights", "--gelu-fusion", "--optim-state", "--lora-rank", "--lora-alpha", "--lora-targets",
     "--use-rslora", "--adapter", "--optimizer", "--adafactor-beta1", "--adafactor-clip", "--adafactor-decay-rate",
     "--adafactor-relative-step", "--use-dora", "--teacher", "--distill-alpha", "--distill-temperature",
-    "--teacher-quantize", "--grad-compression", "--quantize-base", "--double-quant", NULL};
+    "--teacher-quantize", "--grad-compression", "--quantize-base", "--double-quant", "--prompt-tokens", NULL};
 /* (-b, -pn and -z are not among them: a step's data is fixed by -d alone, see dataloader.h, and
  * the optimizer state is saved whole, so a run resumes with another split of the same step) */
 /* What a run does, not what it is: never compared on resume. */
@@ -232,7 +233,8 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--distill-alpha", "--distill-temperature", "--teacher-quantize",
                                           "--grad-compression", "--offload-device", "--nvme-path", "--tensor-parallel",
                                           "--pipeline-parallel", "--sequence-parallel", "--pipeline-schedule",
-                                          "--pipeline-virtual", "--expert-parallel", "--quantize-base", "--double-quant", NULL};
+                                          "--pipeline-virtual", "--expert-parallel", "--quantize-base", "--double-quant",
+                                          "--prompt-tokens", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
                                         "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
@@ -279,6 +281,7 @@ static int feature_off(const Flag *f, const TrainConfig *c) {
     if (strncmp(n, "--lora-", 7) == 0 || strcmp(n, "--use-rslora") == 0 || strcmp(n, "--use-dora") == 0 ||
         strcmp(n, "--adapter") == 0 || strcmp(n, "--quantize-base") == 0 || strcmp(n, "--double-quant") == 0)
         return c->lora_rank == 0 && !c->adapter[0];
+    if (strcmp(n, "--prompt-tokens") == 0) return !c->prompt_tokens;
     if (strcmp(n, "--offload-device") == 0 || strcmp(n, "--nvme-path") == 0) return strcmp(c->offload_device, "nvme") != 0;
     if (strcmp(n, "--tensor-parallel") == 0 || strncmp(n, "--pipeline-", 11) == 0 || strcmp(n, "--sequence-parallel") == 0)
         return c->tensor_parallel == 1 && c->pipeline_parallel == 1;
@@ -766,7 +769,8 @@ static void validate_expert_parallel(const TrainConfig *c) {
     if (strcmp(c->offload_device, "cpu") != 0)
         llmc_die("-ep %d with --offload-device %s: not built for expert parallelism", n, c->offload_device);
     if (c->teacher[0]) llmc_die("-ep %d with --teacher: distillation is not built for expert parallelism", n);
-    if (c->lora_rank > 0 || c->adapter[0]) llmc_die("-ep %d with LoRA adapters: not built for expert parallelism", n);
+    if (c->lora_rank > 0 || c->adapter[0] || c->prompt_tokens)
+        llmc_die("-ep %d with adapters (--lora-rank, --prompt-tokens, --adapter): not built for expert parallelism", n);
     if (c->memory_budget[0]) llmc_die("-ep %d with --memory-budget: the budget search does not price expert parallelism yet", n);
 }
 
@@ -795,6 +799,8 @@ void train_config_parse(TrainConfig *c, int argc, char **argv, const char *progr
             value = argv[++i];
         }
         set_value(f, c, arg, value);
+        if (strcmp(f->long_name, "--prompt-tokens") == 0 && c->prompt_tokens < 1) /* (0, the default, is off) */
+            llmc_die("flag --prompt-tokens must be >= 1 (the soft tokens to train), got %d", c->prompt_tokens);
     }
     validate(c);
     validate_expert_parallel(c);

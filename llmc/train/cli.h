@@ -83,6 +83,7 @@ typedef struct {
     int use_rslora;             /* --use-rslora: scale alpha/sqrt(R) instead of alpha/R */
     int use_dora;               /* --use-dora: DoRA, a trained magnitude per output row (llmc/models/lora.h) */
     char adapter[1024];         /* --adapter DIR: start from a PEFT adapter directory ('' = new adapters) */
+    int prompt_tokens;          /* --prompt-tokens P: prompt tuning, P soft tokens at the input (llmc/models/lora.h); 0 = off */
     char quantize_base[16];     /* --quantize-base: '' (fp32) | nf4 | int8: the frozen base quantised (QLoRA) */
     int double_quant;           /* --double-quant: 1 = NF4's absmax values quantised too */
     /* the optimizer (llmc/train/adafactor.h) */

@@ -11,7 +11,7 @@
 #include "llmc/formats/adapter.h"
 #include "llmc/formats/rundir.h"
 
-int lora_wanted(const TrainConfig *tc) { return tc->lora_rank || tc->adapter[0]; }
+int lora_wanted(const TrainConfig *tc) { return tc->lora_rank || tc->adapter[0] || tc->prompt_tokens; }
 
 void lora_check_flags(const TrainConfig *tc) {
     if (tc->zero_stage >= 2)
@@ -60,9 +60,36 @@ static int same_targets(int family, const ModelConfig *cfg, const char *a, const
     return 1;
 }
 
+/* Prompt tuning (--prompt-tokens, or from_dir's PROMPT_TUNING config): fills out and returns 1; 0 for LoRA. */
+static int prompt_config(const TrainConfig *tc, int family, const ModelConfig *cfg, const char *from_dir, LoraConfig *out) {
+    AdapterFileConfig fc = {0};
+    if (from_dir[0]) adapter_read_config(from_dir, &fc);
+    if (!tc->prompt_tokens && !fc.prompt_tokens) return 0;
+    if (tc->lora_rank || tc->use_rslora || tc->use_dora || tc->lora_targets[0] || (from_dir[0] && !fc.prompt_tokens))
+        llmc_die("--prompt-tokens with LoRA (--lora-rank, --lora-targets, --use-rslora, --use-dora, or a LoRA --adapter): "
+                 "prompt tuning and LoRA adapters do not combine; give one of them");
+    int P = tc->prompt_tokens;
+    if (fc.prompt_tokens) {
+        if (P && P != fc.prompt_tokens)
+            llmc_die("--prompt-tokens %d differs from the adapter's num_virtual_tokens = %d (%s/adapter_config.json)", P,
+                     fc.prompt_tokens, from_dir);
+        if (fc.token_dim != cfg->channels)
+            llmc_die("%s/adapter_config.json: token_dim %d, but -e %s has %d channels: the adapter belongs to another base "
+                     "model", from_dir, fc.token_dim, tc->init, cfg->channels);
+        P = fc.prompt_tokens;
+    }
+    char err[512];
+    if (lora_prompt_config_build(out, family, cfg, P, tc->T, err, sizeof err) != 0) {
+        if (fc.prompt_tokens) llmc_die("%s/adapter_config.json: num_virtual_tokens: %s", from_dir, err);
+        llmc_die("%s", err);
+    }
+    return 1;
+}
+
 void lora_resolve_config(const TrainConfig *tc, int family, const char *model_name, const ModelConfig *cfg,
                          const char *from_dir, LoraConfig *out) {
     if (!family) llmc_die("--lora-rank: no LoRA sites for %s models (GPT-2 and Llama have them)", model_name);
+    if (prompt_config(tc, family, cfg, from_dir, out)) return;
     int rank = tc->lora_rank, rslora = tc->use_rslora, dora = tc->use_dora;
     float alpha = tc->lora_alpha;
     char targets[512];

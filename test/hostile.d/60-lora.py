@@ -5,9 +5,9 @@ dropout, truncated or not JSON at all; adapter_model.safetensors truncated, with
 a tensor renamed, dropped, misshapen or added, the base CRC in its metadata changed; and flags that
 contradict the file (--lora-rank, --lora-targets). Every run must train or stop with a clean error
 (exit 1, 'error: '), and the adapter directory it read must be left as it was (lost otherwise)."""
-import json
 import os
 
+import lora_common
 from lora_common import adapter_case, join_safetensors, split_safetensors, train_adapter
 
 
@@ -70,13 +70,7 @@ def mangle_tensors(r, data):
 
 
 def edit_config(r, d):
-    p = os.path.join(d, "adapter_config.json")
-    if r.random() < 0.15:
-        open(p, "w").write(r.choice(["", "{", "[1, 2]", "null", '{"r": 4}']))
-        return "config not an adapter config"
-    text = json.dumps(mangle_config(r, json.load(open(p))))
-    open(p, "w").write(text)
-    return "config mangled"
+    return lora_common.edit_config(r, d, mangle_config, '{"r": 4}')
 
 
 def edit_tensors(r, d):
