@@ -3,7 +3,8 @@
 through the cudasim harness (its hand-worked sequences are test/test_dev_alloc.cu's):
 - --memory-snapshot FILE: the snapshot's classes are the memory plan's (--plan --json, same flags),
   byte for byte; its totals agree with its allocations and segments; every allocation names its
-  class, step and phase; scripts/memory_snapshot.py prints its timeline;
+  class, step and phase; step 1's matmul-tuning copies appear in its history, allocated and freed;
+  scripts/memory_snapshot.py prints its timeline;
 - every step's log record has dev_reserved, dev_allocated, dev_largest_free (the snapshot's at the
   end) and the step line says "dev alloc";
 - the model and state files are byte-identical to a run without --memory-snapshot;
@@ -36,7 +37,8 @@ def report(ok, name, detail=""):
 
 
 def run(prog, args, env_extra=None):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", **(env_extra or {}))
+    # CUDASIM_LT_ALGOS=2: two matmul candidates to time, so step 1 allocates (and frees) lt_plans.cuh's copies
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", CUDASIM_LT_ALGOS="2", **(env_extra or {}))
     return subprocess.run([prog] + args, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -50,7 +52,7 @@ def check_snapshot(snap, plan):
     allocs = snap["allocations"]
     report(t["allocated"] == sum(a["block"] for a in allocs) and t["requested"] == sum(a["size"] for a in allocs)
            and t["reserved"] == sum(s["size"] for s in snap["segments"]) and t["segments"] == len(snap["segments"])
-           and 0 < t["largest_free"] <= t["reserved"] - t["allocated"],
+           and 0 < t["largest_free"] <= t["reserved"] - t["allocated"],  # (the tuning copies' freed blocks stay cached)
            "snapshot totals agree with its allocations and segments", json.dumps(t))
     bad = [a for a in allocs if a["block"] < a["size"] or a["block"] % 512 or a["phase"] not in PHASES or a["step"] < 0]
     report(allocs and not bad, "every allocation has its class, a 512-rounded block, a step and a phase", str(bad[:3]))
@@ -66,6 +68,10 @@ def check_snapshot(snap, plan):
     got = {c: v["requested"] for c, v in snap["classes"].items()}
     report(planned == got, "the snapshot's classes are the plan's, with the plan's bytes",
            f"plan {planned}\nsnapshot {got}")
+    tune = [e for e in snap["events"] if e["step"] == 1 and e["class"] == "workspaces" and e["phase"] in ("forward", "backward")]
+    report(tune and sum(e["bytes"] for e in tune) == 0 and any(e["bytes"] < 0 for e in tune) and t["reused"] > 0,
+           "the history has step 1's matmul-tuning copies (workspaces) allocated and freed, and later ones reused the cached blocks",
+           f"{tune[:4]} reused {t['reused']}")
     want = planned.get("parameters", 0)
     params = [a for a in allocs if a["class"] == "parameters"]
     report(len(params) == 1 and params[0]["size"] == want and params[0]["phase"] == "setup" and params[0]["step"] == 0,

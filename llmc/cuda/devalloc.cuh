@@ -10,21 +10,23 @@
  * (cuMemCreate / cuMemMap), and the trainer allocates its arenas once, so the segments rarely
  * need to grow. The rules (all sizes in bytes; the test works sequences out by hand from them):
  *   - a request is rounded up to a multiple of DEVALLOC_ROUND (512; 0 bytes count as 1);
- *   - a rounded size up to DEVALLOC_SMALL (1 MiB) is small: it is cut from a small segment of
- *     DEVALLOC_SMALL_SEGMENT (2 MiB); a larger one from a large segment of its size rounded up to
- *     DEVALLOC_LARGE_ROUND (2 MiB); small and large requests never share a segment;
+ *   - a rounded size up to DEVALLOC_SMALL (1 MiB) is small, a larger one large: each is cut only
+ *     from free blocks of its own pool (a small request never splits a large cached block);
  *   - best fit: the smallest free block of the request's pool that holds it (ties: the lowest
- *     segment, then the lowest offset); the block is split, the rest stays free; with no block
- *     that fits, a new segment is reserved (cudaMalloc); when that fails, the wholly free
- *     segments are released (cudaFree) and it is tried once more;
+ *     segment, then the lowest offset); the block is split, the rest stays free in the pool;
+ *   - with no block that fits, a new segment of exactly the rounded size is reserved (cudaMalloc);
+ *     when that fails, the wholly free segments are released (cudaFree) and it is tried once more;
  *   - a freed block joins its free neighbours in its segment; segments stay reserved (cached
  *     for reuse) until devalloc_release_cached or devalloc_destroy.
+ * Segments are not rounded up to a larger granule (2 MiB, as PyTorch's): the memory plan
+ * (--plan, --memory-budget, the device-fit search) prices the bytes requested, and a granule
+ * would hold up to 2 MiB more per pool than it, enough to make a plan that fits a device fail.
  * reserved = the segments' bytes; allocated = the live blocks' (rounded) bytes; requested = the
  * bytes asked for (by class in class_requested: what the memory plan prices); largest_free =
  * the largest free block inside the reserved segments (reserved - allocated when nothing is
  * fragmented, less when the free bytes are in pieces).
  * Host code, one thread; O(blocks) per call (the trainer holds a few dozen blocks). Under cudasim
- * an overrun past a block is caught only at a segment's end (large blocks of a multiple of 2 MiB).
+ * an overrun past a block is caught only at its segment's end (a block that got a new segment).
  */
 #ifndef LLMC_CUDA_DEVALLOC_CUH
 #define LLMC_CUDA_DEVALLOC_CUH
@@ -39,7 +41,7 @@
 #include "llmc/core/check.h"
 #include "llmc/core/mem.h"
 
-enum { DEVALLOC_ROUND = 512, DEVALLOC_SMALL = 1 << 20, DEVALLOC_SMALL_SEGMENT = 2 << 20, DEVALLOC_LARGE_ROUND = 2 << 20 };
+enum { DEVALLOC_ROUND = 512, DEVALLOC_SMALL = 1 << 20 };
 enum { DEVALLOC_MAX_EVENTS = 1 << 16 }; /* the history kept for the timeline; later events are counted, not kept */
 
 typedef struct {
@@ -190,8 +192,7 @@ inline void *devalloc_try_malloc(DevAlloc *a, int mem_class, size_t bytes) {
     }
     if (best >= 0) a->reused++;
     else {
-        size_t seg = small ? (size_t)DEVALLOC_SMALL_SEGMENT : (size + DEVALLOC_LARGE_ROUND - 1) / DEVALLOC_LARGE_ROUND * DEVALLOC_LARGE_ROUND;
-        best = devalloc_reserve(a, seg, small);
+        best = devalloc_reserve(a, size, small);
         if (best < 0) return NULL;
     }
     if (a->blocks[best].size > size) { /* split: the rest stays free, after it */
@@ -301,8 +302,7 @@ inline void devalloc_check_leaks(DevAlloc *a, int step, int base_step) {
 inline void devalloc_print_snapshot(const DevAlloc *a, FILE *f, int at_step, const char *at_phase) {
     fprintf(f, "{\"format\": \"llmc-memory-snapshot\", \"version\": 1, \"device\": \"GPU\", \"step\": %d, \"phase\": \"%s\",\n",
             at_step, at_phase);
-    fprintf(f, " \"rules\": {\"round\": %d, \"small_max\": %d, \"small_segment\": %d, \"large_round\": %d},\n", DEVALLOC_ROUND,
-            DEVALLOC_SMALL, DEVALLOC_SMALL_SEGMENT, DEVALLOC_LARGE_ROUND);
+    fprintf(f, " \"rules\": {\"round\": %d, \"small_max\": %d},\n", DEVALLOC_ROUND, DEVALLOC_SMALL);
     int nseg = 0;
     for (int s = 0; s < a->nsegs; s++) nseg += a->segs[s].live;
     fprintf(f, " \"totals\": {\"reserved\": %zu, \"allocated\": %zu, \"requested\": %zu, \"largest_free\": %zu, "
