@@ -15,25 +15,19 @@ Usage: test/test_allocator.py [build/cudasim/train_gpt] [./train_gpt_cpu]"""
 import glob
 import json
 import os
+import random
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from hardening_util import write_model, write_shard  # noqa: E402
+from hardening_util import write_model  # noqa: E402
+from testlib import all_built, failed_count, report, same_bytes, write_shard  # noqa: E402
 
 SIM = sys.argv[1] if len(sys.argv) > 1 else "build/cudasim/train_gpt"
 CPU = sys.argv[2] if len(sys.argv) > 2 else "./train_gpt_cpu"
 PHASES = {"setup", "forward", "backward", "update", "eval", "sample", "checkpoint", "end"}
-failed = 0
-
-
-def report(ok, name, detail=""):
-    global failed
-    print(f"PASS: {name}" if ok else f"FAIL: {name}: {detail}")
-    failed += not ok
 
 
 def run(prog, args, env_extra=None):
@@ -78,71 +72,75 @@ def check_snapshot(snap, plan):
            "the parameters are one block of the plan's size, made at setup (step 0)", str(params))
 
 
+def tiny_files(W):
+    """A tiny GPT-2 (head size 16) and a shard of its tokens in W."""
+    model, data = os.path.join(W, "model.bin"), os.path.join(W, "train.bin")
+    write_model(model, maxT=32, V=200, L=2, NH=4, C=64, Vp=256)
+    rng = random.Random(26)
+    write_shard(data, [rng.randrange(200) for _ in range(4096)])
+    return model, data
+
+
+def checks(W):
+    model, data = tiny_files(W)
+    shape = ["-e", model, "-b", "2", "-t", "16", "--precision", "fp32"]
+    common = shape + ["-i", data, "-v", "0", "-s", "0", "-x", "4", "-n", "2"]
+    snap_path = os.path.join(W, "snap.json")
+    a_dir, b_dir = os.path.join(W, "a"), os.path.join(W, "b")
+    a = run(SIM, common + ["-o", a_dir, "--memory-snapshot", snap_path])
+    report(a.returncode == 0 and len(records(a_dir)) == 4, "train_gpt (harness) with --memory-snapshot trains 4 steps",
+           a.stdout[-400:] + a.stderr[-400:])
+    p = run(SIM, ["--plan", "--json"] + shape)
+    plan = json.loads(p.stdout) if p.returncode == 0 else {"classes": {}}
+    snap = json.load(open(snap_path)) if os.path.exists(snap_path) else None
+    report(snap is not None and snap.get("format") == "llmc-memory-snapshot" and snap["phase"] == "end" and snap["step"] == 4,
+           "the snapshot is written at the end of the run (step 4)", str(snap)[:300])
+    if snap:
+        check_snapshot(snap, plan)
+        recs = records(a_dir)
+        keys = ("dev_reserved", "dev_allocated", "dev_largest_free")
+        report(recs and all(all(k in r for k in keys) for r in recs) and
+               all(recs[-1][k] == snap["totals"][k[4:]] for k in keys),
+               "every step's record has dev_reserved/dev_allocated/dev_largest_free, the last one the snapshot's",
+               str([{k: r.get(k) for k in keys} for r in recs]))
+        lines = re.findall(r"^step +\d+/4 .*\| dev alloc [\d.]+ MiB of [\d.]+ reserved, largest free [\d.]+$", a.stdout, re.M)
+        report(len(lines) == 4, "every step line says 'dev alloc X MiB of Y reserved, largest free Z'", a.stdout[-600:])
+        s = subprocess.run([sys.executable, "scripts/memory_snapshot.py", snap_path], capture_output=True, text=True)
+        report(s.returncode == 0 and "timeline" in s.stdout and re.search(r"step +0 setup", s.stdout)
+               and "parameters" in s.stdout, "scripts/memory_snapshot.py prints the totals, classes and timeline",
+               s.stdout[-500:] + s.stderr[-300:])
+    # the trainer's files do not change with the flag
+    b = run(SIM, common + ["-o", b_dir])
+    names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(a_dir, "*_0000000*.bin")))
+    same = b.returncode == 0 and names and all(same_bytes(os.path.join(a_dir, n), os.path.join(b_dir, n)) for n in names)
+    report(bool(same) and any(n.startswith("state_") for n in names) and any(n.startswith("model_") for n in names),
+           f"model and state files byte-identical without --memory-snapshot ({', '.join(names)})", b.stderr[-300:])
+    report("memory leak" not in a.stdout + a.stderr, "no leak reported in a clean run", a.stderr[-300:])
+    # the planted leak
+    for cls in ("activations", "workspaces"):
+        leak = run(SIM, common[:-4] + ["-x", "5", "-n", "0"], {"LLMC_TEST_DEVICE_LEAK": cls})
+        named = re.search(rf"error: memory leak: device allocator class '{cls}' grew from \d+ bytes allocated after step 2 "
+                          rf"to \d+ bytes after step 3 \(its newest live block: 4096 bytes made at step 3, phase update\)", leak.stderr)
+        report(leak.returncode == 1 and named and not re.search(r"^step +3/", leak.stdout, re.M),
+               f"a planted device leak in '{cls}' is named after step 3", leak.stderr[-400:])
+    # bad paths: before any training, nothing written
+    for bad, what in ((os.path.join(W, "missing", "s.json"), "does not exist"), (W, "is not a regular file")):
+        r = run(SIM, common[:-2] + ["-n", "0", "--memory-snapshot", bad])
+        report(r.returncode == 1 and "error: flag --memory-snapshot" in r.stderr and what in r.stderr
+               and "step " not in r.stdout and not os.path.exists(os.path.join(W, "missing")),
+               f"--memory-snapshot {os.path.relpath(bad, W) or '.'}: a clear error before training ({what})", r.stderr[-300:])
+    c = run(CPU, ["-e", model, "-i", data, "-b", "2", "-t", "16", "-x", "1", "-v", "0", "-s", "0",
+                  "--memory-snapshot", os.path.join(W, "cpu.json")])
+    report(c.returncode == 1 and "error: flag --memory-snapshot is ./train_gpt's" in c.stderr
+           and not os.path.exists(os.path.join(W, "cpu.json")), "the CPU trainer refuses --memory-snapshot clearly", c.stderr[-300:])
+
+
 def main():
-    for p in (SIM, CPU):
-        if not os.access(p, os.X_OK):
-            print(f"FAIL: build {p} first")
-            return 1
-    W = tempfile.mkdtemp(prefix="llmc_alloc.")
-    try:
-        model, data = os.path.join(W, "model.bin"), os.path.join(W, "train.bin")
-        write_model(model, maxT=64, V=256, L=2, NH=2, C=64, Vp=256)
-        write_shard(data, [(i * 37 + i // 7) % 256 for i in range(4096)])
-        shape = ["-e", model, "-b", "2", "-t", "16", "--precision", "fp32"]
-        common = shape + ["-i", data, "-v", "0", "-s", "0", "-x", "4", "-n", "2"]
-        snap_path = os.path.join(W, "snap.json")
-        a_dir, b_dir = os.path.join(W, "a"), os.path.join(W, "b")
-        a = run(SIM, common + ["-o", a_dir, "--memory-snapshot", snap_path])
-        report(a.returncode == 0 and len(records(a_dir)) == 4, "train_gpt (harness) with --memory-snapshot trains 4 steps",
-               a.stdout[-400:] + a.stderr[-400:])
-        p = run(SIM, ["--plan", "--json"] + shape)
-        plan = json.loads(p.stdout) if p.returncode == 0 else {"classes": {}}
-        snap = json.load(open(snap_path)) if os.path.exists(snap_path) else None
-        report(snap is not None and snap.get("format") == "llmc-memory-snapshot" and snap["phase"] == "end" and snap["step"] == 4,
-               "the snapshot is written at the end of the run (step 4)", str(snap)[:300])
-        if snap:
-            check_snapshot(snap, plan)
-            recs = records(a_dir)
-            keys = ("dev_reserved", "dev_allocated", "dev_largest_free")
-            report(recs and all(all(k in r for k in keys) for r in recs) and
-                   all(recs[-1][k] == snap["totals"][k[4:]] for k in keys),
-                   "every step's record has dev_reserved/dev_allocated/dev_largest_free, the last one the snapshot's",
-                   str([{k: r.get(k) for k in keys} for r in recs]))
-            lines = re.findall(r"^step +\d+/4 .*\| dev alloc [\d.]+ MiB of [\d.]+ reserved, largest free [\d.]+$", a.stdout, re.M)
-            report(len(lines) == 4, "every step line says 'dev alloc X MiB of Y reserved, largest free Z'", a.stdout[-600:])
-            s = subprocess.run([sys.executable, "scripts/memory_snapshot.py", snap_path], capture_output=True, text=True)
-            report(s.returncode == 0 and "timeline" in s.stdout and re.search(r"step +0 setup", s.stdout)
-                   and "parameters" in s.stdout, "scripts/memory_snapshot.py prints the totals, classes and timeline",
-                   s.stdout[-500:] + s.stderr[-300:])
-        # the trainer's files do not change with the flag
-        b = run(SIM, common + ["-o", b_dir])
-        names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(a_dir, "*_0000000*.bin")))
-        same = b.returncode == 0 and names and all(
-            open(os.path.join(a_dir, n), "rb").read() == open(os.path.join(b_dir, n), "rb").read() for n in names)
-        report(bool(same) and any(n.startswith("state_") for n in names) and any(n.startswith("model_") for n in names),
-               f"model and state files byte-identical without --memory-snapshot ({', '.join(names)})", b.stderr[-300:])
-        report("memory leak" not in a.stdout + a.stderr, "no leak reported in a clean run", a.stderr[-300:])
-        # the planted leak
-        for cls in ("activations", "workspaces"):
-            leak = run(SIM, common[:-4] + ["-x", "5", "-n", "0"], {"LLMC_TEST_DEVICE_LEAK": cls})
-            named = re.search(rf"error: memory leak: device allocator class '{cls}' grew from \d+ bytes allocated after step 2 "
-                              rf"to \d+ bytes after step 3 \(its newest live block: 4096 bytes made at step 3, phase update\)", leak.stderr)
-            report(leak.returncode == 1 and named and not re.search(r"^step +3/", leak.stdout, re.M),
-                   f"a planted device leak in '{cls}' is named after step 3", leak.stderr[-400:])
-        # bad paths: before any training, nothing written
-        for bad, what in ((os.path.join(W, "missing", "s.json"), "does not exist"), (W, "is not a regular file")):
-            r = run(SIM, common[:-2] + ["-n", "0", "--memory-snapshot", bad])
-            report(r.returncode == 1 and "error: flag --memory-snapshot" in r.stderr and what in r.stderr
-                   and "step " not in r.stdout and not os.path.exists(os.path.join(W, "missing")),
-                   f"--memory-snapshot {os.path.relpath(bad, W) or '.'}: a clear error before training ({what})", r.stderr[-300:])
-        c = run(CPU, ["-e", model, "-i", data, "-b", "2", "-t", "16", "-x", "1", "-v", "0", "-s", "0",
-                      "--memory-snapshot", os.path.join(W, "cpu.json")])
-        report(c.returncode == 1 and "error: flag --memory-snapshot is ./train_gpt's" in c.stderr
-               and not os.path.exists(os.path.join(W, "cpu.json")), "the CPU trainer refuses --memory-snapshot clearly", c.stderr[-300:])
-    finally:
-        shutil.rmtree(W, ignore_errors=True)
-    print(f"(checks: {'all ok' if not failed else f'{failed} failed'})")
-    return 1 if failed else 0
+    if not all_built(SIM, CPU):
+        return 1
+    with tempfile.TemporaryDirectory(prefix="llmc_alloc.") as W:
+        checks(W)
+    return failed_count()
 
 
 if __name__ == "__main__":
