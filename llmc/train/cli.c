@@ -565,6 +565,16 @@ static void validate_memory_snapshot(const TrainConfig *c) {
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         llmc_die("flag --memory-snapshot: '%s' exists and is not a regular file (give a file path)", path);
+    if (stat(path, &st) == 0 && st.st_size > 0) { /* only an earlier snapshot is replaced, never another file */
+        static const char magic[] = "{\"format\": \"llmc-memory-snapshot\"";
+        char head[sizeof magic] = "";
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(head, 1, sizeof magic - 1, f) : 0;
+        if (f) fclose(f);
+        if (n != sizeof magic - 1 || memcmp(head, magic, n) != 0)
+            llmc_die("flag --memory-snapshot: '%s' exists and is not a memory snapshot; it would be overwritten (give "
+                     "a new path, or remove the file)", path);
+    }
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
