@@ -153,6 +153,12 @@ inline void *cudamodel_malloc(CudaModel *m, MemClass c, size_t bytes) {
     return p;
 }
 
+#if USE_CUDNN
+/* cudnn_att_set_allocator's pair: the device allocator (ctx) for cuDNN's attention workspace. */
+inline void *cudamodel_cudnn_alloc(void *ctx, size_t bytes) { return devalloc_malloc((DevAlloc *)ctx, MEM_CUDNN_WORKSPACE, bytes); }
+inline void cudamodel_cudnn_release(void *ctx, void *p) { devalloc_free((DevAlloc *)ctx, p); }
+#endif
+
 /* The model of architecture ac (its CUDA entry: cuda_arch_for, else an error naming init, the
  * -e it came from) with zero host parameters: the caller fills host_params (num_parameters fp32),
  * which cudamodel_allocate puts on the device. */
@@ -329,7 +335,9 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
         m->h_bucket_work = (int *)mem_calloc(MEM_STAGING, N, sizeof(int), "encoder bucket work");
     }
 #if USE_CUDNN
-    /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
+    /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table);
+     * the workspace from the device allocator (class cudnn_workspace) */
+    if (m->precision != PRECISION_FP32 && ca->has_attention) cudnn_att_set_allocator(cudamodel_cudnn_alloc, cudamodel_cudnn_release, m->ctx->alloc);
     if (m->precision != PRECISION_FP32 && ca->has_attention)
         cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, cfg->num_kv_heads, m->precision == PRECISION_FP16);
 #endif
