@@ -569,6 +569,9 @@ int main(int argc, char **argv) {
     if (strcmp(tc.precision, "fp32") != 0)
         llmc_die("--precision %s: the CPU trainer computes in fp32 only (use ./train_gpt for bf16/fp16)", tc.precision);
     if (tc.recompute > 2) llmc_die("-r %d: recompute level 3 (whole block) is GPU-only; the CPU takes 0, 1 or 2", tc.recompute);
+    if (tc.memory_snapshot[0]) /* llmc/core/mem.c counts bytes by class, not allocations: no snapshot to write */
+        llmc_die("flag --memory-snapshot is ./train_gpt's (the device allocator's live allocations); the CPU trainer's "
+                 "memory by class is in every log.jsonl record (mem_by_class) and in --plan");
     train_check_init(&tc); /* -e a run directory; --plan -y 1: the checkpoint's model */
     int threads = 1;
 #ifdef _OPENMP

@@ -66,8 +66,10 @@ static float cuda_train_micro_step(void *p, const int *inputs, const int *target
     if (m->grad_hook_armed && tr->step == tr->inf_step) dloss_scale = INFINITY; /* LLMC_TEST_INF_RANK */
     const float dloss = dloss_scale * m->loss_scale / (float)(B * T);
     cudamodel_stage(m, inputs, targets, B, T, 1);
-    auto forward_backward = [&]() {
+    auto forward_backward = [&]() { /* (host code: with a graph, the phases are set at its capture) */
+        cuda_phase(tr, "forward");
         cudamodel_forward_device(m, 1, B, T, dloss);
+        cuda_phase(tr, "backward");
         cudamodel_backward_layers(m, B, T);
     };
     if (tr->use_graph && tr->micro_steps > 0) cuda_step_graph_run(&tr->graph, tr->ctx.stream, B, T, dloss, forward_backward);
@@ -80,11 +82,13 @@ static float cuda_train_micro_step(void *p, const int *inputs, const int *target
 static double cuda_step_loss(void *p) { return cudamodel_read_step_loss(&((CudaTrainer *)p)->model); }
 
 static float cuda_eval_loss(void *p, const int *inputs, const int *targets, int B, int T) {
+    cuda_phase((CudaTrainer *)p, "eval");
     return cudamodel_forward(&((CudaTrainer *)p)->model, inputs, targets, B, T, 0.0f);
 }
 
 static void cuda_eval_losses(void *p, const int *inputs, const int *targets, int B, int T, float *losses) {
     CudaModel *m = &((CudaTrainer *)p)->model;
+    cuda_phase((CudaTrainer *)p, "eval");
     cudamodel_forward(m, inputs, targets, B, T, 0.0f);
     cudamodel_read_losses(m, losses, B * T);
 }
@@ -93,12 +97,14 @@ static void cuda_zero_grad(void *p) { /* (the first call of a step) */
     CudaTrainer *tr = (CudaTrainer *)p;
     tr->micro = tr->buckets_issued = 0;
     tr->step++; /* the loop zeroes the gradients once per step, first */
+    cuda_phase(tr, "forward");
 #ifdef CUDASIM
     tr->syncs_seen = cudasim::stats().host_syncs;
 #endif
     cudamodel_zero_grad(&tr->model);
 }
 static const float *cuda_next_logits(void *p, const int *tokens, int n) {
+    cuda_phase((CudaTrainer *)p, "sample");
     return cudamodel_next_logits(&((CudaTrainer *)p)->model, tokens, n);
 }
 
@@ -107,10 +113,15 @@ static void cuda_print_memory(void *p, FILE *out) { cudamodel_print_memory(&((Cu
 
 static void cuda_print_planned_vs_measured(const CudaTrainer *tr, const TrainConfig *tc);
 
-/* MFU, device memory (current and the peak seen) and, in fp16, the loss scale. */
+/* MFU, device memory (current and the peak seen), the device allocator's reserved, allocated and
+ * largest free bytes and, in fp16, the loss scale. The step line's call (text) ends the step for
+ * the allocator: its leak check (cuda_alloc_step_end). */
 static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char *text, size_t len, Logger *lg) {
     CudaTrainer *tr = (CudaTrainer *)p;
     (void)step_ms;
+    if (text) cuda_alloc_step_end(tr);
+    const DevAlloc *da = tr->ctx.alloc;
+    const size_t largest_free = devalloc_largest_free(da);
     size_t free_b = 0, total_b = 0;
     cudaCheck(cudaMemGetInfo(&free_b, &total_b));
     double used = (double)(total_b - free_b);
@@ -127,7 +138,9 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
         char mfu_text[32];
         if (mfu >= 0) snprintf(mfu_text, sizeof mfu_text, "%.1f%%", 100.0 * mfu);
         else snprintf(mfu_text, sizeof mfu_text, "n/a (set --peak-tflops)");
-        int k = snprintf(text, len, " | MFU %s | mem %.2f GiB (peak %.2f)", mfu_text, used / GiB, tr->peak_used_bytes / GiB);
+        const double MiB = 1048576.0;
+        int k = snprintf(text, len, " | MFU %s | mem %.2f GiB (peak %.2f) | dev alloc %.1f MiB of %.1f reserved, largest free %.1f",
+                         mfu_text, used / GiB, tr->peak_used_bytes / GiB, da->allocated / MiB, da->reserved / MiB, largest_free / MiB);
         if (m->precision == PRECISION_FP16 && k > 0 && (size_t)k < len)
             snprintf(text + k, len - k, " | loss scale %g (skipped %lld)", m->loss_scale, m->skipped_steps);
     }
@@ -135,6 +148,9 @@ static void cuda_step_extras(void *p, double step_ms, double tokens_per_s, char 
         if (mfu >= 0) log_double(lg, "mfu", mfu);
         log_double(lg, "mem_gib", used / GiB);
         log_double(lg, "peak_mem_gib", tr->peak_used_bytes / GiB);
+        log_int(lg, "dev_reserved", (long long)da->reserved);
+        log_int(lg, "dev_allocated", (long long)da->allocated);
+        log_int(lg, "dev_largest_free", (long long)largest_free);
         if (m->precision == PRECISION_FP16) {
             log_float(lg, "loss_scale", m->loss_scale);
             log_int(lg, "skipped_steps", m->skipped_steps);
@@ -455,6 +471,8 @@ int main(int argc, char **argv) {
     tr.flops_per_token = run_arch.arch->flops_per_token(&run_arch, tc.T);
     tr.step = resume_step < 0 ? 0 : resume_step; /* (-1: a fresh run) */
     tr.inf_step = test_inf_step(dist);
+    tr.first_step = tr.step + 1;
+    tr.planted_leak = cuda_planted_leak_class();
     cuda_trainer_buckets(&tr, &tc, offload);
     tr.use_graph = cuda_graph_allowed(&tc, m, dist->rank == 0 ? stdout : NULL);
 
@@ -463,7 +481,9 @@ int main(int argc, char **argv) {
     TrainBackend be;
     cuda_backend(&be, &tr, name);
     cuda_trainer_optimizer(&tr, &be, offload);
+    cuda_phase(&tr, "setup"); /* (the loop's own setup: a resume's state, the first evaluation) */
     int status = train_run(&tc, &be, resume_step);
+    if (tc.memory_snapshot[0]) cuda_write_memory_snapshot(&tr, tc.memory_snapshot);
     cuda_finish(&tr);
     dist_finalize(dist);
     return status;

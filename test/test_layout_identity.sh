@@ -59,8 +59,11 @@ PY
     } > runs.log 2>&1 || { echo "FAIL: a seeded run failed ($b):"; tail -5 runs.log; popd > /dev/null; return 1; }
     (/usr/bin/python3 - > crcs <<'PY'
 import json, os, zlib
-# (mem_planned_peak: the CPU plan's blas_packing depends on the OpenBLAS kernels and the thread count)
-DROP = {"time", "version", "host", "cpu", "cores", "step_ms", "tokens_per_s", "data_wait_ms", "mfu",
+# (mem_planned_peak: the CPU plan's blas_packing depends on the OpenBLAS kernels and the thread count;
+# dev_*: the device allocator's fields, added to ./train_gpt's records after the fixture, and mem_gib /
+# peak_mem_gib: cudaMemGetInfo's use, now the allocator's segments (2 MiB granularity), issue 26)
+# (sim/log.jsonl's CRC in the fixture recomputed with this DROP from main 09bb272's build, which matched it before)
+DROP = {"dev_reserved", "dev_allocated", "dev_largest_free", "mem_gib", "peak_mem_gib", "time", "version", "host", "cpu", "cores", "step_ms", "tokens_per_s", "data_wait_ms", "mfu",
         "wall_s", "elapsed_s", "eta_s", "mem_measured_hwm", "mem_runtime_overhead", "mem_planned_over_measured",
         "mem_planned_peak"}
 def clean(v):

@@ -41,6 +41,8 @@
 /* After a kernel launch: reports launch-configuration errors (and earlier asynchronous ones). */
 #define kernelCheck() cudaCheck(cudaGetLastError())
 
+#include "llmc/cuda/devalloc.cuh" /* (after cudaCheck, which it uses) */
+
 inline const char *llmc_cublas_status_name(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
@@ -133,6 +135,8 @@ typedef struct {
     char lt_cache_path[4096];
     struct LtPlanCache *lt_plans;
     void (*lt_plans_free)(struct LtPlanCache *);
+    /* every device allocation of llmc/cuda (devalloc.cuh); a pointer, so that a const context still allocates */
+    DevAlloc *alloc;
 } CudaContext;
 
 enum { LLMC_LT_DEFAULT_ALGOS = 8 };
@@ -158,13 +162,17 @@ inline void cuda_context_init(CudaContext *ctx, int device, int allow_tf32) {
     cudaCheck(cudaGetDeviceProperties(&ctx->props, device));
     cudaCheck(cudaStreamCreate(&ctx->stream));
     cublasCheck(cublasLtCreate(&ctx->lt));
+    ctx->alloc = (DevAlloc *)mallocCheck(sizeof *ctx->alloc, "the device allocator");
+    devalloc_init(ctx->alloc);
     ctx->lt_workspace_bytes = LLMC_CUBLASLT_WORKSPACE;
-    cudaCheck(cudaMalloc(&ctx->lt_workspace, ctx->lt_workspace_bytes));
+    ctx->lt_workspace = devalloc_malloc(ctx->alloc, MEM_WORKSPACE, ctx->lt_workspace_bytes);
 }
 
 inline void cuda_context_free(CudaContext *ctx) {
     if (ctx->lt_plans) ctx->lt_plans_free(ctx->lt_plans);
-    cudaCheck(cudaFree(ctx->lt_workspace));
+    devalloc_free(ctx->alloc, ctx->lt_workspace);
+    devalloc_destroy(ctx->alloc);
+    free(ctx->alloc);
     cublasCheck(cublasLtDestroy(ctx->lt));
     cudaCheck(cudaStreamDestroy(ctx->stream));
     memset(ctx, 0, sizeof *ctx);

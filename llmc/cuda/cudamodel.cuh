@@ -145,13 +145,19 @@ inline void *cudamodel_pinned(size_t bytes) {
     return p;
 }
 
-/* cudaMalloc counted to class c (the device column of the accounting allocator). */
-inline void *cudamodel_malloc(MemClass c, size_t bytes) {
-    void *p = NULL;
-    cudaCheck(cudaMalloc(&p, bytes));
+/* Device memory of class c from the context's allocator (devalloc.cuh), counted to the device
+ * column of the accounting allocator; cudamodel_free_device gives it back. */
+inline void *cudamodel_malloc(CudaModel *m, MemClass c, size_t bytes) {
+    void *p = devalloc_malloc(m->ctx->alloc, c, bytes);
     mem_account(c, (long long)bytes, 1);
     return p;
 }
+
+#if USE_CUDNN
+/* cudnn_att_set_allocator's pair: the device allocator (ctx) for cuDNN's attention workspace. */
+inline void *cudamodel_cudnn_alloc(void *ctx, size_t bytes) { return devalloc_malloc((DevAlloc *)ctx, MEM_CUDNN_WORKSPACE, bytes); }
+inline void cudamodel_cudnn_release(void *ctx, void *p) { devalloc_free((DevAlloc *)ctx, p); }
+#endif
 
 /* The model of architecture ac (its CUDA entry: cuda_arch_for, else an error naming init, the
  * -e it came from) with zero host parameters: the caller fills host_params (num_parameters fp32),
@@ -176,7 +182,7 @@ inline void cudamodel_build_config(CudaModel *m, const ArchConfig *ac, const cha
     m->host_v = (float *)mem_calloc(MEM_STAGING, n, sizeof(float), "host AdamW v");
     m->host_logits = (float *)mem_calloc(MEM_STAGING, (size_t)m->cfg.padded_vocab_size, sizeof(float), "host logits row");
     m->h_staging = mem_calloc(MEM_STAGING, n, elem, "host staging");
-    m->params_memory = cudamodel_malloc(MEM_PARAMETERS, n * elem);
+    m->params_memory = cudamodel_malloc(m, MEM_PARAMETERS, n * elem);
     ca->configure(m, ac);
     m->shard_lo = 0;
     m->shard_hi = n;
@@ -278,58 +284,60 @@ inline void cudamodel_allocate(CudaModel *m, int B, int T_, int recompute, int g
     if (training && m->grad_slots)
         cudamodel_plan_grad_slots(m->param_specs, m->num_param_specs, m->shard_hi - m->shard_lo, m->precision, m->param_slots, plan);
     if (m->param_slots) { /* the whole parameters (cudamodel_build's) give way to the shard and the gather buffer */
-        cudaCheck(cudaFree(m->params_memory));
+        devalloc_free(m->ctx->alloc, m->params_memory);
         mem_account(MEM_PARAMETERS, -(long long)(m->num_parameters * precision_bytes(m->precision)), 1);
-        m->params_memory = cudamodel_malloc(MEM_PARAMETERS, plan->device_bytes[MEM_PARAMETERS]);
-        m->gather_memory = cudamodel_malloc(MEM_PARAM_GATHER, plan->device_bytes[MEM_PARAM_GATHER]);
+        m->params_memory = cudamodel_malloc(m, MEM_PARAMETERS, plan->device_bytes[MEM_PARAMETERS]);
+        m->gather_memory = cudamodel_malloc(m, MEM_PARAM_GATHER, plan->device_bytes[MEM_PARAM_GATHER]);
         memset(&m->params, 0, sizeof m->params); /* (decode.cuh's views: not at -z 3) */
     }
     m->head_rows = cudamodel_head_rows((size_t)B * T_, cfg->padded_vocab_size, precision_bytes(m->precision), m->head_rows_request);
     memcpy(m->act_specs, plan->act, sizeof m->act_specs);
     memcpy(m->act_bytes, plan->act_bytes, sizeof m->act_bytes);
     m->acts_total_bytes = plan->device_bytes[MEM_ACTIVATIONS];
-    m->acts_memory = cudamodel_malloc(MEM_ACTIVATIONS, m->acts_total_bytes);
+    m->acts_memory = cudamodel_malloc(m, MEM_ACTIVATIONS, m->acts_total_bytes);
     cudaCheck(cudaMemset(m->acts_memory, 0, m->acts_total_bytes));
     gpt2cuda_point_activations(m);
     const size_t N = (size_t)B * T_, C = (size_t)cfg->channels, F = (size_t)cfg->ffn_hidden;
     const size_t elem = precision_bytes(m->precision);
-    m->d_inputs = (int *)cudamodel_malloc(MEM_TOKENS, N * sizeof(int));
-    m->d_targets = (int *)cudamodel_malloc(MEM_TOKENS, N * sizeof(int));
+    m->d_inputs = (int *)cudamodel_malloc(m, MEM_TOKENS, N * sizeof(int));
+    m->d_targets = (int *)cudamodel_malloc(m, MEM_TOKENS, N * sizeof(int));
     m->h_inputs = (int *)cudamodel_pinned(2 * N * sizeof(int));
     m->h_targets = m->h_inputs + N;
     m->h_readback = cudamodel_pinned(LLMC_READBACK_BYTES);
     cudaCheck(cudaEventCreateWithFlags(&m->staged, cudaEventDisableTiming));
     m->fscratch_floats = ca->fscratch_floats(cfg, N);
-    m->fscratch = (float *)cudamodel_malloc(MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
-    m->d_norm = (float *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(float));
-    m->d_loss = (float *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(float));
-    m->d_loss_acc = (double *)cudamodel_malloc(MEM_OP_SCRATCH, sizeof(double));
+    m->fscratch = (float *)cudamodel_malloc(m, MEM_OP_SCRATCH, m->fscratch_floats * sizeof(float));
+    m->d_norm = (float *)cudamodel_malloc(m, MEM_OP_SCRATCH, sizeof(float));
+    m->d_loss = (float *)cudamodel_malloc(m, MEM_OP_SCRATCH, sizeof(float));
+    m->d_loss_acc = (double *)cudamodel_malloc(m, MEM_OP_SCRATCH, sizeof(double));
     cudaCheck(cudaMemset(m->d_loss_acc, 0, sizeof(double)));
     if (training) {
         m->scratch_bytes = plan->device_bytes[MEM_BWD_SCRATCH];
-        m->scratch_memory = cudamodel_malloc(MEM_BWD_SCRATCH, m->scratch_bytes);
+        m->scratch_memory = cudamodel_malloc(m, MEM_BWD_SCRATCH, m->scratch_bytes);
         m->dresidual = m->scratch_memory;
         m->dbuf_c = (char *)m->dresidual + N * C * elem;
         m->dbuf_f1 = (char *)m->dbuf_c + N * C * elem;
         m->dbuf_f2 = (char *)m->scratch_memory + m->scratch_bytes - N * F * elem;
-        m->grads_memory = cudamodel_malloc(MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
+        m->grads_memory = cudamodel_malloc(m, MEM_GRADIENTS, plan->device_bytes[MEM_GRADIENTS]);
         cudaCheck(cudaMemset(m->grads_memory, 0, plan->device_bytes[MEM_GRADIENTS]));
         if (m->grad_slots) {
-            m->shard_grads = cudamodel_malloc(MEM_GRAD_SHARD, plan->device_bytes[MEM_GRAD_SHARD]);
+            m->shard_grads = cudamodel_malloc(m, MEM_GRAD_SHARD, plan->device_bytes[MEM_GRAD_SHARD]);
             cudaCheck(cudaMemset(m->shard_grads, 0, plan->device_bytes[MEM_GRAD_SHARD]));
             for (int i = 0; i < 2; i++) cudaCheck(cudaEventCreateWithFlags(&m->slot_free[i], cudaEventDisableTiming));
         }
         if (!m->offload) {
-            m->m = (float *)cudamodel_malloc(MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
-            m->v = (float *)cudamodel_malloc(MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
+            m->m = (float *)cudamodel_malloc(m, MEM_ADAM_M, plan->device_bytes[MEM_ADAM_M]);
+            m->v = (float *)cudamodel_malloc(m, MEM_ADAM_V, plan->device_bytes[MEM_ADAM_V]);
         }
-        if (m->use_master) m->master = (float *)cudamodel_malloc(MEM_MASTER, plan->device_bytes[MEM_MASTER]);
-        m->d_buckets = (int *)cudamodel_malloc(MEM_OP_SCRATCH, encoder_buckets_capacity((int)N) * sizeof(int));
+        if (m->use_master) m->master = (float *)cudamodel_malloc(m, MEM_MASTER, plan->device_bytes[MEM_MASTER]);
+        m->d_buckets = (int *)cudamodel_malloc(m, MEM_OP_SCRATCH, encoder_buckets_capacity((int)N) * sizeof(int));
         m->h_buckets = (int *)cudamodel_pinned(encoder_buckets_capacity((int)N) * sizeof(int));
         m->h_bucket_work = (int *)mem_calloc(MEM_STAGING, N, sizeof(int), "encoder bucket work");
     }
 #if USE_CUDNN
-    /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table) */
+    /* cuDNN's attention graphs and workspace now, not in the first step (and counted in the table);
+     * the workspace from the device allocator (class cudnn_workspace) */
+    if (m->precision != PRECISION_FP32 && ca->has_attention) cudnn_att_set_allocator(cudamodel_cudnn_alloc, cudamodel_cudnn_release, m->ctx->alloc);
     if (m->precision != PRECISION_FP32 && ca->has_attention)
         cudnn_att_prepare(B, T_, cfg->channels, cfg->num_heads, cfg->num_kv_heads, m->precision == PRECISION_FP16);
 #endif
@@ -750,7 +758,7 @@ inline const float *cudamodel_next_logits(CudaModel *m, const int *tokens, int n
 inline void cudamodel_free(CudaModel *m) {
     void *dev[] = {m->params_memory, m->gather_memory, m->grads_memory, m->shard_grads, m->master, m->m, m->v, m->acts_memory, m->scratch_memory,
                    m->fscratch, m->d_norm, m->d_loss, m->d_loss_acc, m->d_inputs, m->d_targets, m->d_buckets};
-    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) cudaCheck(cudaFree(dev[i]));
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) devalloc_free(m->ctx->alloc, dev[i]);
     if (m->offload) cudaCheck(cudaFreeHost(m->h_staging)); /* pinned (cudamodel_set_offload) */
     if (m->offload) m->h_staging = NULL;
     void *host[] = {m->h_bucket_work, m->h_staging, m->host_params, m->host_m, m->host_v, m->host_logits};

@@ -156,7 +156,20 @@ static struct {
     void *workspace;
     size_t workspace_bytes;
     GraphCache *graphs;
+    void *(*alloc)(void *ctx, size_t bytes); /* cudnn_att_set_allocator's (NULL: cudaMalloc / cudaFree) */
+    void (*release)(void *ctx, void *p);
+    void *alloc_ctx;
 } att;
+
+void cudnn_att_set_allocator(void *(*alloc)(void *ctx, size_t bytes), void (*release)(void *ctx, void *p), void *ctx) {
+    att.alloc = alloc, att.release = release, att.alloc_ctx = ctx;
+}
+
+/* The workspace's memory (att.alloc's, else the runtime's); the caller has synchronised. */
+static void att_free_workspace(const char *what) {
+    if (att.release) att.release(att.alloc_ctx, att.workspace);
+    else cudaAttCheck(cudaFree(att.workspace), what);
+}
 
 static void att_init(const AttShape *s) {
     if (att.handle) return;
@@ -177,10 +190,11 @@ static void att_reserve_workspace(const AttShape *s, int64_t bytes) {
     if (bytes <= (int64_t)att.workspace_bytes) return;
     if (att.workspace) {
         cudaAttCheck(cudaDeviceSynchronize(), s->what); /* earlier graphs may still use it */
-        cudaAttCheck(cudaFree(att.workspace), s->what);
+        att_free_workspace(s->what);
         att.workspace = NULL, att.workspace_bytes = 0;
     }
-    cudaAttCheck(cudaMalloc(&att.workspace, (size_t)bytes), s->what);
+    if (att.alloc) att.workspace = att.alloc(att.alloc_ctx, (size_t)bytes);
+    else cudaAttCheck(cudaMalloc(&att.workspace, (size_t)bytes), s->what);
     att.workspace_bytes = (size_t)bytes;
 }
 
@@ -308,7 +322,7 @@ void cudnn_att_destroy(void) {
     att.graphs = NULL;
     if (att.workspace) {
         cudaAttCheck(cudaDeviceSynchronize(), what);
-        cudaAttCheck(cudaFree(att.workspace), what);
+        att_free_workspace(what);
     }
     att.workspace = NULL, att.workspace_bytes = 0;
     if (att.handle) cudnnCheck(cudnnDestroy(att.handle), what);

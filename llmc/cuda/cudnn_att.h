@@ -57,6 +57,11 @@ void cudnn_att_prepare(int B, int T, int C, int NH, int NKV, int is_fp16);
 /* Bytes of device memory the cuDNN workspace holds now (0 before the first graph is built). */
 size_t cudnn_att_workspace_bytes(void);
 
+/* Where the workspace comes from: alloc(ctx, bytes) and release(ctx, p) (./train_gpt: the device
+ * allocator, llmc/cuda/devalloc.cuh, class cudnn_workspace); cudaMalloc / cudaFree until set.
+ * Set it before the first graph is built (a workspace is released the way it was allocated). */
+void cudnn_att_set_allocator(void *(*alloc)(void *ctx, size_t bytes), void (*release)(void *ctx, void *p), void *ctx);
+
 /* Frees the graphs, the workspace and the handle. Safe to call when nothing was created; the
  * next call of an op starts over. */
 void cudnn_att_destroy(void);

@@ -111,7 +111,7 @@ inline void cuda_decoder_init(CudaDecoder *d, CudaModel *m, int max_chunk) {
                      (void **)&d->mean, (void **)&d->rstd, (void **)&d->scores, (void **)&d->d_tokens};
     size_t total = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) total += (sizes[i] + 255) & ~(size_t)255;
-    cudaCheck(cudaMalloc(&d->memory, total));
+    d->memory = devalloc_malloc(m->ctx->alloc, MEM_ACTIVATIONS, total); /* the decoder's cache and activations */
     char *p = (char *)d->memory;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         *ptrs[i] = p;
@@ -121,7 +121,7 @@ inline void cuda_decoder_init(CudaDecoder *d, CudaModel *m, int max_chunk) {
 }
 
 inline void cuda_decoder_free(CudaDecoder *d) {
-    cudaCheck(cudaFree(d->memory));
+    devalloc_free(d->model->ctx->alloc, d->memory);
     memset(d, 0, sizeof *d);
 }
 

@@ -219,10 +219,10 @@ static int lt_tune(const CudaContext *ctx, LtPlan *p, const cublasLtMatmulHeuris
     int aux_copy = aux_written && (lt_overlap(x->aux, aux_bytes, x->A, a_bytes) || lt_overlap(x->aux, aux_bytes, x->B, b_bytes));
     LtArgs t = *x;
     if (d_copy) {
-        cudaCheck(cudaMalloc(&t.D, d_bytes));
+        t.D = devalloc_malloc(ctx->alloc, MEM_WORKSPACE, d_bytes); /* (freed below: never live past the tuning) */
         if (x->beta != 0.0f) cudaCheck(cudaMemcpyAsync(t.D, x->D, d_bytes, cudaMemcpyDeviceToDevice, ctx->stream));
     }
-    if (aux_copy) cudaCheck(cudaMalloc(&t.aux, aux_bytes));
+    if (aux_copy) t.aux = devalloc_malloc(ctx->alloc, MEM_WORKSPACE, aux_bytes);
     /* beta != 0 accumulates into the copy on every run; the values are irrelevant to the timing */
     cudaEvent_t start, stop;
     cudaCheck(cudaEventCreate(&start));
@@ -241,8 +241,8 @@ static int lt_tune(const CudaContext *ctx, LtPlan *p, const cublasLtMatmulHeuris
     }
     cudaCheck(cudaEventDestroy(start));
     cudaCheck(cudaEventDestroy(stop));
-    if (d_copy) cudaCheck(cudaFree(t.D));
-    if (aux_copy) cudaCheck(cudaFree(t.aux));
+    if (d_copy) devalloc_free(ctx->alloc, t.D);
+    if (aux_copy) devalloc_free(ctx->alloc, t.aux);
     return best;
 }
 

@@ -49,7 +49,11 @@
  * LLMC_TEST_UNBUCKETED (tests): no buckets, one reduction or copy after the backward, as before;
  * LLMC_TEST_TRACE_BUCKETS (tests): a line per bucket saying where the backward was when it was issued
  * (--offload: also when the host converted it, updated it and queued its parameters back);
- * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step).
+ * LLMC_TEST_INF_RANK (tests): one rank's gradients made non-finite at one step (test_inf_step);
+ * LLMC_TEST_DEVICE_LEAK=<class> (tests): every step allocates 4 KiB of that memory class from the
+ * device allocator and never frees it (bypassing the accounting), which its leak check must name.
+ * The device allocator (llmc/cuda/devalloc.cuh, the context's) records the step and phase of
+ * every allocation: cuda_phase says where the trainer is; cuda_alloc_step_end checks for leaks.
  */
 #ifndef LLMC_CUDA_TRAINER_CUH
 #define LLMC_CUDA_TRAINER_CUH
@@ -102,6 +106,8 @@ typedef struct {
     int buckets_issued;    /* this step's */
     int trace;             /* LLMC_TEST_TRACE_BUCKETS set: a line per bucket (tests) */
     int step, inf_step;    /* the step under way; LLMC_TEST_INF_RANK's step on this rank (else -1) */
+    int first_step;        /* this run's first step (the leak check's warm-up counts from it) */
+    int planted_leak;      /* LLMC_TEST_DEVICE_LEAK's memory class, else -1 */
     cudaStream_t copy_stream; /* --offload optimizer: the gradients' copies to the host, the parameters' back */
     cudaEvent_t bucket_ready; /* recorded on the compute stream, waited for by the side stream */
     /* --offload optimizer with buckets: per bucket (optim_bucket's order: outer, layer 0, 1, ...)
@@ -421,6 +427,43 @@ static void check_buckets_issued(const CudaTrainer *tr) {
  * gradients, reduced layer by layer from two packed slots into the shard). */
 enum { CUDA_MAX_ZERO = 3 };
 
+/* ---- the device allocator's view of the run ---------------------------------------------- */
+/* Where the trainer is: the device allocator records it with every allocation (a static string:
+ * setup, forward, backward, update, eval, sample, checkpoint, end). */
+static void cuda_phase(CudaTrainer *tr, const char *phase) { devalloc_set_phase(tr->ctx.alloc, tr->step, phase); }
+
+/* LLMC_TEST_DEVICE_LEAK=<memory class name> (tests): the class of the planted leak, else -1. */
+static int cuda_planted_leak_class(void) {
+    const char *e = getenv("LLMC_TEST_DEVICE_LEAK");
+    if (!e || !e[0]) return -1;
+    for (int c = 0; c < MEM_NUM_CLASSES; c++)
+        if (strcmp(e, mem_class_names[c]) == 0) return c;
+    llmc_die("LLMC_TEST_DEVICE_LEAK=%s: not a memory class name", e);
+}
+
+/* The warm-up of the device leak check, in steps: the run's first step tunes the matmuls (lt_plans.cuh's
+ * copies, freed again) and the second captures the CUDA graph (--cuda-graph 1); the baseline is
+ * the allocated bytes of each class at the end of the second step. */
+enum { CUDA_LEAK_WARMUP_STEPS = 2 };
+
+/* The end of a step: the planted leak (LLMC_TEST_DEVICE_LEAK), then the device allocator's leak check. */
+static void cuda_alloc_step_end(CudaTrainer *tr) {
+    if (tr->planted_leak >= 0) {
+        cuda_phase(tr, "update");
+        devalloc_malloc(tr->ctx.alloc, tr->planted_leak, 4096); /* never freed */
+    }
+    devalloc_check_leaks(tr->ctx.alloc, tr->step, tr->first_step + CUDA_LEAK_WARMUP_STEPS - 1);
+}
+
+/* --memory-snapshot FILE: the device allocator's snapshot (rank r > 0: FILE.rank<r>), at the run's end. */
+static void cuda_write_memory_snapshot(CudaTrainer *tr, const char *path) {
+    char file[1100];
+    if (tr->dist->rank == 0) snprintf(file, sizeof file, "%s", path);
+    else snprintf(file, sizeof file, "%s.rank%d", path, tr->dist->rank);
+    devalloc_write_snapshot(tr->ctx.alloc, file, tr->step, "end");
+    if (tr->dist->rank == 0) printf("memory snapshot: %s (scripts/memory_snapshot.py %s prints its timeline)\n", file, file);
+}
+
 /* ---- the device AdamW as the loop's TrainOptimizer (llmc/train/optim.h) ---------------------- */
 /* The ranks' gradients are averaged by NCCL (ncclAvg): a micro-step weighs its own 1/accum. Called
  * once per step before its micro-steps: accum is this step's count (--batch-ramp changes it), which
@@ -450,6 +493,7 @@ static float cuda_grad_norm(void *p) {
 
 static void cuda_update(void *p, const AdamWStep *s) {
     CudaTrainer *tr = (CudaTrainer *)p;
+    cuda_phase(tr, "update");
     cudamodel_update(&tr->model, s->lr, s->beta1, s->beta2, s->eps, s->weight_decay, s->grad_scale, s->t);
 #if LLMC_HAVE_NCCL
     nccl_gather_params(tr);
@@ -487,6 +531,7 @@ static TrainOptimizer cuda_optimizer(CudaTrainer *tr) {
  * then the parameters are re-derived from the whole master copy as cudamodel_sync_to_host does. */
 static void cuda_sync_to_host(void *p) {
     CudaTrainer *tr = (CudaTrainer *)p;
+    cuda_phase(tr, "checkpoint");
     CudaModel *m = &tr->model;
     cudamodel_sync_to_host(m);
     if (m->shard_hi - m->shard_lo == m->num_parameters) return;

@@ -78,6 +78,7 @@ static const Flag flags[] = {
     {"-w", "--master-weights", F_INT, FIELD(master_weights), "GPU: keep fp32 master weights"},
     {"-ge", "--gelu-fusion", F_INT, FIELD(gelu_fusion), "GPU: GELU in the matmul epilogue: -1 auto (2 where the MLP width is a multiple of 8, else 0), 0 off, 1 forward, 2 forward+backward"},
     {NULL, "--matmul-algos", F_INT, FIELD(matmul_algos), "GPU: time this many of cuBLASLt's candidate algorithms per matmul shape and keep the fastest; 1 = the heuristic's first"},
+    {NULL, "--memory-snapshot", F_STRING, FIELD(memory_snapshot), "GPU: at the end of the run write FILE (rank r > 0: FILE.rank<r>), JSON: every live device allocation (memory class, size, segment and offset, the step and phase it was made in), the allocator's totals and its history (scripts/memory_snapshot.py prints the timeline); '' = none"},
     {NULL, "--cuda-graph", F_INT, FIELD(cuda_graph), "GPU: 1 = capture a training micro-step's forward+backward in a CUDA graph once and replay it (one process, no --offload; untested on a GPU so far); 0 = launch kernel by kernel"},
     {NULL, "--matmul-cache", F_STRING, FIELD(matmul_cache), "GPU: file of the chosen matmul algorithms (read at start, written when a shape is tuned); '' = <-o>/matmul_algos.txt"},
     {"-z", "--zero-stage", F_INT, FIELD(zero_stage), "ZeRO stage: 0, 1 AdamW moments sharded over the ranks, 2 also the gradients, 3 also the parameters (CPU trainer; ./train_gpt: 0, 1)"},
@@ -234,9 +235,9 @@ static const char *const later_flags[] = {"--hellaswag-file", "--batch-ramp", "-
                                           "--grad-compression", "--offload-device", "--nvme-path", "--tensor-parallel",
                                           "--pipeline-parallel", "--sequence-parallel", "--pipeline-schedule",
                                           "--pipeline-virtual", "--expert-parallel", "--quantize-base", "--double-quant",
-                                          "--prompt-tokens", NULL};
+                                          "--prompt-tokens", "--memory-snapshot", NULL};
 static const char *const gpu_flags[] = {"--precision", "--tf32", "--master-weights", "--gelu-fusion", "--matmul-algos", "--matmul-cache",
-                                        "--gpu-log-every", "--peak-tflops", "--cuda-graph", NULL};
+                                        "--gpu-log-every", "--peak-tflops", "--cuda-graph", "--memory-snapshot", NULL};
 static const char *const multiprocess_flags[] = {"--process-rank", "--gpus-per-node", "--nccl-init",
                                                  "--server-ip", "--fs-path", "--zero-stage", "--dist-timeout",
                                                  "--grad-compression", "--offload-device", "--nvme-path", NULL};
@@ -562,6 +563,35 @@ static void validate_offload_device(const TrainConfig *c) {
     if (!c->plan) nvme_check_dir(c->nvme_path);
 }
 
+/* --memory-snapshot FILE: checked before the run, so that a bad path costs no training: its
+ * directory must exist and FILE must not be a directory (atomicfile.h writes it at the end). */
+static void validate_memory_snapshot(const TrainConfig *c) {
+    const char *path = c->memory_snapshot;
+    if (!path[0] || c->plan) return;
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        llmc_die("flag --memory-snapshot: '%s' exists and is not a regular file (give a file path)", path);
+    if (stat(path, &st) == 0 && st.st_size > 0) { /* only an earlier snapshot is replaced, never another file */
+        static const char magic[] = "{\"format\": \"llmc-memory-snapshot\"";
+        char head[sizeof magic] = "";
+        FILE *f = fopen(path, "rb");
+        size_t n = f ? fread(head, 1, sizeof magic - 1, f) : 0;
+        if (f) fclose(f);
+        if (n != sizeof magic - 1 || memcmp(head, magic, n) != 0)
+            llmc_die("flag --memory-snapshot: '%s' exists and is not a memory snapshot; it would be overwritten (give "
+                     "a new path, or remove the file)", path);
+    }
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        llmc_die("flag --memory-snapshot: the directory '%s' of '%s' does not exist (create it first)", dir, path);
+    if (access(dir, W_OK) != 0) llmc_die("flag --memory-snapshot: the directory '%s' of '%s' is not writable", dir, path);
+}
+
 /* -tp, -pp, -sp and the pipeline's schedule (issue 25: tensor parallelism is built, the rest not yet) */
 static void validate_layout(const TrainConfig *c) {
     check_range("-tp (--tensor-parallel)", c->tensor_parallel, 1, 4096);
@@ -720,6 +750,7 @@ static void validate(const TrainConfig *c) {
     validate_quantize_base(c);
     validate_grad_compression(c);
     validate_offload_device(c);
+    validate_memory_snapshot(c);
     validate_layout(c);
     if (strcmp(c->nccl_init, "mpi") && strcmp(c->nccl_init, "tcp") && strcmp(c->nccl_init, "fs"))
         llmc_die("flag -pi (--nccl-init): unknown method '%s' (mpi, tcp, fs)", c->nccl_init);

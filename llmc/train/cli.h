@@ -63,6 +63,7 @@ typedef struct {
     int matmul_algos;           /* --matmul-algos: cuBLASLt candidates timed per shape */
     int cuda_graph;             /* --cuda-graph: 1 = a training micro-step replayed from a CUDA graph */
     char matmul_cache[1024];    /* --matmul-cache; '' = <-o>/matmul_algos.txt with -o */
+    char memory_snapshot[1024]; /* --memory-snapshot FILE: the device allocator's snapshot at the end of the run ('' = none) */
     int zero_stage;             /* -z */
     int gpu_log_every;          /* -lg; 0 or -1 = off */
     float peak_tflops;          /* --peak-tflops */
