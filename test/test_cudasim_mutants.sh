@@ -67,14 +67,14 @@ run_mutants() {
 mutant missing-barrier layernorm.cuh '/sb\[threadIdx.y\]\[threadIdx.x\] = accb;/{n;s/__syncthreads();//}'
 mutant wrong-index residual.cuh 's/to_float(inp2\[i\])/to_float(inp2[i \/ 2])/'
 mutant wrong-row layernorm.cuh '/void layernorm_forward_rowwarp_kernel/,/if (row >= N)/s/threadIdx.x \/ 32,/threadIdx.x \/ 32 + 1,/'
-# the one-pass layernorm backward: warps adding their dweight/dbias partials before the shared
-# sums are zeroed; a chunk's rows skipped
-mutant ln-fused-zero-barrier layernorm.cuh '/ln_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
+# the one-pass norm backwards (LayerNorm's and RMSNorm's share common.cuh's block_sum_lane_packs):
+# warps adding their weight/bias partials before the shared sums are zeroed; a chunk's rows skipped
+mutant norm-partials-zero-barrier common.cuh '/acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
 mutant ln-fused-row-stride layernorm.cuh 's/row < r1; row += LN_WARPS_PER_BLOCK)/row < r1; row += LN_WARPS_PER_BLOCK + 1)/'
 # the packed classifier forgetting the real columns of the last, partly padded pack
 mutant classifier-pack-tail classifier.cuh 's/live = (V + P - 1) \/ P;/live = V \/ P;/'
 # the packed encoder backward (dwte, one block per token) dropping each token's first position
-mutant encoder-wte16-first-position encoder.cuh '/encoder_backward_wte_kernel16(T \*dwte/,/store16(row + c, r)/s/int p = offsets\[j\]; p < offsets\[j + 1\]/int p = offsets[j] + 1; p < offsets[j + 1]/'
+mutant encoder-wte16-first-position encoder.cuh '/encoder_backward_wte_kernel16(T \*dwte/,/store16(row + c, floats_to_pack/s/int p = offsets\[j\]; p < offsets\[j + 1\]/int p = offsets[j] + 1; p < offsets[j + 1]/'
 # tensor-core attention: a lane reading scores other lanes stored, without __syncwarp (the
 # harness's wmma stores write each lane's share only, so this reads stale shared memory); O rows
 # scaled by lanes and reloaded into fragments without __syncwarp (the lazy rescale); an
@@ -98,10 +98,8 @@ mutant fa2-wrong-fragment-row attention_fa2.cuh 's/const int row = row0 + (i \/ 
 mutant fa2-no-rescale attention_fa2.cuh 's/corr\[r\] = exp2f(m\[r\] - m_new);/corr[r] = 1.0f;/' --attention
 mutant fa2-bwd-missing-barrier-dst attention_fa2.cuh 's/__syncthreads(); \/\* all 64 keys.*$//' --attention
 mutant fa2-bwd-dq-turn-order attention_fa2.cuh 's/fa2_wait_turn(turn, kb);/fa2_wait_turn(turn, kb > 0 ? kb - 1 : 0);/' --attention
-# the Llama ops (test/cuda_llama_ops.h): the one-pass RMSNorm backward adding dweight partials
-# before the shared sums are zeroed; RoPE's packed kernel rotating the first NH of the q and k
+# the Llama ops (test/cuda_llama_ops.h): RoPE's packed kernel rotating the first NH of the q and k
 # heads only (the last NKV key heads left alone). (Each mutant is a ~30 s build: SwiGLU has none.)
-mutant rms-fused-zero-barrier rmsnorm.cuh '/rms_acc\[i\] = 0.0f;/{n;s/__syncthreads();//}'
 mutant rope-gqa-heads rope.cuh 's/h = idx \/ packs % heads,/h = idx \/ packs % NH,/'
 run_mutants
 exit $status
