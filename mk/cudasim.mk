@@ -52,7 +52,8 @@ $(BUILD)/cudasim/%: $(BUILD)/cudasim/%.cpp $(CUDASIM_LIB)
 # keep the translated sources (they are what gdb and the error messages' #line refer back to)
 .PRECIOUS: $(BUILD)/cudasim/%.cpp
 
-test-cudasim:
+# (./train_gpt_cpu: test/test_allocator.py checks that the CPU trainer refuses --memory-snapshot)
+test-cudasim: $(BIN_DIR)/train_gpt_cpu
 ifeq ($(CUDASIM_OK),1)
 	@$(MAKE) --no-print-directory $(CUDASIM_TESTS) $(SIM_TESTS) $(LAB_SIM_BINS)
 	@test/run_tests.sh cudasim
